@@ -1,0 +1,136 @@
+//! Types shared by the eBPF programs and user space.
+//!
+//! Every type here crosses the kernel/user boundary byte for byte, so each one is `#[repr(C)]`,
+//! uses fixed-width fields only, spells its padding out and has its size asserted at compile
+//! time. No `usize`, `bool` or `Option` may appear in these structs.
+#![no_std]
+
+/// Deepest stack captured per sample, per side (user and kernel). perf's default is 127 too.
+pub const MAX_STACK_DEPTH: usize = 127;
+
+/// Default ring-buffer size in bytes (a power of two and a multiple of the page size).
+pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
+
+/// Most processes the in-kernel tgid filter can hold.
+pub const MAX_TARGET_TGIDS: u32 = 8192;
+
+/// Bits of [`SamplerConfig::filter`].
+pub mod filter {
+    /// Only samples whose tgid is in the `TGIDS` map are kept.
+    pub const TGID: u32 = 1 << 0;
+}
+
+/// Bits of [`SamplerConfig::capture`].
+pub mod capture {
+    /// Walk and store the user-space stack.
+    pub const USER_STACK: u32 = 1 << 0;
+    /// Walk and store the kernel stack.
+    pub const KERNEL_STACK: u32 = 1 << 1;
+}
+
+/// Slots of the per-CPU `STATS` array. Every sample the program sees lands in exactly one of
+/// `SUBMITTED`, `LOST` or `FILTERED`, so nothing is dropped without being counted.
+pub mod stat {
+    /// Records written to the ring buffer.
+    pub const SUBMITTED: u32 = 0;
+    /// Samples dropped because the ring buffer had no room.
+    pub const LOST: u32 = 1;
+    /// Samples dropped by the in-kernel target filter.
+    pub const FILTERED: u32 = 2;
+    /// Stack walks that failed (the record is still written, with an empty stack).
+    pub const STACK_ERRORS: u32 = 3;
+    /// Number of slots.
+    pub const COUNT: u32 = 4;
+}
+
+/// Bits of [`SampleRecord::flags`].
+pub mod record_flags {
+    /// `leaf_ret` holds the word at the user stack pointer.
+    pub const LEAF_RET: u32 = 1 << 0;
+}
+
+/// Run-time configuration of the sampling program, slot 0 of the `CONFIG` array.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SamplerConfig {
+    /// [`filter`] bits; 0 keeps every sample (system-wide).
+    pub filter: u32,
+    /// [`capture`] bits.
+    pub capture: u32,
+    /// Wake the reader only once this many bytes are pending (batched wake-ups); the reader
+    /// also polls on a timer, so a quiet run is still drained. 0 wakes on every record.
+    pub wakeup_bytes: u64,
+}
+
+/// One sample, as written to the ring buffer by the perf_event program.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SampleRecord {
+    /// `bpf_ktime_get_ns()`: CLOCK_MONOTONIC nanoseconds.
+    pub time_ns: u64,
+    /// cgroup v2 id of the sampled task.
+    pub cgroup_id: u64,
+    /// Instruction pointer at the overflow (user or kernel address).
+    pub ip: u64,
+    /// The sample period the event ran with when it overflowed.
+    pub period: u64,
+    /// The user word at the stack pointer, for user-mode samples ([`record_flags::LEAF_RET`]):
+    /// the return address of a function that set up no frame pointer, which a frame-pointer
+    /// walk would otherwise skip.
+    pub leaf_ret: u64,
+    /// Process id (tgid).
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// CPU the sample was taken on.
+    pub cpu: u32,
+    /// Index of the request (event) that overflowed.
+    pub request: u32,
+    /// Valid frames in `kernel_stack`.
+    pub kernel_frames: u32,
+    /// Valid frames in `user_stack`.
+    pub user_frames: u32,
+    /// [`record_flags`] bits.
+    pub flags: u32,
+    /// Explicit padding to keep the arrays 8-byte aligned.
+    pub _pad0: u32,
+    /// Thread name (`comm`), NUL padded.
+    pub comm: [u8; 16],
+    /// Kernel frames, innermost first.
+    pub kernel_stack: [u64; MAX_STACK_DEPTH],
+    /// User frames, innermost first (frame 0 is the user IP).
+    pub user_stack: [u64; MAX_STACK_DEPTH],
+}
+
+const _: () = assert!(core::mem::size_of::<SamplerConfig>() == 16);
+const _: () = assert!(core::mem::size_of::<SampleRecord>() == 88 + 2 * 8 * MAX_STACK_DEPTH);
+const _: () = assert!(core::mem::align_of::<SampleRecord>() == 8);
+
+// SAFETY: both types are repr(C), contain only integers and arrays of integers, and have no
+// implicit padding (checked by the size asserts above), so every bit pattern is valid.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for SamplerConfig {}
+// SAFETY: as above.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for SampleRecord {}
+
+impl SampleRecord {
+    /// Byte size of one record in the ring buffer.
+    pub const SIZE: usize = core::mem::size_of::<SampleRecord>();
+
+    /// The thread name up to its first NUL.
+    pub fn comm_bytes(&self) -> &[u8] {
+        let end = self.comm.iter().position(|&b| b == 0).unwrap_or(self.comm.len());
+        &self.comm[..end]
+    }
+
+    /// Valid user frames (clamped to the array, whatever the kernel reported).
+    pub fn user_frames(&self) -> &[u64] {
+        &self.user_stack[..(self.user_frames as usize).min(MAX_STACK_DEPTH)]
+    }
+
+    /// Valid kernel frames (clamped to the array).
+    pub fn kernel_frames(&self) -> &[u64] {
+        &self.kernel_stack[..(self.kernel_frames as usize).min(MAX_STACK_DEPTH)]
+    }
+}

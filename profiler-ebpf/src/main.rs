@@ -1,0 +1,16 @@
+//! eBPF programs of the profiler. Keep them small and verifier-friendly: filtering, counting
+//! and capture happen here, everything else (formatting, symbols, aggregation) in user space.
+#![no_std]
+#![no_main]
+
+mod sampler;
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

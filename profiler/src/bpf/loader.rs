@@ -1,0 +1,145 @@
+//! The sampler: the embedded eBPF object, its maps, and the perf events it is attached to.
+
+use std::os::fd::AsFd;
+
+use aya::{
+    Ebpf, EbpfError, EbpfLoader,
+    maps::{Array, HashMap, MapData, MapError, PerCpuArray, RingBuf},
+    programs::{PerfEvent as PerfEventProgram, ProgramError},
+};
+use profiler_common::{SamplerConfig, stat};
+
+use super::ring::RecordStream;
+use crate::perf::{PerfError, PerfEvent};
+
+/// The eBPF object built from `profiler-ebpf` by `build.rs` (empty under `AYA_BUILD_SKIP=1`).
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
+
+const PROGRAM: &str = "sample";
+
+#[derive(Debug, thiserror::Error)]
+pub enum BpfError {
+    #[error(
+        "this binary was built without its eBPF object (AYA_BUILD_SKIP=1); rebuild after \
+         `cargo xtask setup`"
+    )]
+    Stub,
+    #[error("loading the eBPF object: {0}")]
+    Load(#[from] EbpfError),
+    #[error("eBPF program `{PROGRAM}`: {0}")]
+    Program(#[from] ProgramError),
+    #[error("eBPF map `{name}`: {source}")]
+    Map { name: &'static str, source: MapError },
+    #[error("eBPF object has no {0}")]
+    Missing(&'static str),
+    #[error("attaching the eBPF program: {0}")]
+    Attach(#[from] PerfError),
+    #[error("the eBPF ring buffer: {0}")]
+    Ring(std::io::Error),
+}
+
+fn map_err(name: &'static str) -> impl FnOnce(MapError) -> BpfError {
+    move |source| BpfError::Map { name, source }
+}
+
+/// Totals of the per-CPU counters the program keeps; every sample it saw is in exactly one of
+/// `submitted`, `lost` or `filtered`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SamplerStats {
+    pub submitted: u64,
+    pub lost: u64,
+    pub filtered: u64,
+    pub stack_errors: u64,
+}
+
+/// The loaded sampling program and everything attached to it. Dropping it closes the perf
+/// events (which detaches the program from them) and unloads program and maps.
+pub struct Sampler {
+    // Declared first so the events close before the program they run.
+    events: Vec<PerfEvent>,
+    ebpf: Ebpf,
+}
+
+impl Sampler {
+    /// Loads the object with a ring buffer of `ring_bytes` and the given configuration.
+    pub fn load(config: SamplerConfig, ring_bytes: u32) -> Result<Self, BpfError> {
+        if OBJECT.is_empty() {
+            return Err(BpfError::Stub);
+        }
+        raise_memlock_rlimit();
+        let mut ebpf = EbpfLoader::new().map_max_entries("EVENTS", ring_bytes).load(OBJECT)?;
+        let program: &mut PerfEventProgram = ebpf
+            .program_mut(PROGRAM)
+            .ok_or(BpfError::Missing("program `sample`"))?
+            .try_into()?;
+        program.load()?;
+        let mut sampler = Self { events: Vec::new(), ebpf };
+        let mut cfg: Array<_, SamplerConfig> =
+            Array::try_from(sampler.map("CONFIG")?).map_err(map_err("CONFIG"))?;
+        cfg.set(0, config, 0).map_err(map_err("CONFIG"))?;
+        Ok(sampler)
+    }
+
+    fn map(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, BpfError> {
+        self.ebpf.map_mut(name).ok_or(BpfError::Missing(name))
+    }
+
+    /// Adds a process to the in-kernel tgid filter.
+    pub fn add_tgid(&mut self, tgid: u32) -> Result<(), BpfError> {
+        let mut tgids: HashMap<_, u32, u8> =
+            HashMap::try_from(self.map("TGIDS")?).map_err(map_err("TGIDS"))?;
+        tgids.insert(tgid, 1, 0).map_err(map_err("TGIDS"))
+    }
+
+    /// Runs the program on every overflow of `event`, and keeps `event` alive with the sampler.
+    pub fn attach(&mut self, event: PerfEvent) -> Result<(), BpfError> {
+        let program: &PerfEventProgram = self
+            .ebpf
+            .program(PROGRAM)
+            .ok_or(BpfError::Missing("program `sample`"))?
+            .try_into()?;
+        event.set_bpf(program.fd()?.as_fd())?;
+        self.events.push(event);
+        Ok(())
+    }
+
+    /// The attached events, to enable or disable them.
+    pub fn events(&self) -> &[PerfEvent] {
+        &self.events
+    }
+
+    /// Closes every perf event: no new samples arrive after this returns.
+    pub fn detach_all(&mut self) {
+        self.events.clear();
+    }
+
+    /// Takes the ring buffer for asynchronous reading (once).
+    pub fn take_records(&mut self) -> Result<RecordStream, BpfError> {
+        let map = self.ebpf.take_map("EVENTS").ok_or(BpfError::Missing("map `EVENTS`"))?;
+        let ring: RingBuf<MapData> = RingBuf::try_from(map).map_err(map_err("EVENTS"))?;
+        RecordStream::new(ring).map_err(BpfError::Ring)
+    }
+
+    /// Sums the per-CPU counters.
+    pub fn stats(&mut self) -> Result<SamplerStats, BpfError> {
+        let stats: PerCpuArray<_, u64> =
+            PerCpuArray::try_from(self.map("STATS")?).map_err(map_err("STATS"))?;
+        let slot = |i: u32| -> Result<u64, BpfError> {
+            Ok(stats.get(&i, 0).map_err(map_err("STATS"))?.iter().sum())
+        };
+        Ok(SamplerStats {
+            submitted: slot(stat::SUBMITTED)?,
+            lost: slot(stat::LOST)?,
+            filtered: slot(stat::FILTERED)?,
+            stack_errors: slot(stat::STACK_ERRORS)?,
+        })
+    }
+}
+
+/// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; lift it so they load there too.
+fn raise_memlock_rlimit() {
+    use nix::sys::resource::{Resource, setrlimit};
+    let inf = nix::sys::resource::RLIM_INFINITY;
+    // Failure is harmless on memcg-accounted kernels; loading reports the real error if any.
+    let _ = setrlimit(Resource::RLIMIT_MEMLOCK, inf, inf);
+}

@@ -1,0 +1,112 @@
+//! Command-line interface: parsing and validation, one module per subcommand.
+
+mod record;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// An eBPF-assisted CPU profiler with the libcpc counting model.
+#[derive(Debug, Parser)]
+#[command(name = "profiler", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Sample stacks on cpu-clock and print the hottest functions.
+    Record(record::RecordArgs),
+}
+
+/// Exit status for usage errors (bad flags, bad values), as getopt tools use.
+pub const EXIT_USAGE: u8 = 2;
+/// Exit status for runtime errors.
+pub const EXIT_FAILURE: u8 = 1;
+
+/// Parses `args`; usage errors become one line on stderr and exit status 2.
+pub fn parse<I, T>(args: I) -> Result<Cli, ExitCode>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    Cli::try_parse_from(args).map_err(|e| {
+        use clap::error::ErrorKind;
+        match e.kind() {
+            ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                let _ = e.print();
+                if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                    ExitCode::from(EXIT_USAGE)
+                } else {
+                    ExitCode::SUCCESS
+                }
+            }
+            _ => {
+                eprintln!("profiler: {} (see 'profiler --help')", one_line(&e));
+                ExitCode::from(EXIT_USAGE)
+            }
+        }
+    })
+}
+
+/// clap's message without its usage block and tips: the first line, minus the "error: " tag.
+fn one_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let first = text.lines().next().unwrap_or("invalid arguments");
+    first.strip_prefix("error: ").unwrap_or(first).trim().to_string()
+}
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Record(args) => record::run(args),
+    }
+}
+
+/// Prints a runtime error as one line and returns exit status 1.
+pub(crate) fn fail(err: impl std::fmt::Display) -> ExitCode {
+    eprintln!("profiler: error: {err}");
+    ExitCode::from(EXIT_FAILURE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_ok(args: &[&str]) -> Cli {
+        Cli::try_parse_from(args).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    #[test]
+    fn unknown_flag_is_one_line() {
+        let e = Cli::try_parse_from(["profiler", "record", "--bogus", "-a"]).unwrap_err();
+        let line = one_line(&e);
+        assert_eq!(line, "unexpected argument '--bogus' found");
+        assert!(!line.contains('\n'));
+    }
+
+    #[test]
+    fn record_targets_are_exclusive_and_required() {
+        for bad in [
+            &["profiler", "record"][..],
+            &["profiler", "record", "-a", "-p", "1"],
+            &["profiler", "record", "-p", "1", "--", "true"],
+            &["profiler", "record", "-p", "x"],
+            &["profiler", "record", "-a", "-F", "0x"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} should be rejected");
+        }
+        let Command::Record(r) = parse_ok(&["profiler", "record", "-p", "1,2", "-F", "999"]).command;
+        assert_eq!(r.pid, vec![1, 2]);
+        assert_eq!(r.freq, 999);
+        let Command::Record(r) = parse_ok(&["profiler", "record", "-d", "1.5", "--", "ls", "-l"]).command;
+        assert_eq!(r.command, vec!["ls", "-l"]);
+        assert_eq!(r.duration, Some(1.5));
+        let Command::Record(r) = parse_ok(&["profiler", "record", "-a"]).command;
+        assert!(r.all_cpus);
+        assert_eq!(r.freq, 99, "default frequency");
+    }
+}

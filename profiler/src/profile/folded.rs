@@ -1,0 +1,115 @@
+//! Folded stacks (`comm;outer;...;leaf COUNT`), the format FlameGraph and inferno read.
+
+use std::{collections::BTreeMap, io};
+
+use super::Profile;
+use crate::symbolize::FrameKind;
+
+/// Folded-format names may not contain the separators; replace them rather than corrupt lines.
+fn clean(name: &str) -> String {
+    name.replace([';', '\n', '\r'], ":").replace(' ', "_")
+}
+
+/// Folded lines of `profile`, merged and sorted (deterministic output). Kernel frames carry
+/// the `_[k]` suffix FlameGraph uses to colour them.
+pub fn folded_lines(profile: &Profile) -> BTreeMap<String, u64> {
+    let mut lines: BTreeMap<String, u64> = BTreeMap::new();
+    for stack in &profile.stacks {
+        let mut line = clean(&stack.comm);
+        for frame in &stack.frames {
+            line.push(';');
+            line.push_str(&clean(&frame.function));
+            if frame.kind == FrameKind::Kernel {
+                line.push_str("_[k]");
+            }
+        }
+        *lines.entry(line).or_default() += stack.count;
+    }
+    lines
+}
+
+pub fn write_folded(profile: &Profile, out: &mut impl io::Write) -> io::Result<()> {
+    for (line, count) in folded_lines(profile) {
+        writeln!(out, "{line} {count}")?;
+    }
+    Ok(())
+}
+
+/// Reads folded text back as (frames, count) pairs. Lines that do not end in a count are an
+/// error naming the line number: the input is not what it claims to be.
+pub fn parse_folded(text: &str) -> Result<Vec<(Vec<String>, u64)>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let (stack, count) =
+            line.rsplit_once(' ').ok_or_else(|| format!("line {}: no sample count", i + 1))?;
+        let count: u64 =
+            count.parse().map_err(|_| format!("line {}: bad sample count {count:?}", i + 1))?;
+        out.push((stack.split(';').map(str::to_string).collect(), count));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{
+        profile::StackCount,
+        symbolize::{Frame, FrameKind},
+    };
+
+    fn frame(name: &str, kind: FrameKind) -> Frame {
+        Frame {
+            function: Arc::from(name),
+            module: None,
+            file: None,
+            line: None,
+            kind,
+            inlined: false,
+        }
+    }
+
+    fn stack(comm: &str, names: &[&str], count: u64) -> StackCount {
+        let frames = names
+            .iter()
+            .map(|n| match n.strip_prefix("k:") {
+                Some(k) => frame(k, FrameKind::Kernel),
+                None => frame(n, FrameKind::User),
+            })
+            .collect();
+        StackCount { pid: 1, comm: Arc::from(comm), frames, count }
+    }
+
+    #[test]
+    fn golden_folded_output() {
+        let profile = Profile {
+            stacks: vec![
+                stack("chain", &["main", "outer", "middle", "leaf"], 90),
+                stack("chain", &["main", "outer", "middle", "leaf", "k:asm_sysvec_apic_timer_interrupt"], 3),
+                stack("chain", &["main", "outer", "middle", "leaf"], 5),
+                stack("my prog", &["f;g", "[libc.so.6]"], 2),
+            ],
+            info: Default::default(),
+        };
+        let mut out = Vec::new();
+        write_folded(&profile, &mut out).unwrap();
+        let expected = "\
+chain;main;outer;middle;leaf 95
+chain;main;outer;middle;leaf;asm_sysvec_apic_timer_interrupt_[k] 3
+my_prog;f:g;[libc.so.6] 2
+";
+        assert_eq!(String::from_utf8(out).unwrap(), expected);
+    }
+
+    #[test]
+    fn parses_folded_and_rejects_garbage() {
+        let parsed = parse_folded("a;b;c 3\n\nx 1\n").unwrap();
+        assert_eq!(parsed, vec![(vec!["a".into(), "b".into(), "c".into()], 3), (vec!["x".into()], 1)]);
+        assert_eq!(parse_folded("a;b;c\n").unwrap_err(), "line 1: no sample count");
+        assert!(parse_folded("a 1\nb x\n").unwrap_err().starts_with("line 2: bad sample count"));
+    }
+}

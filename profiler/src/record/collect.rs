@@ -1,0 +1,95 @@
+//! Aggregation of raw samples into distinct stacks while recording, and their symbolization
+//! into a [`Profile`] at the end. Identical stacks are counted, not stored, so memory grows
+//! with distinct stacks, not with samples.
+
+use std::{collections::HashMap, sync::Arc};
+
+use profiler_common::{SampleRecord, record_flags};
+
+use crate::{
+    profile::{Profile, RunInfo, StackCount},
+    symbolize::Symbolizer,
+};
+
+/// Start of the kernel half of the x86-64 address space (canonical upper half).
+const KERNEL_SPACE: u64 = 0xffff_8000_0000_0000;
+
+#[derive(Hash, PartialEq, Eq)]
+struct RawStack {
+    pid: u32,
+    comm: [u8; 16],
+    kernel: Box<[u64]>,
+    user: Box<[u64]>,
+}
+
+#[derive(Default)]
+pub struct Collector {
+    stacks: HashMap<RawStack, u64>,
+    samples: u64,
+    symbolizer: Symbolizer,
+}
+
+impl Collector {
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// Counts one record. The process's maps are captured on first sight, while it lives.
+    pub fn add(&mut self, rec: &SampleRecord) {
+        self.samples += 1;
+        self.symbolizer.observe(rec.pid);
+        let mut user: Vec<u64> = rec.user_frames().to_vec();
+        if rec.flags & record_flags::LEAF_RET != 0
+            && let Some(&ip) = user.first()
+            && let Some(caller) =
+                self.symbolizer.missing_leaf_caller(rec.pid, ip, user.get(1).copied(), rec.leaf_ret)
+        {
+            user.insert(1, caller);
+        }
+        let mut user: Box<[u64]> = user.into();
+        let mut kernel: Box<[u64]> = rec.kernel_frames().into();
+        if kernel.is_empty() && user.is_empty() {
+            // No stack could be walked: keep at least the sampled instruction.
+            if rec.ip >= KERNEL_SPACE {
+                kernel = Box::new([rec.ip]);
+            } else {
+                user = Box::new([rec.ip]);
+            }
+        }
+        let key = RawStack { pid: rec.pid, comm: rec.comm, kernel, user };
+        *self.stacks.entry(key).or_default() += 1;
+    }
+
+    /// Symbolizes every distinct stack.
+    pub fn into_profile(mut self, mut info: RunInfo) -> Profile {
+        info.samples = self.samples;
+        // Different addresses can symbolize to the same frames (two call sites in one
+        // function): merge them so each distinct stack appears once.
+        let mut merged: HashMap<(u32, Arc<str>, Vec<crate::symbolize::Frame>), u64> = HashMap::new();
+        let mut comms: HashMap<[u8; 16], Arc<str>> = HashMap::new();
+        for (raw, count) in std::mem::take(&mut self.stacks) {
+            let comm = comms
+                .entry(raw.comm)
+                .or_insert_with(|| {
+                    let end = raw.comm.iter().position(|&b| b == 0).unwrap_or(16);
+                    Arc::from(String::from_utf8_lossy(&raw.comm[..end]).as_ref())
+                })
+                .clone();
+            let mut frames = Vec::new();
+            // Stacks arrive innermost first; profiles store them outermost first. Every
+            // frame but the innermost is a return address.
+            for (i, &addr) in raw.user.iter().enumerate().rev() {
+                frames.extend(self.symbolizer.user(raw.pid, addr, i > 0).iter().cloned());
+            }
+            for (i, &addr) in raw.kernel.iter().enumerate().rev() {
+                frames.extend(self.symbolizer.kernel(addr, i > 0).iter().cloned());
+            }
+            *merged.entry((raw.pid, comm, frames)).or_default() += count;
+        }
+        let stacks = merged
+            .into_iter()
+            .map(|((pid, comm, frames), count)| StackCount { pid, comm, frames, count })
+            .collect();
+        Profile { stacks, info }
+    }
+}

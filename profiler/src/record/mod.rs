@@ -1,0 +1,237 @@
+//! `record`: sample a target on cpu-clock with the eBPF program, collect stacks, and return a
+//! symbolized [`Profile`]. Everything attached is owned by values that detach on drop, so
+//! every exit path (error, signal, panic) leaves nothing behind.
+
+mod collect;
+mod pidfd;
+mod workload;
+
+use std::{ffi::OsString, future::Future, pin::Pin, time::Duration};
+
+use nix::sys::wait::WaitStatus;
+use profiler_common::{SamplerConfig, capture, filter};
+use tokio::signal::unix::{SignalKind, signal};
+
+pub use collect::Collector;
+pub use workload::{Workload, WorkloadError, resolve_command};
+
+use crate::{
+    bpf::{BpfError, Sampler, check_privileges},
+    perf::{EventAttr, PerfError, PerfEvent, SamplePolicy, Scope, SoftwareEvent},
+    profile::{Profile, RunInfo},
+};
+use pidfd::PidFd;
+
+/// What to profile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// These processes (all their threads).
+    Pids(Vec<u32>),
+    /// Everything on every CPU.
+    SystemWide,
+    /// A command started by the profiler, profiled until it exits.
+    Command(Vec<OsString>),
+}
+
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    pub target: Target,
+    pub frequency_hz: u64,
+    pub duration: Option<Duration>,
+    pub ring_bytes: u32,
+    /// Reader poll interval when the kernel has not woken it (batched wake-ups).
+    pub poll: Duration,
+}
+
+impl RecordOptions {
+    pub fn new(target: Target) -> Self {
+        Self {
+            target,
+            frequency_hz: 99,
+            duration: None,
+            ring_bytes: profiler_common::DEFAULT_RING_BYTES,
+            poll: Duration::from_millis(100),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("process {0} does not exist")]
+    NoSuchProcess(u32),
+    #[error("{0}")]
+    Privilege(String),
+    #[error(transparent)]
+    Bpf(#[from] BpfError),
+    #[error(transparent)]
+    Perf(#[from] PerfError),
+    #[error(transparent)]
+    Workload(#[from] WorkloadError),
+    #[error("{what}: {source}")]
+    Io { what: &'static str, source: std::io::Error },
+}
+
+/// Why the recording ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    Duration,
+    /// A signal asked us to stop (its number); the report is still produced.
+    Signal(i32),
+    CommandExited,
+    TargetsExited,
+}
+
+pub struct RecordOutcome {
+    pub profile: Profile,
+    pub stop: Stop,
+    pub command_status: Option<WaitStatus>,
+}
+
+/// Checks that can fail before anything is attached: ranges, privileges, targets.
+pub fn validate(opts: &RecordOptions) -> Result<(), RecordError> {
+    if opts.frequency_hz == 0 {
+        return Err(RecordError::Usage("frequency must be at least 1 Hz".into()));
+    }
+    if let Some(max) = max_sample_rate()
+        && opts.frequency_hz > max
+    {
+        return Err(RecordError::Usage(format!(
+            "frequency {} Hz is above kernel.perf_event_max_sample_rate ({max}); use -F {max} or less",
+            opts.frequency_hz
+        )));
+    }
+    if let Target::Pids(pids) = &opts.target {
+        if pids.is_empty() {
+            return Err(RecordError::Usage("no process id given".into()));
+        }
+        for &pid in pids {
+            if pid == 0 || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                return Err(RecordError::NoSuchProcess(pid));
+            }
+        }
+    }
+    if let Target::Command(argv) = &opts.target {
+        resolve_command(&argv[0])?;
+    }
+    check_privileges().require_bpf_and_perfmon().map_err(RecordError::Privilege)
+}
+
+fn max_sample_rate() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate").ok()?.trim().parse().ok()
+}
+
+fn online_cpus() -> Result<Vec<u32>, RecordError> {
+    aya::util::online_cpus().map_err(|(what, source)| RecordError::Io {
+        what: if what.is_empty() { "online cpus" } else { "reading /sys/devices/system/cpu/online" },
+        source,
+    })
+}
+
+/// Records until the duration passes, the command or all target processes exit, or SIGINT,
+/// SIGTERM or SIGHUP arrives. Must run inside a tokio runtime.
+pub async fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
+    validate(opts)?;
+    let started = std::time::Instant::now();
+    let io = |what| move |source| RecordError::Io { what, source };
+    // Signals are hooked first, so a Ctrl-C during set-up still ends in an orderly report.
+    let mut sigint = signal(SignalKind::interrupt()).map_err(io("installing SIGINT handler"))?;
+    let mut sigterm = signal(SignalKind::terminate()).map_err(io("installing SIGTERM handler"))?;
+    let mut sighup = signal(SignalKind::hangup()).map_err(io("installing SIGHUP handler"))?;
+
+    let mut workload = match &opts.target {
+        Target::Command(argv) => Some(Workload::prepare(argv)?),
+        _ => None,
+    };
+    let config = SamplerConfig {
+        filter: if opts.target == Target::SystemWide { 0 } else { filter::TGID },
+        capture: capture::USER_STACK | capture::KERNEL_STACK,
+        wakeup_bytes: u64::from(opts.ring_bytes / 4),
+    };
+    let mut sampler = Sampler::load(config, opts.ring_bytes)?;
+    let mut pidfds = Vec::new();
+    match (&opts.target, &workload) {
+        (Target::Pids(pids), _) => {
+            for &pid in pids {
+                sampler.add_tgid(pid)?;
+                // A target that is already gone is not an error: it simply contributes nothing.
+                if let Ok(fd) = PidFd::open(pid) {
+                    pidfds.push(fd);
+                }
+            }
+        }
+        (Target::Command(_), Some(w)) => sampler.add_tgid(w.pid())?,
+        _ => {}
+    }
+    // One cpu-clock event per CPU, shared by all targets: the program filters in the kernel.
+    let mut attr = EventAttr::software(SoftwareEvent::CpuClock);
+    attr.set_sample_policy(SamplePolicy::Frequency(opts.frequency_hz));
+    for cpu in online_cpus()? {
+        let event = PerfEvent::open(&attr, Scope::Cpu(cpu), None, || "cpu-clock".into())?;
+        sampler.attach(event)?;
+    }
+    let mut records = sampler.take_records()?;
+    for event in sampler.events() {
+        event.enable(false)?;
+    }
+    let exit_watch = match workload.as_mut() {
+        Some(w) => {
+            w.start()?;
+            Some(w.pidfd().map_err(io("pidfd_open"))?)
+        }
+        None => None,
+    };
+
+    let mut collector = Collector::default();
+    let deadline: Pin<Box<dyn Future<Output = ()>>> = match opts.duration {
+        Some(d) => Box::pin(tokio::time::sleep(d)),
+        None => Box::pin(std::future::pending()),
+    };
+    tokio::pin!(deadline);
+    let all_targets_exited = async {
+        if pidfds.is_empty() {
+            std::future::pending::<()>().await;
+        }
+        for fd in &pidfds {
+            fd.exited().await;
+        }
+    };
+    tokio::pin!(all_targets_exited);
+    let command_exited = async {
+        match &exit_watch {
+            Some(fd) => fd.exited().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(command_exited);
+
+    let stop = loop {
+        tokio::select! {
+            biased;
+            _ = sigint.recv() => break Stop::Signal(libc::SIGINT),
+            _ = sigterm.recv() => break Stop::Signal(libc::SIGTERM),
+            _ = sighup.recv() => break Stop::Signal(libc::SIGHUP),
+            _ = &mut deadline => break Stop::Duration,
+            _ = &mut command_exited => break Stop::CommandExited,
+            _ = &mut all_targets_exited => break Stop::TargetsExited,
+            _ = records.next_batch(opts.poll, |r| collector.add(r)) => {}
+        }
+    };
+    // Close the events first so nothing new arrives, then take what is still in the ring.
+    sampler.detach_all();
+    records.drain(|r| collector.add(r));
+    let stats = sampler.stats()?;
+    drop(sampler);
+    let command_status = workload.as_mut().and_then(|w| w.try_reap());
+    let info = RunInfo {
+        event: "cpu-clock".into(),
+        frequency_hz: opts.frequency_hz,
+        duration_ms: started.elapsed().as_millis() as u64,
+        samples: 0,
+        lost: stats.lost,
+        filtered: stats.filtered,
+        stack_errors: stats.stack_errors,
+    };
+    Ok(RecordOutcome { profile: collector.into_profile(info), stop, command_status })
+}

@@ -1,0 +1,74 @@
+//! One symbolized stack frame.
+
+use std::sync::Arc;
+
+use blazesym::symbolize::{CodeInfo, Sym};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FrameKind {
+    User,
+    Kernel,
+}
+
+/// A function (or an unknown location named by its module) in a stack.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Frame {
+    pub function: Arc<str>,
+    /// File name of the module (`libc.so.6`, `[kernel.kallsyms]`, `[vdso]`), if known.
+    pub module: Option<Arc<str>>,
+    /// Source file and line, when debug information has them.
+    pub file: Option<Arc<str>>,
+    pub line: Option<u32>,
+    pub kind: FrameKind,
+    /// True for a function inlined into the frame before it.
+    pub inlined: bool,
+}
+
+impl Frame {
+    /// A location no symbol covers: named after its module when there is one, as perf does.
+    pub fn unknown(kind: FrameKind, module: Option<Arc<str>>) -> Self {
+        let function = match &module {
+            Some(m) if m.starts_with('[') => m.clone(),
+            Some(m) => Arc::from(format!("[{m}]")),
+            None => Arc::from("[unknown]"),
+        };
+        Self { function, module, file: None, line: None, kind, inlined: false }
+    }
+
+    pub fn is_unknown(&self) -> bool {
+        self.function.starts_with('[')
+    }
+}
+
+fn location(info: Option<&CodeInfo<'_>>) -> (Option<Arc<str>>, Option<u32>) {
+    match info {
+        Some(ci) => (Some(Arc::from(ci.to_path().to_string_lossy().as_ref())), ci.line),
+        None => (None, None),
+    }
+}
+
+/// The frames of one address: the function, then each function inlined into it, in call order.
+pub(super) fn from_sym(sym: &Sym<'_>, kind: FrameKind, module: &Arc<str>) -> Arc<[Frame]> {
+    let module = Some(module.clone());
+    let (file, line) = location(sym.code_info.as_deref());
+    let mut frames = vec![Frame {
+        function: Arc::from(sym.name.as_ref()),
+        module: module.clone(),
+        file,
+        line,
+        kind,
+        inlined: false,
+    }];
+    for inl in sym.inlined.iter() {
+        let (file, line) = location(inl.code_info.as_ref());
+        frames.push(Frame {
+            function: Arc::from(inl.name.as_ref()),
+            module: module.clone(),
+            file,
+            line,
+            kind,
+            inlined: true,
+        });
+    }
+    frames.into()
+}

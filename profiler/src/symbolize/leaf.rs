@@ -1,0 +1,97 @@
+//! Recovering the caller of a function that has no frame-pointer prologue.
+//!
+//! A frame-pointer walk finds each caller through the saved `rbp` chain. A function that
+//! never pushes `rbp` (compilers omit it in leaf functions, even under
+//! `-fno-omit-frame-pointer`) leaves its caller's frame unlinked, so the walk skips the caller.
+//! When the sample was taken in such a function, or on the first instruction of any
+//! function, the word at the stack pointer is the return address into that caller. We accept
+//! it only if the bytes before it are a `call` instruction, so a random stack word is never
+//! taken for a frame.
+
+use std::{fs::File, os::unix::fs::FileExt, path::Path};
+
+/// `push %rbp; mov %rsp,%rbp`, optionally after `endbr64`.
+const PUSH_MOV: [u8; 4] = [0x55, 0x48, 0x89, 0xe5];
+const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
+
+/// How a function starts, as far as the frame-pointer walk is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prologue {
+    /// Sets up `rbp`; the walk is right once past `prologue_len` bytes.
+    FramePointer { prologue_len: u64 },
+    /// Never sets up `rbp`.
+    Frameless,
+}
+
+pub fn classify_prologue(bytes: &[u8]) -> Prologue {
+    if bytes.starts_with(&PUSH_MOV) {
+        Prologue::FramePointer { prologue_len: 0 }
+    } else if bytes.starts_with(&ENDBR64) && bytes[4..].starts_with(&PUSH_MOV) {
+        Prologue::FramePointer { prologue_len: 4 }
+    } else {
+        Prologue::Frameless
+    }
+}
+
+/// True if the sampled instruction, `offset_in_fn` bytes into a function starting with
+/// `prologue`, has the return address at the stack pointer and no frame of its own yet.
+pub fn return_address_at_sp(prologue: Prologue, offset_in_fn: u64) -> bool {
+    match prologue {
+        Prologue::Frameless => true,
+        Prologue::FramePointer { prologue_len } => offset_in_fn <= prologue_len,
+    }
+}
+
+/// True if the bytes ending just before a return address are a call instruction: `call
+/// rel32` (e8), or an indirect `call r/m` (ff /2) of 2, 3, 6 or 7 bytes.
+pub fn preceded_by_call(before: &[u8; 7]) -> bool {
+    let ff2 = |i: usize| before[i] == 0xff && (before[i + 1] >> 3) & 7 == 2;
+    before[2] == 0xe8 || ff2(5) || ff2(4) || ff2(1) || ff2(0)
+}
+
+/// Reads `N` bytes of `path` at `offset`.
+pub fn read_bytes<const N: usize>(path: &Path, offset: u64) -> Option<[u8; N]> {
+    let mut buf = [0u8; N];
+    File::open(path).ok()?.read_exact_at(&mut buf, offset).ok()?;
+    Some(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_prologues() {
+        assert_eq!(classify_prologue(&[0x55, 0x48, 0x89, 0xe5, 0, 0, 0, 0]), Prologue::FramePointer { prologue_len: 0 });
+        assert_eq!(
+            classify_prologue(&[0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5]),
+            Prologue::FramePointer { prologue_len: 4 }
+        );
+        // chain.c's leaf at -O1: `mov 0x2e98(%rip),%rax`, no frame.
+        assert_eq!(classify_prologue(&[0x48, 0x8b, 0x05, 0x98, 0x2e, 0, 0, 0xba]), Prologue::Frameless);
+    }
+
+    #[test]
+    fn return_address_only_where_no_frame_exists() {
+        assert!(return_address_at_sp(Prologue::Frameless, 40));
+        let fp = Prologue::FramePointer { prologue_len: 4 };
+        assert!(return_address_at_sp(fp, 0));
+        assert!(return_address_at_sp(fp, 4));
+        assert!(!return_address_at_sp(fp, 5));
+    }
+
+    #[test]
+    fn recognises_call_instructions() {
+        // `call 1191 <leaf>` at 11c4 in chain.c: e8 c8 ff ff ff, return address 11c9.
+        assert!(preceded_by_call(&[0x48, 0x89, 0xe8, 0xc8, 0xff, 0xff, 0xff]));
+        // `call *%rax`: ff d0.
+        assert!(preceded_by_call(&[0, 0, 0, 0, 0, 0xff, 0xd0]));
+        // `call *0x10(%rax)`: ff 50 10.
+        assert!(preceded_by_call(&[0, 0, 0, 0, 0xff, 0x50, 0x10]));
+        // `call *0x2fe2(%rip)`: ff 15 e2 2f 00 00.
+        assert!(preceded_by_call(&[0, 0xff, 0x15, 0xe2, 0x2f, 0, 0]));
+        // `jmp *%rax` (ff e0, /4) and plain data are not calls.
+        assert!(!preceded_by_call(&[0, 0, 0, 0, 0, 0xff, 0xe0]));
+        assert!(!preceded_by_call(&[1, 2, 3, 4, 5, 6, 7]));
+    }
+}

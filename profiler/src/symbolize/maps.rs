@@ -1,0 +1,115 @@
+//! Snapshots of /proc/PID/maps, so addresses can be resolved after the process is gone.
+
+use std::{fs, io, sync::Arc};
+
+/// One mapping of a process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapEntry {
+    pub start: u64,
+    pub end: u64,
+    /// File offset of `start`.
+    pub offset: u64,
+    /// Backing file, if the mapping has one.
+    pub path: Option<Arc<str>>,
+    /// Short name: the file name, or the kernel's label (`[vdso]`, `[heap]`), or `[anon]`.
+    pub name: Arc<str>,
+}
+
+/// Executable mappings of one process, sorted by start address.
+#[derive(Clone, Debug, Default)]
+pub struct ProcessMaps {
+    entries: Vec<MapEntry>,
+}
+
+impl ProcessMaps {
+    pub fn read(pid: u32) -> io::Result<Self> {
+        Ok(Self::parse(&fs::read_to_string(format!("/proc/{pid}/maps"))?))
+    }
+
+    /// Parses the maps format; malformed lines are skipped rather than trusted.
+    pub fn parse(text: &str) -> Self {
+        let mut entries: Vec<MapEntry> = text.lines().filter_map(parse_line).collect();
+        entries.sort_by_key(|e| e.start);
+        Self { entries }
+    }
+
+    pub fn find(&self, addr: u64) -> Option<&MapEntry> {
+        let i = self.entries.partition_point(|e| e.start <= addr);
+        let e = self.entries.get(i.checked_sub(1)?)?;
+        (addr < e.end).then_some(e)
+    }
+
+    pub fn entries(&self) -> &[MapEntry] {
+        &self.entries
+    }
+}
+
+fn parse_line(line: &str) -> Option<MapEntry> {
+    let mut fields = line.split_ascii_whitespace();
+    let (start, end) = fields.next()?.split_once('-')?;
+    let perms = fields.next()?;
+    let offset = fields.next()?;
+    let _dev = fields.next()?;
+    let _inode = fields.next()?;
+    // The path may contain spaces; it is the rest of the line.
+    let rest: Vec<&str> = fields.collect();
+    let path = rest.join(" ");
+    if !perms.contains('x') {
+        return None;
+    }
+    let start = u64::from_str_radix(start, 16).ok()?;
+    let end = u64::from_str_radix(end, 16).ok()?;
+    let offset = u64::from_str_radix(offset, 16).ok()?;
+    if end <= start {
+        return None;
+    }
+    let (path, name): (Option<Arc<str>>, Arc<str>) = if path.starts_with('/') {
+        let clean = path.strip_suffix(" (deleted)").unwrap_or(&path);
+        let name = clean.rsplit('/').next().unwrap_or(clean);
+        (Some(Arc::from(clean)), Arc::from(name))
+    } else if path.is_empty() {
+        (None, Arc::from("[anon]"))
+    } else {
+        (None, Arc::from(path.as_str()))
+    };
+    Some(MapEntry { start, end, offset, path, name })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAPS: &str = "\
+55d0a0e00000-55d0a0e01000 r--p 00000000 fe:01 1234 /work/chain
+55d0a0e01000-55d0a0e02000 r-xp 00001000 fe:01 1234 /work/chain
+7f00aa000000-7f00aa028000 r--p 00000000 fe:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f00aa028000-7f00aa1bd000 r-xp 00028000 fe:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f00ab000000-7f00ab001000 r-xp 00000000 00:00 0 
+7ffd1c3f0000-7ffd1c3f2000 r-xp 00000000 00:00 0 [vdso]
+7ffd1c400000-7ffd1c401000 r-xp 00000000 fe:01 7 /tmp/my lib.so (deleted)
+garbage line
+";
+
+    #[test]
+    fn keeps_only_executable_mappings_and_finds_addresses() {
+        let maps = ProcessMaps::parse(MAPS);
+        assert_eq!(maps.entries().len(), 5);
+        let e = maps.find(0x55d0a0e01234).unwrap();
+        assert_eq!(e.name.as_ref(), "chain");
+        assert_eq!(0x55d0a0e01234 - e.start + e.offset, 0x1234);
+        assert_eq!(maps.find(0x7f00aa028000).unwrap().name.as_ref(), "libc.so.6");
+        assert_eq!(maps.find(0x7f00ab000010).unwrap().name.as_ref(), "[anon]");
+        assert_eq!(maps.find(0x7ffd1c3f0001).unwrap().name.as_ref(), "[vdso]");
+        assert!(maps.find(0x55d0a0e00010).is_none(), "non-executable mapping");
+        assert!(maps.find(0x10).is_none());
+        assert!(maps.find(u64::MAX).is_none());
+    }
+
+    #[test]
+    fn paths_with_spaces_and_deleted_files() {
+        let maps = ProcessMaps::parse(MAPS);
+        let e = maps.find(0x7ffd1c400000).unwrap();
+        assert_eq!(e.path.as_deref(), Some("/tmp/my lib.so"));
+        assert_eq!(e.name.as_ref(), "my lib.so");
+    }
+}

@@ -1,0 +1,190 @@
+//! Turning sampled addresses into frames with one long-lived blazesym symbolizer.
+//!
+//! User addresses are resolved through memory maps captured while the process lived, as
+//! (ELF file, file offset), so processes that exit before the report is built are still
+//! symbolized. Kernel addresses go through kallsyms. A miss is a value (`[unknown]` or the
+//! module's name), never an error.
+
+mod frame;
+mod leaf;
+mod maps;
+
+use std::{collections::HashMap, path::PathBuf, sync::Arc};
+
+use blazesym::{
+    MaybeDefault,
+    symbolize::{
+        self as bz, Input, Symbolized,
+        source::{Elf, Kernel, Source},
+    },
+};
+
+pub use frame::{Frame, FrameKind};
+pub use maps::{MapEntry, ProcessMaps};
+
+/// Symbolizer with per-process map snapshots and caches of resolved addresses.
+pub struct Symbolizer {
+    inner: bz::Symbolizer,
+    maps: HashMap<u32, ProcessMaps>,
+    user_cache: HashMap<(Arc<str>, u64), Arc<[Frame]>>,
+    kernel_cache: HashMap<u64, Arc<[Frame]>>,
+    prologue_cache: HashMap<(Arc<str>, u64), Option<(leaf::Prologue, u64)>>,
+    call_cache: HashMap<(Arc<str>, u64), bool>,
+}
+
+impl Default for Symbolizer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Symbolizer {
+    pub fn new() -> Self {
+        let inner = bz::Symbolizer::builder()
+            .enable_code_info(true)
+            .enable_inlined_fns(true)
+            .enable_demangling(true)
+            .build();
+        Self {
+            inner,
+            maps: HashMap::new(),
+            user_cache: HashMap::new(),
+            kernel_cache: HashMap::new(),
+            prologue_cache: HashMap::new(),
+            call_cache: HashMap::new(),
+        }
+    }
+
+    /// Captures `pid`'s memory maps the first time it is seen (call while it may still live).
+    pub fn observe(&mut self, pid: u32) {
+        if pid != 0 && !self.maps.contains_key(&pid) {
+            let maps = ProcessMaps::read(pid).unwrap_or_default();
+            self.maps.insert(pid, maps);
+        }
+    }
+
+    /// Re-reads `pid`'s maps (after an address fell outside every known mapping: a dlopen).
+    fn refresh(&mut self, pid: u32) {
+        if let Ok(maps) = ProcessMaps::read(pid) {
+            self.maps.insert(pid, maps);
+        }
+    }
+
+    /// Frames for one user address of `pid`, outermost first (inlined callees after their
+    /// caller). `is_return` addresses are moved back into the call instruction.
+    pub fn user(&mut self, pid: u32, addr: u64, is_return: bool) -> Arc<[Frame]> {
+        let lookup = if is_return { addr.saturating_sub(1) } else { addr };
+        let found = self.maps.get(&pid).and_then(|m| m.find(lookup)).cloned();
+        let entry = match found {
+            Some(e) => e,
+            None => {
+                self.refresh(pid);
+                match self.maps.get(&pid).and_then(|m| m.find(lookup)).cloned() {
+                    Some(e) => e,
+                    None => return Arc::from([Frame::unknown(FrameKind::User, None)]),
+                }
+            }
+        };
+        let Some(path) = entry.path.clone() else {
+            return Arc::from([Frame::unknown(FrameKind::User, Some(entry.name.clone()))]);
+        };
+        let offset = lookup - entry.start + entry.offset;
+        let key = (path.clone(), offset);
+        if let Some(frames) = self.user_cache.get(&key) {
+            return frames.clone();
+        }
+        let file = resolve_path(pid, &path);
+        let mut src = Elf::new(file);
+        src.debug_syms = true;
+        let frames: Arc<[Frame]> =
+            match self.inner.symbolize_single(&Source::Elf(src), Input::FileOffset(offset)) {
+                Ok(Symbolized::Sym(sym)) => frame::from_sym(&sym, FrameKind::User, &entry.name),
+                _ => Arc::from([Frame::unknown(FrameKind::User, Some(entry.name.clone()))]),
+            };
+        self.user_cache.insert(key, frames.clone());
+        frames
+    }
+
+    /// The caller frame a frame-pointer walk missed, if any (see [`leaf`]): given the user
+    /// IP, the walked caller and the word at the stack pointer, returns the return address to
+    /// insert after the IP.
+    pub fn missing_leaf_caller(&mut self, pid: u32, ip: u64, walked: Option<u64>, sp_word: u64) -> Option<u64> {
+        if walked == Some(sp_word) {
+            return None;
+        }
+        let (path, offset) = self.file_offset(pid, ip)?;
+        let key = (path.clone(), offset);
+        let known = self.prologue_cache.get(&key).copied();
+        let (prologue, offset_in_fn) = match known {
+            Some(v) => v?,
+            None => {
+                let file = resolve_path(pid, &path);
+                let mut src = Elf::new(file.clone());
+                src.debug_syms = false;
+                let found = match self.inner.symbolize_single(&Source::Elf(src), Input::FileOffset(offset)) {
+                    Ok(Symbolized::Sym(sym)) => {
+                        let start = offset - sym.offset as u64;
+                        leaf::read_bytes::<8>(&file, start)
+                            .map(|b| (leaf::classify_prologue(&b), sym.offset as u64))
+                    }
+                    _ => None,
+                };
+                self.prologue_cache.insert(key, found);
+                found?
+            }
+        };
+        if !leaf::return_address_at_sp(prologue, offset_in_fn) {
+            return None;
+        }
+        let (ret_path, ret_offset) = self.file_offset(pid, sp_word)?;
+        let key = (ret_path.clone(), ret_offset);
+        let is_call = match self.call_cache.get(&key) {
+            Some(&v) => v,
+            None => {
+                let file = resolve_path(pid, &ret_path);
+                let v = ret_offset >= 7
+                    && leaf::read_bytes::<7>(&file, ret_offset - 7).is_some_and(|b| leaf::preceded_by_call(&b));
+                self.call_cache.insert(key, v);
+                v
+            }
+        };
+        is_call.then_some(sp_word)
+    }
+
+    /// (file, file offset) of a user address of `pid`, from the captured maps.
+    fn file_offset(&self, pid: u32, addr: u64) -> Option<(Arc<str>, u64)> {
+        let e = self.maps.get(&pid)?.find(addr)?;
+        Some((e.path.clone()?, addr - e.start + e.offset))
+    }
+
+    /// Frames for one kernel address.
+    pub fn kernel(&mut self, addr: u64, is_return: bool) -> Arc<[Frame]> {
+        let lookup = if is_return { addr.saturating_sub(1) } else { addr };
+        if let Some(frames) = self.kernel_cache.get(&lookup) {
+            return frames.clone();
+        }
+        let src = Source::Kernel(Kernel {
+            vmlinux: MaybeDefault::None,
+            debug_syms: false,
+            ..Default::default()
+        });
+        let module: Arc<str> = Arc::from("[kernel.kallsyms]");
+        let frames: Arc<[Frame]> =
+            match self.inner.symbolize_single(&src, Input::AbsAddr(lookup)) {
+                Ok(Symbolized::Sym(sym)) => frame::from_sym(&sym, FrameKind::Kernel, &module),
+                _ => Arc::from([Frame::unknown(FrameKind::Kernel, Some(module))]),
+            };
+        self.kernel_cache.insert(lookup, frames.clone());
+        frames
+    }
+}
+
+/// The file behind a mapping as this process can open it: the plain path when it exists,
+/// else through the target's root (a process in another mount namespace, a container).
+fn resolve_path(pid: u32, path: &str) -> PathBuf {
+    let plain = PathBuf::from(path);
+    if plain.exists() {
+        return plain;
+    }
+    PathBuf::from(format!("/proc/{pid}/root{path}"))
+}
