@@ -120,7 +120,11 @@ impl SampleRecord {
 
     /// The thread name up to its first NUL.
     pub fn comm_bytes(&self) -> &[u8] {
-        let end = self.comm.iter().position(|&b| b == 0).unwrap_or(self.comm.len());
+        let end = self
+            .comm
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(self.comm.len());
         &self.comm[..end]
     }
 

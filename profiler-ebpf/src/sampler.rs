@@ -3,10 +3,13 @@
 
 use aya_ebpf::{
     EbpfContext,
-    bindings::{BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    bindings::{
+        BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, pt_regs,
+    },
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_get_smp_processor_id, bpf_get_stack, bpf_ktime_get_ns, bpf_probe_read_user,
+        bpf_get_current_task_btf, bpf_get_smp_processor_id, bpf_get_stack, bpf_ktime_get_ns,
+        bpf_probe_read_kernel, bpf_probe_read_user, bpf_task_pt_regs,
     },
     macros::{map, perf_event},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
@@ -54,7 +57,7 @@ fn on_sample(ctx: &PerfEventContext) {
     let tgid = (pid_tgid >> 32) as u32;
     let tid = pid_tgid as u32;
     // SAFETY: a plain map lookup; the value is only tested for presence.
-    if config.filter & filter::TGID != 0 && unsafe { TGIDS.get(&tgid) }.is_none() {
+    if config.filter & filter::TGID != 0 && unsafe { TGIDS.get(tgid) }.is_none() {
         bump(stat::FILTERED);
         return;
     }
@@ -79,10 +82,10 @@ fn on_sample(ctx: &PerfEventContext) {
         (*rec).flags = 0;
         (*rec)._pad0 = 0;
         (*rec).leaf_ret = 0;
-        // In user mode (CPL 3), keep the word at the stack pointer: user space uses it to
-        // recover the caller of a function without a frame-pointer prologue.
-        if (*data).regs.cs & 3 == 3
-            && let Ok(word) = bpf_probe_read_user((*data).regs.rsp as *const u64)
+        // Keep the word at the user stack pointer: user space uses it to recover the caller
+        // of a function without a frame-pointer prologue (see symbolize::leaf).
+        if let Some(sp) = user_sp(ctx)
+            && let Ok(word) = bpf_probe_read_user(sp as *const u64)
         {
             (*rec).leaf_ret = word;
             (*rec).flags = record_flags::LEAF_RET;
@@ -127,4 +130,27 @@ fn on_sample(ctx: &PerfEventContext) {
     };
     entry.submit(wake as u64);
     bump(stat::SUBMITTED);
+}
+
+/// The user stack pointer of the sampled task: from the sample's registers when it was
+/// taken in user mode (CPL 3), else from the user registers saved on kernel entry.
+#[inline(always)]
+fn user_sp(ctx: &PerfEventContext) -> Option<u64> {
+    // SAFETY: the context is readable; the saved user registers are read with
+    // bpf_probe_read_kernel, which tolerates any pointer.
+    unsafe {
+        let regs = &(*ctx.ctx).regs;
+        if regs.cs & 3 == 3 {
+            return Some(regs.rsp);
+        }
+        let user_regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs;
+        if user_regs.is_null() {
+            return None;
+        }
+        let cs = bpf_probe_read_kernel(core::ptr::addr_of!((*user_regs).cs)).ok()?;
+        if cs & 3 != 3 {
+            return None; // a kernel thread: no user context
+        }
+        bpf_probe_read_kernel(core::ptr::addr_of!((*user_regs).rsp)).ok()
+    }
 }

@@ -24,15 +24,31 @@ pub struct AtomicFile {
 
 impl AtomicFile {
     pub fn create(target: &Path) -> Result<Self, OutputError> {
-        let err = |source| OutputError { path: target.to_path_buf(), source };
-        let name = target
-            .file_name()
-            .ok_or_else(|| err(io::Error::new(io::ErrorKind::InvalidInput, "not a file name")))?;
+        let err = |source| OutputError {
+            path: target.to_path_buf(),
+            source,
+        };
+        let name = target.file_name().ok_or_else(|| {
+            err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a file name",
+            ))
+        })?;
         if target.is_dir() {
-            return Err(err(io::Error::new(io::ErrorKind::IsADirectory, "is a directory")));
+            return Err(err(io::Error::new(
+                io::ErrorKind::IsADirectory,
+                "is a directory",
+            )));
         }
-        let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let tmp = dir.join(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
+        let dir = target
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let tmp = dir.join(format!(
+            ".{}.{}.tmp",
+            name.to_string_lossy(),
+            std::process::id()
+        ));
         // create_new + O_NOFOLLOW: never write through a symlink planted at the temp name.
         let file = OpenOptions::new()
             .write(true)
@@ -41,7 +57,11 @@ impl AtomicFile {
             .mode(0o644)
             .open(&tmp)
             .map_err(err)?;
-        Ok(Self { target: target.to_path_buf(), tmp, file: Some(BufWriter::new(file)) })
+        Ok(Self {
+            target: target.to_path_buf(),
+            tmp,
+            file: Some(BufWriter::new(file)),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -51,7 +71,10 @@ impl AtomicFile {
     /// Flushes, syncs and renames into place. rename(2) replaces a symlink at the target
     /// rather than following it.
     pub fn commit(mut self) -> Result<(), OutputError> {
-        let err = |source| OutputError { path: self.target.clone(), source };
+        let err = |source| OutputError {
+            path: self.target.clone(),
+            source,
+        };
         let file = self.file.take().expect("committed once");
         let file = file.into_inner().map_err(|e| err(e.into_error()))?;
         file.sync_all().map_err(err)?;
@@ -100,7 +123,11 @@ mod tests {
 
         let other = d.join("aborted.folded");
         drop(AtomicFile::create(&other).unwrap());
-        assert_eq!(fs::read_dir(&d).unwrap().count(), 1, "aborted write leaves nothing");
+        assert_eq!(
+            fs::read_dir(&d).unwrap().count(),
+            1,
+            "aborted write leaves nothing"
+        );
         fs::remove_dir_all(&d).unwrap();
     }
 

@@ -1,1 +1,119 @@
+//! Helpers for the privileged integration tests: fixture paths, running the profiler binary,
+//! the root/BPF gate, and a look from outside at what BPF programs are loaded.
 
+use std::{
+    collections::BTreeSet,
+    path::PathBuf,
+    process::{Command, Output},
+    sync::{Mutex, MutexGuard},
+};
+
+/// A compiled fixture (see `fixtures/`).
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("OUT_DIR")).join(name)
+}
+
+/// The `profiler` binary: `$PROFILER_BIN`, or the one cargo built beside this test.
+pub fn profiler_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("PROFILER_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test> -> target/<profile>/profiler
+    let bin = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target dir")
+        .join("profiler");
+    assert!(
+        bin.exists(),
+        "{} not built: run `cargo xtask test` (or `cargo build -p profiler` first)",
+        bin.display()
+    );
+    bin
+}
+
+/// True if privileged tests can run. Otherwise prints why and returns false, except under
+/// `CI=true`, where a missing privilege fails the test instead of passing it silently.
+pub fn privileged() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let btf = std::path::Path::new("/sys/kernel/btf/vmlinux").exists();
+    let reason = match (root, btf) {
+        (true, true) => return true,
+        (false, _) => "not running as root",
+        (true, false) => "the kernel has no BTF (/sys/kernel/btf/vmlinux)",
+    };
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("privileged test cannot run under CI=true: {reason}");
+    }
+    eprintln!("SKIP: {reason}");
+    false
+}
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Privileged tests run one at a time: they share the CPUs they measure, and the
+/// "nothing left attached" checks look at system-wide state.
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs the profiler with `args` and returns its output.
+pub fn profiler(args: &[&str]) -> Output {
+    Command::new(profiler_bin())
+        .args(args)
+        .output()
+        .expect("running the profiler")
+}
+
+/// Ids of the loaded BPF programs named like ours (`sample`).
+pub fn our_programs() -> BTreeSet<u32> {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter(|p| p.name_as_str() == Some("sample"))
+        .map(|p| p.id())
+        .collect()
+}
+
+/// Folded stacks as (frames, count).
+pub fn read_folded(path: &std::path::Path) -> Vec<(Vec<String>, u64)> {
+    let text = std::fs::read_to_string(path).expect("reading folded output");
+    text.lines()
+        .map(|l| {
+            let (stack, n) = l.rsplit_once(' ').expect("folded line has a count");
+            (
+                stack.split(';').map(str::to_string).collect(),
+                n.parse().expect("count"),
+            )
+        })
+        .collect()
+}
+
+/// The innermost user frame of a folded stack (kernel frames carry `_[k]`).
+pub fn innermost_user(frames: &[String]) -> Option<&str> {
+    frames
+        .iter()
+        .rev()
+        .find(|f| !f.ends_with("_[k]"))
+        .map(String::as_str)
+}
+
+/// The sample count from the report's first line (`N samples of ...`).
+pub fn reported_samples(stdout: &str) -> u64 {
+    stdout
+        .lines()
+        .find_map(|l| {
+            l.split_once(" samples of ")
+                .and_then(|(n, _)| n.trim().parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no sample line in report:\n{stdout}"))
+}
+
+/// A scratch directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("profiler-it-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}

@@ -1,1 +1,60 @@
-fn main(){}
+//! Project automation: `cargo xtask setup | test | run`.
+
+mod setup;
+mod test;
+mod util;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "xtask",
+    about = "Build, set-up and test automation for profiler"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Install what the eBPF build needs (nightly rust-src, bpf-linker); idempotent.
+    Setup,
+    /// Format and clippy checks (host and eBPF crates), unit and integration tests.
+    Test {
+        /// Extra arguments passed to `cargo test` (e.g. a test-name filter).
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// Set up, build (release) and run the profiler with ARGS, e.g. `-- record -a -d 5`.
+    Run {
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Setup => setup::setup().map(|_| ()),
+        Command::Test { args } => test::test(&args),
+        Command::Run { args } => run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &[String]) -> anyhow::Result<()> {
+    setup::setup()?;
+    util::cargo(&["build", "--release", "-p", "profiler"])?;
+    let bin = util::workspace_root().join("target/release/profiler");
+    let status = std::process::Command::new(&bin).args(args).status()?;
+    std::process::exit(status.code().unwrap_or(1));
+}

@@ -29,7 +29,10 @@ pub enum BpfError {
     #[error("eBPF program `{PROGRAM}`: {0}")]
     Program(#[from] ProgramError),
     #[error("eBPF map `{name}`: {source}")]
-    Map { name: &'static str, source: MapError },
+    Map {
+        name: &'static str,
+        source: MapError,
+    },
     #[error("eBPF object has no {0}")]
     Missing(&'static str),
     #[error("attaching the eBPF program: {0}")]
@@ -67,13 +70,18 @@ impl Sampler {
             return Err(BpfError::Stub);
         }
         raise_memlock_rlimit();
-        let mut ebpf = EbpfLoader::new().map_max_entries("EVENTS", ring_bytes).load(OBJECT)?;
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries("EVENTS", ring_bytes)
+            .load(OBJECT)?;
         let program: &mut PerfEventProgram = ebpf
             .program_mut(PROGRAM)
             .ok_or(BpfError::Missing("program `sample`"))?
             .try_into()?;
         program.load()?;
-        let mut sampler = Self { events: Vec::new(), ebpf };
+        let mut sampler = Self {
+            events: Vec::new(),
+            ebpf,
+        };
         let mut cfg: Array<_, SamplerConfig> =
             Array::try_from(sampler.map("CONFIG")?).map_err(map_err("CONFIG"))?;
         cfg.set(0, config, 0).map_err(map_err("CONFIG"))?;
@@ -115,7 +123,10 @@ impl Sampler {
 
     /// Takes the ring buffer for asynchronous reading (once).
     pub fn take_records(&mut self) -> Result<RecordStream, BpfError> {
-        let map = self.ebpf.take_map("EVENTS").ok_or(BpfError::Missing("map `EVENTS`"))?;
+        let map = self
+            .ebpf
+            .take_map("EVENTS")
+            .ok_or(BpfError::Missing("map `EVENTS`"))?;
         let ring: RingBuf<MapData> = RingBuf::try_from(map).map_err(map_err("EVENTS"))?;
         RecordStream::new(ring).map_err(BpfError::Ring)
     }

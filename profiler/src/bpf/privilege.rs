@@ -67,10 +67,20 @@ mod tests {
 
     #[test]
     fn message_names_the_missing_capability_and_sysctl() {
-        let p = Privilege { bpf: true, perfmon: false };
+        let p = Privilege {
+            bpf: true,
+            perfmon: false,
+        };
         let msg = p.require_bpf_and_perfmon().unwrap_err();
         assert!(msg.contains("missing: CAP_PERFMON"), "{msg}");
         assert!(msg.contains("kernel.perf_event_paranoid"), "{msg}");
-        assert!(Privilege { bpf: true, perfmon: true }.require_bpf_and_perfmon().is_ok());
+        assert!(
+            Privilege {
+                bpf: true,
+                perfmon: true
+            }
+            .require_bpf_and_perfmon()
+            .is_ok()
+        );
     }
 }

@@ -56,7 +56,11 @@ where
 fn one_line(e: &clap::Error) -> String {
     let text = e.render().to_string();
     let first = text.lines().next().unwrap_or("invalid arguments");
-    first.strip_prefix("error: ").unwrap_or(first).trim().to_string()
+    first
+        .strip_prefix("error: ")
+        .unwrap_or(first)
+        .trim()
+        .to_string()
 }
 
 /// Runs a parsed command line.
@@ -97,12 +101,17 @@ mod tests {
             &["profiler", "record", "-p", "x"],
             &["profiler", "record", "-a", "-F", "0x"],
         ] {
-            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} should be rejected");
+            assert!(
+                Cli::try_parse_from(bad).is_err(),
+                "{bad:?} should be rejected"
+            );
         }
-        let Command::Record(r) = parse_ok(&["profiler", "record", "-p", "1,2", "-F", "999"]).command;
+        let Command::Record(r) =
+            parse_ok(&["profiler", "record", "-p", "1,2", "-F", "999"]).command;
         assert_eq!(r.pid, vec![1, 2]);
         assert_eq!(r.freq, 999);
-        let Command::Record(r) = parse_ok(&["profiler", "record", "-d", "1.5", "--", "ls", "-l"]).command;
+        let Command::Record(r) =
+            parse_ok(&["profiler", "record", "-d", "1.5", "--", "ls", "-l"]).command;
         assert_eq!(r.command, vec!["ls", "-l"]);
         assert_eq!(r.duration, Some(1.5));
         let Command::Record(r) = parse_ok(&["profiler", "record", "-a"]).command;

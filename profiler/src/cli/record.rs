@@ -50,7 +50,9 @@ impl RecordArgs {
         opts.frequency_hz = self.freq;
         if let Some(secs) = self.duration {
             if !(secs.is_finite() && secs > 0.0) {
-                return Err(format!("invalid duration {secs}: must be a positive number of seconds"));
+                return Err(format!(
+                    "invalid duration {secs}: must be a positive number of seconds"
+                ));
             }
             opts.duration = Some(Duration::from_secs_f64(secs));
         }
@@ -71,7 +73,10 @@ pub fn run(args: RecordArgs) -> ExitCode {
         Ok(o) => o,
         Err(e) => return fail(e),
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => return fail(format!("starting the async runtime: {e}")),
     };
@@ -121,10 +126,17 @@ fn print_report(profile: &Profile, limit: usize) {
         info.duration_ms as f64 / 1000.0,
         info.lost,
         info.filtered,
-        if info.stack_errors > 0 { format!("; stack walk errors {}", info.stack_errors) } else { String::new() },
+        if info.stack_errors > 0 {
+            format!("; stack walk errors {}", info.stack_errors)
+        } else {
+            String::new()
+        },
     );
     if info.samples == 0 {
-        let _ = writeln!(out, "no samples: the target used no CPU while it was profiled");
+        let _ = writeln!(
+            out,
+            "no samples: the target used no CPU while it was profiled"
+        );
         return;
     }
     let _ = write!(out, "{}", TopTable::build(profile).render(limit));

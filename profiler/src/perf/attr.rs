@@ -207,9 +207,14 @@ mod tests {
     #[test]
     fn exclude_bits_and_precise_ip() {
         let mut a = EventAttr::new(bindings::PERF_TYPE_HARDWARE, 0);
-        a.set_exclude_kernel(true).set_exclude_hv(true).set_precise_ip(7);
+        a.set_exclude_kernel(true)
+            .set_exclude_hv(true)
+            .set_precise_ip(7);
         let r = a.raw();
-        assert_eq!((r.exclude_user(), r.exclude_kernel(), r.exclude_hv()), (0, 1, 1));
+        assert_eq!(
+            (r.exclude_user(), r.exclude_kernel(), r.exclude_hv()),
+            (0, 1, 1)
+        );
         assert_eq!(r.precise_ip(), 3, "precise_ip is a 2-bit field, clamped");
     }
 

@@ -45,9 +45,17 @@ impl std::fmt::Display for Scope {
 #[derive(Debug, thiserror::Error)]
 pub enum PerfError {
     #[error("perf_event_open({event} on {scope}): {}", explain_open(.source))]
-    Open { event: String, scope: Scope, source: io::Error },
+    Open {
+        event: String,
+        scope: Scope,
+        source: io::Error,
+    },
     #[error("{call} on perf event fd {fd}: {source}")]
-    Ioctl { call: &'static str, fd: i32, source: io::Error },
+    Ioctl {
+        call: &'static str,
+        fd: i32,
+        source: io::Error,
+    },
     #[error("read of perf event fd {fd}: {source}")]
     Read { fd: i32, source: io::Error },
 }
@@ -77,7 +85,11 @@ fn explain_open(err: &io::Error) -> String {
         Some(libc::EINVAL) => "invalid event attributes for this kernel",
         _ => "",
     };
-    if hint.is_empty() { err.to_string() } else { format!("{hint} ({err})") }
+    if hint.is_empty() {
+        err.to_string()
+    } else {
+        format!("{hint} ({err})")
+    }
 }
 
 /// An open perf event. Dropping it closes the fd, which also detaches any BPF program the
@@ -96,9 +108,19 @@ impl PerfEvent {
         describe: impl FnOnce() -> String,
     ) -> Result<Self, PerfError> {
         let (pid, cpu) = scope.pid_cpu();
-        sys::perf_event_open(attr.raw(), pid, cpu, group.map(|g| g.fd.as_fd()), sys::FLAG_FD_CLOEXEC)
-            .map(|fd| Self { fd })
-            .map_err(|source| PerfError::Open { event: describe(), scope, source })
+        sys::perf_event_open(
+            attr.raw(),
+            pid,
+            cpu,
+            group.map(|g| g.fd.as_fd()),
+            sys::FLAG_FD_CLOEXEC,
+        )
+        .map(|fd| Self { fd })
+        .map_err(|source| PerfError::Open {
+            event: describe(),
+            scope,
+            source,
+        })
     }
 
     fn ioctl(&self, op: Ioctl) -> Result<(), PerfError> {
@@ -139,8 +161,10 @@ impl PerfEvent {
 
     /// Reads the event (its `read_format` decides the layout) into `buf`.
     pub fn read_into(&self, buf: &mut [u8]) -> Result<usize, PerfError> {
-        sys::read(self.fd.as_fd(), buf)
-            .map_err(|source| PerfError::Read { fd: self.fd.as_raw_fd(), source })
+        sys::read(self.fd.as_fd(), buf).map_err(|source| PerfError::Read {
+            fd: self.fd.as_raw_fd(),
+            source,
+        })
     }
 }
 

@@ -70,18 +70,28 @@ pub(crate) fn ioctl(fd: BorrowedFd<'_>, op: Ioctl) -> io::Result<()> {
             Ioctl::Disable { group: g } => ioctls::DISABLE(fd, group(g)),
             Ioctl::Reset { group: g } => ioctls::RESET(fd, group(g)),
             Ioctl::Refresh(n) => ioctls::REFRESH(fd, n),
-            Ioctl::Period(mut period) => {
-                libc::ioctl(fd, perf_event_open_sys::bindings::PERIOD as _, &mut period as *mut u64)
-            }
+            Ioctl::Period(mut period) => libc::ioctl(
+                fd,
+                perf_event_open_sys::bindings::PERIOD as _,
+                &mut period as *mut u64,
+            ),
             Ioctl::SetBpf(prog_fd) => ioctls::SET_BPF(fd, prog_fd),
         }
     };
-    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }
 
 /// read(2) of an event fd into `buf`; returns the byte count.
 pub(crate) fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: `buf` is valid writable memory of `buf.len()` bytes for the duration of the call.
     let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-    if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
 }

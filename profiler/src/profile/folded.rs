@@ -43,10 +43,12 @@ pub fn parse_folded(text: &str) -> Result<Vec<(Vec<String>, u64)>, String> {
         if line.trim().is_empty() {
             continue;
         }
-        let (stack, count) =
-            line.rsplit_once(' ').ok_or_else(|| format!("line {}: no sample count", i + 1))?;
-        let count: u64 =
-            count.parse().map_err(|_| format!("line {}: bad sample count {count:?}", i + 1))?;
+        let (stack, count) = line
+            .rsplit_once(' ')
+            .ok_or_else(|| format!("line {}: no sample count", i + 1))?;
+        let count: u64 = count
+            .parse()
+            .map_err(|_| format!("line {}: bad sample count {count:?}", i + 1))?;
         out.push((stack.split(';').map(str::to_string).collect(), count));
     }
     Ok(out)
@@ -81,7 +83,12 @@ mod tests {
                 None => frame(n, FrameKind::User),
             })
             .collect();
-        StackCount { pid: 1, comm: Arc::from(comm), frames, count }
+        StackCount {
+            pid: 1,
+            comm: Arc::from(comm),
+            frames,
+            count,
+        }
     }
 
     #[test]
@@ -89,7 +96,17 @@ mod tests {
         let profile = Profile {
             stacks: vec![
                 stack("chain", &["main", "outer", "middle", "leaf"], 90),
-                stack("chain", &["main", "outer", "middle", "leaf", "k:asm_sysvec_apic_timer_interrupt"], 3),
+                stack(
+                    "chain",
+                    &[
+                        "main",
+                        "outer",
+                        "middle",
+                        "leaf",
+                        "k:asm_sysvec_apic_timer_interrupt",
+                    ],
+                    3,
+                ),
                 stack("chain", &["main", "outer", "middle", "leaf"], 5),
                 stack("my prog", &["f;g", "[libc.so.6]"], 2),
             ],
@@ -108,8 +125,21 @@ my_prog;f:g;[libc.so.6] 2
     #[test]
     fn parses_folded_and_rejects_garbage() {
         let parsed = parse_folded("a;b;c 3\n\nx 1\n").unwrap();
-        assert_eq!(parsed, vec![(vec!["a".into(), "b".into(), "c".into()], 3), (vec!["x".into()], 1)]);
-        assert_eq!(parse_folded("a;b;c\n").unwrap_err(), "line 1: no sample count");
-        assert!(parse_folded("a 1\nb x\n").unwrap_err().starts_with("line 2: bad sample count"));
+        assert_eq!(
+            parsed,
+            vec![
+                (vec!["a".into(), "b".into(), "c".into()], 3),
+                (vec!["x".into()], 1)
+            ]
+        );
+        assert_eq!(
+            parse_folded("a;b;c\n").unwrap_err(),
+            "line 1: no sample count"
+        );
+        assert!(
+            parse_folded("a 1\nb x\n")
+                .unwrap_err()
+                .starts_with("line 2: bad sample count")
+        );
     }
 }

@@ -56,17 +56,28 @@ impl TopTable {
                 .then(b.total_samples.cmp(&a.total_samples))
                 .then(a.function.cmp(&b.function))
         });
-        Self { entries, total: profile.total() }
+        Self {
+            entries,
+            total: profile.total(),
+        }
     }
 
     fn pct(&self, n: u64) -> f64 {
-        if self.total == 0 { 0.0 } else { 100.0 * n as f64 / self.total as f64 }
+        if self.total == 0 {
+            0.0
+        } else {
+            100.0 * n as f64 / self.total as f64
+        }
     }
 
     /// The table as text, at most `limit` rows.
     pub fn render(&self, limit: usize) -> String {
         let mut s = String::new();
-        let _ = writeln!(s, "{:>7} {:>7} {:>8}  {:<40} MODULE", "SELF%", "TOTAL%", "SAMPLES", "FUNCTION");
+        let _ = writeln!(
+            s,
+            "{:>7} {:>7} {:>8}  {:<40} MODULE",
+            "SELF%", "TOTAL%", "SAMPLES", "FUNCTION"
+        );
         for e in self.entries.iter().take(limit) {
             let _ = writeln!(
                 s,
@@ -105,17 +116,37 @@ mod tests {
     fn self_and_total_with_recursion_counted_once() {
         let profile = Profile {
             stacks: vec![
-                StackCount { pid: 1, comm: "c".into(), frames: vec![f("main"), f("a"), f("a"), f("leaf")], count: 8 },
-                StackCount { pid: 1, comm: "c".into(), frames: vec![f("main"), f("b")], count: 2 },
+                StackCount {
+                    pid: 1,
+                    comm: "c".into(),
+                    frames: vec![f("main"), f("a"), f("a"), f("leaf")],
+                    count: 8,
+                },
+                StackCount {
+                    pid: 1,
+                    comm: "c".into(),
+                    frames: vec![f("main"), f("b")],
+                    count: 2,
+                },
             ],
             info: Default::default(),
         };
         let t = TopTable::build(&profile);
         assert_eq!(t.total, 10);
         let get = |n: &str| t.entries.iter().find(|e| e.function.as_ref() == n).unwrap();
-        assert_eq!((get("leaf").self_samples, get("leaf").total_samples), (8, 8));
-        assert_eq!((get("a").self_samples, get("a").total_samples), (0, 8), "recursion counted once");
-        assert_eq!((get("main").self_samples, get("main").total_samples), (0, 10));
+        assert_eq!(
+            (get("leaf").self_samples, get("leaf").total_samples),
+            (8, 8)
+        );
+        assert_eq!(
+            (get("a").self_samples, get("a").total_samples),
+            (0, 8),
+            "recursion counted once"
+        );
+        assert_eq!(
+            (get("main").self_samples, get("main").total_samples),
+            (0, 10)
+        );
         assert_eq!(t.entries[0].function.as_ref(), "leaf");
         assert_eq!(t.entries[1].function.as_ref(), "b");
         let text = t.render(2);

@@ -42,7 +42,8 @@ impl Collector {
         if rec.flags & record_flags::LEAF_RET != 0
             && let Some(&ip) = user.first()
             && let Some(caller) =
-                self.symbolizer.missing_leaf_caller(rec.pid, ip, user.get(1).copied(), rec.leaf_ret)
+                self.symbolizer
+                    .missing_leaf_caller(rec.pid, ip, user.get(1).copied(), rec.leaf_ret)
         {
             user.insert(1, caller);
         }
@@ -56,7 +57,12 @@ impl Collector {
                 user = Box::new([rec.ip]);
             }
         }
-        let key = RawStack { pid: rec.pid, comm: rec.comm, kernel, user };
+        let key = RawStack {
+            pid: rec.pid,
+            comm: rec.comm,
+            kernel,
+            user,
+        };
         *self.stacks.entry(key).or_default() += 1;
     }
 
@@ -65,7 +71,8 @@ impl Collector {
         info.samples = self.samples;
         // Different addresses can symbolize to the same frames (two call sites in one
         // function): merge them so each distinct stack appears once.
-        let mut merged: HashMap<(u32, Arc<str>, Vec<crate::symbolize::Frame>), u64> = HashMap::new();
+        let mut merged: HashMap<(u32, Arc<str>, Vec<crate::symbolize::Frame>), u64> =
+            HashMap::new();
         let mut comms: HashMap<[u8; 16], Arc<str>> = HashMap::new();
         for (raw, count) in std::mem::take(&mut self.stacks) {
             let comm = comms
@@ -88,7 +95,12 @@ impl Collector {
         }
         let stacks = merged
             .into_iter()
-            .map(|((pid, comm, frames), count)| StackCount { pid, comm, frames, count })
+            .map(|((pid, comm, frames), count)| StackCount {
+                pid,
+                comm,
+                frames,
+                count,
+            })
             .collect();
         Profile { stacks, info }
     }

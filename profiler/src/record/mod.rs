@@ -70,7 +70,10 @@ pub enum RecordError {
     #[error(transparent)]
     Workload(#[from] WorkloadError),
     #[error("{what}: {source}")]
-    Io { what: &'static str, source: std::io::Error },
+    Io {
+        what: &'static str,
+        source: std::io::Error,
+    },
 }
 
 /// Why the recording ended.
@@ -115,16 +118,26 @@ pub fn validate(opts: &RecordOptions) -> Result<(), RecordError> {
     if let Target::Command(argv) = &opts.target {
         resolve_command(&argv[0])?;
     }
-    check_privileges().require_bpf_and_perfmon().map_err(RecordError::Privilege)
+    check_privileges()
+        .require_bpf_and_perfmon()
+        .map_err(RecordError::Privilege)
 }
 
 fn max_sample_rate() -> Option<u64> {
-    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate").ok()?.trim().parse().ok()
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 fn online_cpus() -> Result<Vec<u32>, RecordError> {
     aya::util::online_cpus().map_err(|(what, source)| RecordError::Io {
-        what: if what.is_empty() { "online cpus" } else { "reading /sys/devices/system/cpu/online" },
+        what: if what.is_empty() {
+            "online cpus"
+        } else {
+            "reading /sys/devices/system/cpu/online"
+        },
         source,
     })
 }
@@ -145,7 +158,11 @@ pub async fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> 
         _ => None,
     };
     let config = SamplerConfig {
-        filter: if opts.target == Target::SystemWide { 0 } else { filter::TGID },
+        filter: if opts.target == Target::SystemWide {
+            0
+        } else {
+            filter::TGID
+        },
         capture: capture::USER_STACK | capture::KERNEL_STACK,
         wakeup_bytes: u64::from(opts.ring_bytes / 4),
     };
@@ -233,5 +250,9 @@ pub async fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> 
         filtered: stats.filtered,
         stack_errors: stats.stack_errors,
     };
-    Ok(RecordOutcome { profile: collector.into_profile(info), stop, command_status })
+    Ok(RecordOutcome {
+        profile: collector.into_profile(info),
+        stop,
+        command_status,
+    })
 }

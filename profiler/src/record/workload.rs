@@ -29,13 +29,19 @@ pub enum WorkloadError {
     #[error("command argument contains a NUL byte: {0:?}")]
     Nul(OsString),
     #[error("{call}: {source}")]
-    Sys { call: &'static str, source: io::Error },
+    Sys {
+        call: &'static str,
+        source: io::Error,
+    },
     #[error("cannot run {cmd}: {source}")]
     Exec { cmd: String, source: io::Error },
 }
 
 fn sys(call: &'static str) -> impl FnOnce(nix::Error) -> WorkloadError {
-    move |e| WorkloadError::Sys { call, source: io::Error::from(e) }
+    move |e| WorkloadError::Sys {
+        call,
+        source: io::Error::from(e),
+    }
 }
 
 /// Finds `cmd` the way a shell would: as a path if it has a slash, else in `$PATH`.
@@ -43,7 +49,8 @@ pub fn resolve_command(cmd: &OsString) -> Result<PathBuf, WorkloadError> {
     let p = Path::new(cmd);
     let is_exec = |p: &Path| {
         use std::os::unix::fs::PermissionsExt;
-        p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     };
     if cmd.as_bytes().contains(&b'/') {
         return if is_exec(p) {
@@ -76,15 +83,21 @@ impl Workload {
             CString::new(s).map_err(|_| WorkloadError::Nul(OsString::from_vec(s.to_vec())))
         };
         let path = cstr(program.as_os_str().as_bytes())?;
-        let args: Vec<CString> =
-            argv.iter().map(|a| cstr(a.as_bytes())).collect::<Result<_, _>>()?;
+        let args: Vec<CString> = argv
+            .iter()
+            .map(|a| cstr(a.as_bytes()))
+            .collect::<Result<_, _>>()?;
         // Everything the child touches is prepared here: after fork it may only make
         // async-signal-safe calls (read, write, execv, _exit).
         let mut arg_ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
         arg_ptrs.push(std::ptr::null());
         let (go_r, go_w) = pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(sys("pipe2"))?;
         let (err_r, err_w) = pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(sys("pipe2"))?;
-        let display = argv.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ");
+        let display = argv
+            .iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ");
         // SAFETY: the child only calls async-signal-safe functions on memory prepared above
         // before it execs or exits.
         match unsafe { fork() }.map_err(sys("fork"))? {
@@ -104,7 +117,13 @@ impl Workload {
             ForkResult::Parent { child } => {
                 drop(go_r);
                 drop(err_w);
-                Ok(Self { pid: child, go: Some(go_w), exec_err: Some(err_r), reaped: false, display })
+                Ok(Self {
+                    pid: child,
+                    go: Some(go_w),
+                    exec_err: Some(err_r),
+                    reaped: false,
+                    display,
+                })
             }
         }
     }

@@ -32,7 +32,14 @@ impl Frame {
             Some(m) => Arc::from(format!("[{m}]")),
             None => Arc::from("[unknown]"),
         };
-        Self { function, module, file: None, line: None, kind, inlined: false }
+        Self {
+            function,
+            module,
+            file: None,
+            line: None,
+            kind,
+            inlined: false,
+        }
     }
 
     pub fn is_unknown(&self) -> bool {
@@ -42,7 +49,10 @@ impl Frame {
 
 fn location(info: Option<&CodeInfo<'_>>) -> (Option<Arc<str>>, Option<u32>) {
     match info {
-        Some(ci) => (Some(Arc::from(ci.to_path().to_string_lossy().as_ref())), ci.line),
+        Some(ci) => (
+            Some(Arc::from(ci.to_path().to_string_lossy().as_ref())),
+            ci.line,
+        ),
         None => (None, None),
     }
 }

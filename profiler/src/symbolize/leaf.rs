@@ -52,7 +52,10 @@ pub fn preceded_by_call(before: &[u8; 7]) -> bool {
 /// Reads `N` bytes of `path` at `offset`.
 pub fn read_bytes<const N: usize>(path: &Path, offset: u64) -> Option<[u8; N]> {
     let mut buf = [0u8; N];
-    File::open(path).ok()?.read_exact_at(&mut buf, offset).ok()?;
+    File::open(path)
+        .ok()?
+        .read_exact_at(&mut buf, offset)
+        .ok()?;
     Some(buf)
 }
 
@@ -62,13 +65,19 @@ mod tests {
 
     #[test]
     fn classifies_prologues() {
-        assert_eq!(classify_prologue(&[0x55, 0x48, 0x89, 0xe5, 0, 0, 0, 0]), Prologue::FramePointer { prologue_len: 0 });
+        assert_eq!(
+            classify_prologue(&[0x55, 0x48, 0x89, 0xe5, 0, 0, 0, 0]),
+            Prologue::FramePointer { prologue_len: 0 }
+        );
         assert_eq!(
             classify_prologue(&[0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5]),
             Prologue::FramePointer { prologue_len: 4 }
         );
         // chain.c's leaf at -O1: `mov 0x2e98(%rip),%rax`, no frame.
-        assert_eq!(classify_prologue(&[0x48, 0x8b, 0x05, 0x98, 0x2e, 0, 0, 0xba]), Prologue::Frameless);
+        assert_eq!(
+            classify_prologue(&[0x48, 0x8b, 0x05, 0x98, 0x2e, 0, 0, 0xba]),
+            Prologue::Frameless
+        );
     }
 
     #[test]
@@ -83,7 +92,9 @@ mod tests {
     #[test]
     fn recognises_call_instructions() {
         // `call 1191 <leaf>` at 11c4 in chain.c: e8 c8 ff ff ff, return address 11c9.
-        assert!(preceded_by_call(&[0x48, 0x89, 0xe8, 0xc8, 0xff, 0xff, 0xff]));
+        assert!(preceded_by_call(&[
+            0x48, 0x89, 0xe8, 0xc8, 0xff, 0xff, 0xff
+        ]));
         // `call *%rax`: ff d0.
         assert!(preceded_by_call(&[0, 0, 0, 0, 0, 0xff, 0xd0]));
         // `call *0x10(%rax)`: ff 50 10.

@@ -23,7 +23,9 @@ pub struct ProcessMaps {
 
 impl ProcessMaps {
     pub fn read(pid: u32) -> io::Result<Self> {
-        Ok(Self::parse(&fs::read_to_string(format!("/proc/{pid}/maps"))?))
+        Ok(Self::parse(&fs::read_to_string(format!(
+            "/proc/{pid}/maps"
+        ))?))
     }
 
     /// Parses the maps format; malformed lines are skipped rather than trusted.
@@ -72,7 +74,13 @@ fn parse_line(line: &str) -> Option<MapEntry> {
     } else {
         (None, Arc::from(path.as_str()))
     };
-    Some(MapEntry { start, end, offset, path, name })
+    Some(MapEntry {
+        start,
+        end,
+        offset,
+        path,
+        name,
+    })
 }
 
 #[cfg(test)]
@@ -97,10 +105,16 @@ garbage line
         let e = maps.find(0x55d0a0e01234).unwrap();
         assert_eq!(e.name.as_ref(), "chain");
         assert_eq!(0x55d0a0e01234 - e.start + e.offset, 0x1234);
-        assert_eq!(maps.find(0x7f00aa028000).unwrap().name.as_ref(), "libc.so.6");
+        assert_eq!(
+            maps.find(0x7f00aa028000).unwrap().name.as_ref(),
+            "libc.so.6"
+        );
         assert_eq!(maps.find(0x7f00ab000010).unwrap().name.as_ref(), "[anon]");
         assert_eq!(maps.find(0x7ffd1c3f0001).unwrap().name.as_ref(), "[vdso]");
-        assert!(maps.find(0x55d0a0e00010).is_none(), "non-executable mapping");
+        assert!(
+            maps.find(0x55d0a0e00010).is_none(),
+            "non-executable mapping"
+        );
         assert!(maps.find(0x10).is_none());
         assert!(maps.find(u64::MAX).is_none());
     }

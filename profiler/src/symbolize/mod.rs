@@ -22,14 +22,19 @@ use blazesym::{
 pub use frame::{Frame, FrameKind};
 pub use maps::{MapEntry, ProcessMaps};
 
+/// A location in a file: (path, file offset).
+type FileKey = (Arc<str>, u64);
+/// How the function around an address starts, and how far into it the address is.
+type PrologueAt = Option<(leaf::Prologue, u64)>;
+
 /// Symbolizer with per-process map snapshots and caches of resolved addresses.
 pub struct Symbolizer {
     inner: bz::Symbolizer,
     maps: HashMap<u32, ProcessMaps>,
-    user_cache: HashMap<(Arc<str>, u64), Arc<[Frame]>>,
+    user_cache: HashMap<FileKey, Arc<[Frame]>>,
     kernel_cache: HashMap<u64, Arc<[Frame]>>,
-    prologue_cache: HashMap<(Arc<str>, u64), Option<(leaf::Prologue, u64)>>,
-    call_cache: HashMap<(Arc<str>, u64), bool>,
+    prologue_cache: HashMap<FileKey, PrologueAt>,
+    call_cache: HashMap<FileKey, bool>,
 }
 
 impl Default for Symbolizer {
@@ -73,7 +78,11 @@ impl Symbolizer {
     /// Frames for one user address of `pid`, outermost first (inlined callees after their
     /// caller). `is_return` addresses are moved back into the call instruction.
     pub fn user(&mut self, pid: u32, addr: u64, is_return: bool) -> Arc<[Frame]> {
-        let lookup = if is_return { addr.saturating_sub(1) } else { addr };
+        let lookup = if is_return {
+            addr.saturating_sub(1)
+        } else {
+            addr
+        };
         let found = self.maps.get(&pid).and_then(|m| m.find(lookup)).cloned();
         let entry = match found {
             Some(e) => e,
@@ -96,11 +105,13 @@ impl Symbolizer {
         let file = resolve_path(pid, &path);
         let mut src = Elf::new(file);
         src.debug_syms = true;
-        let frames: Arc<[Frame]> =
-            match self.inner.symbolize_single(&Source::Elf(src), Input::FileOffset(offset)) {
-                Ok(Symbolized::Sym(sym)) => frame::from_sym(&sym, FrameKind::User, &entry.name),
-                _ => Arc::from([Frame::unknown(FrameKind::User, Some(entry.name.clone()))]),
-            };
+        let frames: Arc<[Frame]> = match self
+            .inner
+            .symbolize_single(&Source::Elf(src), Input::FileOffset(offset))
+        {
+            Ok(Symbolized::Sym(sym)) => frame::from_sym(&sym, FrameKind::User, &entry.name),
+            _ => Arc::from([Frame::unknown(FrameKind::User, Some(entry.name.clone()))]),
+        };
         self.user_cache.insert(key, frames.clone());
         frames
     }
@@ -108,7 +119,13 @@ impl Symbolizer {
     /// The caller frame a frame-pointer walk missed, if any (see [`leaf`]): given the user
     /// IP, the walked caller and the word at the stack pointer, returns the return address to
     /// insert after the IP.
-    pub fn missing_leaf_caller(&mut self, pid: u32, ip: u64, walked: Option<u64>, sp_word: u64) -> Option<u64> {
+    pub fn missing_leaf_caller(
+        &mut self,
+        pid: u32,
+        ip: u64,
+        walked: Option<u64>,
+        sp_word: u64,
+    ) -> Option<u64> {
         if walked == Some(sp_word) {
             return None;
         }
@@ -121,7 +138,10 @@ impl Symbolizer {
                 let file = resolve_path(pid, &path);
                 let mut src = Elf::new(file.clone());
                 src.debug_syms = false;
-                let found = match self.inner.symbolize_single(&Source::Elf(src), Input::FileOffset(offset)) {
+                let found = match self
+                    .inner
+                    .symbolize_single(&Source::Elf(src), Input::FileOffset(offset))
+                {
                     Ok(Symbolized::Sym(sym)) => {
                         let start = offset - sym.offset as u64;
                         leaf::read_bytes::<8>(&file, start)
@@ -143,7 +163,8 @@ impl Symbolizer {
             None => {
                 let file = resolve_path(pid, &ret_path);
                 let v = ret_offset >= 7
-                    && leaf::read_bytes::<7>(&file, ret_offset - 7).is_some_and(|b| leaf::preceded_by_call(&b));
+                    && leaf::read_bytes::<7>(&file, ret_offset - 7)
+                        .is_some_and(|b| leaf::preceded_by_call(&b));
                 self.call_cache.insert(key, v);
                 v
             }
@@ -159,7 +180,11 @@ impl Symbolizer {
 
     /// Frames for one kernel address.
     pub fn kernel(&mut self, addr: u64, is_return: bool) -> Arc<[Frame]> {
-        let lookup = if is_return { addr.saturating_sub(1) } else { addr };
+        let lookup = if is_return {
+            addr.saturating_sub(1)
+        } else {
+            addr
+        };
         if let Some(frames) = self.kernel_cache.get(&lookup) {
             return frames.clone();
         }
@@ -169,11 +194,10 @@ impl Symbolizer {
             ..Default::default()
         });
         let module: Arc<str> = Arc::from("[kernel.kallsyms]");
-        let frames: Arc<[Frame]> =
-            match self.inner.symbolize_single(&src, Input::AbsAddr(lookup)) {
-                Ok(Symbolized::Sym(sym)) => frame::from_sym(&sym, FrameKind::Kernel, &module),
-                _ => Arc::from([Frame::unknown(FrameKind::Kernel, Some(module))]),
-            };
+        let frames: Arc<[Frame]> = match self.inner.symbolize_single(&src, Input::AbsAddr(lookup)) {
+            Ok(Symbolized::Sym(sym)) => frame::from_sym(&sym, FrameKind::Kernel, &module),
+            _ => Arc::from([Frame::unknown(FrameKind::Kernel, Some(module))]),
+        };
         self.kernel_cache.insert(lookup, frames.clone());
         frames
     }

@@ -1,0 +1,232 @@
+//! `profiler record` end to end: real perf events, the real eBPF program, real workloads.
+
+use std::{
+    process::{Command, Stdio},
+    thread,
+    time::Duration,
+};
+
+use profiler_tests::*;
+
+/// Samples of `comm` whose innermost user frame is `leaf`, and all samples of `comm`.
+fn leaf_share(stacks: &[(Vec<String>, u64)], comm: &str) -> (u64, u64) {
+    let mine: Vec<_> = stacks.iter().filter(|(f, _)| f[0] == comm).collect();
+    let total = mine.iter().map(|(_, n)| n).sum();
+    let leaf = mine
+        .iter()
+        .filter(|(f, _)| innermost_user(f) == Some("leaf"))
+        .map(|(_, n)| n)
+        .sum();
+    (leaf, total)
+}
+
+fn assert_full_chain(stacks: &[(Vec<String>, u64)]) {
+    for (frames, n) in stacks
+        .iter()
+        .filter(|(f, _)| innermost_user(f) == Some("leaf"))
+    {
+        let user: Vec<&str> = frames
+            .iter()
+            .filter(|f| !f.ends_with("_[k]"))
+            .map(String::as_str)
+            .collect();
+        assert!(
+            user.ends_with(&["main", "outer", "middle", "leaf"]),
+            "stack with {n} samples lacks main > outer > middle > leaf: {frames:?}"
+        );
+    }
+}
+
+#[test]
+fn command_chain_is_attributed_to_leaf_with_the_full_chain() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("chain");
+    let folded = dir.join("chain.folded");
+    let before = our_programs();
+    let chain = fixture("chain");
+    let out = profiler(&[
+        "record",
+        "-F",
+        "999",
+        "-o",
+        folded.to_str().unwrap(),
+        "--",
+        chain.to_str().unwrap(),
+        "2",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "record failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stacks = read_folded(&folded);
+    let (leaf, total) = leaf_share(&stacks, "chain");
+    // 2 s at 999 Hz is ~2000 samples; allow for a busy machine but demand a real profile.
+    assert!(total >= 1000, "only {total} samples of chain:\n{stdout}");
+    assert!(
+        leaf * 100 >= total * 90,
+        "leaf has {leaf} of {total} samples:\n{stdout}"
+    );
+    assert_full_chain(&stacks);
+    assert_eq!(
+        reported_samples(&stdout),
+        stacks.iter().map(|(_, n)| n).sum::<u64>()
+    );
+    let first_row = stdout
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("SELF%"))
+        .nth(1)
+        .expect("table row");
+    assert!(
+        first_row.contains(" leaf "),
+        "leaf is not the top function:\n{stdout}"
+    );
+    assert!(stdout.contains("main > outer > middle > leaf"), "{stdout}");
+    assert_eq!(
+        our_programs(),
+        before,
+        "a BPF program outlived the profiler"
+    );
+}
+
+#[test]
+fn sleeping_process_gets_a_handful_of_samples() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let idle = fixture("idle");
+    let out = profiler(&["record", "-F", "999", "--", idle.to_str().unwrap(), "1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let samples = reported_samples(&String::from_utf8_lossy(&out.stdout));
+    assert!(
+        samples <= 5,
+        "an idle process got {samples} samples at 999 Hz"
+    );
+}
+
+#[test]
+fn running_process_by_pid_only_that_process() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("pid");
+    let folded = dir.join("pid.folded");
+    let mut target = Command::new(fixture("chain"))
+        .arg("4")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    // A second busy process that must not appear: the filter is in the kernel.
+    let mut other = Command::new(fixture("chain"))
+        .arg("4")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    thread::sleep(Duration::from_millis(200));
+    let pid = target.id().to_string();
+    let out = profiler(&[
+        "record",
+        "-F",
+        "499",
+        "-d",
+        "1.5",
+        "-p",
+        &pid,
+        "-o",
+        folded.to_str().unwrap(),
+    ]);
+    let _ = (target.kill(), other.kill(), target.wait(), other.wait());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stacks = read_folded(&folded);
+    let (leaf, total) = leaf_share(&stacks, "chain");
+    assert!(total >= 300, "only {total} samples:\n{stdout}");
+    assert!(leaf * 100 >= total * 90, "leaf {leaf} of {total}");
+    assert_full_chain(&stacks);
+    // Both processes are busy on 2 CPUs; the other one's samples were filtered in the kernel.
+    let filtered: u64 = stdout
+        .lines()
+        .next()
+        .and_then(|l| l.split("filtered in kernel ").nth(1))
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|s| s.parse().ok())
+        .expect("filtered count");
+    assert!(
+        filtered >= 300,
+        "the other busy process should have been filtered: {stdout}"
+    );
+}
+
+#[test]
+fn system_wide_sees_every_cpu() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let out = profiler(&["record", "-a", "-F", "199", "-d", "1", "--limit", "3"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(reported_samples(&stdout) > 0, "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .next()
+            .unwrap()
+            .contains("filtered in kernel 0"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn sigint_still_reports_and_detaches() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let before = our_programs();
+    let child = Command::new(profiler_bin())
+        .args(["record", "-a", "-F", "99", "-d", "30"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        our_programs().len(),
+        before.len() + 1,
+        "the program should be loaded while recording"
+    );
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(reported_samples(&String::from_utf8_lossy(&out.stdout)) > 0);
+    assert_eq!(
+        our_programs(),
+        before,
+        "a BPF program outlived the profiler"
+    );
+}

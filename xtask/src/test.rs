@@ -1,0 +1,66 @@
+//! `cargo xtask test`: everything CI checks, in order of cost.
+
+use std::process::Command;
+
+use crate::{
+    setup::setup,
+    util::{cargo, run, workspace_root},
+};
+
+pub fn test(extra: &[String]) -> anyhow::Result<()> {
+    setup()?;
+    cargo(&["fmt", "--all", "--check"])?;
+    // Host crates. The eBPF crate is not a default member and builds only for BPF.
+    cargo(&[
+        "clippy",
+        "--workspace",
+        "--exclude",
+        "profiler-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
+    clippy_ebpf()?;
+    // The integration tests run the real binary, so build it first.
+    cargo(&["build", "-p", "profiler"])?;
+    let mut args = vec!["test", "--workspace", "--exclude", "profiler-ebpf"];
+    if !extra.is_empty() {
+        args.push("--");
+        args.extend(extra.iter().map(String::as_str));
+    }
+    cargo(&args)
+}
+
+/// Clippy for the eBPF crate, for its real target, with nightly and build-std as aya-build
+/// compiles it (a separate target directory keeps it from invalidating the host build).
+fn clippy_ebpf() -> anyhow::Result<()> {
+    let root = workspace_root();
+    run(Command::new("rustup")
+        .args([
+            "run",
+            "nightly",
+            "cargo",
+            "clippy",
+            "--package",
+            "profiler-ebpf",
+            "--bins",
+        ])
+        .args([
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+            "--release",
+        ])
+        .arg("--target-dir")
+        .arg(root.join("target/ebpf-clippy"))
+        .args(["--", "-D", "warnings"])
+        .env(
+            "CARGO_ENCODED_RUSTFLAGS",
+            "--cfg=bpf_target_arch=\"x86_64\"",
+        )
+        .env_remove("RUSTC")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .current_dir(&root))
+}

@@ -1,0 +1,48 @@
+//! Small helpers for running tools with clear errors.
+
+use std::{
+    path::PathBuf,
+    process::{Command, Output},
+};
+
+use anyhow::{Context as _, bail};
+
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+/// Runs `cmd`, echoing it; fails with the command line when it fails.
+pub fn run(cmd: &mut Command) -> anyhow::Result<()> {
+    eprintln!("+ {}", show(cmd));
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start {}", show(cmd)))?;
+    if !status.success() {
+        bail!("`{}` failed ({status})", show(cmd));
+    }
+    Ok(())
+}
+
+/// Runs `cmd` quietly and returns its output (whatever its exit status).
+pub fn output(cmd: &mut Command) -> anyhow::Result<Output> {
+    cmd.output()
+        .with_context(|| format!("cannot start {}", show(cmd)))
+}
+
+pub fn cargo(args: &[&str]) -> anyhow::Result<()> {
+    run(Command::new(env!("CARGO"))
+        .args(args)
+        .current_dir(workspace_root()))
+}
+
+pub fn show(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
