@@ -5,6 +5,7 @@
 
 pub mod bpf;
 pub mod cli;
+pub mod cpc;
 pub mod output;
 pub mod perf;
 pub mod profile;
