@@ -1,2 +1,22 @@
-//! The libcpc model on perf_event_open: event names, attributes and (later) sets and binding.
+//! The libcpc(3LIB) counting model on Linux perf events: a handle ([`Cpc`]), sets of
+//! requests ([`Set`]), bindings to a thread, process, CPU or cgroup, and buffers ([`Buf`])
+//! with libcpc's arithmetic. Each libcpc function has a method of the same name on [`Cpc`];
+//! ownership replaces the destroy calls, `Result<_, CpcError>` replaces -1 and errno, and
+//! every error carries the errno and subcode libcpc would report.
+
+mod bind;
+mod binder;
+mod buf;
+pub mod consts;
+mod error;
 pub mod events;
+mod group;
+mod handle;
+mod request;
+mod set;
+
+pub use bind::Lwp;
+pub use buf::Buf;
+pub use error::{CpcError, ErrorHandler, Subcode};
+pub use handle::{Cpc, SOFTWARE_NPIC};
+pub use set::{Attr, Request, Set};

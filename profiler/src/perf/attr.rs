@@ -138,6 +138,12 @@ impl EventAttr {
         self
     }
 
+    /// Inherit only into new threads (clone with CLONE_THREAD), not forked children.
+    pub fn set_inherit_thread(&mut self, on: bool) -> &mut Self {
+        self.raw.set_inherit_thread(on.into());
+        self
+    }
+
     pub fn set_pinned(&mut self, on: bool) -> &mut Self {
         self.raw.set_pinned(on.into());
         self
@@ -161,6 +167,10 @@ impl EventAttr {
     pub fn set_disabled(&mut self, on: bool) -> &mut Self {
         self.raw.set_disabled(on.into());
         self
+    }
+
+    pub fn read_format(&self) -> u64 {
+        self.raw.read_format
     }
 
     pub fn type_(&self) -> u32 {

@@ -19,6 +19,8 @@ pub enum Scope {
     Cpu(u32),
     /// One thread, only while on one CPU.
     ThreadOnCpu { tid: i32, cpu: u32 },
+    /// Tasks of a cgroup (v2 directory fd, borrowed for the open) while on one CPU.
+    CgroupOnCpu { cgroup_fd: i32, cpu: u32 },
 }
 
 impl Scope {
@@ -27,6 +29,14 @@ impl Scope {
             Scope::Thread(tid) => (tid, -1),
             Scope::Cpu(cpu) => (-1, cpu as i32),
             Scope::ThreadOnCpu { tid, cpu } => (tid, cpu as i32),
+            Scope::CgroupOnCpu { cgroup_fd, cpu } => (cgroup_fd, cpu as i32),
+        }
+    }
+
+    fn flags(self) -> u64 {
+        match self {
+            Scope::CgroupOnCpu { .. } => sys::FLAG_FD_CLOEXEC | sys::FLAG_PID_CGROUP,
+            _ => sys::FLAG_FD_CLOEXEC,
         }
     }
 }
@@ -37,6 +47,7 @@ impl std::fmt::Display for Scope {
             Scope::Thread(tid) => write!(f, "thread {tid}"),
             Scope::Cpu(cpu) => write!(f, "cpu {cpu}"),
             Scope::ThreadOnCpu { tid, cpu } => write!(f, "thread {tid} on cpu {cpu}"),
+            Scope::CgroupOnCpu { cpu, .. } => write!(f, "cgroup on cpu {cpu}"),
         }
     }
 }
@@ -113,7 +124,7 @@ impl PerfEvent {
             pid,
             cpu,
             group.map(|g| g.fd.as_fd()),
-            sys::FLAG_FD_CLOEXEC,
+            scope.flags(),
         )
         .map(|fd| Self { fd })
         .map_err(|source| PerfError::Open {

@@ -9,6 +9,8 @@ use perf_event_open_sys::{bindings::perf_event_attr, ioctls};
 
 /// `PERF_FLAG_FD_CLOEXEC`: children we spawn must not inherit our event fds.
 pub(crate) const FLAG_FD_CLOEXEC: u64 = 1 << 3;
+/// `PERF_FLAG_PID_CGROUP`: `pid` is a cgroup directory fd.
+pub(crate) const FLAG_PID_CGROUP: u64 = 1 << 2;
 /// `PERF_IOC_FLAG_GROUP`: apply an ioctl to the whole group.
 pub(crate) const IOC_FLAG_GROUP: u32 = 1;
 

@@ -1,0 +1,248 @@
+//! Bound sets: where a set counts (thread, process, CPU, cgroup), the perf groups that do the
+//! counting, and libcpc's exclusivity rule between CPU and thread bindings.
+
+use std::{
+    collections::HashSet,
+    path::PathBuf,
+    sync::{
+        Mutex, MutexGuard,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+
+use super::{
+    buf::Buf,
+    error::{CpcError, Subcode},
+    group::{Group, Reading, scale},
+};
+use crate::perf::PerfError;
+
+/// Which thread(s) of a process `bind_pctx` binds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lwp {
+    /// One thread, by its tid.
+    Thread(i32),
+    /// Every current thread; threads they create later count into their creator's context.
+    All,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum BindKind {
+    CurLwp { tid: i32 },
+    Pctx { pid: i32, lwp: Lwp },
+    Cpu(u32),
+    Cgroup(PathBuf),
+}
+
+impl BindKind {
+    pub fn is_lwp(&self) -> bool {
+        matches!(self, BindKind::CurLwp { .. } | BindKind::Pctx { .. })
+    }
+}
+
+/// CPUs bound by any handle in this process. libcpc makes CPU bindings exclusive system-wide
+/// through its driver; Linux has no such notion, so the rule holds within this library.
+static CPU_CLAIMS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+/// Bumped by every CPU binding: thread bindings made before it are invalidated (EAGAIN), as
+/// libcpc invalidates per-LWP contexts when cpustat starts.
+static CPU_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+fn claims() -> MutexGuard<'static, Vec<u32>> {
+    CPU_CLAIMS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(crate) fn cpu_bindings_exist() -> bool {
+    !claims().is_empty()
+}
+
+/// Exclusive use of one CPU, released on drop.
+pub(crate) struct CpuClaim(u32);
+
+impl CpuClaim {
+    pub fn take(cpu: u32) -> Option<CpuClaim> {
+        let mut c = claims();
+        if c.contains(&cpu) {
+            return None;
+        }
+        c.push(cpu);
+        CPU_EPOCH.fetch_add(1, Ordering::SeqCst);
+        Some(CpuClaim(cpu))
+    }
+}
+
+impl Drop for CpuClaim {
+    fn drop(&mut self) {
+        claims().retain(|&c| c != self.0);
+    }
+}
+
+pub(crate) fn cpu_epoch() -> u64 {
+    CPU_EPOCH.load(Ordering::SeqCst)
+}
+
+/// The live part of a binding: dropped on unbind, which closes every perf fd.
+pub(crate) struct Live {
+    pub groups: Vec<Group>,
+    /// Presets as the "kernel" holds them (`request_preset` changes these, not the set's).
+    pub presets: Vec<u64>,
+    /// Disabled by `cpc_disable` (or an overflow freeze): samples return the frozen values.
+    pub frozen: bool,
+    /// Converts the tick member's count to cycles (nanoseconds × MHz / 1000 without a PMU).
+    pub tick_scale: Option<f64>,
+    pub _claim: Option<CpuClaim>,
+}
+
+/// A set's binding, shared by the set (strongly) and its handle (weakly), so that closing
+/// the handle can unbind every set it made, as `cpc_close` does.
+pub struct Binding {
+    pub(crate) kind: BindKind,
+    pub(crate) binder_tid: i32,
+    pub(crate) epoch: u64,
+    pub(crate) live: Mutex<Option<Live>>,
+}
+
+impl Binding {
+    pub(crate) fn new(kind: BindKind, live: Live) -> Self {
+        // SAFETY: gettid has no preconditions.
+        let binder_tid = unsafe { libc::gettid() };
+        Self {
+            kind,
+            binder_tid,
+            epoch: cpu_epoch(),
+            live: Mutex::new(Some(live)),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Option<Live>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn is_live(&self) -> bool {
+        self.lock().is_some()
+    }
+
+    /// Unbinds: disables and closes every event. Idempotent.
+    pub fn release(&self) {
+        if let Some(live) = self.lock().take() {
+            for g in &live.groups {
+                let _ = g.disable();
+            }
+        }
+    }
+
+    /// Reads every context of the binding into `buf`.
+    pub(crate) fn sample(&self, func: &'static str, buf: &mut Buf) -> Result<(), CpcError> {
+        if self.kind.is_lwp() && self.epoch != cpu_epoch() && cpu_bindings_exist() {
+            return Err(CpcError::new(
+                func,
+                libc::EAGAIN,
+                "context invalidated by a CPU binding",
+            ));
+        }
+        let guard = self.lock();
+        let live = guard
+            .as_ref()
+            .ok_or_else(|| CpcError::new(func, libc::EINVAL, "set is not bound"))?;
+        let n = live.presets.len();
+        let mut counts = vec![0u64; n];
+        let mut scaled = vec![0u64; n];
+        let (mut tick, mut enabled, mut running) = (0u64, 0u64, 0u64);
+        for g in &live.groups {
+            let Reading {
+                counts: c,
+                tick: t,
+                enabled: e,
+                running: r,
+            } = match g.read() {
+                Ok(Some(r)) => r,
+                Ok(None) => {
+                    return Err(CpcError::new(
+                        func,
+                        libc::EAGAIN,
+                        "the counters could not be scheduled",
+                    ));
+                }
+                Err(e) => return Err(perf_error(func, e, None)),
+            };
+            for i in 0..n {
+                counts[i] = counts[i].wrapping_add(c[i]);
+                scaled[i] = scaled[i].wrapping_add(scale(c[i], e, r));
+            }
+            tick = tick.wrapping_add(scale(t, e, r));
+            enabled += e;
+            running += r;
+        }
+        for i in 0..n {
+            buf.values[i] = live.presets[i].wrapping_add(counts[i]);
+            buf.scaled[i] = live.presets[i].wrapping_add(scaled[i]);
+        }
+        buf.tick = match live.tick_scale {
+            Some(f) => (tick as f64 * f) as u64,
+            None => tick,
+        };
+        buf.time_enabled = enabled;
+        buf.time_running = running;
+        buf.hrtime = hrtime();
+        Ok(())
+    }
+}
+
+/// `gethrtime()`: CLOCK_MONOTONIC in nanoseconds.
+pub(crate) fn hrtime() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the valid pointer we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Maps a perf_event_open/ioctl/read failure to the errno (and subcode) libcpc would report.
+pub(crate) fn perf_error(func: &'static str, err: PerfError, event: Option<&str>) -> CpcError {
+    let what = event.map(|e| format!("event '{e}': ")).unwrap_or_default();
+    match err.errno() {
+        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) => CpcError::new(
+            func,
+            libc::ENOTSUP,
+            format!("{what}not supported on this host ({err})"),
+        ),
+        Some(libc::EACCES) | Some(libc::EPERM) => CpcError::new(
+            func,
+            libc::EACCES,
+            format!(
+                "{what}permission denied: needs root or CAP_PERFMON, or a lower \
+                 kernel.perf_event_paranoid ({err})"
+            ),
+        ),
+        Some(libc::ESRCH) => CpcError::new(
+            func,
+            libc::ESRCH,
+            format!("{what}no such thread or process"),
+        ),
+        Some(libc::EINVAL) | Some(libc::ENOSPC) => CpcError::with_subcode(
+            func,
+            libc::EINVAL,
+            Subcode::ResourceUnavail,
+            format!("{what}the kernel cannot schedule this set ({err})"),
+        ),
+        Some(errno) => CpcError::new(func, errno, format!("{what}{err}")),
+        None => CpcError::new(func, libc::EIO, format!("{what}{err}")),
+    }
+}
+
+/// Threads of a process, from /proc/PID/task.
+pub(crate) fn threads_of(pid: i32) -> std::io::Result<Vec<i32>> {
+    let mut tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    Ok(tids)
+}
+
+/// Online CPUs, from sysfs.
+pub(crate) fn online_cpus() -> std::io::Result<HashSet<u32>> {
+    aya::util::online_cpus()
+        .map(|v| v.into_iter().collect())
+        .map_err(|(_, e)| e)
+}

@@ -1,0 +1,465 @@
+//! Binding sets and sampling them (`cpc_bind_curlwp`, `cpc_bind_pctx`, `cpc_bind_cpu`, the
+//! cgroup extension, `cpc_unbind`, `cpc_set_sample`, `cpc_enable`, `cpc_disable`).
+
+use std::{os::fd::AsRawFd, path::Path, sync::Arc};
+
+use super::{
+    bind::{
+        BindKind, Binding, CpuClaim, Live, Lwp, cpu_bindings_exist, online_cpus, perf_error,
+        threads_of,
+    },
+    buf::Buf,
+    consts::{MAX_REQUESTS, bind, caps, request},
+    error::{CpcError, Subcode},
+    events::EventKind,
+    group::Group,
+    handle::Cpc,
+    set::Set,
+};
+use crate::perf::{EventAttr, Scope, SoftwareEvent};
+
+/// perf software configs counted on the scheduler's behalf (kernel-attributed): with
+/// exclude_kernel they read 0, so user/system flags select "count" or "not" as a whole.
+const SCHED_SW_CONFIGS: [u64; 3] = [
+    SoftwareEvent::ContextSwitches as u64,
+    SoftwareEvent::CpuMigrations as u64,
+    SoftwareEvent::CgroupSwitches as u64,
+];
+
+fn gettid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+impl Cpc {
+    /// Validates a set for binding and builds each request's perf attributes.
+    fn prepare(
+        &self,
+        func: &'static str,
+        set: &Set,
+        inherit: bool,
+    ) -> Result<Vec<(EventAttr, String)>, CpcError> {
+        if set.binding.as_ref().is_some_and(|b| b.is_live()) {
+            return Err(CpcError::new(func, libc::EINVAL, "set is already bound"));
+        }
+        let n = set.requests.len();
+        if n == 0 {
+            return Err(CpcError::new(func, libc::EINVAL, "set has no requests"));
+        }
+        if n > self.npic() as usize || n > MAX_REQUESTS {
+            return Err(self.report(CpcError::with_subcode(
+                func,
+                libc::EINVAL,
+                Subcode::ResourceUnavail,
+                format!("{n} requests but {} counters", self.npic()),
+            )));
+        }
+        let mut pics = Vec::new();
+        let mut out = Vec::with_capacity(n);
+        for r in &set.requests {
+            if r.flags & !request::ALL != 0 {
+                return Err(self.report(CpcError::with_subcode(
+                    func,
+                    libc::EINVAL,
+                    Subcode::ReqInvalidFlags,
+                    format!("{:#x} on '{}'", r.flags & !request::ALL, r.event),
+                )));
+            }
+            if r.flags & request::OVF_NOTIFY_EMT != 0 && self.caps() & caps::OVERFLOW_INTERRUPT == 0
+            {
+                return Err(CpcError::new(
+                    func,
+                    libc::ENOTSUP,
+                    "counters cannot interrupt on overflow here",
+                ));
+            }
+            if r.flags & request::OVF_NOTIFY_EMT != 0 {
+                return Err(CpcError::new(
+                    func,
+                    libc::ENOTSUP,
+                    format!(
+                        "'{}': overflow notification is not available in this build yet",
+                        r.event
+                    ),
+                ));
+            }
+            if r.flags & request::HW_SMPL != 0 && self.caps() & caps::SMPL == 0 {
+                return Err(CpcError::new(
+                    func,
+                    libc::ENOTSUP,
+                    format!(
+                        "'{}': hardware sampling needs a PMU with precise sampling",
+                        r.event
+                    ),
+                ));
+            }
+            if r.resolved.needs_cpu_pmu() && self.catalog.cpu_pmu_name().is_none() {
+                return Err(CpcError::new(
+                    func,
+                    libc::ENOTSUP,
+                    format!(
+                        "event '{}' needs a hardware PMU, and this host has none \
+                         (no /sys/bus/event_source/devices/cpu)",
+                        r.event
+                    ),
+                ));
+            }
+            let mut event = r.resolved.clone();
+            for a in &r.attrs {
+                if a.name == "picnum" {
+                    if pics.contains(&a.value) {
+                        return Err(self.report(CpcError::with_subcode(
+                            func,
+                            libc::EINVAL,
+                            Subcode::ResourceUnavail,
+                            format!("counter {} requested twice", a.value),
+                        )));
+                    }
+                    pics.push(a.value);
+                    continue;
+                }
+                self.catalog
+                    .apply_attribute(&mut event, &a.name, a.value)
+                    .map_err(|e| {
+                        self.report(CpcError::with_subcode(
+                            func,
+                            libc::EINVAL,
+                            Subcode::AttributeOutOfRange,
+                            e,
+                        ))
+                    })?;
+            }
+            let mut attr = event.attr();
+            let user = r.flags & request::COUNT_USER != 0;
+            let sys = r.flags & request::COUNT_SYSTEM != 0;
+            let hv = r.flags & request::COUNT_HV != 0;
+            if event.kind == EventKind::Software && SCHED_SW_CONFIGS.contains(&event.config) {
+                attr.set_exclude_user(!(user || sys))
+                    .set_exclude_kernel(!(user || sys));
+            } else {
+                attr.set_exclude_user(!user).set_exclude_kernel(!sys);
+            }
+            attr.set_exclude_hv(!hv);
+            attr.set_inherit(inherit).set_inherit_thread(inherit);
+            out.push((attr, r.event.clone()));
+        }
+        Ok(out)
+    }
+
+    /// The hidden tick member: cycles with a PMU; task or CPU time without one.
+    fn tick_attr(&self, per_thread: bool, inherit: bool) -> EventAttr {
+        let mut attr = if self.catalog.cpu_pmu_name().is_some() {
+            EventAttr::new(perf_event_open_sys::bindings::PERF_TYPE_HARDWARE, 0)
+        } else if per_thread {
+            EventAttr::software(SoftwareEvent::TaskClock)
+        } else {
+            EventAttr::software(SoftwareEvent::CpuClock)
+        };
+        attr.set_inherit(inherit).set_inherit_thread(inherit);
+        attr
+    }
+
+    fn open_groups(
+        &self,
+        func: &'static str,
+        attrs: &[(EventAttr, String)],
+        scopes: &[Scope],
+        tick: &EventAttr,
+    ) -> Result<Vec<Group>, CpcError> {
+        let mut groups = Vec::with_capacity(scopes.len());
+        for &scope in scopes {
+            let g = Group::open(attrs, tick, scope).map_err(|f| {
+                self.report(perf_error(func, f.error, Some(attrs[f.request].1.as_str())))
+            })?;
+            groups.push(g);
+        }
+        for g in &groups {
+            g.enable().map_err(|e| perf_error(func, e, None))?;
+        }
+        Ok(groups)
+    }
+
+    fn register(&self, set: &mut Set, kind: BindKind, groups: Vec<Group>, claim: Option<CpuClaim>) {
+        let presets = set.requests.iter().map(|r| r.preset).collect();
+        let live = Live {
+            groups,
+            presets,
+            frozen: false,
+            tick_scale: self.tick_scale,
+            _claim: claim,
+        };
+        let binding = Arc::new(Binding::new(kind.clone(), live));
+        let mut all = self.all.lock().unwrap_or_else(|p| p.into_inner());
+        all.retain(|w| w.strong_count() > 0);
+        all.push(Arc::downgrade(&binding));
+        if let BindKind::CurLwp { tid } = kind {
+            // Binding again replaces the thread's previous set, as the kernel does in libcpc.
+            let mut lwp = self.lwp.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(old) = lwp
+                .insert(tid, Arc::downgrade(&binding))
+                .and_then(|w| w.upgrade())
+            {
+                old.release();
+            }
+        }
+        set.binding = Some(binding);
+    }
+
+    /// `cpc_bind_curlwp`: counts on behalf of the calling thread. `flags` may hold
+    /// `bind::LWP_INHERIT` (threads it creates later count into this context). EAGAIN while
+    /// any CPU binding exists.
+    pub fn bind_curlwp(&self, set: &mut Set, flags: u32) -> Result<(), CpcError> {
+        const F: &str = "cpc_bind_curlwp";
+        if flags & !bind::LWP_INHERIT != 0 {
+            return Err(CpcError::new(
+                F,
+                libc::EINVAL,
+                format!("invalid flags {flags:#x}"),
+            ));
+        }
+        let inherit = flags & bind::LWP_INHERIT != 0;
+        let attrs = self.prepare(F, set, inherit)?;
+        if cpu_bindings_exist() {
+            return Err(CpcError::new(F, libc::EAGAIN, "a CPU binding exists"));
+        }
+        let groups = self.open_groups(
+            F,
+            &attrs,
+            &[Scope::Thread(0)],
+            &self.tick_attr(true, inherit),
+        )?;
+        self.register(set, BindKind::CurLwp { tid: gettid() }, groups, None);
+        Ok(())
+    }
+
+    /// `cpc_bind_pctx`: binds to thread `lwp` of process `pid`, or to all its threads.
+    /// `flags` must be 0. ESRCH if the process or thread does not exist.
+    pub fn bind_pctx(&self, pid: i32, lwp: Lwp, set: &mut Set, flags: u32) -> Result<(), CpcError> {
+        const F: &str = "cpc_bind_pctx";
+        if set.handle != self.id {
+            return Err(CpcError::new(
+                F,
+                libc::EINVAL,
+                "set does not belong to this handle",
+            ));
+        }
+        if flags != 0 {
+            return Err(CpcError::new(
+                F,
+                libc::EINVAL,
+                format!("invalid flags {flags:#x}"),
+            ));
+        }
+        let tids = match lwp {
+            Lwp::Thread(tid)
+                if Path::new(&format!("/proc/{pid}/task/{tid}")).exists() && pid > 0 =>
+            {
+                vec![tid]
+            }
+            Lwp::Thread(tid) => {
+                return Err(CpcError::new(
+                    F,
+                    libc::ESRCH,
+                    format!("no thread {tid} in process {pid}"),
+                ));
+            }
+            Lwp::All => threads_of(pid)
+                .ok()
+                .filter(|t| !t.is_empty() && pid > 0)
+                .ok_or_else(|| CpcError::new(F, libc::ESRCH, format!("no process {pid}")))?,
+        };
+        // All threads: new threads count into their creator's context.
+        let inherit = lwp == Lwp::All;
+        let attrs = self.prepare(F, set, inherit)?;
+        if cpu_bindings_exist() {
+            return Err(CpcError::new(F, libc::EAGAIN, "a CPU binding exists"));
+        }
+        let scopes: Vec<Scope> = tids.into_iter().map(Scope::Thread).collect();
+        let groups = self.open_groups(F, &attrs, &scopes, &self.tick_attr(true, inherit))?;
+        self.register(set, BindKind::Pctx { pid, lwp }, groups, None);
+        Ok(())
+    }
+
+    /// `cpc_bind_cpu`: counts everything on CPU `cpu`. `flags` must be 0. EINVAL for a CPU
+    /// that does not exist, ENOSYS for an offline one, EAGAIN if the CPU is already bound.
+    pub fn bind_cpu(&self, cpu: u32, set: &mut Set, flags: u32) -> Result<(), CpcError> {
+        const F: &str = "cpc_bind_cpu";
+        if set.handle != self.id {
+            return Err(CpcError::new(
+                F,
+                libc::EINVAL,
+                "set does not belong to this handle",
+            ));
+        }
+        if flags != 0 {
+            return Err(CpcError::new(
+                F,
+                libc::EINVAL,
+                format!("invalid flags {flags:#x}"),
+            ));
+        }
+        let online =
+            online_cpus().map_err(|e| CpcError::new(F, libc::EIO, format!("online cpus: {e}")))?;
+        if !online.contains(&cpu) {
+            let exists = Path::new(&format!("/sys/devices/system/cpu/cpu{cpu}")).exists();
+            return Err(if exists {
+                CpcError::new(F, libc::ENOSYS, format!("cpu {cpu} is offline"))
+            } else {
+                CpcError::new(F, libc::EINVAL, format!("cpu {cpu} does not exist"))
+            });
+        }
+        let attrs = self.prepare(F, set, false)?;
+        let claim = CpuClaim::take(cpu)
+            .ok_or_else(|| CpcError::new(F, libc::EAGAIN, format!("cpu {cpu} is already bound")))?;
+        let groups =
+            self.open_groups(F, &attrs, &[Scope::Cpu(cpu)], &self.tick_attr(false, false))?;
+        self.register(set, BindKind::Cpu(cpu), groups, Some(claim));
+        Ok(())
+    }
+
+    /// Extension: counts the tasks of a cgroup v2 directory on every online CPU. `flags`
+    /// must be 0; ENOENT if the path does not exist.
+    pub fn bind_cgroup(&self, path: &Path, set: &mut Set, flags: u32) -> Result<(), CpcError> {
+        const F: &str = "cpc_bind_cgroup";
+        if set.handle != self.id {
+            return Err(CpcError::new(
+                F,
+                libc::EINVAL,
+                "set does not belong to this handle",
+            ));
+        }
+        if flags != 0 {
+            return Err(CpcError::new(
+                F,
+                libc::EINVAL,
+                format!("invalid flags {flags:#x}"),
+            ));
+        }
+        let dir = std::fs::File::open(path).map_err(|e| {
+            CpcError::new(
+                F,
+                e.raw_os_error().unwrap_or(libc::ENOENT),
+                format!("{}: {e}", path.display()),
+            )
+        })?;
+        let attrs = self.prepare(F, set, false)?;
+        let mut cpus: Vec<u32> = online_cpus()
+            .map_err(|e| CpcError::new(F, libc::EIO, format!("online cpus: {e}")))?
+            .into_iter()
+            .collect();
+        cpus.sort_unstable();
+        let fd = dir.as_raw_fd();
+        let scopes: Vec<Scope> = cpus
+            .into_iter()
+            .map(|cpu| Scope::CgroupOnCpu { cgroup_fd: fd, cpu })
+            .collect();
+        let groups = self.open_groups(F, &attrs, &scopes, &self.tick_attr(false, false))?;
+        self.register(set, BindKind::Cgroup(path.to_path_buf()), groups, None);
+        Ok(())
+    }
+
+    /// `cpc_unbind`: EINVAL if the set is foreign or not bound. Buffers survive.
+    pub fn unbind(&self, set: &mut Set) -> Result<(), CpcError> {
+        const F: &str = "cpc_unbind";
+        if set.handle != self.id {
+            return Err(CpcError::new(
+                F,
+                libc::EINVAL,
+                "set does not belong to this handle",
+            ));
+        }
+        match set.binding.take() {
+            Some(b) if b.is_live() => {
+                b.release();
+                Ok(())
+            }
+            _ => Err(CpcError::new(F, libc::EINVAL, "set is not bound")),
+        }
+    }
+
+    /// `cpc_set_sample`: reads the set's counters into `buf` (value = preset + count, the
+    /// hrtime of the read, the tick). EINVAL if the set is not bound, `buf` was sized for a
+    /// different number of requests, or (for `bind_curlwp`) the caller is not the binding
+    /// thread; EAGAIN if a CPU binding invalidated this thread binding.
+    pub fn set_sample(&self, set: &Set, buf: &mut Buf) -> Result<(), CpcError> {
+        const F: &str = "cpc_set_sample";
+        if set.handle != self.id || buf.handle != self.id {
+            return Err(CpcError::new(
+                F,
+                libc::EINVAL,
+                "set or buffer does not belong to this handle",
+            ));
+        }
+        let binding = set
+            .binding
+            .as_ref()
+            .ok_or_else(|| CpcError::new(F, libc::EINVAL, "set is not bound"))?;
+        if buf.len() != set.requests.len() {
+            return Err(CpcError::new(
+                F,
+                libc::EINVAL,
+                format!(
+                    "buffer holds {} values, set has {} requests",
+                    buf.len(),
+                    set.requests.len()
+                ),
+            ));
+        }
+        if matches!(binding.kind, BindKind::CurLwp { .. }) && binding.binder_tid != gettid() {
+            return Err(CpcError::new(
+                F,
+                libc::EINVAL,
+                "only the thread that bound the set may sample it",
+            ));
+        }
+        binding.sample(F, buf)
+    }
+
+    fn calling_lwp_binding(&self, func: &'static str) -> Result<Arc<Binding>, CpcError> {
+        let lwp = self.lwp.lock().unwrap_or_else(|p| p.into_inner());
+        lwp.get(&gettid())
+            .and_then(|w| w.upgrade())
+            .filter(|b| b.is_live())
+            .ok_or_else(|| {
+                CpcError::new(func, libc::EINVAL, "no set is bound to the calling thread")
+            })
+    }
+
+    /// `cpc_enable`: resumes the calling thread's frozen set, from where it stopped. EINVAL if
+    /// no set is bound to this thread or it is not frozen.
+    pub fn enable(&self) -> Result<(), CpcError> {
+        self.set_frozen("cpc_enable", false)
+    }
+
+    /// `cpc_disable`: freezes the calling thread's set; samples then return the frozen
+    /// values. EINVAL if no set is bound to this thread or it is already frozen.
+    pub fn disable(&self) -> Result<(), CpcError> {
+        self.set_frozen("cpc_disable", true)
+    }
+
+    fn set_frozen(&self, func: &'static str, freeze: bool) -> Result<(), CpcError> {
+        let binding = self.calling_lwp_binding(func)?;
+        let mut guard = binding.lock();
+        let live = guard
+            .as_mut()
+            .ok_or_else(|| CpcError::new(func, libc::EINVAL, "set is not bound"))?;
+        if live.frozen == freeze {
+            let state = if freeze {
+                "already frozen"
+            } else {
+                "not frozen"
+            };
+            return Err(CpcError::new(
+                func,
+                libc::EINVAL,
+                format!("context is {state}"),
+            ));
+        }
+        for g in &live.groups {
+            let r = if freeze { g.disable() } else { g.enable() };
+            r.map_err(|e| perf_error(func, e, None))?;
+        }
+        live.frozen = freeze;
+        Ok(())
+    }
+}

@@ -1,0 +1,168 @@
+//! A bound set as one perf event group per context: the requests in index order, then a
+//! hidden tick member. The whole group is read in one read(2), so all values of a sample
+//! come from the same instant.
+
+use perf_event_open_sys::bindings::{
+    PERF_FORMAT_GROUP, PERF_FORMAT_ID, PERF_FORMAT_TOTAL_TIME_ENABLED,
+    PERF_FORMAT_TOTAL_TIME_RUNNING,
+};
+
+use crate::perf::{EventAttr, PerfError, PerfEvent, Scope};
+
+pub(crate) const READ_FORMAT: u64 = (PERF_FORMAT_GROUP
+    | PERF_FORMAT_TOTAL_TIME_ENABLED
+    | PERF_FORMAT_TOTAL_TIME_RUNNING
+    | PERF_FORMAT_ID) as u64;
+
+/// One context's group: `events[..nreq]` are the requests, then the tick member if it could
+/// be opened (a host may refuse it, e.g. kernel-mode cycles to an unprivileged user; the set
+/// still counts, with a tick of 0).
+pub(crate) struct Group {
+    events: Vec<PerfEvent>,
+    nreq: usize,
+}
+
+/// One read of a group.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Reading {
+    pub counts: Vec<u64>,
+    pub tick: u64,
+    pub enabled: u64,
+    pub running: u64,
+}
+
+/// Why a group could not be opened: which request, and the error.
+pub(crate) struct OpenFailure {
+    pub request: usize,
+    pub error: PerfError,
+}
+
+impl Group {
+    /// Opens `requests` (leader first) and `tick` as one disabled group on `scope`.
+    pub fn open(
+        requests: &[(EventAttr, String)],
+        tick: &EventAttr,
+        scope: Scope,
+    ) -> Result<Group, OpenFailure> {
+        let mut events: Vec<PerfEvent> = Vec::with_capacity(requests.len() + 1);
+        for (i, (attr, name)) in requests.iter().enumerate() {
+            let mut attr = *attr;
+            attr.set_read_format(READ_FORMAT);
+            attr.set_disabled(i == 0);
+            let event = PerfEvent::open(&attr, scope, events.first(), || name.clone())
+                .map_err(|error| OpenFailure { request: i, error })?;
+            events.push(event);
+        }
+        let mut t = *tick;
+        t.set_read_format(READ_FORMAT);
+        t.set_disabled(false);
+        let tick = PerfEvent::open(&t, scope, events.first(), || "tick".into()).or_else(|_| {
+            t.set_exclude_kernel(true);
+            PerfEvent::open(&t, scope, events.first(), || "tick".into())
+        });
+        if let Ok(event) = tick {
+            events.push(event);
+        }
+        Ok(Group {
+            events,
+            nreq: requests.len(),
+        })
+    }
+
+    fn leader(&self) -> &PerfEvent {
+        &self.events[0]
+    }
+
+    pub fn enable(&self) -> Result<(), PerfError> {
+        self.leader().enable(true)
+    }
+
+    pub fn disable(&self) -> Result<(), PerfError> {
+        self.leader().disable(true)
+    }
+
+    /// Reads the group. `Ok(None)` means the kernel returned no data: the group is in error
+    /// state (it could never be scheduled).
+    pub fn read(&self) -> Result<Option<Reading>, PerfError> {
+        let mut buf = vec![0u8; 8 * (3 + 2 * self.events.len())];
+        let n = self.leader().read_into(&mut buf)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        Ok(parse(&buf[..n], self.nreq, self.events.len() > self.nreq))
+    }
+}
+
+/// Parses `{nr, time_enabled, time_running, {value, id}[nr]}`.
+pub(crate) fn parse(bytes: &[u8], nreq: usize, has_tick: bool) -> Option<Reading> {
+    let word = |i: usize| -> Option<u64> {
+        bytes
+            .get(i * 8..i * 8 + 8)
+            .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+    };
+    let nr = word(0)? as usize;
+    if nr != nreq + usize::from(has_tick) {
+        return None;
+    }
+    let value = |k: usize| word(3 + 2 * k);
+    Some(Reading {
+        counts: (0..nreq).map(value).collect::<Option<_>>()?,
+        tick: if has_tick { value(nreq)? } else { 0 },
+        enabled: word(1)?,
+        running: word(2)?,
+    })
+}
+
+/// `count × enabled / running`, perf stat's estimate for a multiplexed counter.
+pub(crate) fn scale(count: u64, enabled: u64, running: u64) -> u64 {
+    if running == 0 || running >= enabled {
+        return count;
+    }
+    ((count as u128 * enabled as u128) / running as u128) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(words: &[u64]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.to_ne_bytes()).collect()
+    }
+
+    #[test]
+    fn parses_a_group_read() {
+        // nr=3 (2 requests + tick), enabled, running, {value, id}...
+        let b = bytes(&[3, 1000, 500, 11, 101, 22, 102, 33, 103]);
+        let r = parse(&b, 2, true).unwrap();
+        assert_eq!(
+            r,
+            Reading {
+                counts: vec![11, 22],
+                tick: 33,
+                enabled: 1000,
+                running: 500
+            }
+        );
+        assert!(parse(&b, 3, true).is_none(), "member count must match");
+        assert!(parse(&b[..40], 2, true).is_none(), "short read");
+        let r = parse(&b, 3, false).unwrap();
+        assert_eq!((r.counts, r.tick), (vec![11, 22, 33], 0), "no tick member");
+    }
+
+    #[test]
+    fn scaling_is_perf_stats() {
+        assert_eq!(scale(100, 1000, 500), 200);
+        assert_eq!(scale(100, 1000, 1000), 100);
+        assert_eq!(scale(100, 1000, 0), 100, "never ran: nothing to scale");
+        assert_eq!(
+            scale(u64::MAX / 2, 4, 2),
+            u64::MAX - 1,
+            "no overflow in the product"
+        );
+    }
+
+    #[test]
+    fn read_format_is_group_with_times_and_ids() {
+        assert_eq!(READ_FORMAT, 0b1111);
+    }
+}
