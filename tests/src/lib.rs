@@ -117,3 +117,41 @@ pub fn scratch(name: &str) -> PathBuf {
     std::fs::create_dir_all(&d).expect("scratch dir");
     d
 }
+
+/// The cgroup v2 mount point (`/sys/fs/cgroup` or, on hybrid hosts, `/sys/fs/cgroup/unified`).
+pub fn cgroup2_root() -> Option<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        let mount_point = left.split(' ').nth(4)?;
+        right
+            .starts_with("cgroup2 ")
+            .then(|| PathBuf::from(mount_point))
+    })
+}
+
+/// A child cgroup made for one test, removed (once empty) on drop.
+pub struct TestCgroup {
+    pub path: PathBuf,
+}
+
+impl TestCgroup {
+    pub fn create(name: &str) -> TestCgroup {
+        let root = cgroup2_root().expect("no cgroup v2 mount");
+        let path = root.join(format!("profiler-test-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&path).expect("creating a cgroup");
+        TestCgroup { path }
+    }
+
+    /// Moves process `pid` into this cgroup.
+    pub fn add(&self, pid: u32) {
+        std::fs::write(self.path.join("cgroup.procs"), pid.to_string())
+            .expect("joining the cgroup");
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}

@@ -681,6 +681,52 @@ fn attribute_values_are_checked_at_bind() {
     );
 }
 
+#[test]
+fn cgroup_binding_counts_the_cgroups_tasks_on_every_cpu() {
+    if !privileged() {
+        return;
+    }
+    let _g = serial();
+    const N: u64 = 4000;
+    let cg = TestCgroup::create("cpc");
+    let cpc = handle();
+    let argv: Vec<OsString> = vec![fixture("touch").into(), N.to_string().into(), "2".into()];
+    let mut w = Workload::prepare(&argv).unwrap();
+    cg.add(w.pid());
+    let mut set = cpc.set_create();
+    cpc.set_add_request(&mut set, "page-faults", 0, USER, &[])
+        .unwrap();
+    cpc.bind_cgroup(&cg.path, &mut set, 0).unwrap();
+    // Faults outside the cgroup (this process) are not counted.
+    touch_pages(1000);
+    w.start().unwrap();
+    while w.try_reap().is_none() {
+        thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut buf = cpc.buf_create(&set).unwrap();
+    cpc.set_sample(&set, &mut buf).unwrap();
+    let faults = cpc.buf_get(&buf, 0).unwrap();
+    let extra = faults as i64 - 2 * N as i64;
+    eprintln!("cgroup touch {N} 2: {faults} faults, start-up constant {extra}");
+    assert!(
+        (0..=200).contains(&extra),
+        "cgroup counted {faults} for 2 x {N}"
+    );
+    assert_eq!(
+        errno(cpc.bind_cgroup(
+            std::path::Path::new("/nonexistent-cgroup"),
+            &mut cpc.set_create(),
+            0
+        )),
+        libc::ENOENT
+    );
+    assert_eq!(
+        errno(cpc.bind_cgroup(&cg.path, &mut set, 1)),
+        libc::EINVAL,
+        "flags must be 0"
+    );
+}
+
 /// perf event fds of this process.
 fn perf_fds() -> usize {
     std::fs::read_dir("/proc/self/fd")
