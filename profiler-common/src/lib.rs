@@ -18,7 +18,15 @@ pub const MAX_TARGET_TGIDS: u32 = 8192;
 pub mod filter {
     /// Only samples whose tgid is in the `TGIDS` map are kept.
     pub const TGID: u32 = 1 << 0;
+    /// Only samples whose tid is in the `TIDS` map are kept.
+    pub const TID: u32 = 1 << 1;
+    /// Only samples whose cgroup v2 id is in the `CGROUPS` map are kept.
+    pub const CGROUP: u32 = 1 << 2;
 }
+
+/// Most threads and cgroups the in-kernel filters can hold.
+pub const MAX_TARGET_TIDS: u32 = 16384;
+pub const MAX_TARGET_CGROUPS: u32 = 4096;
 
 /// Bits of [`SamplerConfig::capture`].
 pub mod capture {
@@ -28,8 +36,8 @@ pub mod capture {
     pub const KERNEL_STACK: u32 = 1 << 1;
 }
 
-/// Slots of the per-CPU `STATS` array. Every sample the program sees lands in exactly one of
-/// `SUBMITTED`, `LOST` or `FILTERED`, so nothing is dropped without being counted.
+/// Slots of the per-CPU `STATS` array. Every overflow the program sees lands in exactly one
+/// of `SUBMITTED`, `LOST`, `FILTERED` or `UNCONFIGURED`, so nothing is dropped uncounted.
 pub mod stat {
     /// Records written to the ring buffer.
     pub const SUBMITTED: u32 = 0;
@@ -39,8 +47,41 @@ pub mod stat {
     pub const FILTERED: u32 = 2;
     /// Stack walks that failed (the record is still written, with an empty stack).
     pub const STACK_ERRORS: u32 = 3;
+    /// Overflows of an event whose cookie has no `REQUESTS` entry (dropped; a bug if seen).
+    pub const UNCONFIGURED: u32 = 4;
     /// Number of slots.
-    pub const COUNT: u32 = 4;
+    pub const COUNT: u32 = 5;
+}
+
+/// Most requests the overflow engine tells apart (attach cookies `0..MAX_REQUESTS`).
+pub const MAX_REQUESTS: u32 = 1024;
+
+/// Bits of [`RequestConfig::flags`].
+pub mod request_flags {
+    /// Walk and store user and kernel stacks (as `SamplerConfig::capture` says).
+    pub const STACKS: u32 = 1 << 0;
+    /// libcpc's freeze: let perf consume the event's IOC_REFRESH budget, which disables it
+    /// (and, for a group leader, the whole set) until user space restarts it.
+    pub const FREEZE: u32 = 1 << 1;
+    /// Send `RequestConfig::signal` to the overflowing thread (libcpc's SIGEMT).
+    pub const SIGNAL: u32 = 1 << 2;
+}
+
+/// What the program does at an overflow of one request, keyed in the `REQUESTS` map by the
+/// attach cookie of the perf event's BPF link.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequestConfig {
+    /// libcpc preset: the virtual value is `preset + count` (wrapping).
+    pub preset: u64,
+    /// Request index reported in the record.
+    pub index: u32,
+    /// [`request_flags`] bits.
+    pub flags: u32,
+    /// Signal number for [`request_flags::SIGNAL`].
+    pub signal: u32,
+    /// Explicit padding.
+    pub _pad: u32,
 }
 
 /// Bits of [`SampleRecord::flags`].
@@ -74,6 +115,9 @@ pub struct SampleRecord {
     pub ip: u64,
     /// The sample period the event ran with when it overflowed.
     pub period: u64,
+    /// libcpc's virtual counter at the overflow: the request's preset plus the event's count
+    /// (it wraps past 0 at the overflow the preset was chosen for).
+    pub value: u64,
     /// The user word at the stack pointer, for user-mode samples ([`record_flags::LEAF_RET`]):
     /// the return address of a function that set up no frame pointer, which a frame-pointer
     /// walk would otherwise skip.
@@ -103,8 +147,9 @@ pub struct SampleRecord {
 }
 
 const _: () = assert!(core::mem::size_of::<SamplerConfig>() == 16);
-const _: () = assert!(core::mem::size_of::<SampleRecord>() == 88 + 2 * 8 * MAX_STACK_DEPTH);
+const _: () = assert!(core::mem::size_of::<SampleRecord>() == 96 + 2 * 8 * MAX_STACK_DEPTH);
 const _: () = assert!(core::mem::align_of::<SampleRecord>() == 8);
+const _: () = assert!(core::mem::size_of::<RequestConfig>() == 24);
 
 // SAFETY: both types are repr(C), contain only integers and arrays of integers, and have no
 // implicit padding (checked by the size asserts above), so every bit pattern is valid.
@@ -113,6 +158,9 @@ unsafe impl aya::Pod for SamplerConfig {}
 // SAFETY: as above.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for SampleRecord {}
+// SAFETY: as above.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for RequestConfig {}
 
 impl SampleRecord {
     /// Byte size of one record in the ring buffer.

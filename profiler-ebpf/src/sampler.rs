@@ -1,23 +1,29 @@
-//! The perf_event overflow handler: filter by target in the kernel, then capture one record
-//! (ids, time, IP, user and kernel stacks) into the ring buffer, counting every drop.
+//! The overflow engine: one perf_event program for `record` and for libcpc overflow
+//! notification. At each overflow it finds the request by the BPF link's attach cookie,
+//! filters by target in the kernel, computes libcpc's virtual value (preset + count), writes
+//! one record (ids, time, IP, value, optionally stacks) into the ring buffer, optionally
+//! signals the overflowing thread, and counts every drop.
 
 use aya_ebpf::{
     EbpfContext,
     bindings::{
-        BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, pt_regs,
+        BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP,
+        bpf_perf_event_value, pt_regs,
     },
     helpers::{
-        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_get_current_task_btf, bpf_get_smp_processor_id, bpf_get_stack, bpf_ktime_get_ns,
-        bpf_probe_read_kernel, bpf_probe_read_user, bpf_task_pt_regs,
+        bpf_get_attach_cookie, bpf_get_current_cgroup_id, bpf_get_current_comm,
+        bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_get_smp_processor_id,
+        bpf_get_stack, bpf_ktime_get_ns, bpf_perf_prog_read_value, bpf_probe_read_kernel,
+        bpf_probe_read_user, bpf_send_signal_thread, bpf_task_pt_regs,
     },
-    macros::{map, perf_event},
+    macros::map,
     maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::PerfEventContext,
 };
 use profiler_common::{
-    DEFAULT_RING_BYTES, MAX_STACK_DEPTH, MAX_TARGET_TGIDS, SampleRecord, SamplerConfig, capture,
-    filter, record_flags, stat,
+    DEFAULT_RING_BYTES, MAX_REQUESTS, MAX_STACK_DEPTH, MAX_TARGET_CGROUPS, MAX_TARGET_TGIDS,
+    MAX_TARGET_TIDS, RequestConfig, SampleRecord, SamplerConfig, capture, filter, record_flags,
+    request_flags, stat,
 };
 
 #[map]
@@ -27,17 +33,30 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
 static TGIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TARGET_TGIDS, 0);
 
 #[map]
+static TIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TARGET_TIDS, 0);
+
+#[map]
+static CGROUPS: HashMap<u64, u8> = HashMap::with_max_entries(MAX_TARGET_CGROUPS, 0);
+
+#[map]
 static CONFIG: Array<SamplerConfig> = Array::with_max_entries(1, 0);
 
 #[map]
 static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
 
-/// Returns 0 always: the sample is fully handled here, so perf itself must not write it to a
-/// perf buffer nor send a signal (Linux 6.10+ also keeps IOC_REFRESH budgets untouched).
-#[perf_event]
-pub fn sample(ctx: PerfEventContext) -> u32 {
-    on_sample(&ctx);
-    0
+#[map]
+static REQUESTS: HashMap<u64, RequestConfig> = HashMap::with_max_entries(MAX_REQUESTS, 0);
+
+/// Returns 0 (the sample is fully handled here: perf writes nothing and sends no signal, and
+/// on Linux 6.10+ the IOC_REFRESH budget is untouched), except for a request that freezes on
+/// overflow (libcpc's NOTIFY), where 1 lets perf spend the budget and disable the event.
+///
+/// Written without aya's `#[perf_event]` attribute, whose expansion (aya-ebpf-macros 0.2.0)
+/// discards the function's value and always returns 0; this is that expansion, returning it.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "perf_event")]
+pub fn sample(ctx: *mut core::ffi::c_void) -> u32 {
+    on_sample(&PerfEventContext::new(ctx.cast()))
 }
 
 #[inline(always)]
@@ -49,21 +68,54 @@ fn bump(slot: u32) {
 }
 
 #[inline(always)]
-fn on_sample(ctx: &PerfEventContext) {
+fn on_sample(ctx: &PerfEventContext) -> u32 {
     let Some(config) = CONFIG.get(0) else {
-        return;
+        return 0;
+    };
+    // SAFETY: the helper only reads the running program's attach cookie.
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    // SAFETY: a plain map lookup; the value is copied out.
+    let Some(request) = (unsafe { REQUESTS.get(cookie) }).copied() else {
+        bump(stat::UNCONFIGURED);
+        return 0;
     };
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     let tid = pid_tgid as u32;
-    // SAFETY: a plain map lookup; the value is only tested for presence.
-    if config.filter & filter::TGID != 0 && unsafe { TGIDS.get(tgid) }.is_none() {
+    // SAFETY (all three): plain map lookups; the values are only tested for presence.
+    let dropped = (config.filter & filter::TGID != 0 && unsafe { TGIDS.get(tgid) }.is_none())
+        || (config.filter & filter::TID != 0 && unsafe { TIDS.get(tid) }.is_none())
+        || (config.filter & filter::CGROUP != 0
+            && unsafe { CGROUPS.get(bpf_get_current_cgroup_id()) }.is_none());
+    if dropped {
         bump(stat::FILTERED);
-        return;
+        return 0;
     }
+    let freeze = if request.flags & request_flags::FREEZE != 0 {
+        1
+    } else {
+        0
+    };
+    if request.flags & request_flags::SIGNAL != 0 {
+        // SAFETY: signals the current (overflowing) thread; no memory is passed.
+        unsafe { bpf_send_signal_thread(request.signal) };
+    }
+    let mut count = bpf_perf_event_value {
+        counter: 0,
+        enabled: 0,
+        running: 0,
+    };
+    // SAFETY: the helper writes one bpf_perf_event_value into our stack variable.
+    let counted = unsafe {
+        bpf_perf_prog_read_value(
+            ctx.ctx,
+            &mut count,
+            core::mem::size_of::<bpf_perf_event_value>() as u32,
+        )
+    } == 0;
     let Some(mut entry) = EVENTS.reserve::<SampleRecord>(0) else {
         bump(stat::LOST);
-        return;
+        return freeze;
     };
     let rec = entry.as_mut_ptr();
     let data = ctx.ctx;
@@ -75,16 +127,23 @@ fn on_sample(ctx: &PerfEventContext) {
         (*rec).cgroup_id = bpf_get_current_cgroup_id();
         (*rec).ip = (*data).regs.rip;
         (*rec).period = (*data).sample_period;
+        (*rec).value = if counted {
+            request.preset.wrapping_add(count.counter)
+        } else {
+            0
+        };
         (*rec).pid = tgid;
         (*rec).tid = tid;
         (*rec).cpu = bpf_get_smp_processor_id();
-        (*rec).request = 0;
+        (*rec).request = request.index;
         (*rec).flags = 0;
         (*rec)._pad0 = 0;
         (*rec).leaf_ret = 0;
+        let stacks = request.flags & request_flags::STACKS != 0;
         // Keep the word at the user stack pointer: user space uses it to recover the caller
         // of a function without a frame-pointer prologue (see symbolize::leaf).
-        if let Some(sp) = user_sp(ctx)
+        if stacks
+            && let Some(sp) = user_sp(ctx)
             && let Ok(word) = bpf_probe_read_user(sp as *const u64)
         {
             (*rec).leaf_ret = word;
@@ -94,7 +153,7 @@ fn on_sample(ctx: &PerfEventContext) {
         (*rec).kernel_frames = 0;
         (*rec).user_frames = 0;
         const STACK_BYTES: u32 = (MAX_STACK_DEPTH * 8) as u32;
-        if config.capture & capture::KERNEL_STACK != 0 {
+        if stacks && config.capture & capture::KERNEL_STACK != 0 {
             let n = bpf_get_stack(
                 ctx.as_ptr(),
                 (*rec).kernel_stack.as_mut_ptr().cast(),
@@ -107,7 +166,7 @@ fn on_sample(ctx: &PerfEventContext) {
                 bump(stat::STACK_ERRORS);
             }
         }
-        if config.capture & capture::USER_STACK != 0 {
+        if stacks && config.capture & capture::USER_STACK != 0 {
             let n = bpf_get_stack(
                 ctx.as_ptr(),
                 (*rec).user_stack.as_mut_ptr().cast(),
@@ -130,6 +189,7 @@ fn on_sample(ctx: &PerfEventContext) {
     };
     entry.submit(wake as u64);
     bump(stat::SUBMITTED);
+    freeze
 }
 
 /// The user stack pointer of the sampled task: from the sample's registers when it was

@@ -1,13 +1,13 @@
 //! The sampler: the embedded eBPF object, its maps, and the perf events it is attached to.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use aya::{
     Ebpf, EbpfError, EbpfLoader,
     maps::{Array, HashMap, MapData, MapError, PerCpuArray, RingBuf},
     programs::{PerfEvent as PerfEventProgram, ProgramError},
 };
-use profiler_common::{SamplerConfig, stat};
+use profiler_common::{RequestConfig, SamplerConfig, stat};
 
 use super::ring::RecordStream;
 use crate::perf::{PerfError, PerfEvent};
@@ -39,6 +39,8 @@ pub enum BpfError {
     Attach(#[from] PerfError),
     #[error("the eBPF ring buffer: {0}")]
     Ring(std::io::Error),
+    #[error("bpf(BPF_LINK_CREATE) for a perf event: {0}")]
+    Link(std::io::Error),
 }
 
 fn map_err(name: &'static str) -> impl FnOnce(MapError) -> BpfError {
@@ -53,12 +55,14 @@ pub struct SamplerStats {
     pub lost: u64,
     pub filtered: u64,
     pub stack_errors: u64,
+    pub unconfigured: u64,
 }
 
 /// The loaded sampling program and everything attached to it. Dropping it closes the perf
 /// events (which detaches the program from them) and unloads program and maps.
 pub struct Sampler {
-    // Declared first so the events close before the program they run.
+    // Declared first: links detach before the events and the program they join close.
+    links: Vec<OwnedFd>,
     events: Vec<PerfEvent>,
     ebpf: Ebpf,
 }
@@ -79,6 +83,7 @@ impl Sampler {
             .try_into()?;
         program.load()?;
         let mut sampler = Self {
+            links: Vec::new(),
             events: Vec::new(),
             ebpf,
         };
@@ -99,15 +104,34 @@ impl Sampler {
         tgids.insert(tgid, 1, 0).map_err(map_err("TGIDS"))
     }
 
-    /// Runs the program on every overflow of `event`, and keeps `event` alive with the sampler.
-    pub fn attach(&mut self, event: PerfEvent) -> Result<(), BpfError> {
+    /// Says what the program does at overflows of events attached with `cookie`.
+    pub fn set_request(&mut self, cookie: u64, config: RequestConfig) -> Result<(), BpfError> {
+        let mut requests: HashMap<_, u64, RequestConfig> =
+            HashMap::try_from(self.map("REQUESTS")?).map_err(map_err("REQUESTS"))?;
+        requests
+            .insert(cookie, config, 0)
+            .map_err(map_err("REQUESTS"))
+    }
+
+    /// Runs the program on every overflow of `event` (cookie `cookie`) and keeps `event`
+    /// alive with the sampler.
+    pub fn attach(&mut self, event: PerfEvent, cookie: u64) -> Result<(), BpfError> {
+        self.link(event.as_fd(), cookie)?;
+        self.events.push(event);
+        Ok(())
+    }
+
+    /// Runs the program on every overflow of an event someone else owns. The link (kept by
+    /// the sampler) holds the event open: drop the sampler with the event's owner.
+    pub fn link(&mut self, event: BorrowedFd<'_>, cookie: u64) -> Result<(), BpfError> {
         let program: &PerfEventProgram = self
             .ebpf
             .program(PROGRAM)
             .ok_or(BpfError::Missing("program `sample`"))?
             .try_into()?;
-        event.set_bpf(program.fd()?.as_fd())?;
-        self.events.push(event);
+        let link = super::link::perf_event_link(program.fd()?.as_fd(), event, cookie)
+            .map_err(BpfError::Link)?;
+        self.links.push(link);
         Ok(())
     }
 
@@ -118,6 +142,7 @@ impl Sampler {
 
     /// Closes every perf event: no new samples arrive after this returns.
     pub fn detach_all(&mut self) {
+        self.links.clear();
         self.events.clear();
     }
 
@@ -129,6 +154,30 @@ impl Sampler {
             .ok_or(BpfError::Missing("map `EVENTS`"))?;
         let ring: RingBuf<MapData> = RingBuf::try_from(map).map_err(map_err("EVENTS"))?;
         RecordStream::new(ring).map_err(BpfError::Ring)
+    }
+
+    /// How many times the kernel ran the program (needs BPF run-time stats enabled, e.g.
+    /// with `aya::sys::enable_stats`): an account of overflows independent of our counters.
+    pub fn run_count(&self) -> Result<u64, BpfError> {
+        let program = self
+            .ebpf
+            .program(PROGRAM)
+            .ok_or(BpfError::Missing("program `sample`"))?;
+        Ok(program.info()?.run_count())
+    }
+
+    /// Adds a thread to the in-kernel filter (`filter::TID`).
+    pub fn add_tid(&mut self, tid: u32) -> Result<(), BpfError> {
+        let mut tids: HashMap<_, u32, u8> =
+            HashMap::try_from(self.map("TIDS")?).map_err(map_err("TIDS"))?;
+        tids.insert(tid, 1, 0).map_err(map_err("TIDS"))
+    }
+
+    /// Adds a cgroup (v2 id, the directory's inode number) to the filter (`filter::CGROUP`).
+    pub fn add_cgroup(&mut self, id: u64) -> Result<(), BpfError> {
+        let mut cgroups: HashMap<_, u64, u8> =
+            HashMap::try_from(self.map("CGROUPS")?).map_err(map_err("CGROUPS"))?;
+        cgroups.insert(id, 1, 0).map_err(map_err("CGROUPS"))
     }
 
     /// Sums the per-CPU counters.
@@ -143,6 +192,7 @@ impl Sampler {
             lost: slot(stat::LOST)?,
             filtered: slot(stat::FILTERED)?,
             stack_errors: slot(stat::STACK_ERRORS)?,
+            unconfigured: slot(stat::UNCONFIGURED)?,
         })
     }
 }

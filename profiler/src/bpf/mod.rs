@@ -1,6 +1,7 @@
 //! Loading the embedded eBPF object, configuring its maps, attaching its perf_event program to
 //! perf events we opened ourselves, and reading its ring buffer and loss counters.
 
+mod link;
 mod loader;
 mod privilege;
 mod ring;

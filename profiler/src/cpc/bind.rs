@@ -14,6 +14,7 @@ use super::{
     buf::Buf,
     error::{CpcError, Subcode},
     group::{Group, Reading, scale},
+    overflow::{Engine, period_for, request_config},
 };
 use crate::perf::PerfError;
 
@@ -82,9 +83,17 @@ pub(crate) fn cpu_epoch() -> u64 {
 
 /// The live part of a binding: dropped on unbind, which closes every perf fd.
 pub(crate) struct Live {
+    /// The overflow engine of notifying requests; first, so its links go before the events.
+    pub engine: Option<Engine>,
     pub groups: Vec<Group>,
-    /// Presets as the "kernel" holds them (`request_preset` changes these, not the set's).
+    /// Presets the counters run with (libcpc's kernel copy; the set keeps the originals).
     pub presets: Vec<u64>,
+    /// Presets for the next `set_restart` (`request_preset` writes here).
+    pub pending: Vec<u64>,
+    /// Requests with overflow notification and a non-zero period.
+    pub notify: Vec<usize>,
+    /// Signal sent at each overflow (signal mode).
+    pub signal: Option<i32>,
     /// Disabled by `cpc_disable` (or an overflow freeze): samples return the frozen values.
     pub frozen: bool,
     /// Converts the tick member's count to cycles (nanoseconds × MHz / 1000 without a PMU).
@@ -99,6 +108,64 @@ pub struct Binding {
     pub(crate) binder_tid: i32,
     pub(crate) epoch: u64,
     pub(crate) live: Mutex<Option<Live>>,
+}
+
+impl Live {
+    /// Enables every group; under freeze, arms each notifying event for one overflow.
+    pub(crate) fn enable(&self, func: &'static str) -> Result<(), CpcError> {
+        for g in &self.groups {
+            g.enable().map_err(|e| perf_error(func, e, None))?;
+            if self.engine.as_ref().is_some_and(|e| e.freeze) {
+                for &i in &self.notify {
+                    g.event(i)
+                        .refresh(1)
+                        .map_err(|e| perf_error(func, e, None))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `set_restart`: counts back to the (pending) presets, periods re-armed, freeze cleared.
+    pub(crate) fn restart(&mut self, func: &'static str) -> Result<(), CpcError> {
+        for g in &self.groups {
+            g.disable().map_err(|e| perf_error(func, e, None))?;
+        }
+        for &i in &self.notify {
+            // A preset of 0 never overflows: the longest period the kernel takes.
+            let period = match period_for(self.pending[i]) {
+                0 => (1 << 63) - 1,
+                p if p >= 1 << 63 => {
+                    return Err(CpcError::new(
+                        func,
+                        libc::EINVAL,
+                        format!("preset {:#x} gives a period over 2^63", self.pending[i]),
+                    ));
+                }
+                p => p,
+            };
+            // PERIOD also restarts the overflow countdown, which RESET alone does not.
+            for g in &self.groups {
+                g.event(i)
+                    .set_period(period)
+                    .map_err(|e| perf_error(func, e, None))?;
+            }
+            if let Some(engine) = self.engine.as_mut() {
+                let config = request_config(self.pending[i], i, engine.freeze, self.signal);
+                engine
+                    .sampler
+                    .set_request(i as u64, config)
+                    .map_err(|e| CpcError::new(func, libc::EIO, e.to_string()))?;
+            }
+        }
+        for g in &self.groups {
+            g.reset().map_err(|e| perf_error(func, e, None))?;
+        }
+        self.presets = self.pending.clone();
+        self.enable(func)?;
+        self.frozen = false;
+        Ok(())
+    }
 }
 
 impl Binding {

@@ -14,9 +14,16 @@ use super::{
     events::EventKind,
     group::Group,
     handle::Cpc,
+    overflow::{Engine, OverflowPolicy, period_for},
     set::Set,
 };
-use crate::perf::{EventAttr, Scope, SoftwareEvent};
+use crate::perf::{EventAttr, SamplePolicy, Scope, SoftwareEvent};
+
+/// A set ready to open: each request's attributes, and which requests notify.
+pub(crate) struct Prepared {
+    attrs: Vec<(EventAttr, String)>,
+    notify: Vec<usize>,
+}
 
 /// perf software configs counted on the scheduler's behalf (kernel-attributed): with
 /// exclude_kernel they read 0, so user/system flags select "count" or "not" as a whole.
@@ -33,12 +40,7 @@ fn gettid() -> i32 {
 
 impl Cpc {
     /// Validates a set for binding and builds each request's perf attributes.
-    fn prepare(
-        &self,
-        func: &'static str,
-        set: &Set,
-        inherit: bool,
-    ) -> Result<Vec<(EventAttr, String)>, CpcError> {
+    fn prepare(&self, func: &'static str, set: &Set, inherit: bool) -> Result<Prepared, CpcError> {
         if set.binding.as_ref().is_some_and(|b| b.is_live()) {
             return Err(CpcError::new(func, libc::EINVAL, "set is already bound"));
         }
@@ -56,7 +58,8 @@ impl Cpc {
         }
         let mut pics = Vec::new();
         let mut out = Vec::with_capacity(n);
-        for r in &set.requests {
+        let mut notify = Vec::new();
+        for (index, r) in set.requests.iter().enumerate() {
             if r.flags & !request::ALL != 0 {
                 return Err(self.report(CpcError::with_subcode(
                     func,
@@ -71,16 +74,6 @@ impl Cpc {
                     func,
                     libc::ENOTSUP,
                     "counters cannot interrupt on overflow here",
-                ));
-            }
-            if r.flags & request::OVF_NOTIFY_EMT != 0 {
-                return Err(CpcError::new(
-                    func,
-                    libc::ENOTSUP,
-                    format!(
-                        "'{}': overflow notification is not available in this build yet",
-                        r.event
-                    ),
                 ));
             }
             if r.flags & request::HW_SMPL != 0 && self.caps() & caps::SMPL == 0 {
@@ -141,9 +134,26 @@ impl Cpc {
             }
             attr.set_exclude_hv(!hv);
             attr.set_inherit(inherit).set_inherit_thread(inherit);
+            // Notification: overflow after 2^64 - preset events. A preset of 0 never
+            // overflows, so such a request only counts, as in libcpc.
+            let period = period_for(r.preset);
+            if r.flags & request::OVF_NOTIFY_EMT != 0 && period != 0 {
+                if period >= 1 << 63 {
+                    return Err(CpcError::new(
+                        func,
+                        libc::EINVAL,
+                        format!(
+                            "'{}': preset {:#x} means {period} events to the overflow; the kernel                              takes at most 2^63 - 1 (libcpc's portable range is 1 to 2^31)",
+                            r.event, r.preset
+                        ),
+                    ));
+                }
+                attr.set_sample_policy(SamplePolicy::Period(period));
+                notify.push(index);
+            }
             out.push((attr, r.event.clone()));
         }
-        Ok(out)
+        Ok(Prepared { attrs: out, notify })
     }
 
     /// The hidden tick member: cycles with a PMU; task or CPU time without one.
@@ -159,35 +169,64 @@ impl Cpc {
         attr
     }
 
+    /// Opens one group per scope, attaches the overflow engine to notifying requests, and
+    /// only then enables counting, so no overflow can precede its handler.
+    #[allow(clippy::too_many_arguments)]
     fn open_groups(
         &self,
         func: &'static str,
-        attrs: &[(EventAttr, String)],
+        set: &Set,
+        prepared: Prepared,
         scopes: &[Scope],
         tick: &EventAttr,
-    ) -> Result<Vec<Group>, CpcError> {
+        inherit: bool,
+        claim: Option<CpuClaim>,
+    ) -> Result<Live, CpcError> {
+        let Prepared { attrs, notify } = prepared;
+        let policy = *self
+            .overflow_policy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let signal = *self
+            .overflow_signal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        // The first notifying request leads the group: when perf disables it at its
+        // overflow, the whole set stops, which is libcpc's freeze.
+        let leader = notify.first().copied().unwrap_or(0);
         let mut groups = Vec::with_capacity(scopes.len());
         for &scope in scopes {
-            let g = Group::open(attrs, tick, scope).map_err(|f| {
+            let g = Group::open(&attrs, tick, scope, leader).map_err(|f| {
                 self.report(perf_error(func, f.error, Some(attrs[f.request].1.as_str())))
             })?;
             groups.push(g);
         }
-        for g in &groups {
-            g.enable().map_err(|e| perf_error(func, e, None))?;
-        }
-        Ok(groups)
-    }
-
-    fn register(&self, set: &mut Set, kind: BindKind, groups: Vec<Group>, claim: Option<CpuClaim>) {
-        let presets = set.requests.iter().map(|r| r.preset).collect();
+        let presets: Vec<u64> = set.requests.iter().map(|r| r.preset).collect();
+        // The kernel cannot arm an inherited event for one overflow (IOC_REFRESH: EINVAL).
+        let freeze = policy == OverflowPolicy::Freeze && !inherit;
+        let engine = if notify.is_empty() {
+            None
+        } else {
+            Some(Engine::attach(
+                func, &groups, &notify, &presets, freeze, signal,
+            )?)
+        };
         let live = Live {
+            engine,
             groups,
+            pending: presets.clone(),
             presets,
+            notify,
+            signal,
             frozen: false,
             tick_scale: self.tick_scale,
             _claim: claim,
         };
+        live.enable(func)?;
+        Ok(live)
+    }
+
+    fn register(&self, set: &mut Set, kind: BindKind, live: Live) {
         let binding = Arc::new(Binding::new(kind.clone(), live));
         let mut all = self.all.lock().unwrap_or_else(|p| p.into_inner());
         all.retain(|w| w.strong_count() > 0);
@@ -218,17 +257,13 @@ impl Cpc {
             ));
         }
         let inherit = flags & bind::LWP_INHERIT != 0;
-        let attrs = self.prepare(F, set, inherit)?;
+        let prepared = self.prepare(F, set, inherit)?;
         if cpu_bindings_exist() {
             return Err(CpcError::new(F, libc::EAGAIN, "a CPU binding exists"));
         }
-        let groups = self.open_groups(
-            F,
-            &attrs,
-            &[Scope::Thread(0)],
-            &self.tick_attr(true, inherit),
-        )?;
-        self.register(set, BindKind::CurLwp { tid: gettid() }, groups, None);
+        let tick = self.tick_attr(true, inherit);
+        let live = self.open_groups(F, set, prepared, &[Scope::Thread(0)], &tick, inherit, None)?;
+        self.register(set, BindKind::CurLwp { tid: gettid() }, live);
         Ok(())
     }
 
@@ -270,13 +305,14 @@ impl Cpc {
         };
         // All threads: new threads count into their creator's context.
         let inherit = lwp == Lwp::All;
-        let attrs = self.prepare(F, set, inherit)?;
+        let prepared = self.prepare(F, set, inherit)?;
         if cpu_bindings_exist() {
             return Err(CpcError::new(F, libc::EAGAIN, "a CPU binding exists"));
         }
         let scopes: Vec<Scope> = tids.into_iter().map(Scope::Thread).collect();
-        let groups = self.open_groups(F, &attrs, &scopes, &self.tick_attr(true, inherit))?;
-        self.register(set, BindKind::Pctx { pid, lwp }, groups, None);
+        let tick = self.tick_attr(true, inherit);
+        let live = self.open_groups(F, set, prepared, &scopes, &tick, inherit, None)?;
+        self.register(set, BindKind::Pctx { pid, lwp }, live);
         Ok(())
     }
 
@@ -308,12 +344,20 @@ impl Cpc {
                 CpcError::new(F, libc::EINVAL, format!("cpu {cpu} does not exist"))
             });
         }
-        let attrs = self.prepare(F, set, false)?;
+        let prepared = self.prepare(F, set, false)?;
         let claim = CpuClaim::take(cpu)
             .ok_or_else(|| CpcError::new(F, libc::EAGAIN, format!("cpu {cpu} is already bound")))?;
-        let groups =
-            self.open_groups(F, &attrs, &[Scope::Cpu(cpu)], &self.tick_attr(false, false))?;
-        self.register(set, BindKind::Cpu(cpu), groups, Some(claim));
+        let tick = self.tick_attr(false, false);
+        let live = self.open_groups(
+            F,
+            set,
+            prepared,
+            &[Scope::Cpu(cpu)],
+            &tick,
+            false,
+            Some(claim),
+        )?;
+        self.register(set, BindKind::Cpu(cpu), live);
         Ok(())
     }
 
@@ -342,7 +386,7 @@ impl Cpc {
                 format!("{}: {e}", path.display()),
             )
         })?;
-        let attrs = self.prepare(F, set, false)?;
+        let prepared = self.prepare(F, set, false)?;
         let mut cpus: Vec<u32> = online_cpus()
             .map_err(|e| CpcError::new(F, libc::EIO, format!("online cpus: {e}")))?
             .into_iter()
@@ -353,8 +397,9 @@ impl Cpc {
             .into_iter()
             .map(|cpu| Scope::CgroupOnCpu { cgroup_fd: fd, cpu })
             .collect();
-        let groups = self.open_groups(F, &attrs, &scopes, &self.tick_attr(false, false))?;
-        self.register(set, BindKind::Cgroup(path.to_path_buf()), groups, None);
+        let tick = self.tick_attr(false, false);
+        let live = self.open_groups(F, set, prepared, &scopes, &tick, false, None)?;
+        self.register(set, BindKind::Cgroup(path.to_path_buf()), live);
         Ok(())
     }
 
@@ -415,7 +460,7 @@ impl Cpc {
         binding.sample(F, buf)
     }
 
-    fn calling_lwp_binding(&self, func: &'static str) -> Result<Arc<Binding>, CpcError> {
+    pub(crate) fn calling_lwp_binding(&self, func: &'static str) -> Result<Arc<Binding>, CpcError> {
         let lwp = self.lwp.lock().unwrap_or_else(|p| p.into_inner());
         lwp.get(&gettid())
             .and_then(|w| w.upgrade())

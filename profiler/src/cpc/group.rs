@@ -14,11 +14,13 @@ pub(crate) const READ_FORMAT: u64 = (PERF_FORMAT_GROUP
     | PERF_FORMAT_TOTAL_TIME_RUNNING
     | PERF_FORMAT_ID) as u64;
 
-/// One context's group: `events[..nreq]` are the requests, then the tick member if it could
-/// be opened (a host may refuse it, e.g. kernel-mode cycles to an unprivileged user; the set
-/// still counts, with a tick of 0).
+/// One context's group: `events[..nreq]` are the requests (`order[k]` is the request index
+/// of `events[k]`: the leader may be any request), then the tick member if it could be opened
+/// (a host may refuse it, e.g. kernel-mode cycles to an unprivileged user; the set still
+/// counts, with a tick of 0).
 pub(crate) struct Group {
     events: Vec<PerfEvent>,
+    order: Vec<usize>,
     nreq: usize,
 }
 
@@ -38,17 +40,21 @@ pub(crate) struct OpenFailure {
 }
 
 impl Group {
-    /// Opens `requests` (leader first) and `tick` as one disabled group on `scope`.
+    /// Opens `requests` and `tick` as one disabled group on `scope`, led by request `leader`.
     pub fn open(
         requests: &[(EventAttr, String)],
         tick: &EventAttr,
         scope: Scope,
+        leader: usize,
     ) -> Result<Group, OpenFailure> {
+        let mut order: Vec<usize> = vec![leader];
+        order.extend((0..requests.len()).filter(|&i| i != leader));
         let mut events: Vec<PerfEvent> = Vec::with_capacity(requests.len() + 1);
-        for (i, (attr, name)) in requests.iter().enumerate() {
+        for (k, &i) in order.iter().enumerate() {
+            let (attr, name) = &requests[i];
             let mut attr = *attr;
             attr.set_read_format(READ_FORMAT);
-            attr.set_disabled(i == 0);
+            attr.set_disabled(k == 0);
             let event = PerfEvent::open(&attr, scope, events.first(), || name.clone())
                 .map_err(|error| OpenFailure { request: i, error })?;
             events.push(event);
@@ -65,6 +71,7 @@ impl Group {
         }
         Ok(Group {
             events,
+            order,
             nreq: requests.len(),
         })
     }
@@ -81,6 +88,20 @@ impl Group {
         self.leader().disable(true)
     }
 
+    pub fn reset(&self) -> Result<(), PerfError> {
+        self.leader().reset(true)
+    }
+
+    /// The event counting request `index`.
+    pub fn event(&self, index: usize) -> &PerfEvent {
+        let k = self
+            .order
+            .iter()
+            .position(|&i| i == index)
+            .expect("request index in group");
+        &self.events[k]
+    }
+
     /// Reads the group. `Ok(None)` means the kernel returned no data: the group is in error
     /// state (it could never be scheduled).
     pub fn read(&self) -> Result<Option<Reading>, PerfError> {
@@ -89,7 +110,16 @@ impl Group {
         if n == 0 {
             return Ok(None);
         }
-        Ok(parse(&buf[..n], self.nreq, self.events.len() > self.nreq))
+        let Some(mut r) = parse(&buf[..n], self.nreq, self.events.len() > self.nreq) else {
+            return Ok(None);
+        };
+        // Back from group order to request order.
+        let mut counts = vec![0; self.nreq];
+        for (k, &i) in self.order.iter().enumerate() {
+            counts[i] = r.counts[k];
+        }
+        r.counts = counts;
+        Ok(Some(r))
     }
 }
 

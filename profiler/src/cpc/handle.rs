@@ -40,6 +40,8 @@ pub struct Cpc {
     pub(crate) all: Mutex<Vec<Weak<Binding>>>,
     /// cycles per nanosecond of task time, for the tick on hosts without a PMU.
     pub(crate) tick_scale: Option<f64>,
+    pub(crate) overflow_policy: Mutex<super::overflow::OverflowPolicy>,
+    pub(crate) overflow_signal: Mutex<Option<i32>>,
 }
 
 impl Cpc {
@@ -100,6 +102,8 @@ impl Cpc {
             } else {
                 cpu_mhz().map(|mhz| mhz / 1000.0)
             },
+            overflow_policy: Mutex::default(),
+            overflow_signal: Mutex::new(None),
         })
     }
 

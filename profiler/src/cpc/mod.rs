@@ -12,6 +12,7 @@ mod error;
 pub mod events;
 mod group;
 mod handle;
+mod overflow;
 mod request;
 mod set;
 
@@ -19,4 +20,5 @@ pub use bind::Lwp;
 pub use buf::Buf;
 pub use error::{CpcError, ErrorHandler, Subcode};
 pub use handle::{Cpc, SOFTWARE_NPIC};
+pub use overflow::{Overflow, OverflowHandler, OverflowPolicy, OverflowStream};
 pub use set::{Attr, Request, Set};

@@ -9,7 +9,7 @@ mod workload;
 use std::{ffi::OsString, future::Future, pin::Pin, time::Duration};
 
 use nix::sys::wait::WaitStatus;
-use profiler_common::{SamplerConfig, capture, filter};
+use profiler_common::{RequestConfig, SamplerConfig, capture, filter, request_flags};
 use tokio::signal::unix::{SignalKind, signal};
 
 pub use collect::Collector;
@@ -167,6 +167,13 @@ pub async fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> 
         wakeup_bytes: u64::from(opts.ring_bytes / 4),
     };
     let mut sampler = Sampler::load(config, opts.ring_bytes)?;
+    sampler.set_request(
+        0,
+        RequestConfig {
+            flags: request_flags::STACKS,
+            ..Default::default()
+        },
+    )?;
     let mut pidfds = Vec::new();
     match (&opts.target, &workload) {
         (Target::Pids(pids), _) => {
@@ -186,7 +193,7 @@ pub async fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> 
     attr.set_sample_policy(SamplePolicy::Frequency(opts.frequency_hz));
     for cpu in online_cpus()? {
         let event = PerfEvent::open(&attr, Scope::Cpu(cpu), None, || "cpu-clock".into())?;
-        sampler.attach(event)?;
+        sampler.attach(event, 0)?;
     }
     let mut records = sampler.take_records()?;
     for event in sampler.events() {

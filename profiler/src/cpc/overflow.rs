@@ -1,0 +1,395 @@
+//! Overflow notification (libcpc's CPC_OVF_NOTIFY_EMT) on the eBPF overflow engine.
+//!
+//! A request with `OVF_NOTIFY_EMT` and a non-zero preset overflows after `2^64 - preset`
+//! events. At each overflow the engine's program (the same one `record` uses) computes the
+//! virtual value and writes an [`Overflow`] to the binding's ring buffer; user space reads
+//! them as an async stream or through a callback thread. Under [`OverflowPolicy::Freeze`]
+//! (libcpc's behaviour) the set stops counting at the overflow until `set_restart`; under
+//! [`OverflowPolicy::Continue`] perf reloads the period and every overflow is reported.
+//! Optionally the overflowing thread also receives a signal (libcpc's SIGEMT).
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, Ordering},
+};
+
+use profiler_common::{RequestConfig, SampleRecord, SamplerConfig, request_flags};
+
+use super::{bind::Binding, error::CpcError, group::Group, handle::Cpc, set::Set};
+use crate::bpf::{RecordStream, Sampler, SamplerStats};
+
+/// What happens to a set when one of its notifying requests overflows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OverflowPolicy {
+    /// libcpc: the set stops counting until `set_restart` (exact for the group leader, which
+    /// is the first notifying request; with `LWP_INHERIT` the kernel cannot freeze, and the
+    /// set continues as under `Continue`).
+    #[default]
+    Freeze,
+    /// Linux: the period reloads and counting goes on; every overflow is reported.
+    Continue,
+}
+
+/// One overflow of a notifying request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Overflow {
+    /// Index of the request that overflowed.
+    pub request: usize,
+    pub pid: u32,
+    pub tid: u32,
+    pub cpu: u32,
+    /// Instruction pointer at the overflow (the faulting instruction for page faults).
+    pub pc: u64,
+    /// The request's virtual value at the overflow (it has wrapped past 0).
+    pub value: u64,
+    /// CLOCK_MONOTONIC nanoseconds.
+    pub time_ns: u64,
+    pub cgroup_id: u64,
+}
+
+impl From<&SampleRecord> for Overflow {
+    fn from(r: &SampleRecord) -> Self {
+        Overflow {
+            request: r.request as usize,
+            pid: r.pid,
+            tid: r.tid,
+            cpu: r.cpu,
+            pc: r.ip,
+            value: r.value,
+            time_ns: r.time_ns,
+            cgroup_id: r.cgroup_id,
+        }
+    }
+}
+
+/// Ring buffer of one notifying binding (256 KiB: about 115 records).
+const ENGINE_RING_BYTES: u32 = 256 << 10;
+
+/// The eBPF program and its links for one binding's notifying requests.
+pub(crate) struct Engine {
+    pub sampler: Sampler,
+    pub freeze: bool,
+}
+
+/// The per-request program configuration for the engine.
+pub(crate) fn request_config(
+    preset: u64,
+    index: usize,
+    freeze: bool,
+    signal: Option<i32>,
+) -> RequestConfig {
+    let mut flags = 0;
+    if freeze {
+        flags |= request_flags::FREEZE;
+    }
+    if signal.is_some() {
+        flags |= request_flags::SIGNAL;
+    }
+    RequestConfig {
+        preset,
+        index: index as u32,
+        flags,
+        signal: signal.unwrap_or(0) as u32,
+        _pad: 0,
+    }
+}
+
+impl Engine {
+    /// Loads the program and links it to every context's events of the `notify` requests.
+    pub fn attach(
+        func: &'static str,
+        groups: &[Group],
+        notify: &[usize],
+        presets: &[u64],
+        freeze: bool,
+        signal: Option<i32>,
+    ) -> Result<Engine, CpcError> {
+        let bpf = |e: crate::bpf::BpfError| {
+            CpcError::new(func, libc::ENOTSUP, format!("overflow engine: {e}"))
+        };
+        // Notifications are latency-sensitive: wake the reader on every record.
+        let config = SamplerConfig {
+            filter: 0,
+            capture: 0,
+            wakeup_bytes: 0,
+        };
+        let mut sampler = Sampler::load(config, ENGINE_RING_BYTES).map_err(bpf)?;
+        for &i in notify {
+            sampler
+                .set_request(i as u64, request_config(presets[i], i, freeze, signal))
+                .map_err(bpf)?;
+            for g in groups {
+                sampler
+                    .link(std::os::fd::AsFd::as_fd(g.event(i)), i as u64)
+                    .map_err(bpf)?;
+            }
+        }
+        Ok(Engine { sampler, freeze })
+    }
+}
+
+/// `2^64 - preset`: events until a counter starting at `preset` wraps. 0 means never.
+pub(crate) fn period_for(preset: u64) -> u64 {
+    preset.wrapping_neg()
+}
+
+/// Overflows of one set, as an async stream (create it inside a tokio runtime).
+pub struct OverflowStream {
+    records: RecordStream,
+    pending: std::collections::VecDeque<Overflow>,
+}
+
+impl OverflowStream {
+    /// The next overflow.
+    pub async fn next(&mut self) -> Overflow {
+        loop {
+            if let Some(o) = self.pending.pop_front() {
+                return o;
+            }
+            let pending = &mut self.pending;
+            self.records
+                .next_batch(std::time::Duration::from_millis(100), |r| {
+                    pending.push_back(r.into())
+                })
+                .await;
+        }
+    }
+
+    /// Every overflow already delivered, without waiting.
+    pub fn drain(&mut self) -> Vec<Overflow> {
+        let pending = &mut self.pending;
+        self.records.drain(|r| pending.push_back(r.into()));
+        self.pending.drain(..).collect()
+    }
+}
+
+/// A thread calling a handler for each overflow of a set; stops (and joins) on drop.
+pub struct OverflowHandler {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for OverflowHandler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Cpc {
+    /// What a notifying set does at an overflow (applies to sets bound afterwards).
+    pub fn set_overflow_policy(&self, policy: OverflowPolicy) {
+        *self
+            .overflow_policy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = policy;
+    }
+
+    /// Also send `signal` to the overflowing thread (libcpc's SIGEMT; Linux has none on x86,
+    /// so any signal may stand in). For thread bindings; applies to sets bound afterwards.
+    /// The handler finds the overflow PC in its ucontext (the interrupted instruction).
+    pub fn set_overflow_signal(&self, signal: Option<i32>) -> Result<(), CpcError> {
+        if let Some(s) = signal
+            && !(1..=libc::SIGRTMAX()).contains(&s)
+        {
+            return Err(CpcError::new(
+                "cpc_set_overflow_signal",
+                libc::EINVAL,
+                format!("bad signal {s}"),
+            ));
+        }
+        *self
+            .overflow_signal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = signal;
+        Ok(())
+    }
+
+    fn engine_binding(&self, func: &'static str, set: &Set) -> Result<Arc<Binding>, CpcError> {
+        let b = set.binding.as_ref().filter(|b| b.is_live());
+        b.cloned()
+            .ok_or_else(|| CpcError::new(func, libc::EINVAL, "set is not bound"))
+    }
+
+    /// The set's overflows as an async stream. Call once, inside a tokio runtime. EINVAL if
+    /// the set is not bound or has no notifying request.
+    pub fn overflows(&self, set: &Set) -> Result<OverflowStream, CpcError> {
+        const F: &str = "cpc_overflows";
+        let binding = self.engine_binding(F, set)?;
+        let mut guard = binding.lock();
+        let engine = guard
+            .as_mut()
+            .and_then(|l| l.engine.as_mut())
+            .ok_or_else(|| CpcError::new(F, libc::EINVAL, "set has no notifying request"))?;
+        let records = engine.sampler.take_records().map_err(|e| {
+            CpcError::new(
+                F,
+                libc::EINVAL,
+                format!("overflow stream already taken or unusable: {e}"),
+            )
+        })?;
+        Ok(OverflowStream {
+            records,
+            pending: Default::default(),
+        })
+    }
+
+    /// Calls `handler` for each overflow of `set`, on a thread of its own, until the returned
+    /// value is dropped.
+    pub fn on_overflow(
+        &self,
+        set: &Set,
+        mut handler: impl FnMut(Overflow) + Send + 'static,
+    ) -> Result<OverflowHandler, CpcError> {
+        const F: &str = "cpc_on_overflow";
+        let binding = self.engine_binding(F, set)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(CpcError::new(F, libc::ENOMEM, e.to_string())));
+                    return;
+                }
+            };
+            rt.block_on(async {
+                let taken = {
+                    let mut guard = binding.lock();
+                    match guard.as_mut().and_then(|l| l.engine.as_mut()) {
+                        Some(e) => e
+                            .sampler
+                            .take_records()
+                            .map_err(|e| CpcError::new(F, libc::EINVAL, e.to_string())),
+                        None => Err(CpcError::new(
+                            F,
+                            libc::EINVAL,
+                            "set has no notifying request",
+                        )),
+                    }
+                };
+                let mut records = match taken {
+                    Ok(r) => {
+                        let _ = ready_tx.send(Ok(()));
+                        r
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                while !flag.load(Ordering::SeqCst) {
+                    records
+                        .next_batch(std::time::Duration::from_millis(20), |r| handler(r.into()))
+                        .await;
+                }
+                records.drain(|r| handler(r.into()));
+            });
+        });
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(OverflowHandler {
+                stop,
+                thread: Some(thread),
+            }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(CpcError::new(F, libc::EIO, "overflow handler thread died")),
+        }
+    }
+
+    /// The engine's counters for a notifying set: overflows delivered, lost (ring buffer
+    /// full) and filtered.
+    pub fn overflow_stats(&self, set: &Set) -> Result<SamplerStats, CpcError> {
+        const F: &str = "cpc_overflow_stats";
+        let binding = self.engine_binding(F, set)?;
+        let mut guard = binding.lock();
+        let engine = guard
+            .as_mut()
+            .and_then(|l| l.engine.as_mut())
+            .ok_or_else(|| CpcError::new(F, libc::EINVAL, "set has no notifying request"))?;
+        engine
+            .sampler
+            .stats()
+            .map_err(|e| CpcError::new(F, libc::EIO, e.to_string()))
+    }
+
+    /// `cpc_request_preset`: the preset request `index` of the calling thread's set takes at
+    /// the next `set_restart` (the set's own copy keeps the original preset, as libcpc).
+    pub fn request_preset(&self, index: usize, preset: u64) -> Result<(), CpcError> {
+        const F: &str = "cpc_request_preset";
+        let binding = self.calling_lwp_binding(F)?;
+        set_pending_preset(F, &binding, index, preset)
+    }
+
+    /// Like `request_preset`, for any bound set (threads, processes, CPUs, cgroups).
+    pub fn set_request_preset(&self, set: &Set, index: usize, preset: u64) -> Result<(), CpcError> {
+        const F: &str = "cpc_set_request_preset";
+        let binding = self.engine_binding(F, set)?;
+        set_pending_preset(F, &binding, index, preset)
+    }
+
+    /// `cpc_set_restart`: resets every request's virtual counter to its current preset,
+    /// applies presets changed by `request_preset`, and clears an overflow freeze. libcpc
+    /// ignores its set argument and uses the calling thread's set; here the set is named,
+    /// which also makes restart work for process, CPU and cgroup bindings.
+    pub fn set_restart(&self, set: &Set) -> Result<(), CpcError> {
+        const F: &str = "cpc_set_restart";
+        let binding = self.engine_binding(F, set)?;
+        let mut guard = binding.lock();
+        let live = guard
+            .as_mut()
+            .ok_or_else(|| CpcError::new(F, libc::EINVAL, "set is not bound"))?;
+        live.restart(F)
+    }
+}
+
+fn set_pending_preset(
+    func: &'static str,
+    binding: &Binding,
+    index: usize,
+    preset: u64,
+) -> Result<(), CpcError> {
+    let mut guard = binding.lock();
+    let live = guard
+        .as_mut()
+        .ok_or_else(|| CpcError::new(func, libc::EINVAL, "set is not bound"))?;
+    let slot = live.pending.get_mut(index).ok_or_else(|| {
+        CpcError::new(
+            func,
+            libc::EINVAL,
+            format!("no request {index} in the bound set"),
+        )
+    })?;
+    *slot = preset;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn periods_from_presets() {
+        assert_eq!(period_for(u64::MAX - 999), 1000);
+        assert_eq!(period_for(u64::MAX), 1);
+        assert_eq!(period_for(0), 0, "preset 0 never overflows");
+        assert_eq!(
+            period_for(u64::MAX - i32::MAX as u64),
+            1 << 31,
+            "libcpc's portable range"
+        );
+    }
+
+    #[test]
+    fn request_configs() {
+        let c = request_config(5, 2, true, Some(40));
+        assert_eq!((c.preset, c.index, c.signal), (5, 2, 40));
+        assert_eq!(c.flags, request_flags::FREEZE | request_flags::SIGNAL);
+        assert_eq!(request_config(0, 0, false, None).flags, 0);
+    }
+}
