@@ -53,6 +53,9 @@ pub mod stat {
     pub const COUNT: u32 = 5;
 }
 
+/// Most other requests' values one record carries (`SampleRecord::siblings`).
+pub const MAX_SIBLINGS: usize = 8;
+
 /// Most requests the overflow engine tells apart (attach cookies `0..MAX_REQUESTS`).
 pub const MAX_REQUESTS: u32 = 1024;
 
@@ -80,6 +83,10 @@ pub struct RequestConfig {
     pub flags: u32,
     /// Signal number for [`request_flags::SIGNAL`].
     pub signal: u32,
+    /// This context's index in the `SIB0..SIB7` perf event arrays.
+    pub sibling_base: u32,
+    /// How many requests of the set to read into the record (0: none).
+    pub siblings: u32,
     /// Explicit padding.
     pub _pad: u32,
 }
@@ -118,6 +125,9 @@ pub struct SampleRecord {
     /// libcpc's virtual counter at the overflow: the request's preset plus the event's count
     /// (it wraps past 0 at the overflow the preset was chosen for).
     pub value: u64,
+    /// Data address of the sample (`bpf_perf_event_data.addr`): the faulting address for
+    /// page-fault events, the PMU's data address for precise sampling (PEBS loads), else 0.
+    pub addr: u64,
     /// The user word at the stack pointer, for user-mode samples ([`record_flags::LEAF_RET`]):
     /// the return address of a function that set up no frame pointer, which a frame-pointer
     /// walk would otherwise skip.
@@ -140,6 +150,13 @@ pub struct SampleRecord {
     pub _pad0: u32,
     /// Thread name (`comm`), NUL padded.
     pub comm: [u8; 16],
+    /// Virtual values (preset + count) of the set's requests at the overflow, by index, when
+    /// the request asked for them (`RequestConfig::siblings`).
+    pub siblings: [u64; MAX_SIBLINGS],
+    /// Valid entries of `siblings`.
+    pub sibling_count: u32,
+    /// Explicit padding.
+    pub _pad1: u32,
     /// Kernel frames, innermost first.
     pub kernel_stack: [u64; MAX_STACK_DEPTH],
     /// User frames, innermost first (frame 0 is the user IP).
@@ -147,9 +164,9 @@ pub struct SampleRecord {
 }
 
 const _: () = assert!(core::mem::size_of::<SamplerConfig>() == 16);
-const _: () = assert!(core::mem::size_of::<SampleRecord>() == 96 + 2 * 8 * MAX_STACK_DEPTH);
+const _: () = assert!(core::mem::size_of::<SampleRecord>() == 176 + 2 * 8 * MAX_STACK_DEPTH);
 const _: () = assert!(core::mem::align_of::<SampleRecord>() == 8);
-const _: () = assert!(core::mem::size_of::<RequestConfig>() == 24);
+const _: () = assert!(core::mem::size_of::<RequestConfig>() == 32);
 
 // SAFETY: both types are repr(C), contain only integers and arrays of integers, and have no
 // implicit padding (checked by the size asserts above), so every bit pattern is valid.

@@ -13,17 +13,17 @@ use aya_ebpf::{
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_cgroup_id, bpf_get_current_comm,
         bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_get_smp_processor_id,
-        bpf_get_stack, bpf_ktime_get_ns, bpf_perf_prog_read_value, bpf_probe_read_kernel,
-        bpf_probe_read_user, bpf_send_signal_thread, bpf_task_pt_regs,
+        bpf_get_stack, bpf_ktime_get_ns, bpf_perf_event_read_value, bpf_perf_prog_read_value,
+        bpf_probe_read_kernel, bpf_probe_read_user, bpf_send_signal_thread, bpf_task_pt_regs,
     },
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, PerfEventArray, RingBuf},
     programs::PerfEventContext,
 };
 use profiler_common::{
-    DEFAULT_RING_BYTES, MAX_REQUESTS, MAX_STACK_DEPTH, MAX_TARGET_CGROUPS, MAX_TARGET_TGIDS,
-    MAX_TARGET_TIDS, RequestConfig, SampleRecord, SamplerConfig, capture, filter, record_flags,
-    request_flags, stat,
+    DEFAULT_RING_BYTES, MAX_REQUESTS, MAX_SIBLINGS, MAX_STACK_DEPTH, MAX_TARGET_CGROUPS,
+    MAX_TARGET_TGIDS, MAX_TARGET_TIDS, RequestConfig, SampleRecord, SamplerConfig, capture, filter,
+    record_flags, request_flags, stat,
 };
 
 #[map]
@@ -43,6 +43,41 @@ static CONFIG: Array<SamplerConfig> = Array::with_max_entries(1, 0);
 
 #[map]
 static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
+
+// The events of a notifying set, so a record can carry the whole set's values: request k of
+// context c is at SIBk[c] (readable for events of the current task or CPU). One array per
+// request because aya sizes every perf event array to the number of CPUs.
+#[map]
+static SIB0: PerfEventArray<u32> = PerfEventArray::new(0);
+#[map]
+static SIB1: PerfEventArray<u32> = PerfEventArray::new(0);
+#[map]
+static SIB2: PerfEventArray<u32> = PerfEventArray::new(0);
+#[map]
+static SIB3: PerfEventArray<u32> = PerfEventArray::new(0);
+#[map]
+static SIB4: PerfEventArray<u32> = PerfEventArray::new(0);
+#[map]
+static SIB5: PerfEventArray<u32> = PerfEventArray::new(0);
+#[map]
+static SIB6: PerfEventArray<u32> = PerfEventArray::new(0);
+#[map]
+static SIB7: PerfEventArray<u32> = PerfEventArray::new(0);
+
+#[inline(always)]
+fn sibling_map(k: usize) -> *mut core::ffi::c_void {
+    let map: *const PerfEventArray<u32> = match k {
+        0 => &raw const SIB0,
+        1 => &raw const SIB1,
+        2 => &raw const SIB2,
+        3 => &raw const SIB3,
+        4 => &raw const SIB4,
+        5 => &raw const SIB5,
+        6 => &raw const SIB6,
+        _ => &raw const SIB7,
+    };
+    map as *mut core::ffi::c_void
+}
 
 #[map]
 static REQUESTS: HashMap<u64, RequestConfig> = HashMap::with_max_entries(MAX_REQUESTS, 0);
@@ -150,6 +185,10 @@ fn on_sample(ctx: &PerfEventContext) -> u32 {
             (*rec).flags = record_flags::LEAF_RET;
         }
         (*rec).comm = bpf_get_current_comm().unwrap_or([0; 16]);
+        (*rec).addr = (*data).addr;
+        (*rec).sibling_count = 0;
+        (*rec)._pad1 = 0;
+        read_siblings(&request, cookie, &mut *rec);
         (*rec).kernel_frames = 0;
         (*rec).user_frames = 0;
         const STACK_BYTES: u32 = (MAX_STACK_DEPTH * 8) as u32;
@@ -190,6 +229,40 @@ fn on_sample(ctx: &PerfEventContext) -> u32 {
     entry.submit(wake as u64);
     bump(stat::SUBMITTED);
     freeze
+}
+
+/// Reads the virtual values of the set's requests (up to `MAX_SIBLINGS`) into the record.
+#[inline(always)]
+fn read_siblings(request: &RequestConfig, cookie: u64, rec: &mut SampleRecord) {
+    let n = (request.siblings as usize).min(MAX_SIBLINGS);
+    let context = cookie & !0xffff;
+    for k in 0..MAX_SIBLINGS {
+        if k >= n {
+            break;
+        }
+        let mut v = bpf_perf_event_value {
+            counter: 0,
+            enabled: 0,
+            running: 0,
+        };
+        // SAFETY: the map pointer is one of our PERF_EVENT_ARRAYs (repr(transparent) over its
+        // definition, which the loader relocates); the helper writes one value into `v`.
+        let rc = unsafe {
+            bpf_perf_event_read_value(
+                sibling_map(k),
+                u64::from(request.sibling_base),
+                &mut v,
+                core::mem::size_of::<bpf_perf_event_value>() as u32,
+            )
+        };
+        if rc != 0 {
+            break;
+        }
+        // SAFETY: a plain map lookup; the preset is copied out.
+        let preset = unsafe { REQUESTS.get(context | k as u64) }.map_or(0, |c| c.preset);
+        rec.siblings[k] = preset.wrapping_add(v.counter);
+        rec.sibling_count = k as u32 + 1;
+    }
 }
 
 /// The user stack pointer of the sampled task: from the sample's registers when it was

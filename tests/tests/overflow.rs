@@ -408,3 +408,47 @@ fn signal_mode_interrupts_the_overflowing_thread_with_its_pc() {
         "the handler's PC {pc:#x} is in the touching loop: {frames:?}"
     );
 }
+
+#[test]
+fn overflow_records_carry_the_whole_sets_values_when_asked() {
+    if !privileged() {
+        return;
+    }
+    let _g = serial();
+    let cpc = handle(OverflowPolicy::Continue);
+    cpc.set_overflow_values(true);
+    let mut set = cpc.set_create();
+    cpc.set_add_request(&mut set, "page-faults", u64::MAX - 999, NOTIFY, &[])
+        .unwrap();
+    cpc.set_add_request(&mut set, "page-faults", 7, USER, &[])
+        .unwrap();
+    cpc.set_add_request(&mut set, "task-clock", 0, USER, &[])
+        .unwrap();
+    cpc.bind_curlwp(&mut set, 0).unwrap();
+    let (seen, handler) = collector(&cpc, &set);
+    touch_pages(3000);
+    thread::sleep(Duration::from_millis(100));
+    drop(handler);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 3);
+    let mut last_clock = 0;
+    for (k, o) in seen.iter().enumerate() {
+        let v = o.values();
+        assert_eq!(v.len(), 3, "all three requests: {v:?}");
+        assert_eq!(v[0], o.value, "the overflowing request's own value");
+        // Same thread, same faults: the plain counter (preset 7) is at exactly 1000·(k+1).
+        assert_eq!(v[1], 7 + 1000 * (k as u64 + 1), "overflow {k}: {v:?}");
+        assert!(v[2] > last_clock, "task-clock advances: {v:?}");
+        last_clock = v[2];
+    }
+    // Page-fault events carry the faulting address: 1000 pages between overflows.
+    for w in seen.windows(2) {
+        assert_eq!(
+            w[1].addr - w[0].addr,
+            1000 * 4096,
+            "{:#x} -> {:#x}",
+            w[0].addr,
+            w[1].addr
+        );
+    }
+}

@@ -51,3 +51,47 @@ pub(crate) fn perf_event_link(
     // SAFETY: the kernel just returned this fd to us; we are its only owner.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
+
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+
+/// `union bpf_attr` as BPF_MAP_UPDATE_ELEM reads it.
+#[repr(C)]
+#[derive(Default)]
+struct MapUpdateAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+/// Stores the perf event `event` at `index` of the PERF_EVENT_ARRAY `map` (aya's typed maps
+/// only fill such arrays with perf buffers of their own).
+pub(crate) fn perf_event_array_set(
+    map: BorrowedFd<'_>,
+    index: u32,
+    event: BorrowedFd<'_>,
+) -> io::Result<()> {
+    let value = event.as_raw_fd() as u32;
+    let mut attr = MapUpdateAttr {
+        map_fd: map.as_raw_fd() as u32,
+        key: &index as *const u32 as u64,
+        value: &value as *const u32 as u64,
+        ..Default::default()
+    };
+    // SAFETY: bpf(BPF_MAP_UPDATE_ELEM) reads `attr` and the key and value it points to, all
+    // alive on this stack frame for the duration of the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_UPDATE_ELEM,
+            &mut attr as *mut MapUpdateAttr,
+            std::mem::size_of::<MapUpdateAttr>(),
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}

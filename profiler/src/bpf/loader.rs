@@ -7,7 +7,7 @@ use aya::{
     maps::{Array, HashMap, MapData, MapError, PerCpuArray, RingBuf},
     programs::{PerfEvent as PerfEventProgram, ProgramError},
 };
-use profiler_common::{RequestConfig, SamplerConfig, stat};
+use profiler_common::{MAX_SIBLINGS, RequestConfig, SamplerConfig, stat};
 
 use super::ring::RecordStream;
 use crate::perf::{PerfError, PerfEvent};
@@ -41,6 +41,8 @@ pub enum BpfError {
     Ring(std::io::Error),
     #[error("bpf(BPF_LINK_CREATE) for a perf event: {0}")]
     Link(std::io::Error),
+    #[error("bpf(BPF_MAP_UPDATE_ELEM) of a sibling perf event array: {0}")]
+    Sibling(std::io::Error),
 }
 
 fn map_err(name: &'static str) -> impl FnOnce(MapError) -> BpfError {
@@ -133,6 +135,28 @@ impl Sampler {
             .map_err(BpfError::Link)?;
         self.links.push(link);
         Ok(())
+    }
+
+    /// Puts the event of request `index` (below `MAX_SIBLINGS`) for context `context` (below
+    /// the number of CPUs) where records can read its value.
+    pub fn set_sibling(
+        &mut self,
+        index: usize,
+        context: u32,
+        event: BorrowedFd<'_>,
+    ) -> Result<(), BpfError> {
+        const NAMES: [&str; MAX_SIBLINGS] = [
+            "SIB0", "SIB1", "SIB2", "SIB3", "SIB4", "SIB5", "SIB6", "SIB7",
+        ];
+        let name = *NAMES
+            .get(index)
+            .ok_or(BpfError::Missing("sibling array for that request"))?;
+        let map = match self.ebpf.map(name) {
+            Some(aya::maps::Map::PerfEventArray(data)) => data,
+            _ => return Err(BpfError::Missing("sibling perf event array")),
+        };
+        super::link::perf_event_array_set(map.fd().as_fd(), context, event)
+            .map_err(BpfError::Sibling)
     }
 
     /// The attached events, to enable or disable them.

@@ -14,7 +14,7 @@ use super::{
     buf::Buf,
     error::{CpcError, Subcode},
     group::{Group, Reading, scale},
-    overflow::{Engine, period_for, request_config},
+    overflow::{Engine, period_for},
 };
 use crate::perf::PerfError;
 
@@ -150,13 +150,9 @@ impl Live {
                     .set_period(period)
                     .map_err(|e| perf_error(func, e, None))?;
             }
-            if let Some(engine) = self.engine.as_mut() {
-                let config = request_config(self.pending[i], i, engine.freeze, self.signal);
-                engine
-                    .sampler
-                    .set_request(i as u64, config)
-                    .map_err(|e| CpcError::new(func, libc::EIO, e.to_string()))?;
-            }
+        }
+        if let Some(engine) = self.engine.as_mut() {
+            engine.configure(func, &self.pending, self.signal)?;
         }
         for g in &self.groups {
             g.reset().map_err(|e| perf_error(func, e, None))?;

@@ -137,7 +137,11 @@ impl Cpc {
             // Notification: overflow after 2^64 - preset events. A preset of 0 never
             // overflows, so such a request only counts, as in libcpc.
             let period = period_for(r.preset);
-            if r.flags & request::OVF_NOTIFY_EMT != 0 && period != 0 {
+            let smpl = r.flags & request::HW_SMPL != 0;
+            if smpl {
+                super::overflow::hw_sampling_attr(&mut attr, super::overflow::max_precise());
+            }
+            if (r.flags & request::OVF_NOTIFY_EMT != 0 || smpl) && period != 0 {
                 if period >= 1 << 63 {
                     return Err(CpcError::new(
                         func,
@@ -207,8 +211,18 @@ impl Cpc {
         let engine = if notify.is_empty() {
             None
         } else {
+            let siblings = self
+                .overflow_siblings
+                .load(std::sync::atomic::Ordering::SeqCst);
             Some(Engine::attach(
-                func, &groups, &notify, &presets, freeze, signal,
+                func,
+                &groups,
+                attrs.len(),
+                &notify,
+                &presets,
+                freeze,
+                signal,
+                siblings,
             )?)
         };
         let live = Live {

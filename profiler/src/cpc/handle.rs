@@ -42,6 +42,7 @@ pub struct Cpc {
     pub(crate) tick_scale: Option<f64>,
     pub(crate) overflow_policy: Mutex<super::overflow::OverflowPolicy>,
     pub(crate) overflow_signal: Mutex<Option<i32>>,
+    pub(crate) overflow_siblings: std::sync::atomic::AtomicBool,
 }
 
 impl Cpc {
@@ -104,6 +105,7 @@ impl Cpc {
             },
             overflow_policy: Mutex::default(),
             overflow_signal: Mutex::new(None),
+            overflow_siblings: Default::default(),
         })
     }
 

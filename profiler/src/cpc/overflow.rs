@@ -8,15 +8,19 @@
 //! [`OverflowPolicy::Continue`] perf reloads the period and every overflow is reported.
 //! Optionally the overflowing thread also receives a signal (libcpc's SIGEMT).
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicBool, Ordering},
+use std::{
+    os::fd::AsFd,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
 };
 
-use profiler_common::{RequestConfig, SampleRecord, SamplerConfig, request_flags};
+use profiler_common::{MAX_SIBLINGS, RequestConfig, SampleRecord, SamplerConfig, request_flags};
 
 use super::{bind::Binding, error::CpcError, group::Group, handle::Cpc, set::Set};
 use crate::bpf::{RecordStream, Sampler, SamplerStats};
+use crate::perf::EventAttr;
 
 /// What happens to a set when one of its notifying requests overflows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -45,6 +49,19 @@ pub struct Overflow {
     /// CLOCK_MONOTONIC nanoseconds.
     pub time_ns: u64,
     pub cgroup_id: u64,
+    /// Data address: the faulting address for page-fault events, the PMU's data address for
+    /// precise hardware sampling (`HW_SMPL`); 0 where the event has none.
+    pub addr: u64,
+    siblings: [u64; MAX_SIBLINGS],
+    nsiblings: usize,
+}
+
+impl Overflow {
+    /// The virtual value of every request of the set at the overflow, by index, when the
+    /// handle asked for them (`Cpc::set_overflow_values`); empty otherwise.
+    pub fn values(&self) -> &[u64] {
+        &self.siblings[..self.nsiblings]
+    }
 }
 
 impl From<&SampleRecord> for Overflow {
@@ -58,17 +75,26 @@ impl From<&SampleRecord> for Overflow {
             value: r.value,
             time_ns: r.time_ns,
             cgroup_id: r.cgroup_id,
+            addr: r.addr,
+            siblings: r.siblings,
+            nsiblings: (r.sibling_count as usize).min(MAX_SIBLINGS),
         }
     }
 }
 
-/// Ring buffer of one notifying binding (256 KiB: about 115 records).
+/// Ring buffer of one notifying binding (256 KiB: about 110 records).
 const ENGINE_RING_BYTES: u32 = 256 << 10;
 
 /// The eBPF program and its links for one binding's notifying requests.
 pub(crate) struct Engine {
     pub sampler: Sampler,
     pub freeze: bool,
+    /// Contexts (groups) and requests per context.
+    slots: usize,
+    nreq: usize,
+    /// Records carry every request's value (cookies then name the context too).
+    siblings: bool,
+    notify: Vec<usize>,
 }
 
 /// The per-request program configuration for the engine.
@@ -90,42 +116,140 @@ pub(crate) fn request_config(
         index: index as u32,
         flags,
         signal: signal.unwrap_or(0) as u32,
-        _pad: 0,
+        ..Default::default()
     }
 }
 
 impl Engine {
     /// Loads the program and links it to every context's events of the `notify` requests.
+    #[allow(clippy::too_many_arguments)]
     pub fn attach(
         func: &'static str,
         groups: &[Group],
+        nreq: usize,
         notify: &[usize],
         presets: &[u64],
         freeze: bool,
         signal: Option<i32>,
+        siblings: bool,
     ) -> Result<Engine, CpcError> {
-        let bpf = |e: crate::bpf::BpfError| {
-            CpcError::new(func, libc::ENOTSUP, format!("overflow engine: {e}"))
-        };
         // Notifications are latency-sensitive: wake the reader on every record.
         let config = SamplerConfig {
             filter: 0,
             capture: 0,
             wakeup_bytes: 0,
         };
-        let mut sampler = Sampler::load(config, ENGINE_RING_BYTES).map_err(bpf)?;
-        for &i in notify {
-            sampler
-                .set_request(i as u64, request_config(presets[i], i, freeze, signal))
-                .map_err(bpf)?;
-            for g in groups {
-                sampler
-                    .link(std::os::fd::AsFd::as_fd(g.event(i)), i as u64)
-                    .map_err(bpf)?;
+        if siblings {
+            let cpus = super::bind::online_cpus().map(|c| c.len()).unwrap_or(1);
+            if groups.len() > cpus || nreq > MAX_SIBLINGS {
+                return Err(CpcError::new(
+                    func,
+                    libc::ENOTSUP,
+                    format!(
+                        "overflow values need at most {MAX_SIBLINGS} requests and {cpus} contexts \
+                         (one per CPU); this set has {nreq} requests in {} contexts",
+                        groups.len()
+                    ),
+                ));
             }
         }
-        Ok(Engine { sampler, freeze })
+        let sampler = Sampler::load(config, ENGINE_RING_BYTES).map_err(bpf_error(func))?;
+        let mut engine = Engine {
+            sampler,
+            freeze,
+            slots: groups.len(),
+            nreq,
+            siblings,
+            notify: notify.to_vec(),
+        };
+        engine.configure(func, presets, signal)?;
+        for (s, g) in groups.iter().enumerate() {
+            if siblings {
+                for k in 0..nreq {
+                    engine
+                        .sampler
+                        .set_sibling(k, s as u32, g.event(k).as_fd())
+                        .map_err(bpf_error(func))?;
+                }
+            }
+            for &i in notify {
+                engine
+                    .sampler
+                    .link(g.event(i).as_fd(), engine.cookie(s, i))
+                    .map_err(bpf_error(func))?;
+            }
+        }
+        Ok(engine)
     }
+
+    /// The attach cookie of request `index` in context `slot`.
+    fn cookie(&self, slot: usize, index: usize) -> u64 {
+        if self.siblings {
+            ((slot as u64) << 16) | index as u64
+        } else {
+            index as u64
+        }
+    }
+
+    /// (Re)writes the program's per-request configuration: presets, freeze, signal, and
+    /// where each context's requests sit in the sibling array.
+    pub fn configure(
+        &mut self,
+        func: &'static str,
+        presets: &[u64],
+        signal: Option<i32>,
+    ) -> Result<(), CpcError> {
+        for s in 0..if self.siblings { self.slots } else { 1 } {
+            for (k, &preset) in presets.iter().enumerate() {
+                let notifies = self.notify.contains(&k);
+                // Without siblings only notifying requests need an entry.
+                if !notifies && !self.siblings {
+                    continue;
+                }
+                let mut config = request_config(
+                    preset,
+                    k,
+                    self.freeze && notifies,
+                    signal.filter(|_| notifies),
+                );
+                if self.siblings {
+                    config.sibling_base = s as u32;
+                    config.siblings = self.nreq as u32;
+                }
+                self.sampler
+                    .set_request(self.cookie(s, k), config)
+                    .map_err(bpf_error(func))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn bpf_error(func: &'static str) -> impl Fn(crate::bpf::BpfError) -> CpcError {
+    move |e| CpcError::new(func, libc::ENOTSUP, format!("overflow engine: {e}"))
+}
+
+/// libcpc's `CPC_HW_SMPL` on Linux: precise sampling (PEBS, IBS) at `precise` with the
+/// PMU capturing IP, data address, weight (latency) and data source. The overflow engine
+/// delivers these requests like notifying ones; its records carry the precise IP and the
+/// data address (a perf_event BPF program can read only regs, sample_period and addr, so
+/// weight and data source stay in perf's own sample).
+pub(crate) fn hw_sampling_attr(attr: &mut EventAttr, precise: u8) {
+    use perf_event_open_sys::bindings::{
+        PERF_SAMPLE_ADDR, PERF_SAMPLE_DATA_SRC, PERF_SAMPLE_IP, PERF_SAMPLE_WEIGHT,
+    };
+    attr.set_precise_ip(precise);
+    attr.set_sample_type(
+        (PERF_SAMPLE_IP | PERF_SAMPLE_ADDR | PERF_SAMPLE_WEIGHT | PERF_SAMPLE_DATA_SRC) as u64,
+    );
+}
+
+/// The PMU's highest precise_ip level (its `caps/max_precise`), 0 without one.
+pub(crate) fn max_precise() -> u8 {
+    std::fs::read_to_string("/sys/bus/event_source/devices/cpu/caps/max_precise")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// `2^64 - preset`: events until a counter starting at `preset` wraps. 0 means never.
@@ -205,6 +329,12 @@ impl Cpc {
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = signal;
         Ok(())
+    }
+
+    /// Each overflow also carries every request's value at that instant (read in the kernel
+    /// at the overflow, up to 8 requests); applies to sets bound afterwards.
+    pub fn set_overflow_values(&self, on: bool) {
+        self.overflow_siblings.store(on, Ordering::SeqCst);
     }
 
     fn engine_binding(&self, func: &'static str, set: &Set) -> Result<Arc<Binding>, CpcError> {
@@ -383,6 +513,19 @@ mod tests {
             1 << 31,
             "libcpc's portable range"
         );
+    }
+
+    #[test]
+    fn hardware_sampling_encoding() {
+        // A PEBS load-latency style request: MEM_TRANS_RETIRED.LOAD_LATENCY is raw 0x1cd.
+        let mut attr = EventAttr::new(perf_event_open_sys::bindings::PERF_TYPE_RAW, 0x1cd);
+        attr.set_config1(3); // ldlat threshold, as libcpc's ld_lat_threshold
+        hw_sampling_attr(&mut attr, 3);
+        let raw = attr.raw();
+        assert_eq!(raw.precise_ip(), 3);
+        // IP (1) | ADDR (8) | WEIGHT (0x4000) | DATA_SRC (0x8000), from perf_event.h.
+        assert_eq!(raw.sample_type, 0x1 | 0x8 | 0x4000 | 0x8000);
+        assert_eq!((raw.type_, raw.config, attr.config1()), (4, 0x1cd, 3));
     }
 
     #[test]
