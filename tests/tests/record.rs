@@ -230,3 +230,125 @@ fn sigint_still_reports_and_detaches() {
         "a BPF program outlived the profiler"
     );
 }
+
+#[test]
+fn any_catalogue_event_by_period_with_user_only_stacks() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("pf");
+    let folded = dir.join("pf.folded");
+    let touch = fixture("touch");
+    let out = profiler(&[
+        "record",
+        "-e",
+        "page-faults",
+        "-c",
+        "100",
+        "--user",
+        "-o",
+        folded.to_str().unwrap(),
+        "--",
+        touch.to_str().unwrap(),
+        "20000",
+        "1",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("samples of page-faults every 100 events"),
+        "{stdout}"
+    );
+    let stacks = read_folded(&folded);
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    let in_run: u64 = stacks
+        .iter()
+        .filter(|(f, _)| innermost_user(f) == Some("run"))
+        .map(|(_, n)| n)
+        .sum();
+    // One sample per 100 faults of the per-CPU counters: ~200 for the 20000 touches.
+    assert!(
+        (190..=215).contains(&in_run),
+        "{in_run} samples in run:\n{stdout}"
+    );
+    assert!(in_run * 100 >= total * 90, "{in_run} of {total}");
+    assert!(
+        stacks
+            .iter()
+            .all(|(f, _)| f.iter().all(|x| !x.ends_with("_[k]"))),
+        "--user: no kernel frames"
+    );
+}
+
+#[test]
+fn hardware_events_fail_clearly_without_a_pmu() {
+    if !privileged() || std::path::Path::new("/sys/bus/event_source/devices/cpu").exists() {
+        return;
+    }
+    let _guard = serial();
+    for event in ["cycles", "PAPI_tot_ins", "L1-dcache-load-misses", "r01c2"] {
+        let out = profiler(&["record", "-e", event, "-a", "-d", "1"]);
+        assert_eq!(out.status.code(), Some(1), "{event}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains("no hardware PMU"), "{event}: {err}");
+    }
+    let out = profiler(&["record", "-e", "cyles", "-a", "-d", "1"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("did you mean cycles"));
+}
+
+#[test]
+fn tid_and_cgroup_targets_sample_only_their_tasks() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("targets");
+    let mut chain = Command::new(fixture("chain"))
+        .arg("6")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut other = Command::new("sh")
+        .args(["-c", "while :; do :; done"])
+        .spawn()
+        .unwrap();
+    thread::sleep(Duration::from_millis(200));
+    let check = |args: &[&str], name: &str| {
+        let folded = dir.join(format!("{name}.folded"));
+        let mut all = args.to_vec();
+        all.extend(["-F", "499", "-d", "1.5", "-o", folded.to_str().unwrap()]);
+        let out = profiler(&all);
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stacks = read_folded(&folded);
+        let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+        assert!(total >= 300, "{name}: {total} samples");
+        assert!(
+            stacks.iter().all(|(f, _)| f[0] == "chain"),
+            "{name}: only chain: {stacks:?}"
+        );
+        let (leaf, total) = leaf_share(&stacks, "chain");
+        assert!(leaf * 100 >= total * 90, "{name}: leaf {leaf} of {total}");
+    };
+    check(&["record", "-t", &chain.id().to_string()], "tid");
+    let cg = TestCgroup::create("record");
+    cg.add(chain.id());
+    check(&["record", "-G", cg.path.to_str().unwrap()], "cgroup");
+    let _ = (chain.kill(), other.kill(), chain.wait(), other.wait());
+    let out = profiler(&["record", "-G", "/nonexistent-cgroup", "-d", "1"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -8,15 +8,50 @@ use super::{EXIT_USAGE, fail};
 use crate::{
     output::AtomicFile,
     profile::{Profile, TopTable, write_folded},
-    record::{RecordError, RecordOptions, Stop, Target, record},
+    record::{Mode, RecordError, RecordOptions, Stop, Target, record},
 };
 
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("target").required(true).args(["pid", "all_cpus", "command"])))]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["pid", "tid", "all_cpus", "cgroup", "command"])))]
 pub struct RecordArgs {
     /// Sampling frequency in Hz (per CPU).
-    #[arg(short = 'F', long = "freq", default_value_t = 99, value_name = "HZ")]
+    #[arg(
+        short = 'F',
+        long = "freq",
+        default_value_t = 99,
+        value_name = "HZ",
+        conflicts_with = "count"
+    )]
     pub freq: u64,
+    /// Sample every N events instead (perf's -c; libcpc's preset 2^64 - N).
+    #[arg(short = 'c', long = "count", value_name = "N")]
+    pub count: Option<u64>,
+    /// Events to sample (any name `profiler list` shows; repeat or comma-separate).
+    #[arg(
+        short = 'e',
+        long = "event",
+        value_delimiter = ',',
+        default_value = "cpu-clock",
+        value_name = "EVENT"
+    )]
+    pub event: Vec<String>,
+    /// Profile these threads only (comma-separated tids).
+    #[arg(
+        short = 't',
+        long = "tid",
+        value_delimiter = ',',
+        value_name = "TID[,TID..]"
+    )]
+    pub tid: Vec<u32>,
+    /// Profile the tasks of this cgroup v2 directory.
+    #[arg(short = 'G', long = "cgroup", value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
+    /// Sample user mode only.
+    #[arg(long, conflicts_with = "kernel")]
+    pub user: bool,
+    /// Sample kernel mode only.
+    #[arg(long)]
+    pub kernel: bool,
     /// Profile these processes (comma-separated pids).
     #[arg(short, long, value_delimiter = ',', value_name = "PID[,PID..]")]
     pub pid: Vec<u32>,
@@ -43,11 +78,22 @@ impl RecordArgs {
             Target::SystemWide
         } else if !self.pid.is_empty() {
             Target::Pids(self.pid.clone())
+        } else if !self.tid.is_empty() {
+            Target::Tids(self.tid.clone())
+        } else if let Some(cg) = &self.cgroup {
+            Target::Cgroup(cg.clone())
         } else {
             Target::Command(self.command.clone())
         };
         let mut opts = RecordOptions::new(target);
         opts.frequency_hz = self.freq;
+        opts.period = self.count;
+        opts.events = self.event.clone();
+        opts.mode = match (self.user, self.kernel) {
+            (true, _) => Mode::User,
+            (_, true) => Mode::Kernel,
+            _ => Mode::Both,
+        };
         if let Some(secs) = self.duration {
             if !(secs.is_finite() && secs > 0.0) {
                 return Err(format!(
@@ -119,10 +165,13 @@ fn print_report(profile: &Profile, limit: usize) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "{} samples of {} at {} Hz in {:.2} s; lost {}; filtered in kernel {}{}",
+        "{} samples of {} {} in {:.2} s; lost {}; filtered in kernel {}{}",
         info.samples,
         info.event,
-        info.frequency_hz,
+        match info.period {
+            Some(n) => format!("every {n} events"),
+            None => format!("at {} Hz", info.frequency_hz),
+        },
         info.duration_ms as f64 / 1000.0,
         info.lost,
         info.filtered,
@@ -139,7 +188,17 @@ fn print_report(profile: &Profile, limit: usize) {
         );
         return;
     }
-    let _ = write!(out, "{}", TopTable::build(profile).render(limit));
+    let events = profile.events();
+    for event in &events {
+        if events.len() > 1 {
+            let _ = writeln!(out, "== {event} ==");
+        }
+        let _ = write!(
+            out,
+            "{}",
+            TopTable::build(&profile.for_event(event)).render(limit)
+        );
+    }
     if let Some(hot) = profile.hottest() {
         let chain: Vec<&str> = hot.frames.iter().map(|f| f.function.as_ref()).collect();
         let _ = writeln!(

@@ -11,11 +11,18 @@ fn clean(name: &str) -> String {
 }
 
 /// Folded lines of `profile`, merged and sorted (deterministic output). Kernel frames carry
-/// the `_[k]` suffix FlameGraph uses to colour them.
+/// the `_[k]` suffix FlameGraph uses to colour them. With samples of several events, each
+/// line starts with its event, so one flame graph shows them side by side.
 pub fn folded_lines(profile: &Profile) -> BTreeMap<String, u64> {
     let mut lines: BTreeMap<String, u64> = BTreeMap::new();
+    let several = profile.events().len() > 1;
     for stack in &profile.stacks {
-        let mut line = clean(&stack.comm);
+        let mut line = if several {
+            format!("{};", clean(&stack.event))
+        } else {
+            String::new()
+        };
+        line.push_str(&clean(&stack.comm));
         for frame in &stack.frames {
             line.push(';');
             line.push_str(&clean(&frame.function));
@@ -84,6 +91,7 @@ mod tests {
             })
             .collect();
         StackCount {
+            event: Arc::from("cpu-clock"),
             pid: 1,
             comm: Arc::from(comm),
             frames,

@@ -14,6 +14,8 @@ use crate::symbolize::Frame;
 /// One distinct stack and how many samples landed on it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StackCount {
+    /// The event whose overflow took the sample.
+    pub event: Arc<str>,
     pub pid: u32,
     pub comm: Arc<str>,
     /// Outermost frame first; user frames, then the kernel frames above them.
@@ -26,6 +28,8 @@ pub struct StackCount {
 pub struct RunInfo {
     pub event: String,
     pub frequency_hz: u64,
+    /// Sampling every N events (then `frequency_hz` does not apply).
+    pub period: Option<u64>,
     pub duration_ms: u64,
     /// Samples delivered to user space.
     pub samples: u64,
@@ -46,6 +50,31 @@ pub struct Profile {
 impl Profile {
     pub fn total(&self) -> u64 {
         self.stacks.iter().map(|s| s.count).sum()
+    }
+
+    /// The events the samples came from, in first-seen order.
+    pub fn events(&self) -> Vec<Arc<str>> {
+        let mut out: Vec<Arc<str>> = Vec::new();
+        for s in &self.stacks {
+            if !out.contains(&s.event) {
+                out.push(s.event.clone());
+            }
+        }
+        out
+    }
+
+    /// The samples of one event.
+    pub fn for_event(&self, event: &str) -> Profile {
+        let stacks = self
+            .stacks
+            .iter()
+            .filter(|s| s.event.as_ref() == event)
+            .cloned()
+            .collect();
+        Profile {
+            stacks,
+            info: self.info.clone(),
+        }
     }
 
     /// The stack with the most samples (ties broken by order), for the report's summary line.

@@ -117,12 +117,14 @@ mod tests {
         let profile = Profile {
             stacks: vec![
                 StackCount {
+                    event: "cpu-clock".into(),
                     pid: 1,
                     comm: "c".into(),
                     frames: vec![f("main"), f("a"), f("a"), f("leaf")],
                     count: 8,
                 },
                 StackCount {
+                    event: "cpu-clock".into(),
                     pid: 1,
                     comm: "c".into(),
                     frames: vec![f("main"), f("b")],

@@ -16,6 +16,7 @@ const KERNEL_SPACE: u64 = 0xffff_8000_0000_0000;
 
 #[derive(Hash, PartialEq, Eq)]
 struct RawStack {
+    event: u32,
     pid: u32,
     comm: [u8; 16],
     kernel: Box<[u64]>,
@@ -58,6 +59,7 @@ impl Collector {
             }
         }
         let key = RawStack {
+            event: rec.request,
             pid: rec.pid,
             comm: rec.comm,
             kernel,
@@ -66,13 +68,13 @@ impl Collector {
         *self.stacks.entry(key).or_default() += 1;
     }
 
-    /// Symbolizes every distinct stack.
-    pub fn into_profile(mut self, mut info: RunInfo) -> Profile {
+    /// Symbolizes every distinct stack; `events[i]` names the samples of request `i`.
+    pub fn into_profile(mut self, mut info: RunInfo, events: &[Arc<str>]) -> Profile {
         info.samples = self.samples;
         // Different addresses can symbolize to the same frames (two call sites in one
         // function): merge them so each distinct stack appears once.
-        let mut merged: HashMap<(u32, Arc<str>, Vec<crate::symbolize::Frame>), u64> =
-            HashMap::new();
+        type Key = (u32, u32, Arc<str>, Vec<crate::symbolize::Frame>);
+        let mut merged: HashMap<Key, u64> = HashMap::new();
         let mut comms: HashMap<[u8; 16], Arc<str>> = HashMap::new();
         for (raw, count) in std::mem::take(&mut self.stacks) {
             let comm = comms
@@ -91,11 +93,17 @@ impl Collector {
             for (i, &addr) in raw.kernel.iter().enumerate().rev() {
                 frames.extend(self.symbolizer.kernel(addr, i > 0).iter().cloned());
             }
-            *merged.entry((raw.pid, comm, frames)).or_default() += count;
+            *merged
+                .entry((raw.event, raw.pid, comm, frames))
+                .or_default() += count;
         }
         let stacks = merged
             .into_iter()
-            .map(|((pid, comm, frames), count)| StackCount {
+            .map(|((event, pid, comm, frames), count)| StackCount {
+                event: events
+                    .get(event as usize)
+                    .cloned()
+                    .unwrap_or_else(|| Arc::from("?")),
                 pid,
                 comm,
                 frames,

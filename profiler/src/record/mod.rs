@@ -6,7 +6,7 @@ mod collect;
 mod pidfd;
 mod workload;
 
-use std::{ffi::OsString, future::Future, pin::Pin, time::Duration};
+use std::{ffi::OsString, future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use nix::sys::wait::WaitStatus;
 use profiler_common::{RequestConfig, SamplerConfig, capture, filter, request_flags};
@@ -17,7 +17,8 @@ pub use workload::{Workload, WorkloadError, resolve_command};
 
 use crate::{
     bpf::{BpfError, Sampler, check_privileges},
-    perf::{EventAttr, PerfError, PerfEvent, SamplePolicy, Scope, SoftwareEvent},
+    cpc::events::{Catalog, Event, EventKind},
+    perf::{PerfError, PerfEvent, SamplePolicy, Scope},
     profile::{Profile, RunInfo},
 };
 use pidfd::PidFd;
@@ -27,16 +28,35 @@ use pidfd::PidFd;
 pub enum Target {
     /// These processes (all their threads).
     Pids(Vec<u32>),
+    /// These threads only.
+    Tids(Vec<u32>),
     /// Everything on every CPU.
     SystemWide,
+    /// The tasks of a cgroup v2 directory (and its descendants' tasks are not included:
+    /// the kernel's cgroup id is the task's own cgroup).
+    Cgroup(std::path::PathBuf),
     /// A command started by the profiler, profiled until it exits.
     Command(Vec<OsString>),
+}
+
+/// Which privilege levels to sample.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    #[default]
+    Both,
+    User,
+    Kernel,
 }
 
 #[derive(Clone, Debug)]
 pub struct RecordOptions {
     pub target: Target,
+    /// Events to sample (catalogue names); each sample is labelled with its event.
+    pub events: Vec<String>,
     pub frequency_hz: u64,
+    /// Sample every N events instead of at a frequency (perf's `-c`, libcpc's preset).
+    pub period: Option<u64>,
+    pub mode: Mode,
     pub duration: Option<Duration>,
     pub ring_bytes: u32,
     /// Reader poll interval when the kernel has not woken it (batched wake-ups).
@@ -47,7 +67,10 @@ impl RecordOptions {
     pub fn new(target: Target) -> Self {
         Self {
             target,
+            events: vec!["cpu-clock".into()],
             frequency_hz: 99,
+            period: None,
+            mode: Mode::Both,
             duration: None,
             ring_bytes: profiler_common::DEFAULT_RING_BYTES,
             poll: Duration::from_millis(100),
@@ -61,6 +84,10 @@ pub enum RecordError {
     Usage(String),
     #[error("process {0} does not exist")]
     NoSuchProcess(u32),
+    #[error("thread {0} does not exist")]
+    NoSuchThread(u32),
+    #[error("{0}")]
+    Event(String),
     #[error("{0}")]
     Privilege(String),
     #[error(transparent)]
@@ -115,12 +142,65 @@ pub fn validate(opts: &RecordOptions) -> Result<(), RecordError> {
             }
         }
     }
+    if let Target::Tids(tids) = &opts.target {
+        for &tid in tids {
+            if tid == 0 || !std::path::Path::new(&format!("/proc/{tid}")).exists() {
+                return Err(RecordError::NoSuchThread(tid));
+            }
+        }
+    }
+    if let Target::Cgroup(path) = &opts.target
+        && !path.join("cgroup.procs").exists()
+    {
+        return Err(RecordError::Usage(format!(
+            "{} is not a cgroup v2 directory (no cgroup.procs)",
+            path.display()
+        )));
+    }
+    if opts.period == Some(0) {
+        return Err(RecordError::Usage("period must be at least 1".into()));
+    }
     if let Target::Command(argv) = &opts.target {
         resolve_command(&argv[0])?;
     }
     check_privileges()
         .require_bpf_and_perfmon()
         .map_err(RecordError::Privilege)
+}
+
+/// Resolves event names through the catalogue; events this host cannot count are an error
+/// here, not an empty profile.
+fn resolve_events(names: &[String]) -> Result<Vec<Event>, RecordError> {
+    let catalog = Catalog::load();
+    names
+        .iter()
+        .map(|n| {
+            let event = catalog
+                .resolve(n)
+                .map_err(|e| RecordError::Event(e.to_string()))?;
+            if let Some(reason) = catalog.unavailable_reason(&event) {
+                return Err(RecordError::Event(format!("cannot sample '{n}': {reason}")));
+            }
+            if event.kind == EventKind::Tracepoint {
+                return Err(RecordError::Event(format!(
+                    "cannot sample tracepoint '{n}' with record yet (tracepoints take tracepoint \
+                     programs, not perf_event ones)"
+                )));
+            }
+            Ok(event)
+        })
+        .collect()
+}
+
+/// A cgroup v2 id: the inode number of its directory.
+fn cgroup_id(path: &std::path::Path) -> Result<u64, RecordError> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path)
+        .map(|m| m.ino())
+        .map_err(|source| RecordError::Io {
+            what: "reading the cgroup directory",
+            source,
+        })
 }
 
 fn max_sample_rate() -> Option<u64> {
@@ -157,23 +237,30 @@ pub async fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> 
         Target::Command(argv) => Some(Workload::prepare(argv)?),
         _ => None,
     };
+    let events = resolve_events(&opts.events)?;
     let config = SamplerConfig {
-        filter: if opts.target == Target::SystemWide {
-            0
-        } else {
-            filter::TGID
+        filter: match &opts.target {
+            Target::SystemWide => 0,
+            Target::Tids(_) => filter::TID,
+            Target::Cgroup(_) => filter::CGROUP,
+            Target::Pids(_) | Target::Command(_) => filter::TGID,
         },
-        capture: capture::USER_STACK | capture::KERNEL_STACK,
+        capture: match opts.mode {
+            Mode::Both => capture::USER_STACK | capture::KERNEL_STACK,
+            Mode::User => capture::USER_STACK,
+            Mode::Kernel => capture::KERNEL_STACK,
+        },
         wakeup_bytes: u64::from(opts.ring_bytes / 4),
     };
     let mut sampler = Sampler::load(config, opts.ring_bytes)?;
-    sampler.set_request(
-        0,
-        RequestConfig {
+    for i in 0..events.len() {
+        let config = RequestConfig {
+            index: i as u32,
             flags: request_flags::STACKS,
             ..Default::default()
-        },
-    )?;
+        };
+        sampler.set_request(i as u64, config)?;
+    }
     let mut pidfds = Vec::new();
     match (&opts.target, &workload) {
         (Target::Pids(pids), _) => {
@@ -185,15 +272,30 @@ pub async fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> 
                 }
             }
         }
+        (Target::Tids(tids), _) => {
+            for &tid in tids {
+                sampler.add_tid(tid)?;
+            }
+        }
+        (Target::Cgroup(path), _) => sampler.add_cgroup(cgroup_id(path)?)?,
         (Target::Command(_), Some(w)) => sampler.add_tgid(w.pid())?,
         _ => {}
     }
-    // One cpu-clock event per CPU, shared by all targets: the program filters in the kernel.
-    let mut attr = EventAttr::software(SoftwareEvent::CpuClock);
-    attr.set_sample_policy(SamplePolicy::Frequency(opts.frequency_hz));
-    for cpu in online_cpus()? {
-        let event = PerfEvent::open(&attr, Scope::Cpu(cpu), None, || "cpu-clock".into())?;
-        sampler.attach(event, 0)?;
+    // One event per CPU per requested event, shared by all targets: the program filters in
+    // the kernel and labels each sample with its event (the link's cookie).
+    let policy = match opts.period {
+        Some(n) => SamplePolicy::Period(n),
+        None => SamplePolicy::Frequency(opts.frequency_hz),
+    };
+    for (i, event) in events.iter().enumerate() {
+        let mut attr = event.attr();
+        attr.set_sample_policy(policy);
+        attr.set_exclude_user(opts.mode == Mode::Kernel);
+        attr.set_exclude_kernel(opts.mode == Mode::User);
+        for cpu in online_cpus()? {
+            let ev = PerfEvent::open(&attr, Scope::Cpu(cpu), None, || event.name.clone())?;
+            sampler.attach(ev, i as u64)?;
+        }
     }
     let mut records = sampler.take_records()?;
     for event in sampler.events() {
@@ -249,16 +351,18 @@ pub async fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> 
     drop(sampler);
     let command_status = workload.as_mut().and_then(|w| w.try_reap());
     let info = RunInfo {
-        event: "cpu-clock".into(),
+        event: opts.events.join(","),
         frequency_hz: opts.frequency_hz,
+        period: opts.period,
         duration_ms: started.elapsed().as_millis() as u64,
         samples: 0,
         lost: stats.lost,
         filtered: stats.filtered,
         stack_errors: stats.stack_errors,
     };
+    let names: Vec<Arc<str>> = events.iter().map(|e| Arc::from(e.name.as_str())).collect();
     Ok(RecordOutcome {
-        profile: collector.into_profile(info),
+        profile: collector.into_profile(info, &names),
         stop,
         command_status,
     })
