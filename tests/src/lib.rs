@@ -76,6 +76,29 @@ pub fn our_programs() -> BTreeSet<u32> {
         .collect()
 }
 
+/// Maps and touches `pages` fresh pages: exactly `pages` page faults, nothing else. Not
+/// inlined, so its faulting instruction symbolizes to this function.
+#[inline(never)]
+pub fn touch_pages(pages: usize) {
+    let size = pages * 4096;
+    // SAFETY: an anonymous private mapping we own, touched within bounds, then unmapped.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        for i in 0..pages {
+            std::ptr::write_volatile((p as *mut u8).add(i * 4096), 1);
+        }
+        libc::munmap(p, size);
+    }
+}
+
 /// Folded stacks as (frames, count).
 pub fn read_folded(path: &std::path::Path) -> Vec<(Vec<String>, u64)> {
     let text = std::fs::read_to_string(path).expect("reading folded output");

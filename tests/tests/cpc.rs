@@ -35,27 +35,6 @@ fn sub(r: Result<impl std::fmt::Debug, CpcError>) -> (i32, Option<Subcode>) {
     (e.errno, e.subcode)
 }
 
-/// Maps and touches `pages` fresh pages: exactly `pages` page faults, nothing else.
-fn touch_pages(pages: usize) {
-    let size = pages * 4096;
-    // SAFETY: an anonymous private mapping we own, touched within bounds, then unmapped.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED);
-        for i in 0..pages {
-            std::ptr::write_volatile((p as *mut u8).add(i * 4096), 1);
-        }
-        libc::munmap(p, size);
-    }
-}
-
 #[test]
 fn per_thread_binding_counts_exactly_the_touched_pages() {
     if !privileged() {

@@ -34,29 +34,6 @@ fn handle(policy: OverflowPolicy) -> Cpc {
     cpc
 }
 
-/// Maps and touches `pages` fresh pages: exactly `pages` page faults. Not inlined, so its
-/// faulting instruction symbolizes to this function.
-#[inline(never)]
-fn touch_pages(pages: usize) {
-    let size = pages * 4096;
-    // SAFETY: an anonymous private mapping we own, touched within bounds, then unmapped.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED);
-        for i in 0..pages {
-            std::ptr::write_volatile((p as *mut u8).add(i * 4096), 1);
-        }
-        libc::munmap(p, size);
-    }
-}
-
 fn collector(
     cpc: &Cpc,
     set: &profiler::cpc::Set,

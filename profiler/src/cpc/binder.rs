@@ -285,13 +285,7 @@ impl Cpc {
     /// `flags` must be 0. ESRCH if the process or thread does not exist.
     pub fn bind_pctx(&self, pid: i32, lwp: Lwp, set: &mut Set, flags: u32) -> Result<(), CpcError> {
         const F: &str = "cpc_bind_pctx";
-        if set.handle != self.id {
-            return Err(CpcError::new(
-                F,
-                libc::EINVAL,
-                "set does not belong to this handle",
-            ));
-        }
+        self.check_own(F, set)?;
         if flags != 0 {
             return Err(CpcError::new(
                 F,
@@ -334,13 +328,7 @@ impl Cpc {
     /// that does not exist, ENOSYS for an offline one, EAGAIN if the CPU is already bound.
     pub fn bind_cpu(&self, cpu: u32, set: &mut Set, flags: u32) -> Result<(), CpcError> {
         const F: &str = "cpc_bind_cpu";
-        if set.handle != self.id {
-            return Err(CpcError::new(
-                F,
-                libc::EINVAL,
-                "set does not belong to this handle",
-            ));
-        }
+        self.check_own(F, set)?;
         if flags != 0 {
             return Err(CpcError::new(
                 F,
@@ -379,13 +367,7 @@ impl Cpc {
     /// must be 0; ENOENT if the path does not exist.
     pub fn bind_cgroup(&self, path: &Path, set: &mut Set, flags: u32) -> Result<(), CpcError> {
         const F: &str = "cpc_bind_cgroup";
-        if set.handle != self.id {
-            return Err(CpcError::new(
-                F,
-                libc::EINVAL,
-                "set does not belong to this handle",
-            ));
-        }
+        self.check_own(F, set)?;
         if flags != 0 {
             return Err(CpcError::new(
                 F,
@@ -420,13 +402,7 @@ impl Cpc {
     /// `cpc_unbind`: EINVAL if the set is foreign or not bound. Buffers survive.
     pub fn unbind(&self, set: &mut Set) -> Result<(), CpcError> {
         const F: &str = "cpc_unbind";
-        if set.handle != self.id {
-            return Err(CpcError::new(
-                F,
-                libc::EINVAL,
-                "set does not belong to this handle",
-            ));
-        }
+        self.check_own(F, set)?;
         match set.binding.take() {
             Some(b) if b.is_live() => {
                 b.release();

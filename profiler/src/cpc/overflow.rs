@@ -349,10 +349,7 @@ impl Cpc {
         const F: &str = "cpc_overflows";
         let binding = self.engine_binding(F, set)?;
         let mut guard = binding.lock();
-        let engine = guard
-            .as_mut()
-            .and_then(|l| l.engine.as_mut())
-            .ok_or_else(|| CpcError::new(F, libc::EINVAL, "set has no notifying request"))?;
+        let engine = engine_of(F, &mut guard)?;
         let records = engine.sampler.take_records().map_err(|e| {
             CpcError::new(
                 F,
@@ -438,10 +435,7 @@ impl Cpc {
         const F: &str = "cpc_overflow_stats";
         let binding = self.engine_binding(F, set)?;
         let mut guard = binding.lock();
-        let engine = guard
-            .as_mut()
-            .and_then(|l| l.engine.as_mut())
-            .ok_or_else(|| CpcError::new(F, libc::EINVAL, "set has no notifying request"))?;
+        let engine = engine_of(F, &mut guard)?;
         engine
             .sampler
             .stats()
@@ -476,6 +470,16 @@ impl Cpc {
             .ok_or_else(|| CpcError::new(F, libc::EINVAL, "set is not bound"))?;
         live.restart(F)
     }
+}
+
+/// The engine of a live binding; EINVAL if the set has no notifying request.
+fn engine_of<'a>(
+    func: &'static str,
+    live: &'a mut Option<super::bind::Live>,
+) -> Result<&'a mut Engine, CpcError> {
+    live.as_mut()
+        .and_then(|l| l.engine.as_mut())
+        .ok_or_else(|| CpcError::new(func, libc::EINVAL, "set has no notifying request"))
 }
 
 fn set_pending_preset(

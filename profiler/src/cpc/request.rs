@@ -21,13 +21,7 @@ impl Cpc {
 
     /// `cpc_set_destroy`: unbinds (if bound) and frees the set. EINVAL for a foreign set.
     pub fn set_destroy(&self, set: Set) -> Result<(), CpcError> {
-        if set.handle != self.id {
-            return Err(CpcError::new(
-                "cpc_set_destroy",
-                libc::EINVAL,
-                "set does not belong to this handle",
-            ));
-        }
+        self.check_own("cpc_set_destroy", &set)?;
         drop(set);
         Ok(())
     }
@@ -45,13 +39,7 @@ impl Cpc {
         attrs: &[Attr],
     ) -> Result<usize, CpcError> {
         const F: &str = "cpc_set_add_request";
-        if set.handle != self.id {
-            return Err(CpcError::new(
-                F,
-                libc::EINVAL,
-                "set does not belong to this handle",
-            ));
-        }
+        self.check_own(F, set)?;
         if set.binding.is_some() {
             return Err(CpcError::new(
                 F,
@@ -122,13 +110,7 @@ impl Cpc {
     /// `cpc_buf_create`: a zeroed buffer sized for the set's requests *now*. EINVAL for a
     /// foreign set.
     pub fn buf_create(&self, set: &Set) -> Result<Buf, CpcError> {
-        if set.handle != self.id {
-            return Err(CpcError::new(
-                "cpc_buf_create",
-                libc::EINVAL,
-                "set does not belong to this handle",
-            ));
-        }
+        self.check_own("cpc_buf_create", set)?;
         Ok(Buf::new(self.id, set.requests.len()))
     }
 
@@ -188,6 +170,21 @@ impl Cpc {
     /// `cpc_buf_zero`.
     pub fn buf_zero(&self, buf: &mut Buf) {
         buf.zero()
+    }
+}
+
+impl Cpc {
+    /// EINVAL unless `set` was created by this handle.
+    pub(crate) fn check_own(&self, func: &'static str, set: &Set) -> Result<(), CpcError> {
+        if set.handle == self.id {
+            Ok(())
+        } else {
+            Err(CpcError::new(
+                func,
+                libc::EINVAL,
+                "set does not belong to this handle",
+            ))
+        }
     }
 }
 
