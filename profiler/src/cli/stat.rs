@@ -35,7 +35,7 @@ pub struct StatArgs {
     #[arg(short = 'T', value_name = "u|d")]
     pub stamp: Option<String>,
     /// With several sets, cycle through them every PERIOD seconds (resting in between).
-    #[arg(short = 'p', value_name = "PERIOD")]
+    #[arg(short = 'p', value_name = "PERIOD", allow_hyphen_values = true)]
     pub period: Option<String>,
     /// Only these CPUs (e.g. 0-3,6); default: every online CPU.
     #[arg(short = 'C', value_name = "CPULIST")]

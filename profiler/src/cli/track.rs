@@ -17,10 +17,15 @@ pub struct TrackArgs {
     #[arg(short = 'c', value_name = "SPEC")]
     pub specs: Vec<String>,
     /// Seconds between samples; 0: only thread, fork, exec and exit rows.
-    #[arg(short = 'T', value_name = "SECS", default_value = "1")]
+    #[arg(
+        short = 'T',
+        value_name = "SECS",
+        default_value = "1",
+        allow_hyphen_values = true
+    )]
     pub interval: String,
     /// Stop tracking a process after this many samples (0: unlimited).
-    #[arg(short = 'N', value_name = "COUNT")]
+    #[arg(short = 'N', value_name = "COUNT", allow_hyphen_values = true)]
     pub count: Option<String>,
     /// Follow exec (otherwise tracking of a process ends at its exec).
     #[arg(short = 'e')]
@@ -44,7 +49,7 @@ pub struct TrackArgs {
     #[arg(short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Attach to this running process instead of starting a command.
-    #[arg(short = 'p', value_name = "PID")]
+    #[arg(short = 'p', value_name = "PID", allow_hyphen_values = true)]
     pub pid: Option<String>,
     /// One JSON object per row instead of the table.
     #[arg(long)]
