@@ -162,6 +162,7 @@ pub fn run_track(voice: Voice, cpc: &Cpc, mut req: TrackRequest) -> ExitCode {
     match track(cpc, &req.opts, &target, out) {
         Ok(outcome) if outcome.errors => ExitCode::from(EXIT_FAILURE),
         Ok(_) => ExitCode::SUCCESS,
+        Err(tools::track::TrackError::Bind(e)) => voice.fail(voice.cpc(&e)),
         Err(e) => voice.fail(e),
     }
 }
@@ -182,6 +183,10 @@ pub fn run_stat(voice: Voice, cpc: &Cpc, mut req: StatRequest) -> ExitCode {
     match stat(cpc, &req.opts, Box::new(std::io::stdout())) {
         Ok(outcome) if outcome.errors => ExitCode::from(EXIT_FAILURE),
         Ok(_) => ExitCode::SUCCESS,
+        // The reader went away (`| head`): a normal end.
+        Err(tools::stat::StatError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            ExitCode::SUCCESS
+        }
         Err(tools::stat::StatError::Cpc(e)) => voice.fail(voice.cpc(&e)),
         Err(e) => voice.fail(e),
     }

@@ -179,6 +179,7 @@ fn cpustat(opts: Vec<Opt>, operands: &[OsString]) -> Result<StatRequest, String>
         header: true,
         json: false,
         stamp: None,
+        prog: "cpustat",
     };
     let mut specs = Vec::new();
     for opt in opts {

@@ -64,6 +64,7 @@ pub fn stamp(text: &str) -> Result<Stamp, String> {
 fn help_text() -> String {
     use clap::CommandFactory;
     let mut cli = super::Cli::command();
+    cli.build(); // names the subcommand "profiler stat" in its usage line
     cli.find_subcommand_mut("stat")
         .map(|c| c.render_help().to_string())
         .unwrap_or_default()
@@ -99,6 +100,7 @@ pub fn run(args: StatArgs) -> ExitCode {
             header: !args.no_header,
             json: args.json,
             stamp: args.stamp.as_deref().map(stamp).transpose()?,
+            prog: "profiler",
         })
     })();
     match parsed {

@@ -65,6 +65,7 @@ pub struct TrackArgs {
 fn help_text() -> String {
     use clap::CommandFactory;
     let mut cli = super::Cli::command();
+    cli.build(); // names the subcommand "profiler track" in its usage line
     cli.find_subcommand_mut("track")
         .map(|c| c.render_help().to_string())
         .unwrap_or_default()

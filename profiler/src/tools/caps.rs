@@ -183,6 +183,13 @@ pub fn list_json(cpc: &Cpc) -> String {
 /// `profiler list`: usable events by kind, generic names and their mappings, attributes,
 /// and what is unavailable here, grouped by the reason.
 pub fn list_text(cpc: &Cpc) -> String {
+    list_lines(cpc)
+        .lines()
+        .map(|l| l.trim_end().to_string() + "\n")
+        .collect()
+}
+
+fn list_lines(cpc: &Cpc) -> String {
     let l = listing(cpc);
     let mut s = format!("counter interface: {}\n", l.cciname);
     s += &format!("counters (npic): {}\n", l.npic);

@@ -48,10 +48,10 @@ impl Soakers {
                 .name(format!("soak{cpu}"))
                 .spawn(move || {
                     if let Err(e) = sched_setaffinity(Pid::from_raw(0), &set) {
-                        eprintln!("cpustat: couldn't bind soaker thread to cpu{cpu}: {e}");
+                        eprintln!("soaker: couldn't bind soaker thread to cpu{cpu}: {e}");
                     }
                     if let Err(e) = idle_priority() {
-                        eprintln!("cpustat: couldn't make soaker thread SCHED_IDLE: {e}");
+                        eprintln!("soaker: couldn't make soaker thread SCHED_IDLE: {e}");
                     }
                     while !quit.load(Ordering::Relaxed) {
                         if run.load(Ordering::Relaxed) {

@@ -48,6 +48,8 @@ pub struct StatOptions {
     pub header: bool,
     pub json: bool,
     pub stamp: Option<Stamp>,
+    /// The name per-CPU warnings start with (`cpustat`).
+    pub prog: &'static str,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -168,7 +170,7 @@ fn sleep_until(signals: &mut Signals, goal: Instant) -> Result<Option<Signal>, S
 /// Binds the first set on every CPU; a CPU that refuses is reported and left out.
 fn bind_all(cpc: &Cpc, opts: &StatOptions, ids: &[u32]) -> Result<(Vec<Cpu>, bool), StatError> {
     let mut cpus = Vec::new();
-    let mut first_error = None;
+    let mut errors = Vec::new();
     for &id in ids {
         match Counting::bind(cpc, &opts.sets, Scope::Cpu(id)) {
             Ok((c, _)) => cpus.push(Cpu {
@@ -180,18 +182,21 @@ fn bind_all(cpc: &Cpc, opts: &StatOptions, ids: &[u32]) -> Result<(Vec<Cpu>, boo
                     .map(|s| Sample::zero(s.requests.len()))
                     .collect(),
             }),
-            Err(e) => {
-                if first_error.is_some() || ids.len() > 1 {
-                    eprintln!("cpustat: cpu{id} - {e}");
-                }
-                first_error.get_or_insert(e);
-            }
+            Err(e) => errors.push((id, e)),
         }
     }
-    match first_error {
-        Some(e) if cpus.is_empty() => Err(e.into()),
-        other => Ok((cpus, other.is_some())),
+    if cpus.is_empty() {
+        // Nothing counts: one error, not one per CPU.
+        let (_, e) = errors
+            .into_iter()
+            .next()
+            .expect("at least one CPU was tried");
+        return Err(e.into());
     }
+    for (id, e) in &errors {
+        eprintln!("{}: cpu{id} - {}", opts.prog, e.message);
+    }
+    Ok((cpus, !errors.is_empty()))
 }
 
 /// Runs cpustat until `count` samples were taken or a terminating signal came.
@@ -264,7 +269,7 @@ pub fn stat(cpc: &Cpc, opts: &StatOptions, out: Box<dyn Write>) -> Result<StatOu
                     )?;
                 }
                 Err(e) => {
-                    eprintln!("cpustat: cpu{} - {e}", cpu.id);
+                    eprintln!("{}: cpu{} - {}", opts.prog, cpu.id, e.message);
                     cpu.counting = None;
                     errors = true;
                 }
@@ -283,7 +288,7 @@ pub fn stat(cpc: &Cpc, opts: &StatOptions, out: Box<dyn Write>) -> Result<StatOu
             }
             for c in cpus.iter_mut().filter_map(|c| c.counting.as_mut()) {
                 if let Err(e) = c.restart(cpc, &opts.sets) {
-                    eprintln!("cpustat: {e}");
+                    eprintln!("{}: {}", opts.prog, e.message);
                     errors = true;
                 }
             }

@@ -10,7 +10,9 @@
 //! untraced (and should the tracer die, the kernel detaches its tracees itself).
 
 mod emit;
+mod exits;
 pub mod ptrace;
+mod ticks;
 mod tracer;
 
 use std::{
@@ -29,7 +31,7 @@ use super::{
     spec::SetSpec,
 };
 use crate::{
-    cpc::Cpc,
+    cpc::{Cpc, CpcError},
     record::{Workload, WorkloadError},
 };
 
@@ -79,6 +81,9 @@ pub enum TrackError {
     },
     #[error("writing the output: {0}")]
     Output(io::Error),
+    /// The command or process could not be counted at all (nothing was left attached).
+    #[error("{0}")]
+    Bind(CpcError),
 }
 
 /// How a run ended.
@@ -125,7 +130,12 @@ pub fn track(
             outcome
         }
         (Target::Pid(pid), _) => {
-            attach(&mut tracer, *pid)?;
+            if let Err(e) = attach(&mut tracer, *pid) {
+                // Let go of whatever was seized before failing.
+                tracer.release_all();
+                let _ = run(&mut tracer, &mut signals, false);
+                return Err(e);
+            }
             run(&mut tracer, &mut signals, false)
         }
         (Target::Command(_), None) => unreachable!("prepared above"),
@@ -161,7 +171,20 @@ fn start_command(tracer: &mut Tracer<'_>, workload: &mut Workload) -> Result<(),
         return Err(TrackError::Attach { pid: child, source });
     }
     begin(tracer);
-    tracer.track_process(child, &[child]);
+    if let Err(e) = tracer.track_process(child, &[child]) {
+        // It would run uncounted: it goes, before it ran any code of its own.
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child), Signal::SIGKILL);
+        while let Ok(Some(r)) = ptrace::wait(child, false) {
+            match r {
+                Report::Exited { .. } | Report::Killed { .. } => break,
+                // Its exit stop (PTRACE_EVENT_EXIT happens even for SIGKILL).
+                _ => {
+                    let _ = ptrace::resume(child, 0);
+                }
+            }
+        }
+        return Err(TrackError::Bind(e));
+    }
     let _ = ptrace::resume(child, 0);
     Ok(())
 }
@@ -235,8 +258,7 @@ fn attach(tracer: &mut Tracer<'_>, pid: i32) -> Result<(), TrackError> {
     }
     begin(tracer);
     let tids: Vec<i32> = seized.into_iter().collect();
-    tracer.track_process(pid, &tids);
-    Ok(())
+    tracer.track_process(pid, &tids).map_err(TrackError::Bind)
 }
 
 /// The header, then time 0.
