@@ -154,3 +154,25 @@ fn bad_specs_and_targets_are_one_line_errors() {
         "-D names the function"
     );
 }
+
+#[test]
+fn a_command_that_cannot_be_counted_never_runs() {
+    if !privileged() {
+        return;
+    }
+    // msr/tsc/ counts per CPU only: binding it to a thread fails (EINVAL) after the parse.
+    if !std::path::Path::new("/sys/bus/event_source/devices/msr/events/tsc").exists() {
+        eprintln!("SKIP: no msr/tsc/ event here");
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("never-runs");
+    let marker = dir.join("ran");
+    let script = format!("touch {}", marker.display());
+    let out = profiler(&["track", "-c", "msr/tsc/", "--", "sh", "-c", &script]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("msr/tsc/"), "{stderr}");
+    assert!(!marker.exists(), "the command ran uncounted");
+}

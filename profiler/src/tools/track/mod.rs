@@ -299,11 +299,13 @@ fn run(
                     return Err(sys("waitpid")(e));
                 }
             }
-            if tracer.out.failed.is_some() && give_up.is_none() {
-                tracer.release_all();
-                next_tick = None;
-                give_up = Some(Instant::now() + RELEASE_GRACE);
-            }
+        }
+        // The output is gone (a closed pipe): nothing more can be shown, so let go.
+        if tracer.out.failed.is_some() && give_up.is_none() {
+            tracer.release_all();
+            next_tick = None;
+            give_up = Some(Instant::now() + RELEASE_GRACE);
+            continue;
         }
         if tracer.is_done() || give_up.is_some_and(|t| Instant::now() >= t) {
             break;
