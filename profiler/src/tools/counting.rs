@@ -40,7 +40,10 @@ fn bind_set(cpc: &Cpc, spec: &SetSpec, scope: Scope) -> Result<(Set, Buf), CpcEr
 impl Counting {
     /// Binds the first set and takes the first sample (cputrack's `init_lwp` values).
     pub fn bind(cpc: &Cpc, sets: &[SetSpec], scope: Scope) -> Result<(Counting, Sample), CpcError> {
-        let bound = bind_set(cpc, &sets[0], scope)?;
+        let first = sets
+            .first()
+            .ok_or_else(|| CpcError::new("cpc_set_create", libc::EINVAL, "no set to bind"))?;
+        let bound = bind_set(cpc, first, scope)?;
         let mut c = Counting {
             scope,
             bound: Some(bound),

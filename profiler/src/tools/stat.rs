@@ -54,6 +54,8 @@ pub struct StatOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StatError {
+    #[error("no event set to count")]
+    NoSets,
     #[error("{0}")]
     Cpc(#[from] CpcError),
     #[error("{call}: {source}")]
@@ -201,6 +203,9 @@ fn bind_all(cpc: &Cpc, opts: &StatOptions, ids: &[u32]) -> Result<(Vec<Cpu>, boo
 
 /// Runs cpustat until `count` samples were taken or a terminating signal came.
 pub fn stat(cpc: &Cpc, opts: &StatOptions, out: Box<dyn Write>) -> Result<StatOutcome, StatError> {
+    if opts.sets.is_empty() {
+        return Err(StatError::NoSets);
+    }
     let ids = match &opts.cpus {
         Some(list) => list.clone(),
         None => online_cpus().map_err(sys("online cpus"))?,

@@ -68,6 +68,8 @@ pub struct TrackOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum TrackError {
+    #[error("no event set to count")]
+    NoSets,
     #[error(transparent)]
     Workload(#[from] WorkloadError),
     #[error("process {0} does not exist")]
@@ -107,6 +109,9 @@ pub fn track(
     target: &Target,
     out: Box<dyn Write>,
 ) -> Result<TrackOutcome, TrackError> {
+    if opts.sets.is_empty() {
+        return Err(TrackError::NoSets);
+    }
     let layout = TrackLayout {
         pid_column: opts.follow_fork,
         tick_column: opts.tick,

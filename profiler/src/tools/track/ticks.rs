@@ -55,12 +55,12 @@ impl Tracer<'_> {
             for tid in tids {
                 self.tick_thread(pid, tid);
             }
-            let p = self.procs.get_mut(&pid).expect("tracked");
-            if let Some(left) = p.ticks_left.as_mut() {
-                *left = left.saturating_sub(1);
-                if *left == 0 {
-                    self.release(pid);
-                }
+            let Some(left) = self.procs.get_mut(&pid).and_then(|p| p.ticks_left.as_mut()) else {
+                continue;
+            };
+            *left = left.saturating_sub(1);
+            if *left == 0 {
+                self.release(pid);
             }
         }
     }

@@ -199,46 +199,41 @@ impl<'a> Tracer<'a> {
 
     /// Handles one waitpid report.
     pub fn handle(&mut self, report: Report) {
-        let tid = report.tid();
-        if matches!(report, Report::Exited { .. } | Report::Killed { .. }) {
-            return self.gone(tid);
-        }
+        let (tid, signal, event) = match report {
+            Report::Exited { tid, .. } | Report::Killed { tid, .. } => return self.gone(tid),
+            Report::Signal { tid, signal } => (tid, signal, None),
+            Report::Event { tid, event, signal } => (tid, signal, Some(event)),
+        };
         if !self.threads.contains_key(&tid) {
             self.adopt(tid);
         }
         if self.threads[&tid].releasing {
-            let signal = match report {
-                Report::Signal { signal, .. } => signal,
-                _ => 0,
-            };
-            // A task it spawned meanwhile is traced too (stopped at birth): it is let go
-            // when it reports, as an unknown task of a released process.
-            let _ = ptrace::detach(tid, signal);
+            // A signal about to be delivered goes with the detach. A task it spawned
+            // meanwhile is traced too (stopped at birth): it is let go when it reports, as
+            // an unknown task of a released process.
+            let _ = ptrace::detach(tid, if event.is_none() { signal } else { 0 });
             return self.forget(tid);
         }
-        match report {
-            Report::Signal { signal, .. } => {
-                let _ = ptrace::resume(tid, signal);
+        let _ = match event {
+            // Signal-delivery-stop: deliver it.
+            None => ptrace::resume(tid, signal),
+            Some(PTRACE_EVENT_STOP) if ptrace::is_group_stop(signal) => ptrace::listen(tid),
+            Some(e @ (PTRACE_EVENT_CLONE | PTRACE_EVENT_FORK | PTRACE_EVENT_VFORK)) => {
+                self.spawned(tid, e);
+                ptrace::resume(tid, 0)
             }
-            Report::Event { event, signal, .. } => match event {
-                PTRACE_EVENT_STOP if ptrace::is_group_stop(signal) => {
-                    let _ = ptrace::listen(tid);
-                }
-                PTRACE_EVENT_CLONE | PTRACE_EVENT_FORK | PTRACE_EVENT_VFORK => {
-                    self.spawned(tid, event);
-                    let _ = ptrace::resume(tid, 0);
-                }
-                PTRACE_EVENT_EXEC => self.exec(tid),
-                PTRACE_EVENT_EXIT => {
-                    self.exit_stop(tid);
-                    let _ = ptrace::resume(tid, 0);
-                }
-                _ => {
-                    let _ = ptrace::resume(tid, 0);
-                }
-            },
-            Report::Exited { .. } | Report::Killed { .. } => unreachable!("handled above"),
-        }
+            // Resumes (or lets go of) the process itself.
+            Some(PTRACE_EVENT_EXEC) => {
+                self.exec(tid);
+                Ok(())
+            }
+            Some(PTRACE_EVENT_EXIT) => {
+                self.exit_stop(tid);
+                ptrace::resume(tid, 0)
+            }
+            // The stop at birth, or one we asked for (PTRACE_INTERRUPT).
+            Some(_) => ptrace::resume(tid, 0),
+        };
     }
 
     /// A thread created a task: a `fork` row when it is a new process.
