@@ -6,6 +6,7 @@ const FIXTURES: &[(&str, &[&str])] = &[
     ("touch", &["-O1", "-g", "-pthread"]),
     ("forker", &["-O1", "-g"]),
     ("idle", &["-O1", "-g"]),
+    ("spin", &["-O1", "-g", "-pthread"]),
 ];
 
 fn main() {

@@ -11,3 +11,4 @@ pub mod perf;
 pub mod profile;
 pub mod record;
 pub mod symbolize;
+pub mod tools;

@@ -178,3 +178,70 @@ impl Drop for TestCgroup {
         let _ = std::fs::remove_dir(&self.path);
     }
 }
+
+/// One row of a cputrack/cpustat table: its whitespace-separated fields before any `#`,
+/// and what follows the `#` (a set's spec, a child pid, an exec's arguments).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableRow {
+    pub fields: Vec<String>,
+    pub note: Option<String>,
+}
+
+impl TableRow {
+    /// The field at `i` as a number.
+    pub fn num(&self, i: usize) -> i64 {
+        self.fields
+            .get(i)
+            .and_then(|f| f.parse().ok())
+            .unwrap_or_else(|| panic!("field {i} of {self:?} is not a number"))
+    }
+
+    /// Whether the row's event column (at `i`) is `event`.
+    pub fn is(&self, i: usize, event: &str) -> bool {
+        self.fields.get(i).is_some_and(|f| f == event)
+    }
+}
+
+/// The data rows of a table (everything after the header line starting with "time").
+pub fn table(stdout: &str) -> Vec<TableRow> {
+    stdout
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("time"))
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let (data, note) = match l.split_once('#') {
+                Some((d, n)) => (d, Some(n.trim().to_string())),
+                None => (l, None),
+            };
+            TableRow {
+                fields: data.split_whitespace().map(str::to_string).collect(),
+                note,
+            }
+        })
+        .collect()
+}
+
+/// A directory (for one test) holding `cputrack` and `cpustat` links to the profiler binary.
+pub fn persona_links(test: &str) -> PathBuf {
+    let dir = scratch(&format!("personas-{test}"));
+    for name in ["cputrack", "cpustat"] {
+        std::os::unix::fs::symlink(profiler_bin(), dir.join(name)).expect("linking a persona");
+    }
+    dir
+}
+
+/// `TracerPid` and the state letter of a task, from /proc.
+pub fn trace_state(pid: u32) -> (u32, char) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_string()
+    };
+    (
+        field("TracerPid:").parse().expect("TracerPid"),
+        field("State:").chars().next().expect("State"),
+    )
+}

@@ -1,6 +1,12 @@
 //! Command-line interface: parsing and validation, one module per subcommand.
 
+mod counters;
+mod getopt;
+mod list;
+mod persona;
 mod record;
+mod stat;
+mod track;
 
 use std::process::ExitCode;
 
@@ -18,6 +24,12 @@ pub struct Cli {
 pub enum Command {
     /// Sample stacks on cpu-clock and print the hottest functions.
     Record(record::RecordArgs),
+    /// Count events per thread of a command or process (Solaris cputrack).
+    Track(track::TrackArgs),
+    /// Count events per CPU, system-wide (Solaris cpustat).
+    Stat(stat::StatArgs),
+    /// List the counter interface and the events this host can count.
+    List(list::ListArgs),
 }
 
 /// Exit status for usage errors (bad flags, bad values), as getopt tools use.
@@ -67,7 +79,17 @@ fn one_line(e: &clap::Error) -> String {
 pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Record(args) => record::run(args),
+        Command::Track(args) => track::run(args),
+        Command::Stat(args) => stat::run(args),
+        Command::List(args) => list::run(args),
     }
+}
+
+/// Runs the `cputrack` or `cpustat` persona when argv\[0\] names one (a link to this
+/// binary); `None` otherwise.
+pub fn run_persona(args: &[std::ffi::OsString]) -> Option<ExitCode> {
+    let who = persona::persona(args.first()?)?;
+    Some(persona::run(who, args))
 }
 
 /// Prints a runtime error as one line and returns exit status 1.
@@ -107,14 +129,22 @@ mod tests {
             );
         }
         let Command::Record(r) =
-            parse_ok(&["profiler", "record", "-p", "1,2", "-F", "999"]).command;
+            parse_ok(&["profiler", "record", "-p", "1,2", "-F", "999"]).command
+        else {
+            panic!("record")
+        };
         assert_eq!(r.pid, vec![1, 2]);
         assert_eq!(r.freq, 999);
         let Command::Record(r) =
-            parse_ok(&["profiler", "record", "-d", "1.5", "--", "ls", "-l"]).command;
+            parse_ok(&["profiler", "record", "-d", "1.5", "--", "ls", "-l"]).command
+        else {
+            panic!("record")
+        };
         assert_eq!(r.command, vec!["ls", "-l"]);
         assert_eq!(r.duration, Some(1.5));
-        let Command::Record(r) = parse_ok(&["profiler", "record", "-a"]).command;
+        let Command::Record(r) = parse_ok(&["profiler", "record", "-a"]).command else {
+            panic!("record")
+        };
         assert!(r.all_cpus);
         assert_eq!(r.freq, 99, "default frequency");
     }

@@ -1,0 +1,246 @@
+//! What `profiler track`/`stat` and the `cputrack`/`cpustat` personas share once their
+//! command lines are read: opening libcpc, parsing `-c` sets, validating values, opening
+//! `-o`, running, and turning every failure into one line and cputrack's exit status
+//! (2 for usage, 1 for library or process errors).
+
+use std::{
+    ffi::OsString,
+    fs::File,
+    io::{LineWriter, Write},
+    path::Path,
+    process::ExitCode,
+    time::Duration,
+};
+
+use super::{EXIT_FAILURE, EXIT_USAGE};
+use crate::{
+    cpc::{Cpc, CpcError},
+    tools::{
+        self,
+        spec::{self, SetSpec, SpecContext},
+        stat::{StatOptions, stat},
+        track::{Target, TrackOptions, track},
+    },
+};
+
+/// Who is speaking ("cputrack", or "profiler") and whether `-D` asked for function names.
+#[derive(Clone, Copy, Debug)]
+pub struct Voice {
+    pub name: &'static str,
+    pub debug: bool,
+}
+
+impl Voice {
+    /// A usage error: one line, exit status 2.
+    pub fn usage(&self, msg: impl std::fmt::Display) -> ExitCode {
+        eprintln!("{}: {msg}", self.name);
+        ExitCode::from(EXIT_USAGE)
+    }
+
+    /// A runtime error: one line, exit status 1.
+    pub fn fail(&self, msg: impl std::fmt::Display) -> ExitCode {
+        eprintln!("{}: {msg}", self.name);
+        ExitCode::from(EXIT_FAILURE)
+    }
+
+    /// An error of a libcpc-side function, named with `-D` as cputrack does.
+    fn with_func(&self, func: &str, msg: impl std::fmt::Display) -> String {
+        if self.debug {
+            format!("{func}: {msg}")
+        } else {
+            msg.to_string()
+        }
+    }
+
+    pub fn cpc(&self, e: &CpcError) -> String {
+        self.with_func(e.func, &e.message)
+    }
+}
+
+/// `cpc_open`, or the line cputrack prints when it fails (exit status 1).
+pub fn open(voice: Voice) -> Result<Cpc, ExitCode> {
+    tools::open_cpc().map_err(|e| {
+        voice.fail(format!(
+            "cannot access performance counter library - {}",
+            voice.cpc(&e)
+        ))
+    })
+}
+
+/// Every `-c` argument as a set; the first bad one is a usage error.
+pub fn sets(voice: Voice, cpc: &Cpc, specs: &[String]) -> Result<Vec<SetSpec>, ExitCode> {
+    if specs.is_empty() {
+        return Err(voice.usage("no event specification: give at least one -c"));
+    }
+    let ctx = SpecContext::for_cpc(cpc);
+    specs
+        .iter()
+        .map(|s| spec::parse(s, &ctx).map_err(|e| voice.usage(voice.with_func(e.func(), e))))
+        .collect()
+}
+
+/// A float of seconds, >= 0 (`-T`, cpustat's interval and `-p`).
+pub fn seconds(what: &str, text: &str) -> Result<Duration, String> {
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| format!("invalid {what} \"{text}\": expected seconds (>= 0)"))
+}
+
+/// A whole number >= 0 (`-N`, cpustat's count).
+pub fn count(what: &str, text: &str) -> Result<u64, String> {
+    text.trim()
+        .parse::<u64>()
+        .map_err(|_| format!("invalid {what} \"{text}\": expected a whole number (>= 0)"))
+}
+
+/// A pid > 0 (`-p`).
+pub fn pid(text: &str) -> Result<i32, String> {
+    text.trim()
+        .parse::<i32>()
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| format!("invalid pid \"{text}\""))
+}
+
+/// A CPU list such as `0-3,6` (`-C`).
+pub fn cpu_list(text: &str) -> Result<Vec<u32>, String> {
+    let bad = || format!("invalid CPU list \"{text}\": expected e.g. 0-3,6");
+    let mut cpus = Vec::new();
+    for part in text.split(',') {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let lo: u32 = lo.trim().parse().map_err(|_| bad())?;
+        let hi: u32 = hi.trim().parse().map_err(|_| bad())?;
+        if lo > hi || hi - lo > 65535 {
+            return Err(bad());
+        }
+        cpus.extend(lo..=hi);
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Ok(cpus)
+}
+
+/// `-o file` (line-buffered, as cputrack sets it), or stdout (line-buffered already).
+pub fn output(voice: Voice, path: Option<&Path>) -> Result<Box<dyn Write>, ExitCode> {
+    match path {
+        None => Ok(Box::new(std::io::stdout())),
+        Some(p) => File::create(p)
+            .map(|f| Box::new(LineWriter::new(f)) as Box<dyn Write>)
+            .map_err(|e| voice.fail(format!("cannot open '{}' for writing: {e}", p.display()))),
+    }
+}
+
+/// cputrack's command line once read.
+#[derive(Debug)]
+pub struct TrackRequest {
+    pub specs: Vec<String>,
+    pub opts: TrackOptions,
+    pub command: Vec<OsString>,
+    pub pid: Option<i32>,
+    pub output: Option<std::path::PathBuf>,
+}
+
+/// Validates and runs cputrack.
+pub fn run_track(voice: Voice, cpc: &Cpc, mut req: TrackRequest) -> ExitCode {
+    req.opts.sets = match sets(voice, cpc, &req.specs) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let target = match (req.pid, req.command.is_empty()) {
+        (Some(_), false) => return voice.usage("give -p or a command, not both"),
+        (None, true) => return voice.usage("no command to start and no -p pid"),
+        (Some(pid), true) => Target::Pid(pid),
+        (None, false) => Target::Command(req.command),
+    };
+    let out = match output(voice, req.output.as_deref()) {
+        Ok(o) => o,
+        Err(code) => return code,
+    };
+    match track(cpc, &req.opts, &target, out) {
+        Ok(outcome) if outcome.errors => ExitCode::from(EXIT_FAILURE),
+        Ok(_) => ExitCode::SUCCESS,
+        Err(tools::track::TrackError::Bind(e)) => voice.fail(voice.cpc(&e)),
+        Err(e) => voice.fail(e),
+    }
+}
+
+/// cpustat's command line once read.
+#[derive(Debug)]
+pub struct StatRequest {
+    pub specs: Vec<String>,
+    pub opts: StatOptions,
+}
+
+/// Validates and runs cpustat.
+pub fn run_stat(voice: Voice, cpc: &Cpc, mut req: StatRequest) -> ExitCode {
+    req.opts.sets = match sets(voice, cpc, &req.specs) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    match stat(cpc, &req.opts, Box::new(std::io::stdout())) {
+        Ok(outcome) if outcome.errors => ExitCode::from(EXIT_FAILURE),
+        Ok(_) => ExitCode::SUCCESS,
+        // The reader went away (`| head`): a normal end.
+        Err(tools::stat::StatError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            ExitCode::SUCCESS
+        }
+        Err(tools::stat::StatError::Cpc(e)) => voice.fail(voice.cpc(&e)),
+        Err(e) => voice.fail(e),
+    }
+}
+
+/// cpustat's operands: `[interval [count]]`, interval 5 s by default, count unlimited;
+/// 0 for either is a usage error.
+pub fn stat_operands(operands: &[String]) -> Result<(Duration, Option<u64>), String> {
+    if operands.len() > 2 {
+        return Err(format!("too many operands: {}", operands.join(" ")));
+    }
+    let interval = match operands.first() {
+        Some(t) => seconds("interval", t)?,
+        None => Duration::from_secs(5),
+    };
+    if interval.is_zero() {
+        return Err("the interval must be more than 0".into());
+    }
+    let count = operands.get(1).map(|t| count("count", t)).transpose()?;
+    if count == Some(0) {
+        return Err("the count must be more than 0".into());
+    }
+    Ok((interval, count))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values() {
+        assert_eq!(seconds("x", "0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(seconds("x", "0"), Ok(Duration::ZERO));
+        assert!(seconds("x", "-1").is_err());
+        assert!(seconds("x", "nan").is_err());
+        assert!(seconds("x", "1s").is_err());
+        assert_eq!(count("x", "3"), Ok(3));
+        assert!(count("x", "-3").is_err());
+        assert_eq!(pid("42"), Ok(42));
+        assert!(pid("0").is_err());
+        assert_eq!(cpu_list("0-2,1,5"), Ok(vec![0, 1, 2, 5]));
+        assert!(cpu_list("2-1").is_err());
+        assert!(cpu_list("a").is_err());
+        assert!(cpu_list("").is_err());
+    }
+
+    #[test]
+    fn cpustat_operands() {
+        let s = |v: &[&str]| stat_operands(&v.iter().map(|x| x.to_string()).collect::<Vec<_>>());
+        assert_eq!(s(&[]), Ok((Duration::from_secs(5), None)));
+        assert_eq!(s(&["0.5", "4"]), Ok((Duration::from_millis(500), Some(4))));
+        assert!(s(&["0"]).is_err());
+        assert!(s(&["1", "0"]).is_err());
+        assert!(s(&["1", "2", "3"]).is_err());
+        assert!(s(&["x"]).is_err());
+    }
+}

@@ -1,0 +1,120 @@
+//! `profiler track`: cputrack's options, plus `--json`.
+
+use std::{ffi::OsString, path::PathBuf, process::ExitCode};
+
+use clap::Args;
+
+use super::counters::{self, TrackRequest, Voice};
+use crate::tools::{caps, track::TrackOptions};
+
+/// cputrack: count events per thread of a command or process, following threads (and
+/// with -f and -e, fork and exec).
+#[derive(Debug, Args)]
+#[command(disable_help_flag = true)]
+pub struct TrackArgs {
+    /// An event set: [picN=]event[,attr[N][=value]][,nouser[N]][,sys[N]],... (repeat -c to
+    /// cycle through several sets, one per sample).
+    #[arg(short = 'c', value_name = "SPEC")]
+    pub specs: Vec<String>,
+    /// Seconds between samples; 0: only thread, fork, exec and exit rows.
+    #[arg(
+        short = 'T',
+        value_name = "SECS",
+        default_value = "1",
+        allow_hyphen_values = true
+    )]
+    pub interval: String,
+    /// Stop tracking a process after this many samples (0: unlimited).
+    #[arg(short = 'N', value_name = "COUNT", allow_hyphen_values = true)]
+    pub count: Option<String>,
+    /// Follow exec (otherwise tracking of a process ends at its exec).
+    #[arg(short = 'e')]
+    pub follow_exec: bool,
+    /// Follow fork and vfork (adds a pid column).
+    #[arg(short = 'f')]
+    pub follow_fork: bool,
+    /// No header.
+    #[arg(short = 'n')]
+    pub no_header: bool,
+    /// Add the tick column (cycles with a PMU, else task time at the nominal clock).
+    #[arg(short = 't')]
+    pub tick: bool,
+    /// Also print init_lwp and fini_lwp rows.
+    #[arg(short = 'v')]
+    pub verbose: bool,
+    /// Name the library function in error messages.
+    #[arg(short = 'D')]
+    pub debug: bool,
+    /// Write the rows to FILE (line-buffered).
+    #[arg(short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Attach to this running process instead of starting a command.
+    #[arg(short = 'p', value_name = "PID", allow_hyphen_values = true)]
+    pub pid: Option<String>,
+    /// One JSON object per row instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Print this help and the events this host can count.
+    #[arg(short = 'h', long = "help")]
+    pub help: bool,
+    /// The command to start (options end at its name; `--` also ends them).
+    #[arg(trailing_var_arg = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+fn help_text() -> String {
+    use clap::CommandFactory;
+    let mut cli = super::Cli::command();
+    cli.build(); // names the subcommand "profiler track" in its usage line
+    cli.find_subcommand_mut("track")
+        .map(|c| c.render_help().to_string())
+        .unwrap_or_default()
+}
+
+pub fn run(args: TrackArgs) -> ExitCode {
+    let voice = Voice {
+        name: "profiler",
+        debug: args.debug,
+    };
+    let cpc = match counters::open(voice) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if args.help {
+        print!("{}\n{}", help_text(), caps::capabilities(&cpc));
+        return ExitCode::SUCCESS;
+    }
+    let interval = match counters::seconds("interval", &args.interval) {
+        Ok(d) => (!d.is_zero()).then_some(d),
+        Err(e) => return voice.usage(e),
+    };
+    let samples = match args.count.as_deref().map(|c| counters::count("count", c)) {
+        None => None,
+        Some(Ok(n)) => (n > 0).then_some(n),
+        Some(Err(e)) => return voice.usage(e),
+    };
+    let pid = match args.pid.as_deref().map(counters::pid).transpose() {
+        Ok(p) => p,
+        Err(e) => return voice.usage(e),
+    };
+    let opts = TrackOptions {
+        sets: Vec::new(),
+        interval,
+        samples,
+        follow_fork: args.follow_fork,
+        follow_exec: args.follow_exec,
+        verbose: args.verbose,
+        tick: args.tick,
+        header: !args.no_header,
+        json: args.json,
+        debug: args.debug,
+    };
+    let req = TrackRequest {
+        specs: args.specs,
+        opts,
+        command: args.command,
+        pid,
+        output: args.output,
+    };
+    counters::run_track(voice, &cpc, req)
+}
