@@ -23,6 +23,9 @@ pub struct Counting {
     cur: usize,
     /// Per set: counts of the periods that set was bound before the current one.
     base: Vec<Sample>,
+    /// What the current binding's counts are measured from: zero (its bind), or the
+    /// snapshot of a [`Counting::rebase`].
+    origin: Sample,
     /// The previous snapshot of the current binding (single set: what a tick subtracts).
     last: Sample,
 }
@@ -40,10 +43,10 @@ fn bind_set(cpc: &Cpc, spec: &SetSpec, scope: Scope) -> Result<(Set, Buf), CpcEr
 impl Counting {
     /// Binds the first set and takes the first sample (cputrack's `init_lwp` values).
     pub fn bind(cpc: &Cpc, sets: &[SetSpec], scope: Scope) -> Result<(Counting, Sample), CpcError> {
-        let first = sets
+        let set0 = sets
             .first()
             .ok_or_else(|| CpcError::new("cpc_set_create", libc::EINVAL, "no set to bind"))?;
-        let bound = bind_set(cpc, first, scope)?;
+        let bound = bind_set(cpc, set0, scope)?;
         let mut c = Counting {
             scope,
             bound: Some(bound),
@@ -52,11 +55,21 @@ impl Counting {
                 .iter()
                 .map(|s| Sample::zero(s.requests.len()))
                 .collect(),
+            origin: Sample::zero(set0.requests.len()),
             last: Sample::default(),
         };
         let first = c.read(cpc)?;
         c.last = first.clone();
         Ok((c, first))
+    }
+
+    /// Counts from now on: what was counted since the bind is left out of ticks and
+    /// totals (cpustat starts its clock after binding every CPU).
+    pub fn rebase(&mut self, cpc: &Cpc) -> Result<(), CpcError> {
+        let now = self.read(cpc)?;
+        self.origin = now.clone();
+        self.last = now;
+        Ok(())
     }
 
     fn read(&mut self, cpc: &Cpc) -> Result<Sample, CpcError> {
@@ -79,7 +92,8 @@ impl Counting {
             self.last = now;
             return Ok((sampled, delta));
         }
-        self.base[sampled] = self.base[sampled].plus(&now);
+        let since_bind = now.since(&self.origin);
+        self.base[sampled] = self.base[sampled].plus(&since_bind);
         let next = (sampled + 1) % sets.len();
         match self.scope {
             // A thread keeps a binding throughout: the new one is made first.
@@ -94,8 +108,9 @@ impl Counting {
             }
         }
         self.cur = next;
-        self.last = Sample::zero(sets[next].requests.len());
-        Ok((sampled, now))
+        self.origin = Sample::zero(sets[next].requests.len());
+        self.last = self.origin.clone();
+        Ok((sampled, since_bind))
     }
 
     /// Binds the current set afresh (its counters start at 0 again): cpustat `-p` does
@@ -103,14 +118,15 @@ impl Counting {
     pub fn restart(&mut self, cpc: &Cpc, sets: &[SetSpec]) -> Result<(), CpcError> {
         self.bound = None;
         self.bound = Some(bind_set(cpc, &sets[self.cur], self.scope)?);
-        self.last = Sample::zero(sets[self.cur].requests.len());
+        self.origin = Sample::zero(sets[self.cur].requests.len());
+        self.last = self.origin.clone();
         Ok(())
     }
 
     /// The context's totals per set, after a last read; unbinds. Also returns the set
     /// bound at the end (the one `fini_lwp` prints).
     pub fn finish(mut self, cpc: &Cpc) -> Result<(usize, Vec<Sample>), CpcError> {
-        let now = self.read(cpc)?;
+        let now = self.read(cpc)?.since(&self.origin);
         self.base[self.cur] = self.base[self.cur].plus(&now);
         Ok((self.cur, std::mem::take(&mut self.base)))
     }

@@ -189,11 +189,10 @@ fn bind_all(cpc: &Cpc, opts: &StatOptions, ids: &[u32]) -> Result<(Vec<Cpu>, boo
     }
     if cpus.is_empty() {
         // Nothing counts: one error, not one per CPU.
-        let (_, e) = errors
-            .into_iter()
-            .next()
-            .expect("at least one CPU was tried");
-        return Err(e.into());
+        return Err(match errors.into_iter().next() {
+            Some((_, e)) => e.into(),
+            None => sys("cpus")(io::Error::other("no CPU to count")),
+        });
     }
     for (id, e) in &errors {
         eprintln!("{}: cpu{id} - {}", opts.prog, e.message);
@@ -221,17 +220,25 @@ pub fn stat(cpc: &Cpc, opts: &StatOptions, out: Box<dyn Write>) -> Result<StatOu
         layout,
         t0: 0,
     };
+    // Bound first, so that a CPU that cannot be counted is an error before any output.
+    let (mut cpus, mut errors) = bind_all(cpc, opts, &ids)?;
     if opts.header && !opts.json {
         let h = format::stat_header(&layout, &opts.sets[0].pics());
         p.out.write_all(h.as_bytes()).map_err(StatError::Output)?;
     }
     p.t0 = hrtime_now();
+    for cpu in &mut cpus {
+        if let Some(Err(e)) = cpu.counting.as_mut().map(|c| c.rebase(cpc)) {
+            eprintln!("{}: cpu{} - {}", opts.prog, cpu.id, e.message);
+            cpu.counting = None;
+            errors = true;
+        }
+    }
     let nsets = opts.sets.len();
     let soakers = match opts.soak && opts.sets.iter().any(SetSpec::is_system_only) {
         true => Some(Soakers::start(&ids).map_err(sys("soaker threads"))?),
         false => None,
     };
-    let (mut cpus, mut errors) = bind_all(cpc, opts, &ids)?;
     let mut current = 0usize;
     if let Some(s) = &soakers {
         s.set_running(opts.sets[current].is_system_only());
