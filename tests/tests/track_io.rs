@@ -48,7 +48,12 @@ fn attach_with_p_and_detach_on_sigint_leaves_the_target_running() {
         .collect();
     let threads: std::collections::BTreeSet<i64> = ticks.iter().map(|r| r.num(1)).collect();
     assert_eq!(threads.len(), 3, "main and two spinners:\n{stdout}");
-    assert!(ticks.iter().any(|r| r.num(3) > 100_000_000), "spinners run");
+    // The spinners' CPU time shows in the ticks (10 ms of a 0.2 s tick: loose, because a
+    // shared 2-CPU machine may give them far less than a full CPU).
+    assert!(
+        ticks.iter().any(|r| r.num(3) > 10_000_000),
+        "spinners counted:\n{stdout}"
+    );
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
         let tid: u32 = task.unwrap().file_name().to_str().unwrap().parse().unwrap();
         let (tracer, state) = trace_state(tid);
