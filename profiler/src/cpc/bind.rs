@@ -263,34 +263,20 @@ pub(crate) fn hrtime() -> u64 {
 
 /// Maps a perf_event_open/ioctl/read failure to the errno (and subcode) libcpc would report.
 pub(crate) fn perf_error(func: &'static str, err: PerfError, event: Option<&str>) -> CpcError {
-    let what = event.map(|e| format!("event '{e}': ")).unwrap_or_default();
+    // PerfError's text already names the call and explains the errno; here only the errno
+    // (and subcode) libcpc would report is chosen.
+    let message = match event {
+        Some(e) => format!("event '{e}': {err}"),
+        None => err.to_string(),
+    };
     match err.errno() {
-        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) => CpcError::new(
-            func,
-            libc::ENOTSUP,
-            format!("{what}not supported on this host ({err})"),
-        ),
-        Some(libc::EACCES) | Some(libc::EPERM) => CpcError::new(
-            func,
-            libc::EACCES,
-            format!(
-                "{what}permission denied: needs root or CAP_PERFMON, or a lower \
-                 kernel.perf_event_paranoid ({err})"
-            ),
-        ),
-        Some(libc::ESRCH) => CpcError::new(
-            func,
-            libc::ESRCH,
-            format!("{what}no such thread or process"),
-        ),
-        Some(libc::EINVAL) | Some(libc::ENOSPC) => CpcError::with_subcode(
-            func,
-            libc::EINVAL,
-            Subcode::ResourceUnavail,
-            format!("{what}the kernel cannot schedule this set ({err})"),
-        ),
-        Some(errno) => CpcError::new(func, errno, format!("{what}{err}")),
-        None => CpcError::new(func, libc::EIO, format!("{what}{err}")),
+        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) => CpcError::new(func, libc::ENOTSUP, message),
+        Some(libc::EACCES) | Some(libc::EPERM) => CpcError::new(func, libc::EACCES, message),
+        Some(libc::EINVAL) | Some(libc::ENOSPC) => {
+            CpcError::with_subcode(func, libc::EINVAL, Subcode::ResourceUnavail, message)
+        }
+        Some(errno) => CpcError::new(func, errno, message),
+        None => CpcError::new(func, libc::EIO, message),
     }
 }
 
