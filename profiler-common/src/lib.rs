@@ -108,6 +108,11 @@ pub struct SamplerConfig {
     /// Wake the reader only once this many bytes are pending (batched wake-ups); the reader
     /// also polls on a timer, so a quiet run is still drained. 0 wakes on every record.
     pub wakeup_bytes: u64,
+    /// Non-zero: a process forked by a tgid in `TGIDS` joins `TGIDS` (follow children).
+    pub follow_forks: u32,
+    /// Offset of `child_pid` in the `sched:sched_process_fork` record (it differs between
+    /// kernels, so user space reads it from tracefs).
+    pub fork_child_offset: u32,
 }
 
 /// One sample, as written to the ring buffer by the perf_event program.
@@ -163,7 +168,7 @@ pub struct SampleRecord {
     pub user_stack: [u64; MAX_STACK_DEPTH],
 }
 
-const _: () = assert!(core::mem::size_of::<SamplerConfig>() == 16);
+const _: () = assert!(core::mem::size_of::<SamplerConfig>() == 24);
 const _: () = assert!(core::mem::size_of::<SampleRecord>() == 176 + 2 * 8 * MAX_STACK_DEPTH);
 const _: () = assert!(core::mem::align_of::<SampleRecord>() == 8);
 const _: () = assert!(core::mem::size_of::<RequestConfig>() == 32);

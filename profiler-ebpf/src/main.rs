@@ -3,6 +3,7 @@
 #![no_std]
 #![no_main]
 
+mod follow;
 mod sampler;
 
 #[cfg(not(test))]

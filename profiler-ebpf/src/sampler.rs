@@ -30,7 +30,7 @@ use profiler_common::{
 static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
 
 #[map]
-static TGIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TARGET_TGIDS, 0);
+pub(crate) static TGIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TARGET_TGIDS, 0);
 
 #[map]
 static TIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TARGET_TIDS, 0);
@@ -39,7 +39,7 @@ static TIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TARGET_TIDS, 0);
 static CGROUPS: HashMap<u64, u8> = HashMap::with_max_entries(MAX_TARGET_CGROUPS, 0);
 
 #[map]
-static CONFIG: Array<SamplerConfig> = Array::with_max_entries(1, 0);
+pub(crate) static CONFIG: Array<SamplerConfig> = Array::with_max_entries(1, 0);
 
 #[map]
 static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);

@@ -184,8 +184,7 @@ fn shared_per_cpu_events_deliver_only_the_selected_process() {
     let mut sampler = Sampler::load(
         SamplerConfig {
             filter: filter::TGID,
-            capture: 0,
-            wakeup_bytes: 0,
+            ..Default::default()
         },
         1 << 20,
     )
@@ -254,9 +253,8 @@ fn overload_loss_matches_the_records_that_did_not_arrive() {
     // 16 KiB holds 7 records; nothing is read until the workload is done.
     let mut sampler = Sampler::load(
         SamplerConfig {
-            filter: 0,
-            capture: 0,
             wakeup_bytes: u64::MAX,
+            ..Default::default()
         },
         16 << 10,
     )

@@ -352,3 +352,42 @@ fn tid_and_cgroup_targets_sample_only_their_tasks() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_started_commands_children_are_profiled_too() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("children");
+    let folded = dir.join("children.folded");
+    let chain = fixture("chain");
+    // The shell only waits; the CPU time is in two chain processes it forks.
+    let script = format!("{c} 1 >/dev/null; {c} 1 >/dev/null", c = chain.display());
+    let out = profiler(&[
+        "record",
+        "-F",
+        "499",
+        "-o",
+        folded.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("warning"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stacks = read_folded(&folded);
+    let (leaf, total) = leaf_share(&stacks, "chain");
+    assert!(total >= 600, "the children's samples: {total}");
+    assert!(leaf * 100 >= total * 90, "leaf {leaf} of {total}");
+    assert_full_chain(&stacks);
+}

@@ -190,6 +190,26 @@ impl Sampler {
         Ok(program.info()?.run_count())
     }
 
+    /// Makes children of target processes targets too: loads the fork tracepoint program and
+    /// attaches it to `sched:sched_process_fork`, whose `child_pid` is at `child_offset`.
+    pub fn follow_forks(&mut self, child_offset: u32) -> Result<(), BpfError> {
+        let mut cfg: Array<_, SamplerConfig> =
+            Array::try_from(self.map("CONFIG")?).map_err(map_err("CONFIG"))?;
+        let mut config = cfg.get(&0, 0).map_err(map_err("CONFIG"))?;
+        config.follow_forks = 1;
+        config.fork_child_offset = child_offset;
+        cfg.set(0, config, 0).map_err(map_err("CONFIG"))?;
+        let program: &mut aya::programs::TracePoint = self
+            .ebpf
+            .program_mut("on_fork")
+            .ok_or(BpfError::Missing("program `on_fork`"))?
+            .try_into()?;
+        program.load()?;
+        // The link belongs to the program, which the sampler owns: detached on drop.
+        program.attach("sched", "sched_process_fork")?;
+        Ok(())
+    }
+
     /// Adds a thread to the in-kernel filter (`filter::TID`).
     pub fn add_tid(&mut self, tid: u32) -> Result<(), BpfError> {
         let mut tids: HashMap<_, u32, u8> =

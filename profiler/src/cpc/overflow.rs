@@ -134,11 +134,7 @@ impl Engine {
         siblings: bool,
     ) -> Result<Engine, CpcError> {
         // Notifications are latency-sensitive: wake the reader on every record.
-        let config = SamplerConfig {
-            filter: 0,
-            capture: 0,
-            wakeup_bytes: 0,
-        };
+        let config = SamplerConfig::default();
         if siblings {
             let cpus = super::bind::online_cpus().map(|c| c.len()).unwrap_or(1);
             if groups.len() > cpus || nreq > MAX_SIBLINGS {

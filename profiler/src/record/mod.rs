@@ -170,8 +170,7 @@ pub fn validate(opts: &RecordOptions) -> Result<(), RecordError> {
 
 /// Resolves event names through the catalogue; events this host cannot count are an error
 /// here, not an empty profile.
-fn resolve_events(names: &[String]) -> Result<Vec<Event>, RecordError> {
-    let catalog = Catalog::load();
+fn resolve_events(catalog: &Catalog, names: &[String]) -> Result<Vec<Event>, RecordError> {
     names
         .iter()
         .map(|n| {
@@ -190,6 +189,27 @@ fn resolve_events(names: &[String]) -> Result<Vec<Event>, RecordError> {
             Ok(event)
         })
         .collect()
+}
+
+/// The offset of `child_pid` in `sched:sched_process_fork` records, from its tracefs format
+/// (6.18 has `__data_loc` comms and puts it at 20; older kernels at 44).
+fn fork_child_offset(catalog: &Catalog) -> Option<u32> {
+    let format = catalog
+        .tracing_root()?
+        .join("events/sched/sched_process_fork/format");
+    parse_field_offset(&std::fs::read_to_string(format).ok()?, "child_pid")
+}
+
+/// `offset:N` of field `name` in a tracefs `format` file.
+fn parse_field_offset(format: &str, name: &str) -> Option<u32> {
+    format.lines().find_map(|l| {
+        let mut parts = l.trim().split(';').map(str::trim);
+        let field = parts.next()?.strip_prefix("field:")?;
+        if field.rsplit(' ').next()? != name {
+            return None;
+        }
+        parts.find_map(|p| p.strip_prefix("offset:"))?.parse().ok()
+    })
 }
 
 /// A cgroup v2 id: the inode number of its directory.
@@ -237,7 +257,8 @@ pub async fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> 
         Target::Command(argv) => Some(Workload::prepare(argv)?),
         _ => None,
     };
-    let events = resolve_events(&opts.events)?;
+    let catalog = Catalog::load();
+    let events = resolve_events(&catalog, &opts.events)?;
     let config = SamplerConfig {
         filter: match &opts.target {
             Target::SystemWide => 0,
@@ -251,6 +272,7 @@ pub async fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> 
             Mode::Kernel => capture::KERNEL_STACK,
         },
         wakeup_bytes: u64::from(opts.ring_bytes / 4),
+        ..Default::default()
     };
     let mut sampler = Sampler::load(config, opts.ring_bytes)?;
     for i in 0..events.len() {
@@ -278,7 +300,16 @@ pub async fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> 
             }
         }
         (Target::Cgroup(path), _) => sampler.add_cgroup(cgroup_id(path)?)?,
-        (Target::Command(_), Some(w)) => sampler.add_tgid(w.pid())?,
+        (Target::Command(_), Some(w)) => {
+            sampler.add_tgid(w.pid())?;
+            // Children of the command are profiled too (a shell script's commands, say).
+            let followed = fork_child_offset(&catalog)
+                .ok_or_else(|| "sched:sched_process_fork is not in tracefs".to_string())
+                .and_then(|off| sampler.follow_forks(off).map_err(|e| e.to_string()));
+            if let Err(e) = followed {
+                eprintln!("profiler: warning: not following the command's children: {e}");
+            }
+        }
         _ => {}
     }
     // One event per CPU per requested event, shared by all targets: the program filters in
@@ -366,4 +397,19 @@ pub async fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> 
         stop,
         command_status,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_field_offset;
+
+    #[test]
+    fn tracefs_field_offsets() {
+        let v6_18 = "name: sched_process_fork\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\tfield:__data_loc char[] parent_comm;\toffset:8;\tsize:4;\tsigned:0;\n\tfield:pid_t parent_pid;\toffset:12;\tsize:4;\tsigned:1;\n\tfield:__data_loc char[] child_comm;\toffset:16;\tsize:4;\tsigned:0;\n\tfield:pid_t child_pid;\toffset:20;\tsize:4;\tsigned:1;\n";
+        assert_eq!(parse_field_offset(v6_18, "child_pid"), Some(20));
+        assert_eq!(parse_field_offset(v6_18, "parent_pid"), Some(12));
+        let v5 = "\tfield:char child_comm[16];\toffset:28;\tsize:16;\tsigned:0;\n\tfield:pid_t child_pid;\toffset:44;\tsize:4;\tsigned:1;\n";
+        assert_eq!(parse_field_offset(v5, "child_pid"), Some(44));
+        assert_eq!(parse_field_offset(v5, "missing"), None);
+    }
 }
