@@ -76,3 +76,36 @@ fn missing_command_and_unwritable_output_fail_before_attaching() {
     assert!(one_line(&out.stderr).contains("/nonexistent-dir/out.folded"));
     assert_eq!(our_programs(), before);
 }
+
+/// Runs the profiler with stdout on a pipe whose reader is already closed, as `| head` ends.
+fn with_closed_stdout(args: &[&str]) -> std::process::Output {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 fills two fds we then own; the read end is closed at once.
+    unsafe {
+        assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC), 0);
+        libc::close(fds[0]);
+    }
+    // SAFETY: fds[1] is a valid pipe write end owned by nothing else.
+    let stdout = unsafe { std::process::Stdio::from(std::os::fd::OwnedFd::from_raw_fd(fds[1])) };
+    std::process::Command::new(profiler_bin())
+        .args(args)
+        .stdout(stdout)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_closed_stdout_is_a_normal_end_not_a_panic() {
+    for args in [
+        &["stat", "-h"][..],
+        &["track", "-h"],
+        &["list"],
+        &["list", "--json"],
+    ] {
+        let out = with_closed_stdout(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+    }
+}

@@ -57,7 +57,34 @@ impl Voice {
     }
 }
 
+/// Prints usage and capabilities; a closed stdout (`| head`) is not an error.
+pub fn print_help(usage: &str, cpc: &Cpc) {
+    let _ = write!(
+        std::io::stdout().lock(),
+        "{usage}\n{}",
+        crate::tools::caps::capabilities(cpc)
+    );
+}
+
 /// `cpc_open`, or the line cputrack prints when it fails (exit status 1).
+/// Opens the handle for `profiler <subcommand>`; with `-h` prints the subcommand's usage and
+/// the host's capabilities instead and ends the run (exit 0), as cputrack -h does.
+pub fn open_or_help(voice: Voice, help: bool, subcommand: &str) -> Result<Cpc, ExitCode> {
+    let cpc = open(voice)?;
+    if help {
+        use clap::CommandFactory;
+        let mut cli = super::Cli::command();
+        cli.build(); // names the subcommand "profiler <name>" in its usage line
+        let usage = cli
+            .find_subcommand_mut(subcommand)
+            .map(|c| c.render_help().to_string())
+            .unwrap_or_default();
+        print_help(&usage, &cpc);
+        return Err(ExitCode::SUCCESS);
+    }
+    Ok(cpc)
+}
+
 pub fn open(voice: Voice) -> Result<Cpc, ExitCode> {
     tools::open_cpc().map_err(|e| {
         voice.fail(format!(

@@ -13,7 +13,7 @@ use super::{
     getopt::{Getopt, Opt},
     stat::stamp,
 };
-use crate::tools::{caps, format::TICK_NAME, stat::StatOptions, track::TrackOptions};
+use crate::tools::{format::TICK_NAME, stat::StatOptions, track::TrackOptions};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Persona {
@@ -98,7 +98,7 @@ pub fn run(who: Persona, args: &[OsString]) -> ExitCode {
             Persona::Cputrack => cputrack_usage(),
             Persona::Cpustat => cpustat_usage(),
         };
-        print!("{usage}\n{}", caps::capabilities(&cpc));
+        super::counters::print_help(&usage, &cpc);
         return ExitCode::SUCCESS;
     }
     if let Some(e) = error {

@@ -5,10 +5,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::counters::{self, StatRequest, Voice};
-use crate::tools::{
-    caps,
-    stat::{Stamp, StatOptions},
-};
+use crate::tools::stat::{Stamp, StatOptions};
 
 /// cpustat: count events on every CPU (or those of -C), a row per CPU each interval and a
 /// total row per set at the end (Ctrl-C ends early, totals still printed).
@@ -61,28 +58,15 @@ pub fn stamp(text: &str) -> Result<Stamp, String> {
     }
 }
 
-fn help_text() -> String {
-    use clap::CommandFactory;
-    let mut cli = super::Cli::command();
-    cli.build(); // names the subcommand "profiler stat" in its usage line
-    cli.find_subcommand_mut("stat")
-        .map(|c| c.render_help().to_string())
-        .unwrap_or_default()
-}
-
 pub fn run(args: StatArgs) -> ExitCode {
     let voice = Voice {
         name: "profiler",
         debug: args.debug,
     };
-    let cpc = match counters::open(voice) {
+    let cpc = match counters::open_or_help(voice, args.help, "stat") {
         Ok(c) => c,
         Err(code) => return code,
     };
-    if args.help {
-        print!("{}\n{}", help_text(), caps::capabilities(&cpc));
-        return ExitCode::SUCCESS;
-    }
     let parsed = (|| -> Result<StatOptions, String> {
         let (interval, count) = counters::stat_operands(&args.operands)?;
         Ok(StatOptions {

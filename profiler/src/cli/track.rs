@@ -5,7 +5,7 @@ use std::{ffi::OsString, path::PathBuf, process::ExitCode};
 use clap::Args;
 
 use super::counters::{self, TrackRequest, Voice};
-use crate::tools::{caps, track::TrackOptions};
+use crate::tools::track::TrackOptions;
 
 /// cputrack: count events per thread of a command or process, following threads (and
 /// with -f and -e, fork and exec).
@@ -62,28 +62,15 @@ pub struct TrackArgs {
     pub command: Vec<OsString>,
 }
 
-fn help_text() -> String {
-    use clap::CommandFactory;
-    let mut cli = super::Cli::command();
-    cli.build(); // names the subcommand "profiler track" in its usage line
-    cli.find_subcommand_mut("track")
-        .map(|c| c.render_help().to_string())
-        .unwrap_or_default()
-}
-
 pub fn run(args: TrackArgs) -> ExitCode {
     let voice = Voice {
         name: "profiler",
         debug: args.debug,
     };
-    let cpc = match counters::open(voice) {
+    let cpc = match counters::open_or_help(voice, args.help, "track") {
         Ok(c) => c,
         Err(code) => return code,
     };
-    if args.help {
-        print!("{}\n{}", help_text(), caps::capabilities(&cpc));
-        return ExitCode::SUCCESS;
-    }
     let interval = match counters::seconds("interval", &args.interval) {
         Ok(d) => (!d.is_zero()).then_some(d),
         Err(e) => return voice.usage(e),
