@@ -391,3 +391,52 @@ fn a_started_commands_children_are_profiled_too() {
     assert!(leaf * 100 >= total * 90, "leaf {leaf} of {total}");
     assert_full_chain(&stacks);
 }
+
+#[test]
+fn cpu_list_samples_only_those_cpus() {
+    if !privileged() || aya::util::online_cpus().map_or(true, |c| c.len() < 2) {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("cpus");
+    let mut chain = Command::new("taskset")
+        .args(["-c", "1", fixture("chain").to_str().unwrap(), "4"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    thread::sleep(Duration::from_millis(300));
+    let run = |cpu: &str| {
+        let folded = dir.join(format!("cpu{cpu}.folded"));
+        let out = profiler(&[
+            "record",
+            "-a",
+            "-C",
+            cpu,
+            "-F",
+            "199",
+            "-d",
+            "1",
+            "-o",
+            folded.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        read_folded(&folded)
+    };
+    let (on1, on0) = (run("1"), run("0"));
+    let _ = (chain.kill(), chain.wait());
+    let (leaf, total) = leaf_share(&on1, "chain");
+    assert!(
+        total >= 100 && leaf * 100 >= total * 90,
+        "cpu 1 runs chain: {leaf} of {total}"
+    );
+    assert!(
+        on0.iter().all(|(f, _)| f[0] != "chain"),
+        "chain is pinned to cpu 1: {on0:?}"
+    );
+    let out = profiler(&["record", "-a", "-C", "4096", "-d", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+}

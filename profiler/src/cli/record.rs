@@ -46,6 +46,9 @@ pub struct RecordArgs {
     /// Profile the tasks of this cgroup v2 directory.
     #[arg(short = 'G', long = "cgroup", value_name = "PATH")]
     pub cgroup: Option<PathBuf>,
+    /// Only on these CPUs (e.g. `0-3,6`); with any target.
+    #[arg(short = 'C', long = "cpu", value_name = "CPULIST")]
+    pub cpus: Option<String>,
     /// Sample user mode only.
     #[arg(long, conflicts_with = "kernel")]
     pub user: bool,
@@ -88,6 +91,11 @@ impl RecordArgs {
         let mut opts = RecordOptions::new(target);
         opts.frequency_hz = self.freq;
         opts.period = self.count;
+        opts.cpus = self
+            .cpus
+            .as_deref()
+            .map(super::counters::cpu_list)
+            .transpose()?;
         opts.events = self.event.clone();
         opts.mode = match (self.user, self.kernel) {
             (true, _) => Mode::User,

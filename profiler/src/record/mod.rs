@@ -57,6 +57,8 @@ pub struct RecordOptions {
     /// Sample every N events instead of at a frequency (perf's `-c`, libcpc's preset).
     pub period: Option<u64>,
     pub mode: Mode,
+    /// Only these CPUs (default: every online CPU).
+    pub cpus: Option<Vec<u32>>,
     pub duration: Option<Duration>,
     pub ring_bytes: u32,
     /// Reader poll interval when the kernel has not woken it (batched wake-ups).
@@ -71,6 +73,7 @@ impl RecordOptions {
             frequency_hz: 99,
             period: None,
             mode: Mode::Both,
+            cpus: None,
             duration: None,
             ring_bytes: profiler_common::DEFAULT_RING_BYTES,
             poll: Duration::from_millis(100),
@@ -156,6 +159,14 @@ pub fn validate(opts: &RecordOptions) -> Result<(), RecordError> {
             "{} is not a cgroup v2 directory (no cgroup.procs)",
             path.display()
         )));
+    }
+    if let Some(cpus) = &opts.cpus {
+        let online = online_cpus()?;
+        if let Some(cpu) = cpus.iter().find(|c| !online.contains(c)) {
+            return Err(RecordError::Usage(format!(
+                "cpu {cpu} is not online (online: {online:?})"
+            )));
+        }
     }
     if opts.period == Some(0) {
         return Err(RecordError::Usage("period must be at least 1".into()));
@@ -318,12 +329,16 @@ pub async fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> 
         Some(n) => SamplePolicy::Period(n),
         None => SamplePolicy::Frequency(opts.frequency_hz),
     };
+    let cpus = match &opts.cpus {
+        Some(c) => c.clone(),
+        None => online_cpus()?,
+    };
     for (i, event) in events.iter().enumerate() {
         let mut attr = event.attr();
         attr.set_sample_policy(policy);
         attr.set_exclude_user(opts.mode == Mode::Kernel);
         attr.set_exclude_kernel(opts.mode == Mode::User);
-        for cpu in online_cpus()? {
+        for &cpu in &cpus {
             let ev = PerfEvent::open(&attr, Scope::Cpu(cpu), None, || event.name.clone())?;
             sampler.attach(ev, i as u64)?;
         }
