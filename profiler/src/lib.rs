@@ -6,6 +6,7 @@
 pub mod bpf;
 pub mod cli;
 pub mod cpc;
+pub mod host;
 pub mod output;
 pub mod perf;
 pub mod profile;

@@ -2,7 +2,6 @@
 //! counting, and libcpc's exclusivity rule between CPU and thread bindings.
 
 use std::{
-    collections::HashSet,
     path::PathBuf,
     sync::{
         Mutex, MutexGuard,
@@ -245,20 +244,9 @@ impl Binding {
         };
         buf.time_enabled = enabled;
         buf.time_running = running;
-        buf.hrtime = hrtime();
+        buf.hrtime = crate::host::hrtime();
         Ok(())
     }
-}
-
-/// `gethrtime()`: CLOCK_MONOTONIC in nanoseconds.
-pub(crate) fn hrtime() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into the valid pointer we pass.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Maps a perf_event_open/ioctl/read failure to the errno (and subcode) libcpc would report.
@@ -278,20 +266,4 @@ pub(crate) fn perf_error(func: &'static str, err: PerfError, event: Option<&str>
         Some(errno) => CpcError::new(func, errno, message),
         None => CpcError::new(func, libc::EIO, message),
     }
-}
-
-/// Threads of a process, from /proc/PID/task.
-pub(crate) fn threads_of(pid: i32) -> std::io::Result<Vec<i32>> {
-    let mut tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    tids.sort_unstable();
-    Ok(tids)
-}
-
-/// Online CPUs, from sysfs.
-pub(crate) fn online_cpus() -> std::io::Result<HashSet<u32>> {
-    aya::util::online_cpus()
-        .map(|v| v.into_iter().collect())
-        .map_err(|(_, e)| e)
 }

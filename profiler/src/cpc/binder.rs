@@ -4,10 +4,7 @@
 use std::{os::fd::AsRawFd, path::Path, sync::Arc};
 
 use super::{
-    bind::{
-        BindKind, Binding, CpuClaim, Live, Lwp, cpu_bindings_exist, online_cpus, perf_error,
-        threads_of,
-    },
+    bind::{BindKind, Binding, CpuClaim, Live, Lwp, cpu_bindings_exist, perf_error},
     buf::Buf,
     consts::{MAX_REQUESTS, bind, caps, request},
     error::{CpcError, Subcode},
@@ -306,7 +303,7 @@ impl Cpc {
                     format!("no thread {tid} in process {pid}"),
                 ));
             }
-            Lwp::All => threads_of(pid)
+            Lwp::All => crate::host::threads(pid)
                 .ok()
                 .filter(|t| !t.is_empty() && pid > 0)
                 .ok_or_else(|| CpcError::new(F, libc::ESRCH, format!("no process {pid}")))?,
@@ -336,8 +333,8 @@ impl Cpc {
                 format!("invalid flags {flags:#x}"),
             ));
         }
-        let online =
-            online_cpus().map_err(|e| CpcError::new(F, libc::EIO, format!("online cpus: {e}")))?;
+        let online = crate::host::online_cpus()
+            .map_err(|e| CpcError::new(F, libc::EIO, format!("online cpus: {e}")))?;
         if !online.contains(&cpu) {
             let exists = Path::new(&format!("/sys/devices/system/cpu/cpu{cpu}")).exists();
             return Err(if exists {
@@ -383,11 +380,8 @@ impl Cpc {
             )
         })?;
         let prepared = self.prepare(F, set, false)?;
-        let mut cpus: Vec<u32> = online_cpus()
-            .map_err(|e| CpcError::new(F, libc::EIO, format!("online cpus: {e}")))?
-            .into_iter()
-            .collect();
-        cpus.sort_unstable();
+        let cpus = crate::host::online_cpus()
+            .map_err(|e| CpcError::new(F, libc::EIO, format!("online cpus: {e}")))?;
         let fd = dir.as_raw_fd();
         let scopes: Vec<Scope> = cpus
             .into_iter()

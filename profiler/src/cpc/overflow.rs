@@ -136,7 +136,7 @@ impl Engine {
         // Notifications are latency-sensitive: wake the reader on every record.
         let config = SamplerConfig::default();
         if siblings {
-            let cpus = super::bind::online_cpus().map(|c| c.len()).unwrap_or(1);
+            let cpus = crate::host::online_cpus().map(|c| c.len()).unwrap_or(1);
             if groups.len() > cpus || nreq > MAX_SIBLINGS {
                 return Err(CpcError::new(
                     func,

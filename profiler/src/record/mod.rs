@@ -243,12 +243,8 @@ fn max_sample_rate() -> Option<u64> {
 }
 
 fn online_cpus() -> Result<Vec<u32>, RecordError> {
-    aya::util::online_cpus().map_err(|(what, source)| RecordError::Io {
-        what: if what.is_empty() {
-            "online cpus"
-        } else {
-            "reading /sys/devices/system/cpu/online"
-        },
+    crate::host::online_cpus().map_err(|source| RecordError::Io {
+        what: "reading /sys/devices/system/cpu/online",
         source,
     })
 }

@@ -3,13 +3,6 @@
 
 use crate::cpc::Buf;
 
-/// CLOCK_MONOTONIC in nanoseconds, the clock of `Buf::hrtime` (libcpc's `gethrtime`).
-pub fn hrtime_now() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
-        .unwrap_or_default()
-}
-
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Sample {
     /// Virtual counter values (preset 0 + count).

@@ -16,7 +16,7 @@ use super::{
     counting::{Counting, Scope},
     format::{self, StatLayout},
     json,
-    sample::{Sample, hrtime_now},
+    sample::Sample,
     signals::Signals,
     soak::Soakers,
     spec::SetSpec,
@@ -81,13 +81,6 @@ struct Cpu {
     totals: Vec<Sample>,
 }
 
-/// The online CPUs, ascending.
-pub fn online_cpus() -> io::Result<Vec<u32>> {
-    let mut cpus = aya::util::online_cpus().map_err(|(_, e)| e)?;
-    cpus.sort_unstable();
-    Ok(cpus)
-}
-
 /// Seconds since the epoch.
 fn unix_now() -> i64 {
     std::time::SystemTime::now()
@@ -133,7 +126,7 @@ impl Printer {
         stamp: Option<Stamp>,
     ) -> Result<(), StatError> {
         let at = if s.hrtime == 0 {
-            hrtime_now()
+            crate::host::hrtime()
         } else {
             s.hrtime
         };
@@ -207,7 +200,7 @@ pub fn stat(cpc: &Cpc, opts: &StatOptions, out: Box<dyn Write>) -> Result<StatOu
     }
     let ids = match &opts.cpus {
         Some(list) => list.clone(),
-        None => online_cpus().map_err(sys("online cpus"))?,
+        None => crate::host::online_cpus().map_err(sys("online cpus"))?,
     };
     let mut signals = Signals::block().map_err(sys("signalfd"))?;
     let layout = StatLayout {
@@ -226,7 +219,7 @@ pub fn stat(cpc: &Cpc, opts: &StatOptions, out: Box<dyn Write>) -> Result<StatOu
         let h = format::stat_header(&layout, &opts.sets[0].pics());
         p.out.write_all(h.as_bytes()).map_err(StatError::Output)?;
     }
-    p.t0 = hrtime_now();
+    p.t0 = crate::host::hrtime();
     for cpu in &mut cpus {
         if let Some(Err(e)) = cpu.counting.as_mut().map(|c| c.rebase(cpc)) {
             eprintln!("{}: cpu{} - {}", opts.prog, cpu.id, e.message);

@@ -7,7 +7,7 @@ use std::io::{self, Write};
 use super::super::{
     format::{self, TrackLayout},
     json,
-    sample::{Sample, hrtime_now},
+    sample::Sample,
     spec::SetSpec,
 };
 
@@ -27,7 +27,7 @@ impl Emitter {
             out,
             json,
             layout,
-            t0: hrtime_now(),
+            t0: crate::host::hrtime(),
             failed: None,
         }
     }
@@ -50,12 +50,16 @@ impl Emitter {
 
     /// Starts the clock: rows are timed from now.
     pub fn zero_time(&mut self) {
-        self.t0 = hrtime_now();
+        self.t0 = crate::host::hrtime();
     }
 
     /// Seconds since the start for a sample time (0: now).
     fn seconds(&self, hrtime: u64) -> f64 {
-        let at = if hrtime == 0 { hrtime_now() } else { hrtime };
+        let at = if hrtime == 0 {
+            crate::host::hrtime()
+        } else {
+            hrtime
+        };
         at.saturating_sub(self.t0) as f64 / 1e9
     }
 

@@ -220,14 +220,14 @@ fn wait_for_exec(child: i32) -> Result<bool, TrackError> {
 /// Seizes every thread of `pid` (again until no new one appears: threads may be created
 /// meanwhile), then binds them all; they are never stopped for it.
 fn attach(tracer: &mut Tracer<'_>, pid: i32) -> Result<(), TrackError> {
-    if pid <= 0 || ptrace::threads(pid).is_err() {
+    if pid <= 0 || crate::host::threads(pid).is_err() {
         return Err(TrackError::NoProcess(pid));
     }
     let me = std::process::id() as i32;
     let mut seized = BTreeSet::new();
     let mut skipped = BTreeSet::new();
     loop {
-        let tids = ptrace::threads(pid).map_err(|_| TrackError::NoProcess(pid))?;
+        let tids = crate::host::threads(pid).map_err(|_| TrackError::NoProcess(pid))?;
         let new: Vec<i32> = tids
             .into_iter()
             .filter(|t| !seized.contains(t) && !skipped.contains(t))
