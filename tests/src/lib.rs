@@ -59,6 +59,19 @@ pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Runs the profiler with `args`, which must succeed, and returns its stdout.
+pub fn run_ok(args: &[&str]) -> String {
+    let out = profiler(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{args:?} failed: {stderr}");
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+/// A fixture's path as a string, for command lines.
+pub fn path(name: &str) -> String {
+    fixture(name).to_str().expect("utf-8 path").to_string()
+}
+
 /// Runs the profiler with `args` and returns its output.
 pub fn profiler(args: &[&str]) -> Output {
     Command::new(profiler_bin())

@@ -8,17 +8,6 @@ use std::{
 
 use profiler_tests::*;
 
-fn run_ok(args: &[&str]) -> String {
-    let out = profiler(args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{args:?} failed: {stderr}");
-    String::from_utf8(out.stdout).expect("utf-8 output")
-}
-
-fn path(name: &str) -> String {
-    fixture(name).to_str().expect("utf-8 path").to_string()
-}
-
 #[test]
 fn attach_with_p_and_detach_on_sigint_leaves_the_target_running() {
     if !privileged() {
