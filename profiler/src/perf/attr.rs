@@ -144,11 +144,6 @@ impl EventAttr {
         self
     }
 
-    pub fn set_pinned(&mut self, on: bool) -> &mut Self {
-        self.raw.set_pinned(on.into());
-        self
-    }
-
     pub fn set_precise_ip(&mut self, level: u8) -> &mut Self {
         self.raw.set_precise_ip(u64::from(level.min(3)));
         self
@@ -167,10 +162,6 @@ impl EventAttr {
     pub fn set_disabled(&mut self, on: bool) -> &mut Self {
         self.raw.set_disabled(on.into());
         self
-    }
-
-    pub fn read_format(&self) -> u64 {
-        self.raw.read_format
     }
 
     pub fn type_(&self) -> u32 {

@@ -41,10 +41,6 @@ impl Frame {
             inlined: false,
         }
     }
-
-    pub fn is_unknown(&self) -> bool {
-        self.function.starts_with('[')
-    }
 }
 
 fn location(info: Option<&CodeInfo<'_>>) -> (Option<Arc<str>>, Option<u32>) {
