@@ -8,6 +8,8 @@ use std::{
     sync::{Mutex, MutexGuard},
 };
 
+use std::{fs::File, os::fd::AsRawFd};
+
 /// A compiled fixture (see `fixtures/`).
 pub fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("OUT_DIR")).join(name)
@@ -53,10 +55,30 @@ pub fn privileged() -> bool {
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// Privileged tests run one at a time: they share the CPUs they measure, and the
-/// "nothing left attached" checks look at system-wide state.
-pub fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+/// Held while a privileged test runs: the in-process lock and an flock on a file shared by
+/// every test process on the host (other checkouts' suites included).
+pub struct Serial {
+    _file: File,
+    _guard: MutexGuard<'static, ()>,
+}
+
+/// Privileged tests run one at a time, across processes too: they share the CPUs they
+/// measure, and the "nothing left attached" checks look at system-wide state.
+pub fn serial() -> Serial {
+    let guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(std::env::temp_dir().join("profiler-tests.lock"))
+        .expect("opening the test lock file");
+    // SAFETY: flock on a descriptor we own; it is released when the file is closed.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
+    Serial {
+        _file: file,
+        _guard: guard,
+    }
 }
 
 /// Runs the profiler with `args`, which must succeed, and returns its stdout.
