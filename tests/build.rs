@@ -7,6 +7,7 @@ const FIXTURES: &[(&str, &[&str])] = &[
     ("forker", &["-O1", "-g"]),
     ("idle", &["-O1", "-g"]),
     ("spin", &["-O1", "-g", "-pthread"]),
+    ("jit", &["-O1", "-g"]),
 ];
 
 fn main() {

@@ -4,6 +4,7 @@
 //! → writers. `symbolize` turns addresses into frames between the ring buffer and `profile`.
 
 pub mod bpf;
+pub mod cgroup;
 pub mod cli;
 pub mod cpc;
 pub mod host;

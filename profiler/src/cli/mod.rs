@@ -5,6 +5,8 @@ mod getopt;
 mod list;
 mod persona;
 mod record;
+mod report;
+mod series;
 mod stat;
 mod track;
 
@@ -22,8 +24,12 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Sample stacks on cpu-clock and print the hottest functions.
+    /// Sample stacks on any event; print the hottest functions, write pprof, SVG, folded.
     Record(record::RecordArgs),
+    /// Print the top table of a recorded profile (pprof or folded).
+    Report(report::ReportArgs),
+    /// Render a recorded profile as a flame graph SVG (or folded stacks, or a diff).
+    Flamegraph(report::FlamegraphArgs),
     /// Count events per thread of a command or process (Solaris cputrack).
     Track(track::TrackArgs),
     /// Count events per CPU, system-wide (Solaris cpustat).
@@ -79,6 +85,8 @@ fn one_line(e: &clap::Error) -> String {
 pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Record(args) => record::run(args),
+        Command::Report(args) => report::run_report(args),
+        Command::Flamegraph(args) => report::run_flamegraph(args),
         Command::Track(args) => track::run(args),
         Command::Stat(args) => stat::run(args),
         Command::List(args) => list::run(args),

@@ -1,14 +1,15 @@
 //! `profiler record`.
 
-use std::{ffi::OsString, io::Write as _, path::PathBuf, process::ExitCode, time::Duration};
+use std::{ffi::OsString, io::IsTerminal as _, path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::Args;
 
+use super::series::Series;
 use super::{EXIT_USAGE, fail};
 use crate::{
     output::AtomicFile,
-    profile::{Profile, TopTable, write_folded},
-    record::{Mode, RecordError, RecordOptions, Stop, Target, record},
+    profile::{By, Format, Profile, ReportOptions, Sort, render_report},
+    record::{Mode, RecordError, RecordOptions, Stop, Target, record_with},
 };
 
 #[derive(Debug, Args)]
@@ -64,12 +65,31 @@ pub struct RecordArgs {
     /// Stop after this many seconds (default: until the command or targets exit, or Ctrl-C).
     #[arg(short, long, value_name = "SECS")]
     pub duration: Option<f64>,
-    /// Write folded stacks (`comm;outer;..;leaf COUNT`) to FILE, for flame graphs.
-    #[arg(short, long, value_name = "FILE")]
+    /// Write the profile to FILE: pprof (default), or by extension `.svg` (flame graph),
+    /// `.folded`/`.txt` (folded stacks), `.json` (speedscope). With --interval: a directory.
+    #[arg(short, long, value_name = "FILE|DIR")]
     pub output: Option<PathBuf>,
-    /// Rows in the top-functions table.
+    /// The output's format, whatever its name.
+    #[arg(long, value_enum, value_name = "FORMAT", requires = "output")]
+    pub format: Option<Format>,
+    /// Continuous mode: write one profile per interval into the -o directory.
+    #[arg(long, value_name = "SECS", requires = "output")]
+    pub interval: Option<f64>,
+    /// Rows of the printed table: function, module, pid, tid, comm, cpu, cgroup, event.
+    #[arg(long, value_enum, default_value = "function")]
+    pub by: By,
+    /// Order of the printed table: self, total or name.
+    #[arg(long, value_enum, default_value = "self")]
+    pub sort: Sort,
+    /// Rows in the printed table.
     #[arg(long, default_value_t = 25, value_name = "N")]
     pub limit: usize,
+    /// Ring buffer size in pages (a power of two; perf's -m). Default 2048 (8 MiB).
+    #[arg(short = 'm', long = "mmap-pages", value_name = "PAGES")]
+    pub mmap_pages: Option<u32>,
+    /// Print no report (the output file is still written).
+    #[arg(short, long)]
+    pub quiet: bool,
     /// The command to start and profile until it exits (after `--`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -103,14 +123,36 @@ impl RecordArgs {
             _ => Mode::Both,
         };
         if let Some(secs) = self.duration {
-            if !(secs.is_finite() && secs > 0.0) {
+            opts.duration = Some(seconds("duration", secs)?);
+        }
+        if let Some(secs) = self.interval {
+            opts.interval = Some(seconds("interval", secs)?);
+        }
+        opts.status_line = std::io::stderr().is_terminal();
+        if let Some(pages) = self.mmap_pages {
+            let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+                .ok()
+                .flatten()
+                .unwrap_or(4096) as u64;
+            let bytes = u64::from(pages) * page;
+            if !pages.is_power_of_two() || bytes > 1 << 30 {
                 return Err(format!(
-                    "invalid duration {secs}: must be a positive number of seconds"
+                    "invalid --mmap-pages {pages}: must be a power of two, at most 1 GiB of pages"
                 ));
             }
-            opts.duration = Some(Duration::from_secs_f64(secs));
+            opts.ring_bytes = bytes as u32;
         }
         Ok(opts)
+    }
+}
+
+fn seconds(what: &str, secs: f64) -> Result<Duration, String> {
+    if secs.is_finite() && secs > 0.0 && secs < 1e9 {
+        Ok(Duration::from_secs_f64(secs))
+    } else {
+        Err(format!(
+            "invalid {what} {secs}: must be a positive number of seconds"
+        ))
     }
 }
 
@@ -122,11 +164,32 @@ pub fn run(args: RecordArgs) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    // The output file is created (as a hidden temp file) before anything is attached.
-    let mut output = match args.output.as_deref().map(AtomicFile::create).transpose() {
-        Ok(o) => o,
-        Err(e) => return fail(e),
+    let format = args
+        .format
+        .unwrap_or_else(|| match (&args.output, args.interval) {
+            (Some(path), None) => Format::for_path(path),
+            _ => Format::Pprof,
+        });
+    let report = ReportOptions {
+        by: args.by,
+        sort: args.sort,
+        limit: args.limit,
     };
+    // The output (file, or directory in continuous mode) is checked before anything is
+    // attached: a file is created as a hidden temp file now.
+    let mut output = None;
+    let mut series = None;
+    match (&args.output, args.interval) {
+        (Some(dir), Some(_)) => match Series::open(dir, format) {
+            Ok(s) => series = Some(s),
+            Err(e) => return fail(e),
+        },
+        (Some(path), None) => match AtomicFile::create(path) {
+            Ok(f) => output = Some(f),
+            Err(e) => return fail(e),
+        },
+        _ => {}
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -134,7 +197,16 @@ pub fn run(args: RecordArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(format!("starting the async runtime: {e}")),
     };
-    let outcome = match runtime.block_on(record(&opts)) {
+    let mut write_error = None;
+    let mut on_interval = |profile: Profile| {
+        if let Some(s) = series.as_mut()
+            && let Err(e) = s.write(&profile)
+        {
+            eprintln!("profiler: error: {e}");
+            write_error.get_or_insert(e);
+        }
+    };
+    let outcome = match runtime.block_on(record_with(&opts, &mut on_interval)) {
         Ok(o) => o,
         Err(e @ RecordError::Usage(_)) => {
             eprintln!("profiler: {e}");
@@ -143,14 +215,28 @@ pub fn run(args: RecordArgs) -> ExitCode {
         Err(e) => return fail(e),
     };
     let profile = &outcome.profile;
-    print_report(profile, args.limit);
+    if !args.quiet {
+        print!("{}", render_report(profile, report));
+    }
     if let Some(mut out) = output.take() {
         let path = out.path().display().to_string();
-        let written = write_folded(profile, &mut out).map_err(|e| e.to_string());
+        let written = format
+            .write(profile, &title(&opts), &mut out)
+            .map_err(|e| e.to_string());
         match written.and_then(|()| out.commit().map_err(|e| e.to_string())) {
-            Ok(()) => eprintln!("profiler: folded stacks written to {path}"),
+            Ok(()) => eprintln!("profiler: {} written to {path}", describe(format)),
             Err(e) => return fail(format!("writing {path}: {e}")),
         }
+    }
+    drop(on_interval);
+    if let Some(s) = series.as_mut() {
+        // The last, partial interval.
+        if let Err(e) = s.write(profile) {
+            return fail(e);
+        }
+    }
+    if let Some(e) = write_error {
+        return fail(e);
     }
     if let Some(status) = outcome.command_status {
         use nix::sys::wait::WaitStatus;
@@ -168,53 +254,27 @@ pub fn run(args: RecordArgs) -> ExitCode {
     }
 }
 
-fn print_report(profile: &Profile, limit: usize) {
-    let info = &profile.info;
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(
-        out,
-        "{} samples of {} {} in {:.2} s; lost {}; filtered in kernel {}{}",
-        info.samples,
-        info.event,
-        match info.period {
-            Some(n) => format!("every {n} events"),
-            None => format!("at {} Hz", info.frequency_hz),
-        },
-        info.duration_ms as f64 / 1000.0,
-        info.lost,
-        info.filtered,
-        if info.stack_errors > 0 {
-            format!("; stack walk errors {}", info.stack_errors)
-        } else {
-            String::new()
-        },
-    );
-    if info.samples == 0 {
-        let _ = writeln!(
-            out,
-            "no samples: the target used no CPU while it was profiled"
-        );
-        return;
+fn describe(format: Format) -> &'static str {
+    match format {
+        Format::Pprof => "pprof profile",
+        Format::Folded => "folded stacks",
+        Format::Svg => "flame graph",
+        Format::Speedscope => "speedscope profile",
+        Format::Report => "report",
     }
-    let events = profile.events();
-    for event in &events {
-        if events.len() > 1 {
-            let _ = writeln!(out, "== {event} ==");
-        }
-        let _ = write!(
-            out,
-            "{}",
-            TopTable::build(&profile.for_event(event)).render(limit)
-        );
-    }
-    if let Some(hot) = profile.hottest() {
-        let chain: Vec<&str> = hot.frames.iter().map(|f| f.function.as_ref()).collect();
-        let _ = writeln!(
-            out,
-            "hottest stack ({:.1}%, {}): {}",
-            100.0 * hot.count as f64 / profile.total().max(1) as f64,
-            hot.comm,
-            chain.join(" > ")
-        );
-    }
+}
+
+fn title(opts: &RecordOptions) -> String {
+    let what = match &opts.target {
+        Target::Command(argv) => argv
+            .iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" "),
+        Target::Pids(p) => format!("pid {p:?}"),
+        Target::Tids(t) => format!("tid {t:?}"),
+        Target::SystemWide => "all CPUs".into(),
+        Target::Cgroup(c) => format!("cgroup {}", c.display()),
+    };
+    format!("{} of {what}", opts.events.join(", "))
 }

@@ -1,9 +1,9 @@
 //! Folded stacks (`comm;outer;...;leaf COUNT`), the format FlameGraph and inferno read.
 
-use std::{collections::BTreeMap, io};
+use std::{collections::BTreeMap, io, sync::Arc};
 
-use super::Profile;
-use crate::symbolize::FrameKind;
+use super::{Profile, StackCount};
+use crate::symbolize::{Frame, FrameKind};
 
 /// Folded-format names may not contain the separators; replace them rather than corrupt lines.
 fn clean(name: &str) -> String {
@@ -35,11 +35,47 @@ pub fn folded_lines(profile: &Profile) -> BTreeMap<String, u64> {
     lines
 }
 
+/// The stack under which lost samples appear, so every flame graph shows the loss.
+pub const LOST_STACK: &str = "[lost samples]";
+
+/// Writes folded lines; samples the kernel lost get a line of their own ([`LOST_STACK`]).
 pub fn write_folded(profile: &Profile, out: &mut impl io::Write) -> io::Result<()> {
     for (line, count) in folded_lines(profile) {
         writeln!(out, "{line} {count}")?;
     }
+    if profile.info.lost > 0 {
+        writeln!(out, "{LOST_STACK} {}", profile.info.lost)?;
+    }
     Ok(())
+}
+
+/// A profile from folded text: the first name of each line is the command (the convention
+/// of stackcollapse-perf and of [`write_folded`]), `_[k]` marks kernel frames, and a
+/// [`LOST_STACK`] line gives the lost count.
+pub fn profile_from_folded(text: &str) -> Result<Profile, String> {
+    let mut profile = Profile::default();
+    for (names, count) in parse_folded(text)? {
+        if names.len() == 1 && names[0] == LOST_STACK {
+            profile.info.lost += count;
+            continue;
+        }
+        let mut names = names.into_iter();
+        let comm = names.next().unwrap_or_default();
+        let frames = names
+            .map(|n| match n.strip_suffix("_[k]") {
+                Some(k) => Frame::named(k, FrameKind::Kernel),
+                None => Frame::named(&n, FrameKind::User),
+            })
+            .collect();
+        profile.stacks.push(StackCount::new(
+            Arc::from("samples"),
+            Arc::from(comm.as_str()),
+            frames,
+            count,
+        ));
+    }
+    profile.info.samples = profile.total();
+    Ok(profile)
 }
 
 /// Reads folded text back as (frames, count) pairs. Lines that do not end in a count are an
@@ -75,6 +111,7 @@ mod tests {
         Frame {
             function: Arc::from(name),
             module: None,
+            path: None,
             file: None,
             line: None,
             kind,
@@ -90,13 +127,7 @@ mod tests {
                 None => frame(n, FrameKind::User),
             })
             .collect();
-        StackCount {
-            event: Arc::from("cpu-clock"),
-            pid: 1,
-            comm: Arc::from(comm),
-            frames,
-            count,
-        }
+        StackCount::new(Arc::from("cpu-clock"), Arc::from(comm), frames, count)
     }
 
     #[test]
@@ -118,7 +149,7 @@ mod tests {
                 stack("chain", &["main", "outer", "middle", "leaf"], 5),
                 stack("my prog", &["f;g", "[libc.so.6]"], 2),
             ],
-            info: Default::default(),
+            ..Default::default()
         };
         let mut out = Vec::new();
         write_folded(&profile, &mut out).unwrap();
@@ -128,6 +159,26 @@ chain;main;outer;middle;leaf;asm_sysvec_apic_timer_interrupt_[k] 3
 my_prog;f:g;[libc.so.6] 2
 ";
         assert_eq!(String::from_utf8(out).unwrap(), expected);
+    }
+
+    #[test]
+    fn lost_samples_have_their_own_line_and_read_back() {
+        let mut profile = Profile {
+            stacks: vec![stack("chain", &["main", "k:irq"], 4)],
+            ..Default::default()
+        };
+        profile.info.lost = 9;
+        let mut out = Vec::new();
+        write_folded(&profile, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text, "chain;main;irq_[k] 4\n[lost samples] 9\n");
+        let back = profile_from_folded(&text).unwrap();
+        assert_eq!(back.info.lost, 9);
+        assert_eq!(back.info.samples, 4);
+        assert_eq!(back.stacks[0].comm.as_ref(), "chain");
+        let kinds: Vec<_> = back.stacks[0].frames.iter().map(|f| f.kind).collect();
+        assert_eq!(kinds, [FrameKind::User, FrameKind::Kernel]);
+        assert_eq!(back.stacks[0].frames[1].function.as_ref(), "irq");
     }
 
     #[test]

@@ -1,13 +1,25 @@
 //! The in-memory profile: symbolized stacks with sample counts, plus what the run measured.
 //! Writers (folded stacks, the top table) read it and never touch the kernel.
 
+mod flamegraph;
 mod folded;
+mod format;
+pub mod pprof;
+mod read;
+mod report;
+mod speedscope;
 mod top;
 
-use std::sync::Arc;
+use std::{collections::BTreeMap, sync::Arc};
 
-pub use folded::{parse_folded, write_folded};
-pub use top::{TopEntry, TopTable};
+pub use flamegraph::{write_diff_flamegraph, write_flamegraph};
+pub use folded::{LOST_STACK, parse_folded, profile_from_folded, write_folded};
+pub use format::Format;
+pub use pprof::{read_pprof, write_pprof};
+pub use read::{ReadError, read_profile};
+pub use report::{ReportOptions, render_report, summary_line};
+pub use speedscope::write_speedscope;
+pub use top::{By, Sort, TopEntry, TopTable};
 
 use crate::symbolize::Frame;
 
@@ -17,6 +29,11 @@ pub struct StackCount {
     /// The event whose overflow took the sample.
     pub event: Arc<str>,
     pub pid: u32,
+    pub tid: u32,
+    /// The CPU the sample was taken on.
+    pub cpu: u32,
+    /// The cgroup v2 id (directory inode) of the sampled task; 0 when unknown.
+    pub cgroup: u64,
     pub comm: Arc<str>,
     /// Outermost frame first; user frames, then the kernel frames above them.
     pub frames: Vec<Frame>,
@@ -45,9 +62,35 @@ pub struct RunInfo {
 pub struct Profile {
     pub stacks: Vec<StackCount>,
     pub info: RunInfo,
+    /// Paths of the cgroups the samples came from, by id (relative to the cgroup2 root).
+    pub cgroups: BTreeMap<u64, Arc<str>>,
+}
+
+impl StackCount {
+    /// A stack with no thread, CPU or cgroup attribution (as read from folded stacks).
+    pub fn new(event: Arc<str>, comm: Arc<str>, frames: Vec<Frame>, count: u64) -> Self {
+        Self {
+            event,
+            pid: 0,
+            tid: 0,
+            cpu: 0,
+            cgroup: 0,
+            comm,
+            frames,
+            count,
+        }
+    }
 }
 
 impl Profile {
+    /// The cgroup path of `id`, or the id itself when the path is unknown.
+    pub fn cgroup_name(&self, id: u64) -> Arc<str> {
+        match self.cgroups.get(&id) {
+            Some(p) => p.clone(),
+            None => Arc::from(format!("cgroup:{id}")),
+        }
+    }
+
     pub fn total(&self) -> u64 {
         self.stacks.iter().map(|s| s.count).sum()
     }
@@ -74,11 +117,24 @@ impl Profile {
         Profile {
             stacks,
             info: self.info.clone(),
+            cgroups: self.cgroups.clone(),
         }
     }
 
-    /// The stack with the most samples (ties broken by order), for the report's summary line.
-    pub fn hottest(&self) -> Option<&StackCount> {
-        self.stacks.iter().max_by_key(|s| s.count)
+    /// The stack (command and frames, whatever the thread or CPU) with the most samples,
+    /// for the report's summary line; ties go to the first seen.
+    pub fn hottest(&self) -> Option<StackCount> {
+        let mut merged: Vec<StackCount> = Vec::new();
+        let mut index: std::collections::HashMap<(&str, &[Frame]), usize> = Default::default();
+        for s in &self.stacks {
+            match index.get(&(s.comm.as_ref(), s.frames.as_slice())) {
+                Some(&i) => merged[i].count += s.count,
+                None => {
+                    index.insert((s.comm.as_ref(), s.frames.as_slice()), merged.len());
+                    merged.push(s.clone());
+                }
+            }
+        }
+        merged.into_iter().rev().max_by_key(|s| s.count)
     }
 }

@@ -1,16 +1,44 @@
-//! The top-functions table: self and total share of samples per function.
+//! The top table: self and total share of samples per function, module, process, thread,
+//! CPU, cgroup or event.
 
 use std::{collections::HashMap, fmt::Write as _, sync::Arc};
 
-use super::Profile;
+use super::{Profile, StackCount};
+
+/// What the rows of the table are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum By {
+    #[default]
+    Function,
+    Module,
+    Pid,
+    Tid,
+    Comm,
+    Cpu,
+    Cgroup,
+    Event,
+}
+
+/// How rows are ordered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Sort {
+    #[default]
+    #[value(name = "self")]
+    SelfSamples,
+    #[value(name = "total")]
+    Total,
+    Name,
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopEntry {
+    /// The function (or module, pid, ... per [`By`]).
     pub function: Arc<str>,
+    /// The function's module; for cgroups the container id; else empty.
     pub module: Option<Arc<str>>,
-    /// Samples where this function was the innermost frame.
+    /// Samples where this was the innermost frame (for per-stack keys: all its samples).
     pub self_samples: u64,
-    /// Samples where this function was anywhere on the stack (counted once per sample).
+    /// Samples where this was anywhere on the stack (counted once per sample).
     pub total_samples: u64,
 }
 
@@ -18,19 +46,60 @@ pub struct TopEntry {
 pub struct TopTable {
     pub entries: Vec<TopEntry>,
     pub total: u64,
+    pub by: By,
+}
+
+type Key = (Arc<str>, Option<Arc<str>>);
+
+/// The row keys of one stack, outermost first (one key for per-stack attributes).
+fn keys(profile: &Profile, stack: &StackCount, by: By) -> Vec<Key> {
+    let one = |s: String| vec![(Arc::from(s.as_str()), None)];
+    match by {
+        By::Function => stack
+            .frames
+            .iter()
+            .map(|f| (f.function.clone(), f.module.clone()))
+            .collect(),
+        By::Module => stack
+            .frames
+            .iter()
+            .map(|f| {
+                (
+                    f.module.clone().unwrap_or_else(|| Arc::from("[unknown]")),
+                    None,
+                )
+            })
+            .collect(),
+        By::Pid => vec![(
+            Arc::from(stack.pid.to_string().as_str()),
+            Some(stack.comm.clone()),
+        )],
+        By::Tid => vec![(
+            Arc::from(stack.tid.to_string().as_str()),
+            Some(stack.comm.clone()),
+        )],
+        By::Comm => vec![(stack.comm.clone(), None)],
+        By::Cpu => one(stack.cpu.to_string()),
+        By::Event => vec![(stack.event.clone(), None)],
+        By::Cgroup => {
+            let path = profile.cgroup_name(stack.cgroup);
+            let id = crate::cgroup::container_id(&path).map(|id| Arc::from(id.as_str()));
+            vec![(path, id)]
+        }
+    }
 }
 
 impl TopTable {
-    /// Builds the table, sorted by self samples, then total samples, then name.
+    /// The table by function, sorted by self samples.
     pub fn build(profile: &Profile) -> Self {
-        type Key = (Arc<str>, Option<Arc<str>>);
+        Self::build_by(profile, By::Function, Sort::SelfSamples)
+    }
+
+    pub fn build_by(profile: &Profile, by: By, sort: Sort) -> Self {
         let mut acc: HashMap<Key, (u64, u64)> = HashMap::new();
         for stack in &profile.stacks {
+            let keys = keys(profile, stack, by);
             let mut seen: Vec<&Key> = Vec::new();
-            let mut keys: Vec<Key> = Vec::with_capacity(stack.frames.len());
-            for f in &stack.frames {
-                keys.push((f.function.clone(), f.module.clone()));
-            }
             for key in &keys {
                 if !seen.contains(&key) {
                     seen.push(key);
@@ -51,14 +120,25 @@ impl TopTable {
             })
             .collect();
         entries.sort_by(|a, b| {
-            b.self_samples
-                .cmp(&a.self_samples)
-                .then(b.total_samples.cmp(&a.total_samples))
-                .then(a.function.cmp(&b.function))
+            let name = a.function.cmp(&b.function).then(a.module.cmp(&b.module));
+            match sort {
+                Sort::SelfSamples => b
+                    .self_samples
+                    .cmp(&a.self_samples)
+                    .then(b.total_samples.cmp(&a.total_samples))
+                    .then(name),
+                Sort::Total => b
+                    .total_samples
+                    .cmp(&a.total_samples)
+                    .then(b.self_samples.cmp(&a.self_samples))
+                    .then(name),
+                Sort::Name => name,
+            }
         });
         Self {
             entries,
             total: profile.total(),
+            by,
         }
     }
 
@@ -73,21 +153,35 @@ impl TopTable {
     /// The table as text, at most `limit` rows.
     pub fn render(&self, limit: usize) -> String {
         let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "{:>7} {:>7} {:>8}  {:<40} MODULE",
-            "SELF%", "TOTAL%", "SAMPLES", "FUNCTION"
+        let (what, detail) = match self.by {
+            By::Function => ("FUNCTION", "MODULE"),
+            By::Module => ("MODULE", ""),
+            By::Pid => ("PID", "COMM"),
+            By::Tid => ("TID", "COMM"),
+            By::Comm => ("COMM", ""),
+            By::Cpu => ("CPU", ""),
+            By::Cgroup => ("CGROUP", "CONTAINER"),
+            By::Event => ("EVENT", ""),
+        };
+        let header = format!(
+            "{:>7} {:>7} {:>8}  {:<40} {detail}",
+            "SELF%", "TOTAL%", "SAMPLES", what
         );
+        let _ = writeln!(s, "{}", header.trim_end());
         for e in self.entries.iter().take(limit) {
-            let _ = writeln!(
-                s,
-                "{:>6.2}% {:>6.2}% {:>8}  {:<40} {}",
+            let detail = match (&e.module, self.by) {
+                (Some(m), _) => m.as_ref(),
+                (None, By::Function) => "?",
+                (None, _) => "",
+            };
+            let row = format!(
+                "{:>6.2}% {:>6.2}% {:>8}  {:<40} {detail}",
                 self.pct(e.self_samples),
                 self.pct(e.total_samples),
                 e.self_samples,
                 e.function,
-                e.module.as_deref().unwrap_or("?")
             );
+            let _ = writeln!(s, "{}", row.trim_end());
         }
         s
     }
@@ -105,6 +199,7 @@ mod tests {
         Frame {
             function: Arc::from(name),
             module: Some(Arc::from("chain")),
+            path: None,
             file: None,
             line: None,
             kind: FrameKind::User,
@@ -116,22 +211,15 @@ mod tests {
     fn self_and_total_with_recursion_counted_once() {
         let profile = Profile {
             stacks: vec![
-                StackCount {
-                    event: "cpu-clock".into(),
-                    pid: 1,
-                    comm: "c".into(),
-                    frames: vec![f("main"), f("a"), f("a"), f("leaf")],
-                    count: 8,
-                },
-                StackCount {
-                    event: "cpu-clock".into(),
-                    pid: 1,
-                    comm: "c".into(),
-                    frames: vec![f("main"), f("b")],
-                    count: 2,
-                },
+                StackCount::new(
+                    "cpu-clock".into(),
+                    "c".into(),
+                    vec![f("main"), f("a"), f("a"), f("leaf")],
+                    8,
+                ),
+                StackCount::new("cpu-clock".into(), "c".into(), vec![f("main"), f("b")], 2),
             ],
-            info: Default::default(),
+            ..Default::default()
         };
         let t = TopTable::build(&profile);
         assert_eq!(t.total, 10);

@@ -2,7 +2,10 @@
 //! into a [`Profile`] at the end. Identical stacks are counted, not stored, so memory grows
 //! with distinct stacks, not with samples.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+};
 
 use profiler_common::{SampleRecord, record_flags};
 
@@ -18,6 +21,9 @@ const KERNEL_SPACE: u64 = 0xffff_8000_0000_0000;
 struct RawStack {
     event: u32,
     pid: u32,
+    tid: u32,
+    cpu: u32,
+    cgroup: u64,
     comm: [u8; 16],
     kernel: Box<[u64]>,
     user: Box<[u64]>,
@@ -27,12 +33,20 @@ struct RawStack {
 pub struct Collector {
     stacks: HashMap<RawStack, u64>,
     samples: u64,
+    /// Samples of the intervals already taken.
+    all_samples: u64,
     symbolizer: Symbolizer,
 }
 
 impl Collector {
+    /// Samples counted since the last [`Collector::take_profile`].
     pub fn samples(&self) -> u64 {
         self.samples
+    }
+
+    /// Samples counted since the start, across intervals.
+    pub fn total_samples(&self) -> u64 {
+        self.all_samples + self.samples
     }
 
     /// Counts one record. The process's maps are captured on first sight, while it lives.
@@ -61,6 +75,9 @@ impl Collector {
         let key = RawStack {
             event: rec.request,
             pid: rec.pid,
+            tid: rec.tid,
+            cpu: rec.cpu,
+            cgroup: rec.cgroup_id,
             comm: rec.comm,
             kernel,
             user,
@@ -69,13 +86,29 @@ impl Collector {
     }
 
     /// Symbolizes every distinct stack; `events[i]` names the samples of request `i`.
-    pub fn into_profile(mut self, mut info: RunInfo, events: &[Arc<str>]) -> Profile {
-        info.samples = self.samples;
+    pub fn into_profile(mut self, info: RunInfo, events: &[Arc<str>]) -> Profile {
+        self.take_profile(info, events)
+    }
+
+    /// The profile of the samples counted so far; counting starts again from zero (the
+    /// symbolizer keeps its caches and the maps it captured).
+    pub fn take_profile(&mut self, mut info: RunInfo, events: &[Arc<str>]) -> Profile {
+        info.samples = std::mem::take(&mut self.samples);
+        self.all_samples += info.samples;
         // Different addresses can symbolize to the same frames (two call sites in one
         // function): merge them so each distinct stack appears once.
-        type Key = (u32, u32, Arc<str>, Vec<crate::symbolize::Frame>);
+        type Key = (
+            u32,
+            u32,
+            u32,
+            u32,
+            u64,
+            Arc<str>,
+            Vec<crate::symbolize::Frame>,
+        );
         let mut merged: HashMap<Key, u64> = HashMap::new();
         let mut comms: HashMap<[u8; 16], Arc<str>> = HashMap::new();
+        let mut cgroups = BTreeSet::new();
         for (raw, count) in std::mem::take(&mut self.stacks) {
             let comm = comms
                 .entry(raw.comm)
@@ -93,23 +126,36 @@ impl Collector {
             for (i, &addr) in raw.kernel.iter().enumerate().rev() {
                 frames.extend(self.symbolizer.kernel(addr, i > 0).iter().cloned());
             }
-            *merged
-                .entry((raw.event, raw.pid, comm, frames))
-                .or_default() += count;
+            if raw.cgroup != 0 {
+                cgroups.insert(raw.cgroup);
+            }
+            let key = (
+                raw.event, raw.pid, raw.tid, raw.cpu, raw.cgroup, comm, frames,
+            );
+            *merged.entry(key).or_default() += count;
         }
         let stacks = merged
             .into_iter()
-            .map(|((event, pid, comm, frames), count)| StackCount {
-                event: events
-                    .get(event as usize)
-                    .cloned()
-                    .unwrap_or_else(|| Arc::from("?")),
-                pid,
-                comm,
-                frames,
-                count,
-            })
+            .map(
+                |((event, pid, tid, cpu, cgroup, comm, frames), count)| StackCount {
+                    event: events
+                        .get(event as usize)
+                        .cloned()
+                        .unwrap_or_else(|| Arc::from("?")),
+                    pid,
+                    tid,
+                    cpu,
+                    cgroup,
+                    comm,
+                    frames,
+                    count,
+                },
+            )
             .collect();
-        Profile { stacks, info }
+        Profile {
+            stacks,
+            info,
+            cgroups: crate::cgroup::paths(&cgroups),
+        }
     }
 }

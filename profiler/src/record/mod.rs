@@ -4,6 +4,7 @@
 
 mod collect;
 mod pidfd;
+mod status;
 mod workload;
 
 use std::{ffi::OsString, future::Future, pin::Pin, sync::Arc, time::Duration};
@@ -16,12 +17,13 @@ pub use collect::Collector;
 pub use workload::{Workload, WorkloadError, resolve_command};
 
 use crate::{
-    bpf::{BpfError, Sampler, check_privileges},
+    bpf::{BpfError, Sampler, SamplerStats, check_privileges},
     cpc::events::{Catalog, Event, EventKind},
     perf::{PerfError, PerfEvent, SamplePolicy, Scope},
     profile::{Profile, RunInfo},
 };
 use pidfd::PidFd;
+use status::StatusLine;
 
 /// What to profile.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,6 +65,10 @@ pub struct RecordOptions {
     pub ring_bytes: u32,
     /// Reader poll interval when the kernel has not woken it (batched wake-ups).
     pub poll: Duration,
+    /// Continuous mode: hand over a profile of each interval as it ends.
+    pub interval: Option<Duration>,
+    /// Print a status line (elapsed, samples, lost) to stderr every second.
+    pub status_line: bool,
 }
 
 impl RecordOptions {
@@ -77,6 +83,8 @@ impl RecordOptions {
             duration: None,
             ring_bytes: profiler_common::DEFAULT_RING_BYTES,
             poll: Duration::from_millis(100),
+            interval: None,
+            status_line: false,
         }
     }
 }
@@ -202,6 +210,17 @@ fn resolve_events(catalog: &Catalog, names: &[String]) -> Result<Vec<Event>, Rec
         .collect()
 }
 
+/// Adds children of the filtered processes to the filter as they fork; a warning if the
+/// kernel lacks what that needs (the run goes on without it).
+fn follow_children(catalog: &Catalog, sampler: &mut Sampler, whose: &str) {
+    let followed = fork_child_offset(catalog)
+        .ok_or_else(|| "sched:sched_process_fork is not in tracefs".to_string())
+        .and_then(|off| sampler.follow_forks(off).map_err(|e| e.to_string()));
+    if let Err(e) = followed {
+        eprintln!("profiler: warning: not following {whose} children: {e}");
+    }
+}
+
 /// The offset of `child_pid` in `sched:sched_process_fork` records, from its tracefs format
 /// (6.18 has `__data_loc` comms and puts it at 20; older kernels at 44).
 fn fork_child_offset(catalog: &Catalog) -> Option<u32> {
@@ -252,6 +271,15 @@ fn online_cpus() -> Result<Vec<u32>, RecordError> {
 /// Records until the duration passes, the command or all target processes exit, or SIGINT,
 /// SIGTERM or SIGHUP arrives. Must run inside a tokio runtime.
 pub async fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
+    record_with(opts, &mut |_| {}).await
+}
+
+/// [`record`], handing `on_interval` the profile of each `opts.interval` as it ends (the
+/// outcome then holds the last, partial interval). Lost and filtered counts are per interval.
+pub async fn record_with(
+    opts: &RecordOptions,
+    on_interval: &mut dyn FnMut(Profile),
+) -> Result<RecordOutcome, RecordError> {
     validate(opts)?;
     let started = std::time::Instant::now();
     let io = |what| move |source| RecordError::Io { what, source };
@@ -300,6 +328,9 @@ pub async fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> 
                     pidfds.push(fd);
                 }
             }
+            // Children the targets start while profiled are profiled too (as perf's
+            // inherited events do); the run still ends when the given processes exit.
+            follow_children(&catalog, &mut sampler, "the processes'");
         }
         (Target::Tids(tids), _) => {
             for &tid in tids {
@@ -310,12 +341,7 @@ pub async fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> 
         (Target::Command(_), Some(w)) => {
             sampler.add_tgid(w.pid())?;
             // Children of the command are profiled too (a shell script's commands, say).
-            let followed = fork_child_offset(&catalog)
-                .ok_or_else(|| "sched:sched_process_fork is not in tracefs".to_string())
-                .and_then(|off| sampler.follow_forks(off).map_err(|e| e.to_string()));
-            if let Err(e) = followed {
-                eprintln!("profiler: warning: not following the command's children: {e}");
-            }
+            follow_children(&catalog, &mut sampler, "the command's");
         }
         _ => {}
     }
@@ -374,6 +400,33 @@ pub async fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> 
     };
     tokio::pin!(command_exited);
 
+    let names: Vec<Arc<str>> = events.iter().map(|e| Arc::from(e.name.as_str())).collect();
+    // What the kernel counted up to the last interval (continuous mode reports deltas).
+    let mut reported = SamplerStats::default();
+    let mut interval_started = std::time::Instant::now();
+    let run_info =
+        |stats: &SamplerStats, reported: &mut SamplerStats, since: std::time::Instant| {
+            let info = RunInfo {
+                event: opts.events.join(","),
+                frequency_hz: opts.frequency_hz,
+                period: opts.period,
+                duration_ms: since.elapsed().as_millis() as u64,
+                samples: 0,
+                lost: stats.lost - reported.lost,
+                filtered: stats.filtered - reported.filtered,
+                stack_errors: stats.stack_errors - reported.stack_errors,
+            };
+            *reported = *stats;
+            info
+        };
+    let every = |d: Option<Duration>| {
+        let d = d.unwrap_or(Duration::from_secs(3600));
+        tokio::time::interval_at(tokio::time::Instant::now() + d, d)
+    };
+    let mut intervals = every(opts.interval);
+    let mut status_ticks = every(Some(Duration::from_secs(1)));
+    let mut status = StatusLine::new(opts.status_line);
+
     let stop = loop {
         tokio::select! {
             biased;
@@ -383,28 +436,34 @@ pub async fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> 
             _ = &mut deadline => break Stop::Duration,
             _ = &mut command_exited => break Stop::CommandExited,
             _ = &mut all_targets_exited => break Stop::TargetsExited,
+            _ = intervals.tick(), if opts.interval.is_some() => {
+                let stats = sampler.stats()?;
+                let info = run_info(&stats, &mut reported, interval_started);
+                interval_started = std::time::Instant::now();
+                on_interval(collector.take_profile(info, &names));
+            }
+            _ = status_ticks.tick(), if status.enabled() => {
+                let lost = sampler.stats()?.lost;
+                status.show(started.elapsed(), collector.total_samples(), lost);
+            }
             _ = records.next_batch(opts.poll, |r| collector.add(r)) => {}
         }
     };
+    status.clear();
     // Close the events first so nothing new arrives, then take what is still in the ring.
     sampler.detach_all();
     records.drain(|r| collector.add(r));
     let stats = sampler.stats()?;
     drop(sampler);
     let command_status = workload.as_mut().and_then(|w| w.try_reap());
-    let info = RunInfo {
-        event: opts.events.join(","),
-        frequency_hz: opts.frequency_hz,
-        period: opts.period,
-        duration_ms: started.elapsed().as_millis() as u64,
-        samples: 0,
-        lost: stats.lost,
-        filtered: stats.filtered,
-        stack_errors: stats.stack_errors,
+    let since = if opts.interval.is_some() {
+        interval_started
+    } else {
+        started
     };
-    let names: Vec<Arc<str>> = events.iter().map(|e| Arc::from(e.name.as_str())).collect();
+    let info = run_info(&stats, &mut reported, since);
     Ok(RecordOutcome {
-        profile: collector.into_profile(info, &names),
+        profile: collector.take_profile(info, &names),
         stop,
         command_status,
     })

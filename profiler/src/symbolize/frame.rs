@@ -16,6 +16,8 @@ pub struct Frame {
     pub function: Arc<str>,
     /// File name of the module (`libc.so.6`, `[kernel.kallsyms]`, `[vdso]`), if known.
     pub module: Option<Arc<str>>,
+    /// Full path of the module's file, when it has one (for build ids and pprof mappings).
+    pub path: Option<Arc<str>>,
     /// Source file and line, when debug information has them.
     pub file: Option<Arc<str>>,
     pub line: Option<u32>,
@@ -25,6 +27,19 @@ pub struct Frame {
 }
 
 impl Frame {
+    /// A frame with only a function name (as read back from folded stacks).
+    pub fn named(function: &str, kind: FrameKind) -> Self {
+        Self {
+            function: Arc::from(function),
+            module: None,
+            path: None,
+            file: None,
+            line: None,
+            kind,
+            inlined: false,
+        }
+    }
+
     /// A location no symbol covers: named after its module when there is one, as perf does.
     pub fn unknown(kind: FrameKind, module: Option<Arc<str>>) -> Self {
         let function = match &module {
@@ -35,6 +50,7 @@ impl Frame {
         Self {
             function,
             module,
+            path: None,
             file: None,
             line: None,
             kind,
@@ -54,12 +70,19 @@ fn location(info: Option<&CodeInfo<'_>>) -> (Option<Arc<str>>, Option<u32>) {
 }
 
 /// The frames of one address: the function, then each function inlined into it, in call order.
-pub(super) fn from_sym(sym: &Sym<'_>, kind: FrameKind, module: &Arc<str>) -> Arc<[Frame]> {
+pub(super) fn from_sym(
+    sym: &Sym<'_>,
+    kind: FrameKind,
+    module: &Arc<str>,
+    path: Option<&Arc<str>>,
+) -> Arc<[Frame]> {
     let module = Some(module.clone());
+    let path = path.cloned();
     let (file, line) = location(sym.code_info.as_deref());
     let mut frames = vec![Frame {
         function: Arc::from(sym.name.as_ref()),
         module: module.clone(),
+        path: path.clone(),
         file,
         line,
         kind,
@@ -70,6 +93,7 @@ pub(super) fn from_sym(sym: &Sym<'_>, kind: FrameKind, module: &Arc<str>) -> Arc
         frames.push(Frame {
             function: Arc::from(inl.name.as_ref()),
             module: module.clone(),
+            path: path.clone(),
             file,
             line,
             kind,

@@ -8,6 +8,7 @@
 mod frame;
 mod leaf;
 mod maps;
+mod perfmap;
 
 use std::{collections::HashMap, path::PathBuf, sync::Arc};
 
@@ -21,6 +22,7 @@ use blazesym::{
 
 pub use frame::{Frame, FrameKind};
 pub use maps::{MapEntry, ProcessMaps};
+pub use perfmap::PerfMap;
 
 /// A location in a file: (path, file offset).
 type FileKey = (Arc<str>, u64);
@@ -35,6 +37,9 @@ pub struct Symbolizer {
     kernel_cache: HashMap<u64, Arc<[Frame]>>,
     prologue_cache: HashMap<FileKey, PrologueAt>,
     call_cache: HashMap<FileKey, bool>,
+    /// JIT symbols per process (`/tmp/perf-PID.map`), read while it lives.
+    perf_maps: HashMap<u32, PerfMap>,
+    jit_cache: HashMap<(u32, u64), Arc<[Frame]>>,
 }
 
 impl Default for Symbolizer {
@@ -57,6 +62,8 @@ impl Symbolizer {
             kernel_cache: HashMap::new(),
             prologue_cache: HashMap::new(),
             call_cache: HashMap::new(),
+            perf_maps: HashMap::new(),
+            jit_cache: HashMap::new(),
         }
     }
 
@@ -65,7 +72,33 @@ impl Symbolizer {
         if pid != 0 && !self.maps.contains_key(&pid) {
             let maps = ProcessMaps::read(pid).unwrap_or_default();
             self.maps.insert(pid, maps);
+            if let Ok(Some(map)) = PerfMap::read(pid) {
+                self.perf_maps.insert(pid, map);
+            }
         }
+    }
+
+    /// The JIT function at `addr` from the process's perf map; the map is read again once
+    /// per unresolved address, since JITs keep appending to it.
+    fn jit(&mut self, pid: u32, addr: u64, module: Option<Arc<str>>) -> Arc<[Frame]> {
+        if let Some(f) = self.jit_cache.get(&(pid, addr)) {
+            return f.clone();
+        }
+        let mut name = self.perf_maps.get(&pid).and_then(|m| m.find(addr)).cloned();
+        if name.is_none()
+            && let Ok(Some(map)) = PerfMap::read(pid)
+        {
+            name = map.find(addr).cloned();
+            self.perf_maps.insert(pid, map);
+        }
+        let mut frame = Frame::unknown(FrameKind::User, module);
+        if let Some(name) = name {
+            frame.function = name;
+            frame.module = Some(Arc::from(format!("perf-{pid}.map").as_str()));
+        }
+        let frames: Arc<[Frame]> = Arc::from([frame]);
+        self.jit_cache.insert((pid, addr), frames.clone());
+        frames
     }
 
     /// Re-reads `pid`'s maps (after an address fell outside every known mapping: a dlopen).
@@ -90,12 +123,22 @@ impl Symbolizer {
                 self.refresh(pid);
                 match self.maps.get(&pid).and_then(|m| m.find(lookup)).cloned() {
                     Some(e) => e,
-                    None => return Arc::from([Frame::unknown(FrameKind::User, None)]),
+                    None => {
+                        // Code the maps never showed (a process gone before we saw it, or
+                        // a JIT region since unmapped): its perf map may still name it.
+                        return self.jit(pid, lookup, None);
+                    }
                 }
             }
         };
         let Some(path) = entry.path.clone() else {
-            return Arc::from([Frame::unknown(FrameKind::User, Some(entry.name.clone()))]);
+            // Anonymous executable memory: JIT-generated code.
+            return self.jit(pid, lookup, Some(entry.name.clone()));
+        };
+        let unknown = || {
+            let mut f = Frame::unknown(FrameKind::User, Some(entry.name.clone()));
+            f.path = Some(path.clone());
+            Arc::from([f])
         };
         let offset = lookup - entry.start + entry.offset;
         let key = (path.clone(), offset);
@@ -109,8 +152,10 @@ impl Symbolizer {
             .inner
             .symbolize_single(&Source::Elf(src), Input::FileOffset(offset))
         {
-            Ok(Symbolized::Sym(sym)) => frame::from_sym(&sym, FrameKind::User, &entry.name),
-            _ => Arc::from([Frame::unknown(FrameKind::User, Some(entry.name.clone()))]),
+            Ok(Symbolized::Sym(sym)) => {
+                frame::from_sym(&sym, FrameKind::User, &entry.name, Some(&path))
+            }
+            _ => unknown(),
         };
         self.user_cache.insert(key, frames.clone());
         frames
@@ -195,7 +240,7 @@ impl Symbolizer {
         });
         let module: Arc<str> = Arc::from("[kernel.kallsyms]");
         let frames: Arc<[Frame]> = match self.inner.symbolize_single(&src, Input::AbsAddr(lookup)) {
-            Ok(Symbolized::Sym(sym)) => frame::from_sym(&sym, FrameKind::Kernel, &module),
+            Ok(Symbolized::Sym(sym)) => frame::from_sym(&sym, FrameKind::Kernel, &module, None),
             _ => Arc::from([Frame::unknown(FrameKind::Kernel, Some(module))]),
         };
         self.kernel_cache.insert(lookup, frames.clone());

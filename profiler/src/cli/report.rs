@@ -1,0 +1,146 @@
+//! `profiler report` and `profiler flamegraph`: render a recorded profile file (pprof or
+//! folded) without touching the kernel.
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::Args;
+
+use super::fail;
+use crate::{
+    output::AtomicFile,
+    profile::{
+        By, Format, Profile, ReportOptions, Sort, read_profile, render_report,
+        write_diff_flamegraph,
+    },
+};
+
+/// The file `record -o` writes when no name is given to `report`/`flamegraph`.
+const DEFAULT_INPUT: &str = "profile.pb.gz";
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The profile to read: pprof (as `record -o` writes) or folded stacks.
+    #[arg(short, long, value_name = "FILE", default_value = DEFAULT_INPUT)]
+    pub input: PathBuf,
+    /// Rows of the table: function, module, pid, tid, comm, cpu, cgroup, event.
+    #[arg(long, value_enum, default_value = "function")]
+    pub by: By,
+    /// Order: self, total or name.
+    #[arg(long, value_enum, default_value = "self")]
+    pub sort: Sort,
+    /// Rows in the table.
+    #[arg(long, default_value_t = 25, value_name = "N")]
+    pub limit: usize,
+    /// Only the samples of this event.
+    #[arg(short, long, value_name = "EVENT")]
+    pub event: Option<String>,
+    /// Only the samples of this cgroup (its path, as `--by cgroup` shows it).
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct FlamegraphArgs {
+    /// The profile to read: pprof (as `record -o` writes) or folded stacks.
+    #[arg(short, long, value_name = "FILE", default_value = DEFAULT_INPUT)]
+    pub input: PathBuf,
+    /// Where to write the SVG (or the folded stacks with --folded).
+    #[arg(short, long, value_name = "FILE", default_value = "flamegraph.svg")]
+    pub output: PathBuf,
+    /// Write folded stacks instead of an SVG.
+    #[arg(long)]
+    pub folded: bool,
+    /// A differential flame graph of AFTER against BEFORE (red grew, blue shrank).
+    #[arg(long, num_args = 2, value_names = ["BEFORE", "AFTER"], conflicts_with_all = ["input", "folded"])]
+    pub diff: Option<Vec<PathBuf>>,
+    /// The graph's title.
+    #[arg(long, default_value = "Flame Graph")]
+    pub title: String,
+    /// Only the samples of this event.
+    #[arg(short, long, value_name = "EVENT")]
+    pub event: Option<String>,
+    /// Only the samples of this cgroup (one container's flame graph).
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<String>,
+}
+
+/// The profile of `path`, narrowed to one event and/or cgroup.
+fn load(
+    path: &std::path::Path,
+    event: Option<&str>,
+    cgroup: Option<&str>,
+) -> Result<Profile, String> {
+    let mut profile = read_profile(path).map_err(|e| e.to_string())?;
+    if let Some(event) = event {
+        if !profile.events().iter().any(|e| e.as_ref() == event) {
+            let have: Vec<String> = profile.events().iter().map(|e| e.to_string()).collect();
+            return Err(format!(
+                "{}: no samples of event '{event}' (it has: {})",
+                path.display(),
+                have.join(", ")
+            ));
+        }
+        profile = profile.for_event(event);
+    }
+    if let Some(cgroup) = cgroup {
+        let cg = profile.clone();
+        profile
+            .stacks
+            .retain(|s| cg.cgroup_name(s.cgroup).as_ref() == cgroup);
+        if profile.stacks.is_empty() {
+            return Err(format!("{}: no samples in cgroup {cgroup}", path.display()));
+        }
+    }
+    Ok(profile)
+}
+
+pub fn run_report(args: ReportArgs) -> ExitCode {
+    let profile = match load(&args.input, args.event.as_deref(), args.cgroup.as_deref()) {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
+    let opts = ReportOptions {
+        by: args.by,
+        sort: args.sort,
+        limit: args.limit,
+    };
+    print!("{}", render_report(&profile, opts));
+    ExitCode::SUCCESS
+}
+
+pub fn run_flamegraph(args: FlamegraphArgs) -> ExitCode {
+    // Inputs are read (and refused) before the output file is created.
+    let (event, cgroup) = (args.event.as_deref(), args.cgroup.as_deref());
+    let inputs = match &args.diff {
+        Some(pair) => pair
+            .iter()
+            .map(|p| load(p, event, cgroup))
+            .collect::<Result<Vec<_>, _>>(),
+        None => load(&args.input, event, cgroup).map(|p| vec![p]),
+    };
+    let inputs = match inputs {
+        Ok(i) => i,
+        Err(e) => return fail(e),
+    };
+    let mut out = match AtomicFile::create(&args.output) {
+        Ok(o) => o,
+        Err(e) => return fail(e),
+    };
+    let written = match inputs.as_slice() {
+        [before, after] => write_diff_flamegraph(before, after, &args.title, &mut out),
+        [one] if args.folded => Format::Folded.write(one, &args.title, &mut out),
+        [one] => Format::Svg.write(one, &args.title, &mut out),
+        _ => unreachable!("one input, or two with --diff"),
+    };
+    let path = args.output.display();
+    match written
+        .map_err(|e| e.to_string())
+        .and_then(|()| out.commit().map_err(|e| e.to_string()))
+    {
+        Ok(()) => {
+            eprintln!("profiler: wrote {path}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(format!("writing {path}: {e}")),
+    }
+}

@@ -1,0 +1,128 @@
+//! Flame graph SVGs, rendered by inferno from the profile's folded stacks.
+
+use std::io;
+
+use inferno::{differential, flamegraph};
+
+use super::{Profile, write_folded};
+
+fn folded_text(profile: &Profile) -> io::Result<Vec<u8>> {
+    let mut text = Vec::new();
+    write_folded(profile, &mut text)?;
+    Ok(text)
+}
+
+fn options(title: &str, subtitle: String) -> flamegraph::Options<'static> {
+    let mut opts = flamegraph::Options::default();
+    opts.title = title.to_string();
+    opts.subtitle = Some(subtitle);
+    opts.count_name = "samples".into();
+    opts
+}
+
+/// The run's totals for the subtitle: what was delivered, and what the kernel lost.
+fn totals(profile: &Profile) -> String {
+    format!(
+        "{} samples of {}; lost {}",
+        profile.total(),
+        if profile.info.event.is_empty() {
+            "samples"
+        } else {
+            &profile.info.event
+        },
+        profile.info.lost
+    )
+}
+
+/// Renders `profile` as a flame graph SVG. Lost samples appear as their own tower.
+pub fn write_flamegraph(
+    profile: &Profile,
+    title: &str,
+    out: &mut impl io::Write,
+) -> io::Result<()> {
+    let text = folded_text(profile)?;
+    let text = String::from_utf8_lossy(&text);
+    let mut opts = options(title, totals(profile));
+    flamegraph::from_lines(&mut opts, text.lines(), out)
+}
+
+/// A differential flame graph: the shape of `after`, coloured by the change from `before`
+/// (red grew, blue shrank), with `before` scaled to `after`'s total so load changes do not
+/// colour everything.
+pub fn write_diff_flamegraph(
+    before: &Profile,
+    after: &Profile,
+    title: &str,
+    out: &mut impl io::Write,
+) -> io::Result<()> {
+    let (a, b) = (folded_text(before)?, folded_text(after)?);
+    let mut diff = Vec::new();
+    let opts = differential::Options {
+        normalize: true,
+        strip_hex: false,
+    };
+    differential::from_readers(opts, &a[..], &b[..], &mut diff)?;
+    let diff = String::from_utf8_lossy(&diff);
+    let subtitle = format!("before: {}; after: {}", totals(before), totals(after));
+    let mut opts = options(title, subtitle);
+    flamegraph::from_lines(&mut opts, diff.lines(), out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        profile::StackCount,
+        symbolize::{Frame, FrameKind},
+    };
+
+    fn profile(leaf_count: u64, other: u64) -> Profile {
+        let f = |n| Frame::named(n, FrameKind::User);
+        Profile {
+            stacks: vec![
+                StackCount::new(
+                    "cpu-clock".into(),
+                    "chain".into(),
+                    vec![f("main"), f("leaf")],
+                    leaf_count,
+                ),
+                StackCount::new(
+                    "cpu-clock".into(),
+                    "chain".into(),
+                    vec![f("main"), f("other")],
+                    other,
+                ),
+            ],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn svg_has_every_frame_and_the_lost_count() {
+        let mut p = profile(90, 10);
+        p.info.lost = 3;
+        let mut svg = Vec::new();
+        write_flamegraph(&p, "t", &mut svg).unwrap();
+        let svg = String::from_utf8(svg).unwrap();
+        assert!(svg.starts_with("<?xml"));
+        for needle in [
+            "leaf (90 samples",
+            "other (10 samples",
+            "[lost samples] (3 samples",
+            "lost 3",
+        ] {
+            assert!(svg.contains(needle), "missing {needle}");
+        }
+    }
+
+    #[test]
+    fn differential_graph_renders_both_counts() {
+        let mut svg = Vec::new();
+        write_diff_flamegraph(&profile(50, 50), &profile(90, 10), "d", &mut svg).unwrap();
+        let svg = String::from_utf8(svg).unwrap();
+        // inferno titles differential frames with the change in percentage points.
+        assert!(svg.contains("leaf (90 samples"), "{}", &svg[..500]);
+        assert!(svg.contains("+40.00%"), "no growth shown");
+        assert!(svg.contains("-40.00%"), "no shrink shown");
+    }
+}

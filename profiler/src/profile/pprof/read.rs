@@ -1,0 +1,203 @@
+//! pprof → Profile. Every index in the file is checked: a truncated or foreign file is an
+//! error that says what is wrong, never a panic or a silently wrong profile.
+
+use std::{collections::HashMap, io::Read as _, sync::Arc};
+
+use flate2::read::GzDecoder;
+use prost::Message as _;
+
+use super::{COMMENT_PREFIX, KERNEL_MODULE, proto};
+use crate::{
+    profile::{Profile, RunInfo, StackCount},
+    symbolize::{Frame, FrameKind},
+};
+
+/// Decompressed profiles larger than this are refused (a gzip bomb is not a profile).
+const MAX_DECOMPRESSED: u64 = 1 << 30;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PprofError {
+    #[error("not a gzip-compressed pprof profile: {0}")]
+    Gzip(std::io::Error),
+    #[error("not a pprof profile: {0}")]
+    Decode(#[from] prost::DecodeError),
+    #[error("the profile is larger than {} MiB uncompressed", MAX_DECOMPRESSED >> 20)]
+    TooLarge,
+    #[error("corrupt pprof profile: {what} {index} does not exist")]
+    BadReference { what: &'static str, index: u64 },
+}
+
+/// Reads a pprof profile, gzip-compressed (as written) or not.
+pub fn read_pprof(bytes: &[u8]) -> Result<Profile, PprofError> {
+    let raw;
+    let data = if bytes.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        GzDecoder::new(bytes)
+            .take(MAX_DECOMPRESSED + 1)
+            .read_to_end(&mut out)
+            .map_err(PprofError::Gzip)?;
+        if out.len() as u64 > MAX_DECOMPRESSED {
+            return Err(PprofError::TooLarge);
+        }
+        raw = out;
+        &raw[..]
+    } else {
+        bytes
+    };
+    decode(&proto::Profile::decode(data)?)
+}
+
+struct Lookup<'a> {
+    p: &'a proto::Profile,
+}
+
+impl<'a> Lookup<'a> {
+    fn string(&self, i: i64) -> Result<&'a str, PprofError> {
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| self.p.string_table.get(i))
+            .map(String::as_str)
+            .ok_or(PprofError::BadReference {
+                what: "string",
+                index: i as u64,
+            })
+    }
+}
+
+fn decode(p: &proto::Profile) -> Result<Profile, PprofError> {
+    let l = Lookup { p };
+    // Mapping id → (module name, path, kernel?).
+    let mut mappings: HashMap<u64, (Arc<str>, Option<Arc<str>>, bool)> = HashMap::new();
+    for m in &p.mapping {
+        let name = l.string(m.filename)?;
+        let kernel = name.starts_with("[kernel") || name == KERNEL_MODULE;
+        let module: Arc<str> = Arc::from(name.rsplit('/').next().unwrap_or(name));
+        let path = name.starts_with('/').then(|| Arc::from(name));
+        mappings.insert(m.id, (module, path, kernel));
+    }
+    let mut functions: HashMap<u64, (Arc<str>, Option<Arc<str>>)> = HashMap::new();
+    for f in &p.function {
+        let file = l.string(f.filename)?;
+        let file = (!file.is_empty()).then(|| Arc::from(file));
+        functions.insert(f.id, (Arc::from(l.string(f.name)?), file));
+    }
+    // Location id → its frames, caller first, inlined callees after it.
+    let mut locations: HashMap<u64, Vec<Frame>> = HashMap::new();
+    for loc in &p.location {
+        let (module, path, kernel) = match loc.mapping_id {
+            0 => (None, None, false),
+            id => {
+                let (m, p, k) = mappings.get(&id).ok_or(PprofError::BadReference {
+                    what: "mapping",
+                    index: id,
+                })?;
+                (Some(m.clone()), p.clone(), *k)
+            }
+        };
+        let n = loc.line.len();
+        let mut frames = Vec::with_capacity(n.max(1));
+        for (i, line) in loc.line.iter().rev().enumerate() {
+            let (function, file) =
+                functions
+                    .get(&line.function_id)
+                    .ok_or(PprofError::BadReference {
+                        what: "function",
+                        index: line.function_id,
+                    })?;
+            frames.push(Frame {
+                function: function.clone(),
+                module: module.clone(),
+                path: path.clone(),
+                file: file.clone(),
+                line: u32::try_from(line.line).ok().filter(|&l| l > 0),
+                kind: if kernel {
+                    FrameKind::Kernel
+                } else {
+                    FrameKind::User
+                },
+                inlined: i > 0,
+            });
+        }
+        if frames.is_empty() {
+            // An unsymbolized location: named by its module and address, as perf does.
+            let mut f = Frame::unknown(FrameKind::User, module.clone());
+            if loc.address != 0 {
+                f.function = Arc::from(format!("{}+{:#x}", f.function, loc.address));
+            }
+            f.path = path;
+            frames.push(f);
+        }
+        locations.insert(loc.id, frames);
+    }
+    let count_index = p
+        .sample_type
+        .iter()
+        .position(|t| l.string(t.r#type).is_ok_and(|s| s == "samples"))
+        .unwrap_or(0);
+    let mut profile = Profile::default();
+    for s in &p.sample {
+        let mut frames = Vec::new();
+        for id in s.location_id.iter().rev() {
+            let loc = locations.get(id).ok_or(PprofError::BadReference {
+                what: "location",
+                index: *id,
+            })?;
+            frames.extend(loc.iter().cloned());
+        }
+        let count = s.value.get(count_index).copied().unwrap_or(0).max(0) as u64;
+        let mut stack = StackCount::new(Arc::from("samples"), Arc::from(""), frames, count);
+        let mut cgroup_path = None;
+        for label in &s.label {
+            let value = l.string(label.str)?;
+            match l.string(label.key)? {
+                "event" => stack.event = Arc::from(value),
+                "comm" => stack.comm = Arc::from(value),
+                "pid" => stack.pid = label.num as u32,
+                "tid" => stack.tid = label.num as u32,
+                "cpu" => stack.cpu = label.num as u32,
+                "cgroup_id" => stack.cgroup = label.num as u64,
+                "cgroup" => cgroup_path = Some(Arc::from(value)),
+                _ => {}
+            }
+        }
+        if let Some(path) = cgroup_path
+            && stack.cgroup != 0
+        {
+            profile.cgroups.insert(stack.cgroup, path);
+        }
+        profile.stacks.push(stack);
+    }
+    profile.info = run_info(&l, p, profile.total())?;
+    Ok(profile)
+}
+
+/// The run's counters from our comments; a foreign profile gets its totals and duration.
+fn run_info(l: &Lookup<'_>, p: &proto::Profile, total: u64) -> Result<RunInfo, PprofError> {
+    let mut info = RunInfo {
+        samples: total,
+        duration_ms: (p.duration_nanos.max(0) / 1_000_000) as u64,
+        ..Default::default()
+    };
+    for &c in &p.comment {
+        let Some((key, value)) = l
+            .string(c)?
+            .strip_prefix(COMMENT_PREFIX)
+            .and_then(|kv| kv.split_once('='))
+        else {
+            continue;
+        };
+        let n = value.parse::<u64>().ok();
+        match (key, n) {
+            ("event", _) => info.event = value.to_string(),
+            ("frequency_hz", Some(n)) => info.frequency_hz = n,
+            ("period", Some(n)) => info.period = Some(n),
+            ("duration_ms", Some(n)) => info.duration_ms = n,
+            ("samples", Some(n)) => info.samples = n,
+            ("lost", Some(n)) => info.lost = n,
+            ("filtered", Some(n)) => info.filtered = n,
+            ("stack_errors", Some(n)) => info.stack_errors = n,
+            _ => {}
+        }
+    }
+    Ok(info)
+}

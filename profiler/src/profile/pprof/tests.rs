@@ -1,0 +1,187 @@
+use std::sync::Arc;
+
+use prost::Message as _;
+
+use super::{proto, read_pprof, write::gnu_build_id_note, write_pprof};
+use crate::{
+    profile::{Profile, RunInfo, StackCount},
+    symbolize::{Frame, FrameKind},
+};
+
+fn frame(name: &str, kind: FrameKind, inlined: bool) -> Frame {
+    let mut f = Frame::named(name, kind);
+    f.inlined = inlined;
+    f.module = Some(Arc::from(match kind {
+        FrameKind::User => "chain",
+        FrameKind::Kernel => "[kernel.kallsyms]",
+    }));
+    if kind == FrameKind::User {
+        f.path = Some(Arc::from("/nonexistent/chain"));
+        f.file = Some(Arc::from("chain.c"));
+        f.line = Some(12);
+    }
+    f
+}
+
+fn sample_profile() -> Profile {
+    let user = |n| frame(n, FrameKind::User, false);
+    let mut first = StackCount::new(
+        Arc::from("cpu-clock"),
+        Arc::from("chain"),
+        vec![
+            user("main"),
+            user("outer"),
+            frame("middle", FrameKind::User, true),
+            user("leaf"),
+            frame("asm_sysvec_apic_timer_interrupt", FrameKind::Kernel, false),
+        ],
+        90,
+    );
+    first.pid = 41;
+    first.tid = 42;
+    first.cpu = 1;
+    first.cgroup = 777;
+    let mut second = StackCount::new(
+        Arc::from("page-faults"),
+        Arc::from("chain"),
+        vec![user("main"), user("outer")],
+        10,
+    );
+    second.pid = 41;
+    second.tid = 43;
+    let mut p = Profile {
+        stacks: vec![first, second],
+        info: RunInfo {
+            event: "cpu-clock,page-faults".into(),
+            frequency_hz: 999,
+            duration_ms: 2000,
+            samples: 100,
+            lost: 7,
+            filtered: 3,
+            stack_errors: 1,
+            period: None,
+        },
+        ..Default::default()
+    };
+    p.cgroups.insert(777, Arc::from("/test/a"));
+    p
+}
+
+#[test]
+fn round_trip_keeps_stacks_labels_inlining_and_counters() {
+    let p = sample_profile();
+    let mut bytes = Vec::new();
+    write_pprof(&p, &mut bytes).unwrap();
+    assert_eq!(&bytes[..2], &[0x1f, 0x8b], "gzip");
+    let back = read_pprof(&bytes).unwrap();
+    assert_eq!(back.info, p.info);
+    assert_eq!(back.cgroups, p.cgroups);
+    assert_eq!(back.stacks, p.stacks);
+}
+
+#[test]
+fn inlined_frames_share_one_location_innermost_first() {
+    let msg = super::encode(&sample_profile());
+    let s = |i: i64| msg.string_table[i as usize].as_str();
+    let fname = |id: u64| s(msg.function.iter().find(|f| f.id == id).unwrap().name);
+    // main, outer+middle, leaf, the kernel frame: 4 locations for 5 frames.
+    let first = &msg.sample[0];
+    assert_eq!(first.location_id.len(), 4);
+    let outer = msg
+        .location
+        .iter()
+        .find(|l| l.line.len() == 2)
+        .expect("a location with an inlined line");
+    let names: Vec<&str> = outer.line.iter().map(|l| fname(l.function_id)).collect();
+    assert_eq!(names, ["middle", "outer"]);
+    let kernel = msg
+        .mapping
+        .iter()
+        .find(|m| s(m.filename) == "[kernel.kallsyms]");
+    assert!(kernel.is_some());
+    assert_eq!(
+        msg.sample_type
+            .iter()
+            .map(|t| (s(t.r#type), s(t.unit)))
+            .collect::<Vec<_>>(),
+        [("samples", "count")],
+        "no CPU-time weight for a mix of clock and non-clock events"
+    );
+    assert!(msg.comment.iter().any(|&c| s(c) == "profiler.lost=7"));
+}
+
+#[test]
+fn clock_events_carry_cpu_nanoseconds() {
+    let mut p = sample_profile();
+    p.stacks.truncate(1);
+    let msg = super::encode(&p);
+    assert_eq!(msg.sample_type.len(), 2);
+    assert_eq!(msg.sample[0].value, vec![90, 90 * (1_000_000_000 / 999)]);
+    assert_eq!(msg.period, 1_000_000_000 / 999);
+}
+
+#[test]
+fn bad_input_is_an_error_not_a_panic() {
+    assert!(read_pprof(b"not a profile at all").is_err());
+    let mut bytes = Vec::new();
+    write_pprof(&sample_profile(), &mut bytes).unwrap();
+    for cut in [3, bytes.len() / 2, bytes.len() - 4] {
+        assert!(read_pprof(&bytes[..cut]).is_err(), "truncated at {cut}");
+    }
+    // A sample pointing at a location that does not exist.
+    let mut msg = super::encode(&sample_profile());
+    msg.sample[0].location_id.push(999);
+    let err = read_pprof(&msg.encode_to_vec()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "corrupt pprof profile: location 999 does not exist"
+    );
+    let mut msg = super::encode(&sample_profile());
+    msg.function[0].name = 10_000;
+    assert!(read_pprof(&msg.encode_to_vec()).is_err());
+}
+
+#[test]
+fn foreign_profiles_without_our_labels_still_read() {
+    let msg = proto::Profile {
+        sample_type: vec![proto::ValueType { r#type: 1, unit: 2 }],
+        sample: vec![proto::Sample {
+            location_id: vec![1],
+            value: vec![5],
+            label: vec![],
+        }],
+        location: vec![proto::Location {
+            id: 1,
+            address: 0x1234,
+            ..Default::default()
+        }],
+        string_table: vec!["".into(), "samples".into(), "count".into()],
+        ..Default::default()
+    };
+    let p = read_pprof(&msg.encode_to_vec()).unwrap();
+    assert_eq!(p.total(), 5);
+    assert_eq!(p.info.samples, 5);
+    assert_eq!(p.stacks[0].frames[0].function.as_ref(), "[unknown]+0x1234");
+}
+
+#[test]
+fn build_id_note() {
+    let mut notes = Vec::new();
+    // An unrelated note first, then the GNU build id.
+    for (name, kind, desc) in [
+        (&b"Xen\0"[..], 1u32, &[1u8, 2, 3][..]),
+        (b"GNU\0", 3, &[0xde, 0xad, 0xbe, 0xef]),
+    ] {
+        notes.extend((name.len() as u32).to_ne_bytes());
+        notes.extend((desc.len() as u32).to_ne_bytes());
+        notes.extend(kind.to_ne_bytes());
+        notes.extend(name);
+        notes.extend(desc);
+        notes.resize(notes.len().div_ceil(4) * 4, 0);
+    }
+    assert_eq!(
+        gnu_build_id_note(&notes),
+        Some(vec![0xde, 0xad, 0xbe, 0xef])
+    );
+    assert_eq!(gnu_build_id_note(&notes[..20]), None);
+}

@@ -1,0 +1,312 @@
+//! Profile → pprof.
+
+use std::{collections::HashMap, io, sync::Arc};
+
+use flate2::{Compression, write::GzEncoder};
+use prost::Message as _;
+
+use super::{COMMENT_PREFIX, KERNEL_MODULE, proto};
+use crate::{
+    profile::{Profile, StackCount},
+    symbolize::{Frame, FrameKind},
+};
+
+/// The string table: index 0 is "", every string stored once.
+#[derive(Default)]
+struct Strings {
+    table: Vec<String>,
+    index: HashMap<String, i64>,
+}
+
+impl Strings {
+    fn new() -> Self {
+        let mut s = Self::default();
+        s.get("");
+        s
+    }
+
+    fn get(&mut self, s: &str) -> i64 {
+        if let Some(&i) = self.index.get(s) {
+            return i;
+        }
+        let i = self.table.len() as i64;
+        self.table.push(s.to_string());
+        self.index.insert(s.to_string(), i);
+        i
+    }
+}
+
+/// Ids of the mappings, functions and locations, each created once.
+struct Tables {
+    strings: Strings,
+    mappings: Vec<proto::Mapping>,
+    mapping_ids: HashMap<Arc<str>, u64>,
+    functions: Vec<proto::Function>,
+    function_ids: HashMap<(Arc<str>, Option<Arc<str>>), u64>,
+    locations: Vec<proto::Location>,
+    location_ids: HashMap<(u64, Vec<(u64, i64)>), u64>,
+}
+
+impl Tables {
+    fn mapping(&mut self, frame: &Frame) -> u64 {
+        let name: Arc<str> = match (&frame.path, &frame.module, frame.kind) {
+            (Some(p), _, _) => p.clone(),
+            (None, Some(m), _) => m.clone(),
+            (None, None, FrameKind::Kernel) => Arc::from(KERNEL_MODULE),
+            (None, None, FrameKind::User) => return 0,
+        };
+        if let Some(&id) = self.mapping_ids.get(&name) {
+            return id;
+        }
+        let id = self.mappings.len() as u64 + 1;
+        let build_id = if name.as_ref() == KERNEL_MODULE {
+            kernel_build_id()
+        } else if name.starts_with('/') {
+            elf_build_id(&name)
+        } else {
+            None
+        };
+        let mapping = proto::Mapping {
+            id,
+            filename: self.strings.get(&name),
+            build_id: self.strings.get(build_id.as_deref().unwrap_or("")),
+            has_functions: true,
+            has_filenames: true,
+            has_line_numbers: true,
+            has_inline_frames: true,
+            ..Default::default()
+        };
+        self.mappings.push(mapping);
+        self.mapping_ids.insert(name, id);
+        id
+    }
+
+    fn function(&mut self, frame: &Frame) -> u64 {
+        let key = (frame.function.clone(), frame.file.clone());
+        if let Some(&id) = self.function_ids.get(&key) {
+            return id;
+        }
+        let id = self.functions.len() as u64 + 1;
+        let name = self.strings.get(&frame.function);
+        let filename = self.strings.get(frame.file.as_deref().unwrap_or(""));
+        self.functions.push(proto::Function {
+            id,
+            name,
+            system_name: name,
+            filename,
+            start_line: 0,
+        });
+        self.function_ids.insert(key, id);
+        id
+    }
+
+    /// One location for a frame and the frames inlined into it (`group`, caller first).
+    fn location(&mut self, group: &[Frame]) -> u64 {
+        let mapping_id = self.mapping(&group[0]);
+        let lines: Vec<(u64, i64)> = group
+            .iter()
+            .rev()
+            .map(|f| (self.function(f), i64::from(f.line.unwrap_or(0))))
+            .collect();
+        let key = (mapping_id, lines);
+        if let Some(&id) = self.location_ids.get(&key) {
+            return id;
+        }
+        let id = self.locations.len() as u64 + 1;
+        self.locations.push(proto::Location {
+            id,
+            mapping_id,
+            address: 0,
+            line: key
+                .1
+                .iter()
+                .map(|&(function_id, line)| proto::Line { function_id, line })
+                .collect(),
+            is_folded: false,
+        });
+        self.location_ids.insert(key, id);
+        id
+    }
+
+    /// Location ids of a stack, leaf first.
+    fn stack(&mut self, frames: &[Frame]) -> Vec<u64> {
+        let mut groups: Vec<&[Frame]> = Vec::new();
+        let mut start = 0;
+        for i in 1..=frames.len() {
+            if i == frames.len() || !frames[i].inlined {
+                groups.push(&frames[start..i]);
+                start = i;
+            }
+        }
+        groups.iter().rev().map(|g| self.location(g)).collect()
+    }
+}
+
+/// What the second sample value measures, when it can be known: CPU time for clock events
+/// sampled by frequency, events for sampling by period.
+fn weight(profile: &Profile) -> Option<(&'static str, &'static str, i64)> {
+    let info = &profile.info;
+    if let Some(n) = info.period {
+        return Some(("events", "count", n as i64));
+    }
+    let clocks = profile
+        .events()
+        .iter()
+        .all(|e| matches!(e.as_ref(), "cpu-clock" | "task-clock"));
+    (clocks && info.frequency_hz > 0 && !profile.stacks.is_empty()).then(|| {
+        (
+            "cpu",
+            "nanoseconds",
+            1_000_000_000 / info.frequency_hz as i64,
+        )
+    })
+}
+
+/// The pprof message for `profile`.
+pub fn encode(profile: &Profile) -> proto::Profile {
+    let mut t = Tables {
+        strings: Strings::new(),
+        mappings: Vec::new(),
+        mapping_ids: HashMap::new(),
+        functions: Vec::new(),
+        function_ids: HashMap::new(),
+        locations: Vec::new(),
+        location_ids: HashMap::new(),
+    };
+    let mut sample_type = vec![proto::ValueType {
+        r#type: t.strings.get("samples"),
+        unit: t.strings.get("count"),
+    }];
+    let weight = weight(profile);
+    let mut period_type = None;
+    let mut period = 0;
+    if let Some((ty, unit, per_sample)) = weight {
+        let vt = proto::ValueType {
+            r#type: t.strings.get(ty),
+            unit: t.strings.get(unit),
+        };
+        sample_type.push(vt.clone());
+        period_type = Some(vt);
+        period = per_sample;
+    }
+    let samples = profile
+        .stacks
+        .iter()
+        .map(|s| {
+            let mut value = vec![s.count as i64];
+            if let Some((_, _, per_sample)) = weight {
+                value.push(s.count as i64 * per_sample);
+            }
+            proto::Sample {
+                location_id: t.stack(&s.frames),
+                value,
+                label: labels(&mut t.strings, profile, s),
+            }
+        })
+        .collect();
+    let info = &profile.info;
+    let mut comments = vec![("event", info.event.clone())];
+    for (key, value) in [
+        ("frequency_hz", info.frequency_hz),
+        ("duration_ms", info.duration_ms),
+        ("samples", info.samples),
+        ("lost", info.lost),
+        ("filtered", info.filtered),
+        ("stack_errors", info.stack_errors),
+    ] {
+        comments.push((key, value.to_string()));
+    }
+    if let Some(p) = info.period {
+        comments.push(("period", p.to_string()));
+    }
+    let comment = comments
+        .iter()
+        .map(|(k, v)| t.strings.get(&format!("{COMMENT_PREFIX}{k}={v}")))
+        .collect();
+    let time_nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64 - info.duration_ms as i64 * 1_000_000)
+        .unwrap_or_default();
+    proto::Profile {
+        sample_type,
+        sample: samples,
+        mapping: t.mappings,
+        location: t.locations,
+        function: t.functions,
+        time_nanos,
+        duration_nanos: info.duration_ms as i64 * 1_000_000,
+        period_type,
+        period,
+        comment,
+        default_sample_type: 0,
+        string_table: t.strings.table,
+    }
+}
+
+fn labels(strings: &mut Strings, profile: &Profile, s: &StackCount) -> Vec<proto::Label> {
+    let text = |strings: &mut Strings, key: &str, value: &str| proto::Label {
+        key: strings.get(key),
+        str: strings.get(value),
+        ..Default::default()
+    };
+    let num = |strings: &mut Strings, key: &str, value: u64| proto::Label {
+        key: strings.get(key),
+        num: value as i64,
+        ..Default::default()
+    };
+    let mut out = vec![
+        text(strings, "event", &s.event),
+        num(strings, "pid", u64::from(s.pid)),
+        num(strings, "tid", u64::from(s.tid)),
+        text(strings, "comm", &s.comm),
+        num(strings, "cpu", u64::from(s.cpu)),
+    ];
+    if s.cgroup != 0 {
+        out.push(text(strings, "cgroup", &profile.cgroup_name(s.cgroup)));
+        out.push(num(strings, "cgroup_id", s.cgroup));
+    }
+    out
+}
+
+/// Writes `profile` as gzip-compressed pprof.
+pub fn write_pprof(profile: &Profile, out: &mut impl io::Write) -> io::Result<()> {
+    let bytes = encode(profile).encode_to_vec();
+    let mut gz = GzEncoder::new(out, Compression::default());
+    io::Write::write_all(&mut gz, &bytes)?;
+    gz.finish()?;
+    Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn elf_build_id(path: &str) -> Option<String> {
+    let id = blazesym::helper::read_elf_build_id(path).ok()??;
+    Some(hex(&id))
+}
+
+/// The running kernel's GNU build id, from its ELF notes in /sys/kernel/notes.
+fn kernel_build_id() -> Option<String> {
+    let notes = std::fs::read("/sys/kernel/notes").ok()?;
+    gnu_build_id_note(&notes).map(|id| hex(&id))
+}
+
+/// Finds the NT_GNU_BUILD_ID note ("GNU", type 3) in a sequence of ELF notes.
+pub(super) fn gnu_build_id_note(mut notes: &[u8]) -> Option<Vec<u8>> {
+    let align = |n: usize| n.div_ceil(4) * 4;
+    while notes.len() >= 12 {
+        let word = |i: usize| u32::from_ne_bytes(notes[i..i + 4].try_into().unwrap()) as usize;
+        let (namesz, descsz, kind) = (word(0), word(4), word(8));
+        let name_end = 12 + align(namesz);
+        let desc_end = name_end.checked_add(align(descsz))?;
+        if desc_end > notes.len() {
+            return None;
+        }
+        if kind == 3 && namesz == 4 && &notes[12..16] == b"GNU\0" {
+            return Some(notes[name_end..name_end + descsz].to_vec());
+        }
+        notes = &notes[desc_end..];
+    }
+    None
+}

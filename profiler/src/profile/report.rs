@@ -1,0 +1,86 @@
+//! The text report `record` prints and `profiler report` renders from a file: a summary line
+//! (with the lost count), a top table per event, and the hottest stack.
+
+use std::fmt::Write as _;
+
+use super::{By, Profile, Sort, TopTable};
+
+/// How to render the report.
+#[derive(Clone, Copy, Debug)]
+pub struct ReportOptions {
+    pub by: By,
+    pub sort: Sort,
+    pub limit: usize,
+}
+
+impl Default for ReportOptions {
+    fn default() -> Self {
+        Self {
+            by: By::Function,
+            sort: Sort::SelfSamples,
+            limit: 25,
+        }
+    }
+}
+
+/// One line: samples, event, rate, duration, lost, filtered (and stack errors when any).
+pub fn summary_line(profile: &Profile) -> String {
+    let info = &profile.info;
+    let event = if info.event.is_empty() {
+        "samples"
+    } else {
+        &info.event
+    };
+    let rate = match (info.period, info.frequency_hz) {
+        (Some(n), _) => format!(" every {n} events"),
+        (None, 0) => String::new(),
+        (None, hz) => format!(" at {hz} Hz"),
+    };
+    let errors = if info.stack_errors > 0 {
+        format!("; stack walk errors {}", info.stack_errors)
+    } else {
+        String::new()
+    };
+    format!(
+        "{} samples of {event}{rate} in {:.2} s; lost {}; filtered in kernel {}{errors}\n",
+        info.samples,
+        info.duration_ms as f64 / 1000.0,
+        info.lost,
+        info.filtered,
+    )
+}
+
+/// The whole report as text.
+pub fn render_report(profile: &Profile, opts: ReportOptions) -> String {
+    let mut out = summary_line(profile);
+    if profile.total() == 0 {
+        out.push_str("no samples: the target used no CPU while it was profiled\n");
+        return out;
+    }
+    let events = profile.events();
+    for event in &events {
+        if events.len() > 1 && opts.by != By::Event {
+            let _ = writeln!(out, "== {event} ==");
+        }
+        let part = if opts.by == By::Event {
+            profile.clone()
+        } else {
+            profile.for_event(event)
+        };
+        out.push_str(&TopTable::build_by(&part, opts.by, opts.sort).render(opts.limit));
+        if opts.by == By::Event {
+            break;
+        }
+    }
+    if let Some(hot) = profile.hottest() {
+        let chain: Vec<&str> = hot.frames.iter().map(|f| f.function.as_ref()).collect();
+        let _ = writeln!(
+            out,
+            "hottest stack ({:.1}%, {}): {}",
+            100.0 * hot.count as f64 / profile.total().max(1) as f64,
+            hot.comm,
+            chain.join(" > ")
+        );
+    }
+    out
+}

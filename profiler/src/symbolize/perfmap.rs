@@ -1,0 +1,133 @@
+//! JIT symbols from `/tmp/perf-PID.map`, the file JITs (V8, the JVM with perf-map-agent,
+//! LuaJIT, .NET, CPython 3.12's perf trampolines) write for perf: one `START SIZE NAME` line
+//! per generated function, addresses in hex.
+
+use std::{io, path::PathBuf, sync::Arc};
+
+/// One process's JIT symbols, sorted by start address.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PerfMap {
+    entries: Vec<(u64, u64, Arc<str>)>,
+}
+
+impl PerfMap {
+    /// The map `pid` wrote, looked up as the process sees /tmp (its mount namespace and pid
+    /// namespace), then in ours. Not found is `Ok(None)`.
+    pub fn read(pid: u32) -> io::Result<Option<Self>> {
+        for path in candidates(pid) {
+            match std::fs::read(&path) {
+                Ok(bytes) => return Ok(Some(Self::parse(&String::from_utf8_lossy(&bytes)))),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Parses the map text; lines that are not `HEX HEX NAME` are skipped (a JIT may be
+    /// writing the last line as we read). Later entries for the same range win, as when a
+    /// JIT reuses code memory.
+    pub fn parse(text: &str) -> Self {
+        let mut entries: Vec<(u64, u64, Arc<str>)> = Vec::new();
+        for line in text.lines() {
+            let mut parts = line.trim().splitn(3, ' ');
+            let (Some(start), Some(size), Some(name)) = (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+            let (Some(start), Some(size)) = (hex(start), hex(size)) else {
+                continue;
+            };
+            let name = name.trim();
+            if size == 0 || name.is_empty() {
+                continue;
+            }
+            let Some(end) = start.checked_add(size) else {
+                continue;
+            };
+            entries.push((start, end, Arc::from(name)));
+        }
+        // Stable sort keeps file order among equal starts; lookup takes the last of them.
+        entries.sort_by_key(|e| e.0);
+        Self { entries }
+    }
+
+    /// The JIT function covering `addr`.
+    pub fn find(&self, addr: u64) -> Option<&Arc<str>> {
+        let i = self.entries.partition_point(|e| e.0 <= addr);
+        self.entries[..i]
+            .iter()
+            .rev()
+            .take(64)
+            .find(|e| addr < e.1)
+            .map(|e| &e.2)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// Where `pid`'s map may be: through its root with its own pid (a container), then ours.
+fn candidates(pid: u32) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(nspid) = namespace_pid(pid) {
+        out.push(PathBuf::from(format!(
+            "/proc/{pid}/root/tmp/perf-{nspid}.map"
+        )));
+    }
+    out.push(PathBuf::from(format!("/tmp/perf-{pid}.map")));
+    out
+}
+
+/// The pid of `pid` inside its own pid namespace (the last NSpid field).
+fn namespace_pid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))?
+        .split_ascii_whitespace()
+        .last()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_finds_jit_functions() {
+        let map = PerfMap::parse(
+            "7f0000001000 40 LazyCompile:~add /app/x.js:1\n\
+             0x7f0000002000 0x10 py::spin:/app/y.py\n\
+             garbage\n\
+             7f0000003000 0 empty\n\
+             ffffffffffffffff 10 overflow\n\
+             7f0000001000 20 reused\n\
+             7f000000",
+        );
+        assert_eq!(
+            map.find(0x7f0000001010).map(|s| s.as_ref()),
+            Some("reused"),
+            "the later entry for a reused range wins"
+        );
+        assert_eq!(
+            map.find(0x7f0000001030).map(|s| s.as_ref()),
+            Some("LazyCompile:~add /app/x.js:1")
+        );
+        assert_eq!(
+            map.find(0x7f000000200f).map(|s| s.as_ref()),
+            Some("py::spin:/app/y.py")
+        );
+        assert_eq!(map.find(0x7f0000002010), None);
+        assert_eq!(map.find(0x10), None);
+        assert_eq!(map.find(0x7f0000003000), None);
+    }
+
+    #[test]
+    fn missing_map_is_none() {
+        assert_eq!(PerfMap::read(u32::MAX - 7).unwrap(), None);
+    }
+}
