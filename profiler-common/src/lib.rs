@@ -34,10 +34,50 @@ pub mod capture {
     pub const USER_STACK: u32 = 1 << 0;
     /// Walk and store the kernel stack.
     pub const KERNEL_STACK: u32 = 1 << 1;
+    /// Count samples per (process, event, stacks, cgroup) in the `AGGREGATE` map instead of
+    /// writing one ring-buffer record per sample (`record --aggregate`).
+    pub const AGGREGATE: u32 = 1 << 2;
+}
+
+/// Entries of the in-kernel aggregation map: distinct (process, event, stacks, cgroup) keys.
+pub const AGGREGATE_ENTRIES: u32 = 65536;
+/// Distinct stacks the aggregation's stack-trace map holds.
+pub const AGGREGATE_STACKS: u32 = 16384;
+
+/// Stack ids in an [`AggregateKey`] that are not ids of the stack-trace map.
+pub mod stack_id {
+    /// The stack was not asked for, or could not be walked.
+    pub const NONE: i32 = -1;
+    /// Another stack had the same hash and holds the slot (`bpf_get_stackid` -EEXIST).
+    pub const COLLISION: i32 = -2;
+}
+
+/// Key of the in-kernel aggregation map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AggregateKey {
+    pub pid: u32,
+    /// The request (event) index, as in [`SampleRecord::request`].
+    pub request: u32,
+    /// Ids in the stack-trace map, or a [`stack_id`] value.
+    pub kernel_stack: i32,
+    pub user_stack: i32,
+    pub cgroup_id: u64,
+}
+
+/// Value of the in-kernel aggregation map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AggregateValue {
+    /// Samples with this key (added atomically: CPUs share the entry).
+    pub count: u64,
+    /// The command of the first sample with this key.
+    pub comm: [u8; 16],
 }
 
 /// Slots of the per-CPU `STATS` array. Every overflow the program sees lands in exactly one
-/// of `SUBMITTED`, `LOST`, `FILTERED` or `UNCONFIGURED`, so nothing is dropped uncounted.
+/// of `SUBMITTED`, `AGGREGATED`, `LOST`, `FILTERED` or `UNCONFIGURED`, so nothing is dropped
+/// uncounted.
 pub mod stat {
     /// Records written to the ring buffer.
     pub const SUBMITTED: u32 = 0;
@@ -49,8 +89,13 @@ pub mod stat {
     pub const STACK_ERRORS: u32 = 3;
     /// Overflows of an event whose cookie has no `REQUESTS` entry (dropped; a bug if seen).
     pub const UNCONFIGURED: u32 = 4;
+    /// Samples counted in the aggregation map (`capture::AGGREGATE`; a full map is `LOST`).
+    pub const AGGREGATED: u32 = 5;
+    /// Stacks the stack-trace map could not store because another stack holds their hash
+    /// slot (their samples are still counted, under a collision marker).
+    pub const COLLISIONS: u32 = 6;
     /// Number of slots.
-    pub const COUNT: u32 = 5;
+    pub const COUNT: u32 = 7;
 }
 
 /// Most other requests' values one record carries (`SampleRecord::siblings`).
@@ -172,6 +217,8 @@ const _: () = assert!(core::mem::size_of::<SamplerConfig>() == 24);
 const _: () = assert!(core::mem::size_of::<SampleRecord>() == 176 + 2 * 8 * MAX_STACK_DEPTH);
 const _: () = assert!(core::mem::align_of::<SampleRecord>() == 8);
 const _: () = assert!(core::mem::size_of::<RequestConfig>() == 32);
+const _: () = assert!(core::mem::size_of::<AggregateKey>() == 24);
+const _: () = assert!(core::mem::size_of::<AggregateValue>() == 24);
 
 // SAFETY: both types are repr(C), contain only integers and arrays of integers, and have no
 // implicit padding (checked by the size asserts above), so every bit pattern is valid.
@@ -183,6 +230,12 @@ unsafe impl aya::Pod for SampleRecord {}
 // SAFETY: as above.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for RequestConfig {}
+// SAFETY: as above.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for AggregateKey {}
+// SAFETY: as above.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for AggregateValue {}
 
 impl SampleRecord {
     /// Byte size of one record in the ring buffer.

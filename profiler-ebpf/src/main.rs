@@ -2,6 +2,10 @@
 //! and capture happen here, everything else (formatting, symbols, aggregation) in user space.
 #![no_std]
 #![no_main]
+// The BPF target has atomic add but no compare-and-swap, so core's Atomic* types are not
+// available; the intrinsic emits the BPF atomic add instruction directly.
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
 
 mod follow;
 mod sampler;

@@ -17,13 +17,14 @@ use aya_ebpf::{
         bpf_probe_read_kernel, bpf_probe_read_user, bpf_send_signal_thread, bpf_task_pt_regs,
     },
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, PerfEventArray, RingBuf},
-    programs::PerfEventContext,
+    maps::{Array, HashMap, PerCpuArray, PerfEventArray, RingBuf, StackTrace},
+    programs::{PerfEventContext, tracing::StackIdContext as _},
 };
 use profiler_common::{
-    DEFAULT_RING_BYTES, MAX_REQUESTS, MAX_SIBLINGS, MAX_STACK_DEPTH, MAX_TARGET_CGROUPS,
-    MAX_TARGET_TGIDS, MAX_TARGET_TIDS, RequestConfig, SampleRecord, SamplerConfig, capture, filter,
-    record_flags, request_flags, stat,
+    AGGREGATE_ENTRIES, AGGREGATE_STACKS, AggregateKey, AggregateValue, DEFAULT_RING_BYTES,
+    MAX_REQUESTS, MAX_SIBLINGS, MAX_STACK_DEPTH, MAX_TARGET_CGROUPS, MAX_TARGET_TGIDS,
+    MAX_TARGET_TIDS, RequestConfig, SampleRecord, SamplerConfig, capture, filter, record_flags,
+    request_flags, stack_id, stat,
 };
 
 #[map]
@@ -82,6 +83,14 @@ fn sibling_map(k: usize) -> *mut core::ffi::c_void {
 #[map]
 static REQUESTS: HashMap<u64, RequestConfig> = HashMap::with_max_entries(MAX_REQUESTS, 0);
 
+// In-kernel aggregation (`record --aggregate`): sample counts per key, stacks by id.
+#[map]
+static AGGREGATE: HashMap<AggregateKey, AggregateValue> =
+    HashMap::with_max_entries(AGGREGATE_ENTRIES, 0);
+
+#[map]
+static STACK_TRACES: StackTrace = StackTrace::with_max_entries(AGGREGATE_STACKS, 0);
+
 /// Returns 0 (the sample is fully handled here: perf writes nothing and sends no signal, and
 /// on Linux 6.10+ the IOC_REFRESH budget is untouched), except for a request that freezes on
 /// overflow (libcpc's NOTIFY), where 1 lets perf spend the budget and disable the event.
@@ -134,6 +143,10 @@ fn on_sample(ctx: &PerfEventContext) -> u32 {
     if request.flags & request_flags::SIGNAL != 0 {
         // SAFETY: signals the current (overflowing) thread; no memory is passed.
         unsafe { bpf_send_signal_thread(request.signal) };
+    }
+    if config.capture & capture::AGGREGATE != 0 {
+        aggregate(ctx, config, &request, tgid);
+        return freeze;
     }
     let mut count = bpf_perf_event_value {
         counter: 0,
@@ -229,6 +242,77 @@ fn on_sample(ctx: &PerfEventContext) -> u32 {
     entry.submit(wake as u64);
     bump(stat::SUBMITTED);
     freeze
+}
+
+/// Counts the sample in `AGGREGATE` under (process, event, stack ids, cgroup). Every sample
+/// ends in `AGGREGATED` or, when the map is full, `LOST`; stacks that lose a hash slot are
+/// counted under [`stack_id::COLLISION`], so the totals stay exact.
+#[inline(always)]
+fn aggregate(ctx: &PerfEventContext, config: &SamplerConfig, request: &RequestConfig, tgid: u32) {
+    let stacks = request.flags & request_flags::STACKS != 0;
+    let walk = |wanted: u32, flags: u64| -> i32 {
+        if !stacks || config.capture & wanted == 0 {
+            return stack_id::NONE;
+        }
+        match ctx.get_stackid(&STACK_TRACES, flags) {
+            Ok(id) => id as i32,
+            Err(-17) => {
+                // -EEXIST: the slot holds another stack with the same hash.
+                bump(stat::COLLISIONS);
+                stack_id::COLLISION
+            }
+            // -EFAULT: no stack of that kind (a user-mode sample's kernel stack, a kernel
+            // thread's user stack), as bpf_get_stack's empty result in ring mode.
+            Err(-14) => stack_id::NONE,
+            Err(_) => {
+                bump(stat::STACK_ERRORS);
+                stack_id::NONE
+            }
+        }
+    };
+    let key = AggregateKey {
+        pid: tgid,
+        request: request.index,
+        kernel_stack: walk(capture::KERNEL_STACK, 0),
+        user_stack: walk(capture::USER_STACK, BPF_F_USER_STACK as u64),
+        // SAFETY: the helper only reads the current task's cgroup id.
+        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+    };
+    if add_one(&key) {
+        bump(stat::AGGREGATED);
+        return;
+    }
+    let value = AggregateValue {
+        count: 1,
+        comm: bpf_get_current_comm().unwrap_or([0; 16]),
+    };
+    // BPF_NOEXIST: if another CPU inserted the key meanwhile, add to its entry instead.
+    let counted = match AGGREGATE.insert(&key, &value, 1) {
+        Ok(()) => true,
+        Err(_) => add_one(&key),
+    };
+    bump(if counted {
+        stat::AGGREGATED
+    } else {
+        stat::LOST
+    });
+}
+
+/// Adds one to the count of an existing `AGGREGATE` entry; false if there is none.
+#[inline(always)]
+fn add_one(key: &AggregateKey) -> bool {
+    match AGGREGATE.get_ptr_mut(key) {
+        Some(value) => {
+            use core::intrinsics::{AtomicOrdering, atomic_xadd};
+            // SAFETY: the pointer is to a live map value; CPUs share it, so the add is atomic
+            // (its result is unused, so LLVM emits the plain BPF atomic add).
+            unsafe {
+                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*value).count, 1)
+            };
+            true
+        }
+        None => false,
+    }
 }
 
 /// Reads the virtual values of the set's requests (up to `MAX_SIBLINGS`) into the record.

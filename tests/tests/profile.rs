@@ -423,3 +423,44 @@ fn differential_flame_graph_and_bad_inputs() {
         }
     }
 }
+
+#[test]
+fn aggregate_mode_counts_in_the_kernel_with_the_same_profile() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("aggregate");
+    let before = our_programs();
+    let pb = dir.join("agg.pb.gz");
+    let pbs = pb.to_str().unwrap();
+    let out = ok(
+        profiler(&[
+            "record",
+            "--aggregate",
+            "-F",
+            "999",
+            "-o",
+            pbs,
+            "--",
+            &path("chain"),
+            "1.5",
+        ]),
+        "record --aggregate",
+    );
+    let samples = reported_samples(&out);
+    assert!(samples >= 900, "{out}");
+    assert!(!out.contains("stack walk errors"), "{out}");
+    let (pct, _) = row(&out, "leaf").unwrap_or_else(|| panic!("{out}"));
+    assert!(pct >= 90.0, "{out}");
+    // main > outer > leaf at least (the frameless-caller recovery of ring mode needs the
+    // word at the stack pointer, which aggregation does not keep).
+    assert!(out.contains("main > outer > "), "{out}");
+    let py = python_decode(&pb);
+    assert_eq!(py["total"], samples, "{py}");
+    assert_eq!(
+        run_ok(&["report", "-i", pbs]).lines().next(),
+        out.lines().find(|l| l.contains(" samples of "))
+    );
+    assert_eq!(our_programs(), before, "nothing left loaded");
+}

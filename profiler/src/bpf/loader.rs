@@ -4,10 +4,13 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use aya::{
     Ebpf, EbpfError, EbpfLoader,
-    maps::{Array, HashMap, MapData, MapError, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, MapData, MapError, PerCpuArray, RingBuf, StackTraceMap},
     programs::{PerfEvent as PerfEventProgram, ProgramError},
 };
-use profiler_common::{MAX_SIBLINGS, RequestConfig, SamplerConfig, stat};
+use profiler_common::{
+    AGGREGATE_ENTRIES, AGGREGATE_STACKS, AggregateKey, AggregateValue, MAX_SIBLINGS, RequestConfig,
+    SamplerConfig, capture, stat,
+};
 
 use super::ring::RecordStream;
 use crate::perf::{PerfError, PerfEvent};
@@ -50,7 +53,7 @@ fn map_err(name: &'static str) -> impl FnOnce(MapError) -> BpfError {
 }
 
 /// Totals of the per-CPU counters the program keeps; every sample it saw is in exactly one of
-/// `submitted`, `lost` or `filtered`.
+/// `submitted`, `aggregated`, `lost` or `filtered`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SamplerStats {
     pub submitted: u64,
@@ -58,6 +61,10 @@ pub struct SamplerStats {
     pub filtered: u64,
     pub stack_errors: u64,
     pub unconfigured: u64,
+    /// Samples counted in the in-kernel aggregation map.
+    pub aggregated: u64,
+    /// Stacks that lost their stack-map slot to another with the same hash.
+    pub collisions: u64,
 }
 
 /// The loaded sampling program and everything attached to it. Dropping it closes the perf
@@ -76,8 +83,17 @@ impl Sampler {
             return Err(BpfError::Stub);
         }
         raise_memlock_rlimit();
+        // The aggregation maps cost ~20 MiB of kernel memory at full size: only when used.
+        let aggregate = config.capture & capture::AGGREGATE != 0;
+        let (entries, stacks) = if aggregate {
+            (AGGREGATE_ENTRIES, AGGREGATE_STACKS)
+        } else {
+            (1, 1)
+        };
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("EVENTS", ring_bytes)
+            .map_max_entries("AGGREGATE", entries)
+            .map_max_entries("STACK_TRACES", stacks)
             .load(OBJECT)?;
         let program: &mut PerfEventProgram = ebpf
             .program_mut(PROGRAM)
@@ -237,7 +253,27 @@ impl Sampler {
             filtered: slot(stat::FILTERED)?,
             stack_errors: slot(stat::STACK_ERRORS)?,
             unconfigured: slot(stat::UNCONFIGURED)?,
+            aggregated: slot(stat::AGGREGATED)?,
+            collisions: slot(stat::COLLISIONS)?,
         })
+    }
+
+    /// Every entry of the in-kernel aggregation map (`capture::AGGREGATE`), as it is now.
+    pub fn aggregated(&mut self) -> Result<Vec<(AggregateKey, AggregateValue)>, BpfError> {
+        let map: HashMap<_, AggregateKey, AggregateValue> =
+            HashMap::try_from(self.map("AGGREGATE")?).map_err(map_err("AGGREGATE"))?;
+        // An entry can vanish between listing and reading only if removed; we never remove.
+        map.iter()
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(map_err("AGGREGATE"))
+    }
+
+    /// The frames (innermost first) of stack `id` of the aggregation's stack-trace map.
+    pub fn stack_trace(&mut self, id: u32) -> Result<Vec<u64>, BpfError> {
+        let map: StackTraceMap<_> =
+            StackTraceMap::try_from(self.map("STACK_TRACES")?).map_err(map_err("STACK_TRACES"))?;
+        let trace = map.get(&id, 0).map_err(map_err("STACK_TRACES"))?;
+        Ok(trace.frames().iter().map(|f| f.ip).collect())
     }
 }
 

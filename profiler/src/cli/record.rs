@@ -87,6 +87,10 @@ pub struct RecordArgs {
     /// Ring buffer size in pages (a power of two; perf's -m). Default 2048 (8 MiB).
     #[arg(short = 'm', long = "mmap-pages", value_name = "PAGES")]
     pub mmap_pages: Option<u32>,
+    /// Count samples per (process, stack) in a kernel map instead of sending each sample
+    /// to user space: for long, low-rate production runs. No per-thread or per-CPU labels.
+    #[arg(long)]
+    pub aggregate: bool,
     /// Print no report (the output file is still written).
     #[arg(short, long)]
     pub quiet: bool,
@@ -129,6 +133,7 @@ impl RecordArgs {
             opts.interval = Some(seconds("interval", secs)?);
         }
         opts.status_line = std::io::stderr().is_terminal();
+        opts.aggregate = self.aggregate;
         if let Some(pages) = self.mmap_pages {
             let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
                 .ok()
@@ -228,7 +233,7 @@ pub fn run(args: RecordArgs) -> ExitCode {
             Err(e) => return fail(format!("writing {path}: {e}")),
         }
     }
-    drop(on_interval);
+
     if let Some(s) = series.as_mut() {
         // The last, partial interval.
         if let Err(e) = s.write(profile) {

@@ -56,6 +56,9 @@ pub struct RunInfo {
     pub filtered: u64,
     /// Stack walks the kernel could not complete.
     pub stack_errors: u64,
+    /// In-kernel aggregation: stacks counted without frames because another stack held
+    /// their hash slot in the stack map.
+    pub collisions: u64,
 }
 
 #[derive(Clone, Debug, Default)]

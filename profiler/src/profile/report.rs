@@ -36,11 +36,13 @@ pub fn summary_line(profile: &Profile) -> String {
         (None, 0) => String::new(),
         (None, hz) => format!(" at {hz} Hz"),
     };
-    let errors = if info.stack_errors > 0 {
-        format!("; stack walk errors {}", info.stack_errors)
-    } else {
-        String::new()
-    };
+    let mut errors = String::new();
+    if info.stack_errors > 0 {
+        errors += &format!("; stack walk errors {}", info.stack_errors);
+    }
+    if info.collisions > 0 {
+        errors += &format!("; stack hash collisions {}", info.collisions);
+    }
     format!(
         "{} samples of {event}{rate} in {:.2} s; lost {}; filtered in kernel {}{errors}\n",
         info.samples,

@@ -27,6 +27,8 @@ struct RawStack {
     comm: [u8; 16],
     kernel: Box<[u64]>,
     user: Box<[u64]>,
+    /// Why the stack is missing, when it is (in-kernel aggregation only).
+    missing: Option<&'static str>,
 }
 
 #[derive(Default)]
@@ -81,8 +83,45 @@ impl Collector {
             comm: rec.comm,
             kernel,
             user,
+            missing: None,
         };
         *self.stacks.entry(key).or_default() += 1;
+    }
+
+    /// Captures `pid`'s maps now, while it lives (in-kernel aggregation sees pids before
+    /// their stacks are read).
+    pub fn observe(&mut self, pid: u32) {
+        self.symbolizer.observe(pid);
+    }
+
+    /// Counts `count` samples of one in-kernel aggregation entry. `kernel` and `user` are
+    /// innermost first; `missing` names why there is no stack (a hash collision, say).
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_counted(
+        &mut self,
+        event: u32,
+        pid: u32,
+        cgroup: u64,
+        comm: [u8; 16],
+        kernel: &[u64],
+        user: &[u64],
+        missing: Option<&'static str>,
+        count: u64,
+    ) {
+        self.samples += count;
+        self.symbolizer.observe(pid);
+        let key = RawStack {
+            event,
+            pid,
+            tid: 0,
+            cpu: 0,
+            cgroup,
+            comm,
+            kernel: kernel.into(),
+            user: user.into(),
+            missing,
+        };
+        *self.stacks.entry(key).or_default() += count;
     }
 
     /// Symbolizes every distinct stack; `events[i]` names the samples of request `i`.
@@ -125,6 +164,12 @@ impl Collector {
             }
             for (i, &addr) in raw.kernel.iter().enumerate().rev() {
                 frames.extend(self.symbolizer.kernel(addr, i > 0).iter().cloned());
+            }
+            if let Some(why) = raw.missing {
+                frames.push(crate::symbolize::Frame::named(
+                    why,
+                    crate::symbolize::FrameKind::User,
+                ));
             }
             if raw.cgroup != 0 {
                 cgroups.insert(raw.cgroup);

@@ -2,6 +2,7 @@
 //! symbolized [`Profile`]. Everything attached is owned by values that detach on drop, so
 //! every exit path (error, signal, panic) leaves nothing behind.
 
+mod aggregate;
 mod collect;
 mod pidfd;
 mod status;
@@ -22,6 +23,7 @@ use crate::{
     perf::{PerfError, PerfEvent, SamplePolicy, Scope},
     profile::{Profile, RunInfo},
 };
+use aggregate::AggregateReader;
 use pidfd::PidFd;
 use status::StatusLine;
 
@@ -69,6 +71,8 @@ pub struct RecordOptions {
     pub interval: Option<Duration>,
     /// Print a status line (elapsed, samples, lost) to stderr every second.
     pub status_line: bool,
+    /// Count samples per (process, stack) in the kernel instead of one record per sample.
+    pub aggregate: bool,
 }
 
 impl RecordOptions {
@@ -85,6 +89,7 @@ impl RecordOptions {
             poll: Duration::from_millis(100),
             interval: None,
             status_line: false,
+            aggregate: false,
         }
     }
 }
@@ -309,6 +314,15 @@ pub async fn record_with(
         wakeup_bytes: u64::from(opts.ring_bytes / 4),
         ..Default::default()
     };
+    let config = SamplerConfig {
+        capture: config.capture
+            | if opts.aggregate {
+                capture::AGGREGATE
+            } else {
+                0
+            },
+        ..config
+    };
     let mut sampler = Sampler::load(config, opts.ring_bytes)?;
     for i in 0..events.len() {
         let config = RequestConfig {
@@ -415,6 +429,7 @@ pub async fn record_with(
                 lost: stats.lost - reported.lost,
                 filtered: stats.filtered - reported.filtered,
                 stack_errors: stats.stack_errors - reported.stack_errors,
+                collisions: stats.collisions - reported.collisions,
             };
             *reported = *stats;
             info
@@ -426,6 +441,9 @@ pub async fn record_with(
     let mut intervals = every(opts.interval);
     let mut status_ticks = every(Some(Duration::from_secs(1)));
     let mut status = StatusLine::new(opts.status_line);
+    let mut aggregated = AggregateReader::default();
+    // In aggregate mode, new processes are looked for once a second (to capture their maps).
+    let mut observe_ticks = every(Some(Duration::from_secs(1)));
 
     let stop = loop {
         tokio::select! {
@@ -437,14 +455,20 @@ pub async fn record_with(
             _ = &mut command_exited => break Stop::CommandExited,
             _ = &mut all_targets_exited => break Stop::TargetsExited,
             _ = intervals.tick(), if opts.interval.is_some() => {
+                if opts.aggregate {
+                    aggregated.read(&mut sampler, &mut collector)?;
+                }
                 let stats = sampler.stats()?;
                 let info = run_info(&stats, &mut reported, interval_started);
                 interval_started = std::time::Instant::now();
                 on_interval(collector.take_profile(info, &names));
             }
             _ = status_ticks.tick(), if status.enabled() => {
-                let lost = sampler.stats()?.lost;
-                status.show(started.elapsed(), collector.total_samples(), lost);
+                let stats = sampler.stats()?;
+                status.show(started.elapsed(), stats.submitted + stats.aggregated, stats.lost);
+            }
+            _ = observe_ticks.tick(), if opts.aggregate => {
+                aggregated.observe(&mut sampler, &mut collector)?;
             }
             _ = records.next_batch(opts.poll, |r| collector.add(r)) => {}
         }
@@ -453,6 +477,9 @@ pub async fn record_with(
     // Close the events first so nothing new arrives, then take what is still in the ring.
     sampler.detach_all();
     records.drain(|r| collector.add(r));
+    if opts.aggregate {
+        aggregated.read(&mut sampler, &mut collector)?;
+    }
     let stats = sampler.stats()?;
     drop(sampler);
     let command_status = workload.as_mut().and_then(|w| w.try_reap());

@@ -47,6 +47,9 @@ pub fn read_pprof(bytes: &[u8]) -> Result<Profile, PprofError> {
     decode(&proto::Profile::decode(data)?)
 }
 
+/// A mapping's module name, its path when it has one, and whether it is the kernel.
+type MappingInfo = (Arc<str>, Option<Arc<str>>, bool);
+
 struct Lookup<'a> {
     p: &'a proto::Profile,
 }
@@ -67,7 +70,7 @@ impl<'a> Lookup<'a> {
 fn decode(p: &proto::Profile) -> Result<Profile, PprofError> {
     let l = Lookup { p };
     // Mapping id → (module name, path, kernel?).
-    let mut mappings: HashMap<u64, (Arc<str>, Option<Arc<str>>, bool)> = HashMap::new();
+    let mut mappings: HashMap<u64, MappingInfo> = HashMap::new();
     for m in &p.mapping {
         let name = l.string(m.filename)?;
         let kernel = name.starts_with("[kernel") || name == KERNEL_MODULE;
@@ -196,6 +199,7 @@ fn run_info(l: &Lookup<'_>, p: &proto::Profile, total: u64) -> Result<RunInfo, P
             ("lost", Some(n)) => info.lost = n,
             ("filtered", Some(n)) => info.filtered = n,
             ("stack_errors", Some(n)) => info.stack_errors = n,
+            ("collisions", Some(n)) => info.collisions = n,
             _ => {}
         }
     }

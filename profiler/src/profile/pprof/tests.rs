@@ -59,6 +59,7 @@ fn sample_profile() -> Profile {
             lost: 7,
             filtered: 3,
             stack_errors: 1,
+            collisions: 2,
             period: None,
         },
         ..Default::default()

@@ -213,6 +213,7 @@ pub fn encode(profile: &Profile) -> proto::Profile {
         ("lost", info.lost),
         ("filtered", info.filtered),
         ("stack_errors", info.stack_errors),
+        ("collisions", info.collisions),
     ] {
         comments.push((key, value.to_string()));
     }
