@@ -287,7 +287,7 @@ fn aggregate(ctx: &PerfEventContext, config: &SamplerConfig, request: &RequestCo
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
     };
     // BPF_NOEXIST: if another CPU inserted the key meanwhile, add to its entry instead.
-    let counted = match AGGREGATE.insert(&key, &value, 1) {
+    let counted = match AGGREGATE.insert(key, value, 1) {
         Ok(()) => true,
         Err(_) => add_one(&key),
     };
