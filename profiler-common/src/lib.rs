@@ -44,6 +44,29 @@ pub const AGGREGATE_ENTRIES: u32 = 65536;
 /// Distinct stacks the aggregation's stack-trace map holds.
 pub const AGGREGATE_STACKS: u32 = 16384;
 
+/// Most events per-cgroup counting attributes at once (`CG_EV0`..`CG_EV7`).
+pub const MAX_CGROUP_EVENTS: usize = 8;
+/// Most distinct cgroups per-cgroup counting keeps totals for.
+pub const MAX_COUNTED_CGROUPS: u32 = 16384;
+
+/// Per-cgroup totals, one per counting event (`CG_COUNTS` values; per CPU in the kernel).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CgroupCounts {
+    pub values: [u64; MAX_CGROUP_EVENTS],
+}
+
+/// Slots of the per-CPU `CG_STATS` array of per-cgroup counting.
+pub mod cg_stat {
+    /// Context switches at which deltas were attributed.
+    pub const SWITCHES: u32 = 0;
+    /// Deltas dropped because `CG_COUNTS` was full (the cgroup got no entry).
+    pub const DROPPED: u32 = 1;
+    /// Counter reads that failed (an event missing on a CPU).
+    pub const READ_ERRORS: u32 = 2;
+    pub const COUNT: u32 = 3;
+}
+
 /// Stack ids in an [`AggregateKey`] that are not ids of the stack-trace map.
 pub mod stack_id {
     /// The stack was not asked for, or could not be walked.
@@ -219,6 +242,7 @@ const _: () = assert!(core::mem::align_of::<SampleRecord>() == 8);
 const _: () = assert!(core::mem::size_of::<RequestConfig>() == 32);
 const _: () = assert!(core::mem::size_of::<AggregateKey>() == 24);
 const _: () = assert!(core::mem::size_of::<AggregateValue>() == 24);
+const _: () = assert!(core::mem::size_of::<CgroupCounts>() == 8 * MAX_CGROUP_EVENTS);
 
 // SAFETY: both types are repr(C), contain only integers and arrays of integers, and have no
 // implicit padding (checked by the size asserts above), so every bit pattern is valid.
@@ -236,6 +260,9 @@ unsafe impl aya::Pod for AggregateKey {}
 // SAFETY: as above.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for AggregateValue {}
+// SAFETY: as above.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for CgroupCounts {}
 
 impl SampleRecord {
     /// Byte size of one record in the ring buffer.

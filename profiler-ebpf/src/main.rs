@@ -7,6 +7,7 @@
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
 
+mod cgcount;
 mod follow;
 mod sampler;
 

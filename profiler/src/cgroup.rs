@@ -129,6 +129,16 @@ pub fn container_id(path: &str) -> Option<String> {
     None
 }
 
+/// The systemd unit a cgroup path ends in (`nginx.service`, `session-3.scope`,
+/// `machine.slice`), for cgroups that are not containers.
+pub fn systemd_unit(path: &str) -> Option<&str> {
+    let last = path.rsplit('/').next()?;
+    [".service", ".scope", ".slice"]
+        .iter()
+        .any(|s| last.len() > s.len() && last.ends_with(s))
+        .then_some(last)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,6 +179,13 @@ mod tests {
         assert_eq!(container_id("/system.slice/cron.service"), None);
         assert_eq!(container_id("/user.slice/user-0.slice"), None);
         assert_eq!(container_id("/docker/abc"), None);
+        assert_eq!(
+            systemd_unit("/system.slice/cron.service"),
+            Some("cron.service")
+        );
+        assert_eq!(systemd_unit("/user.slice"), Some("user.slice"));
+        assert_eq!(systemd_unit("/my-test"), None);
+        assert_eq!(systemd_unit("/"), None);
     }
 
     #[test]

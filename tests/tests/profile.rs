@@ -21,7 +21,19 @@ fn ok(out: Output, what: &str) -> String {
 /// The decoder's JSON summary of a pprof file.
 fn python_decode(file: &Path) -> serde_json::Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("pprof/decode_pprof.py");
-    let out = Command::new("python3")
+    // The first Python that has the protobuf runtime: a pyenv `python3` may shadow the
+    // system one that Debian's python3-protobuf (installed by .ci/run) belongs to.
+    let python = ["python3", "/usr/bin/python3"]
+        .into_iter()
+        .find(|py| {
+            Command::new(py)
+                .args(["-c", "import google.protobuf"])
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+        .unwrap_or("python3");
+    let out = Command::new(python)
         .arg(&script)
         .arg(file)
         .output()

@@ -16,7 +16,7 @@ use super::ring::RecordStream;
 use crate::perf::{PerfError, PerfEvent};
 
 /// The eBPF object built from `profiler-ebpf` by `build.rs` (empty under `AYA_BUILD_SKIP=1`).
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
+pub(super) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
 const PROGRAM: &str = "sample";
 
@@ -44,7 +44,7 @@ pub enum BpfError {
     Ring(std::io::Error),
     #[error("bpf(BPF_LINK_CREATE) for a perf event: {0}")]
     Link(std::io::Error),
-    #[error("bpf(BPF_MAP_UPDATE_ELEM) of a sibling perf event array: {0}")]
+    #[error("bpf(BPF_MAP_UPDATE_ELEM) of a perf event array: {0}")]
     Sibling(std::io::Error),
 }
 
@@ -94,6 +94,7 @@ impl Sampler {
             .map_max_entries("EVENTS", ring_bytes)
             .map_max_entries("AGGREGATE", entries)
             .map_max_entries("STACK_TRACES", stacks)
+            .map_max_entries("CG_COUNTS", 1)
             .load(OBJECT)?;
         let program: &mut PerfEventProgram = ebpf
             .program_mut(PROGRAM)

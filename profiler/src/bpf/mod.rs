@@ -1,11 +1,13 @@
 //! Loading the embedded eBPF object, configuring its maps, attaching its perf_event program to
 //! perf events we opened ourselves, and reading its ring buffer and loss counters.
 
+mod cgcount;
 mod link;
 mod loader;
 mod privilege;
 mod ring;
 
+pub use cgcount::{CgroupCountStats, CgroupCounter};
 pub use loader::{BpfError, Sampler, SamplerStats};
 pub use privilege::{Privilege, check_privileges};
 pub use ring::RecordStream;

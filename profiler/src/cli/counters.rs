@@ -17,6 +17,7 @@ use crate::{
     cpc::{Cpc, CpcError},
     tools::{
         self,
+        cgstat::{CgroupStatError, CgroupStatOptions, cgroup_stat},
         spec::{self, SetSpec, SpecContext},
         stat::{StatOptions, stat},
         track::{Target, TrackOptions, track},
@@ -215,6 +216,33 @@ pub fn run_stat(voice: Voice, cpc: &Cpc, mut req: StatRequest) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(tools::stat::StatError::Cpc(e)) => voice.fail(voice.cpc(&e)),
+        Err(e) => voice.fail(e),
+    }
+}
+
+/// Per-cgroup counting (`stat --for-each-cgroup`, `track -G`): one set, rows to `output`
+/// (stdout when `None`).
+pub fn run_cgroup_stat(
+    voice: Voice,
+    cpc: &Cpc,
+    specs: &[String],
+    opts: CgroupStatOptions,
+    output_path: Option<&Path>,
+) -> ExitCode {
+    let set = match sets(voice, cpc, specs) {
+        Ok(mut s) => s.remove(0),
+        Err(code) => return code,
+    };
+    let out = match output(voice, output_path) {
+        Ok(o) => o,
+        Err(code) => return code,
+    };
+    match cgroup_stat(cpc, &set, &opts, out) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(CgroupStatError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            ExitCode::SUCCESS
+        }
+        Err(CgroupStatError::Cpc(e)) => voice.fail(voice.cpc(&e)),
         Err(e) => voice.fail(e),
     }
 }

@@ -5,7 +5,10 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::counters::{self, StatRequest, Voice};
-use crate::tools::stat::{Stamp, StatOptions};
+use crate::tools::{
+    cgstat::CgroupStatOptions,
+    stat::{Stamp, StatOptions},
+};
 
 /// cpustat: count events on every CPU (or those of -C), a row per CPU each interval and a
 /// total row per set at the end (Ctrl-C ends early, totals still printed).
@@ -40,6 +43,21 @@ pub struct StatArgs {
     /// One JSON object per row instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Count per cgroup, with one set of per-CPU counters shared by every cgroup: rows for
+    /// every cgroup that counted anything, or for those of LIST (comma-separated paths
+    /// relative to the cgroup v2 root or absolute in it, globs allowed:
+    /// `--for-each-cgroup=system.slice/docker-*.scope`). Each counts its whole subtree.
+    #[arg(
+        long = "for-each-cgroup",
+        value_name = "LIST",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = ""
+    )]
+    pub for_each_cgroup: Option<Vec<String>>,
+    /// The same as --for-each-cgroup=LIST (perf stat's -G).
+    #[arg(short = 'G', value_name = "LIST")]
+    pub cgroups: Vec<String>,
     /// Print this help and the events this host can count.
     #[arg(short = 'h', long = "help")]
     pub help: bool,
@@ -67,6 +85,9 @@ pub fn run(args: StatArgs) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
+    if args.for_each_cgroup.is_some() || !args.cgroups.is_empty() {
+        return per_cgroup(voice, &cpc, args);
+    }
     let parsed = (|| -> Result<StatOptions, String> {
         let (interval, count) = counters::stat_operands(&args.operands)?;
         Ok(StatOptions {
@@ -96,6 +117,47 @@ pub fn run(args: StatArgs) -> ExitCode {
                 opts,
             },
         ),
+        Err(e) => voice.usage(e),
+    }
+}
+
+/// `--for-each-cgroup` / `-G`: one set, counted per cgroup.
+fn per_cgroup(voice: Voice, cpc: &crate::cpc::Cpc, args: StatArgs) -> ExitCode {
+    let unsupported = [
+        (args.soak, "-s"),
+        (args.tick, "-t"),
+        (args.stamp.is_some(), "-T"),
+        (args.period.is_some(), "-p"),
+    ];
+    if let Some((_, flag)) = unsupported.iter().find(|(on, _)| *on) {
+        return voice.usage(format!("{flag} cannot be used with per-cgroup counting"));
+    }
+    if args.specs.len() > 1 {
+        return voice.usage("per-cgroup counting takes one event set (one -c)");
+    }
+    let parsed = (|| -> Result<CgroupStatOptions, String> {
+        let (interval, count) = counters::stat_operands(&args.operands)?;
+        let patterns = args
+            .for_each_cgroup
+            .iter()
+            .flatten()
+            .chain(&args.cgroups)
+            .flat_map(|l| l.split(','))
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+            .collect();
+        Ok(CgroupStatOptions {
+            patterns,
+            glob: true,
+            interval: Some(interval),
+            count,
+            cpus: args.cpus.as_deref().map(counters::cpu_list).transpose()?,
+            header: !args.no_header,
+            json: args.json,
+        })
+    })();
+    match parsed {
+        Ok(opts) => counters::run_cgroup_stat(voice, cpc, &args.specs, opts, None),
         Err(e) => voice.usage(e),
     }
 }

@@ -5,7 +5,7 @@ use std::{ffi::OsString, path::PathBuf, process::ExitCode};
 use clap::Args;
 
 use super::counters::{self, TrackRequest, Voice};
-use crate::tools::track::TrackOptions;
+use crate::tools::{cgstat::CgroupStatOptions, track::TrackOptions};
 
 /// cputrack: count events per thread of a command or process, following threads (and
 /// with -f and -e, fork and exec).
@@ -54,6 +54,10 @@ pub struct TrackArgs {
     /// One JSON object per row instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Count the tasks of this cgroup (v2 path, relative to its root or absolute; its whole
+    /// subtree) instead of a command or process: a row every -T seconds and a total.
+    #[arg(short = 'G', value_name = "CGROUP")]
+    pub cgroup: Option<String>,
     /// Print this help and the events this host can count.
     #[arg(short = 'h', long = "help")]
     pub help: bool,
@@ -80,6 +84,9 @@ pub fn run(args: TrackArgs) -> ExitCode {
         Some(Ok(n)) => (n > 0).then_some(n),
         Some(Err(e)) => return voice.usage(e),
     };
+    if let Some(cgroup) = args.cgroup.clone() {
+        return per_cgroup(voice, &cpc, cgroup, &args, interval, samples);
+    }
     let pid = match args.pid.as_deref().map(counters::pid).transpose() {
         Ok(p) => p,
         Err(e) => return voice.usage(e),
@@ -104,4 +111,40 @@ pub fn run(args: TrackArgs) -> ExitCode {
         output: args.output,
     };
     counters::run_track(voice, &cpc, req)
+}
+
+/// `track -G CGROUP`: the cgroup's counts from the shared per-CPU counters.
+fn per_cgroup(
+    voice: Voice,
+    cpc: &crate::cpc::Cpc,
+    cgroup: String,
+    args: &TrackArgs,
+    interval: Option<std::time::Duration>,
+    samples: Option<u64>,
+) -> ExitCode {
+    if args.pid.is_some() || !args.command.is_empty() {
+        return voice.usage("give -G, -p or a command, only one");
+    }
+    let unsupported = [
+        (args.follow_exec, "-e"),
+        (args.follow_fork, "-f"),
+        (args.tick, "-t"),
+        (args.verbose, "-v"),
+    ];
+    if let Some((_, flag)) = unsupported.iter().find(|(on, _)| *on) {
+        return voice.usage(format!("{flag} cannot be used with -G"));
+    }
+    if args.specs.len() > 1 {
+        return voice.usage("-G takes one event set (one -c)");
+    }
+    let opts = CgroupStatOptions {
+        patterns: vec![cgroup],
+        glob: false,
+        interval,
+        count: samples,
+        cpus: None,
+        header: !args.no_header,
+        json: args.json,
+    };
+    counters::run_cgroup_stat(voice, cpc, &args.specs, opts, args.output.as_deref())
 }

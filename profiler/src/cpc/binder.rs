@@ -36,6 +36,12 @@ fn gettid() -> i32 {
 }
 
 impl Cpc {
+    /// Each request's perf attributes (and event name) as a binding would open them, for
+    /// counting engines outside this module (per-cgroup counting).
+    pub fn request_attrs(&self, set: &Set) -> Result<Vec<(EventAttr, String)>, CpcError> {
+        Ok(self.prepare("cpc_bind_cgroup", set, false)?.attrs)
+    }
+
     /// Validates a set for binding and builds each request's perf attributes.
     fn prepare(&self, func: &'static str, set: &Set, inherit: bool) -> Result<Prepared, CpcError> {
         if set.binding.as_ref().is_some_and(|b| b.is_live()) {

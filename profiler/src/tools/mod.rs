@@ -8,6 +8,7 @@
 //! - [`caps`]: what this host can count.
 
 pub mod caps;
+pub mod cgstat;
 pub mod cnum;
 pub mod counting;
 pub mod format;
