@@ -67,7 +67,11 @@ def profile_class():
                 f.type_name = ".perftools.profiles." + ref
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fd)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("perftools.profiles.Profile"))
+    descriptor = pool.FindMessageTypeByName("perftools.profiles.Profile")
+    if hasattr(message_factory, "GetMessageClass"):  # protobuf >= 4.22
+        return message_factory.GetMessageClass(descriptor)
+    # Debian 12's python3-protobuf (4.21)
+    return message_factory.MessageFactory(pool).GetPrototype(descriptor)
 
 
 def main(path):

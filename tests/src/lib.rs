@@ -102,11 +102,11 @@ pub fn profiler(args: &[&str]) -> Output {
         .expect("running the profiler")
 }
 
-/// Ids of the loaded BPF programs named like ours (`sample`).
+/// Ids of the loaded BPF programs named like ours (`sample`, `on_fork`, `cg_switch`).
 pub fn our_programs() -> BTreeSet<u32> {
     aya::programs::loaded_programs()
         .filter_map(Result::ok)
-        .filter(|p| p.name_as_str() == Some("sample"))
+        .filter(|p| matches!(p.name_as_str(), Some("sample" | "on_fork" | "cg_switch")))
         .map(|p| p.id())
         .collect()
 }

@@ -129,7 +129,11 @@ impl PerfStat {
             .args(["stat", "-a", "-x,", "-e", event, "--for-each-cgroup"])
             .arg(names.join(","))
             .arg("--delay=-1")
-            .arg(format!("--control=fifo:{},{}", ctl.display(), ack.display()))
+            .arg(format!(
+                "--control=fifo:{},{}",
+                ctl.display(),
+                ack.display()
+            ))
             .stderr(Stdio::piped())
             .spawn()
             .expect("running perf stat (.ci/run installs linux-perf)");
@@ -173,7 +177,9 @@ fn three_cgroups_count_their_own_page_faults_as_perf_stat_does() {
     let _s = serial();
     // (pages per thread, threads) for each cgroup.
     let work = [(10000u64, 2u64), (20000, 2), (30000, 1)];
-    let cgs: Vec<TestCgroup> = (0..3).map(|i| TestCgroup::create(&format!("c{i}"))).collect();
+    let cgs: Vec<TestCgroup> = (0..3)
+        .map(|i| TestCgroup::create(&format!("c{i}")))
+        .collect();
     let names: Vec<String> = cgs.iter().map(rel).collect();
     let list = names.join(",");
     // Kernel-mode faults too (`sys`), as perf stat counts them.
@@ -197,7 +203,9 @@ fn three_cgroups_count_their_own_page_faults_as_perf_stat_does() {
     let theirs = perf.stop();
     let ours = totals(&rest);
     for ((name, (n, t)), _) in names.iter().zip(work).zip(&cgs) {
-        let count = ours.get(name).unwrap_or_else(|| panic!("no total for {name}: {rest}"))[0];
+        let count = ours
+            .get(name)
+            .unwrap_or_else(|| panic!("no total for {name}: {rest}"))[0];
         let perf_count = theirs[name.trim_start_matches('/')];
         eprintln!("{name}: touch {n} {t}: ours {count}, perf stat {perf_count}");
         // N×T plus the start-up constant (exec, ld.so, libc, thread stacks: 50 to 150).
@@ -232,7 +240,11 @@ fn track_g_counts_one_cgroup_and_json_names_it() {
         "-G",
         cg.path.to_str().unwrap(),
     ]);
-    assert_eq!(perf_event_fds(ours.id()), online_cpus(), "one event per CPU");
+    assert_eq!(
+        perf_event_fds(ours.id()),
+        online_cpus(),
+        "one event per CPU"
+    );
     let mut a = run_in(&cg, "touch", &["4000", "1"]);
     let mut b = run_in(&other, "touch", &["9000", "1"]);
     assert!(a.wait().unwrap().success() && b.wait().unwrap().success());
@@ -252,7 +264,10 @@ fn track_g_counts_one_cgroup_and_json_names_it() {
     let missing = profiler(&["track", "-c", "page-faults", "-G", "/no-such-cgroup-here"]);
     assert_eq!(missing.status.code(), Some(1));
     let err = String::from_utf8_lossy(&missing.stderr);
-    assert!(err.contains("cgroup /no-such-cgroup-here does not exist"), "{err}");
+    assert!(
+        err.contains("cgroup /no-such-cgroup-here does not exist"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -268,22 +283,31 @@ fn perf_events_do_not_grow_with_the_number_of_cgroups() {
     let mut seen = Vec::new();
     for pattern in [rel(&cgs[7]), format!("{prefix}*")] {
         let arg = format!("--for-each-cgroup={pattern}");
-        let (ours, out) = start_profiler(&["stat", "-c", "page-faults,context-switches", &arg, "60"]);
+        let (ours, out) =
+            start_profiler(&["stat", "-c", "page-faults,context-switches", &arg, "60"]);
         seen.push(perf_event_fds(ours.id()));
         let mut a = run_in(&cgs[7], "touch", &["1500", "1"]);
         let mut b = run_in(&cgs[42], "touch", &["2500", "1"]);
         assert!(a.wait().unwrap().success() && b.wait().unwrap().success());
         let t = totals(&interrupt(ours, out));
         let faults = |i: usize| t.get(&rel(&cgs[i])).map(|v| v[0]);
-        assert!(faults(7).is_some_and(|f| (1500..1650).contains(&f)), "{t:?}");
+        assert!(
+            faults(7).is_some_and(|f| (1500..1650).contains(&f)),
+            "{t:?}"
+        );
         if pattern.ends_with('*') {
             assert_eq!(t.len(), 50, "a total row per cgroup: {t:?}");
             assert!(faults(42).is_some_and(|f| (2500..2650).contains(&f)));
             assert_eq!(faults(13), Some(0), "an idle cgroup counts nothing");
         }
     }
+    assert!(our_programs().is_empty(), "cg_switch detached at exit");
     // Two events on every CPU, for one cgroup as for fifty.
-    assert_eq!(seen, vec![2 * online_cpus(); 2], "perf events for 1 and 50 cgroups");
+    assert_eq!(
+        seen,
+        vec![2 * online_cpus(); 2],
+        "perf events for 1 and 50 cgroups"
+    );
 }
 
 #[test]

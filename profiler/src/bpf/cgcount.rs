@@ -75,11 +75,15 @@ impl CgroupCounter {
         let mut opened = Vec::with_capacity(events.len() * cpus.len());
         for (k, (attr, name)) in events.iter().enumerate() {
             let mut attr = *attr;
-            attr.set_disabled(true).set_inherit(false).set_inherit_thread(false);
+            attr.set_disabled(true)
+                .set_inherit(false)
+                .set_inherit_thread(false);
             let map_fd: OwnedFd = match ebpf.map(EVENT_MAPS[k]) {
-                Some(aya::maps::Map::PerfEventArray(data)) => {
-                    data.fd().as_fd().try_clone_to_owned().map_err(BpfError::Sibling)?
-                }
+                Some(aya::maps::Map::PerfEventArray(data)) => data
+                    .fd()
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .map_err(BpfError::Sibling)?,
                 _ => return Err(BpfError::Missing("a CG_EV perf event array")),
             };
             for &cpu in cpus {
@@ -122,8 +126,7 @@ impl CgroupCounter {
         };
         for &cpu in &self.cpus {
             let mut only = CpuSet::new();
-            if only.set(cpu as usize).is_ok() && nix::sched::sched_setaffinity(me, &only).is_ok()
-            {
+            if only.set(cpu as usize).is_ok() && nix::sched::sched_setaffinity(me, &only).is_ok() {
                 // Running here switched the previous task out; a short sleep switches this
                 // thread out too, so even the CPU's idle time is accounted.
                 std::thread::sleep(std::time::Duration::from_micros(50));

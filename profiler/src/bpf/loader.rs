@@ -16,7 +16,8 @@ use super::ring::RecordStream;
 use crate::perf::{PerfError, PerfEvent};
 
 /// The eBPF object built from `profiler-ebpf` by `build.rs` (empty under `AYA_BUILD_SKIP=1`).
-pub(super) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
+pub(super) static OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
 const PROGRAM: &str = "sample";
 

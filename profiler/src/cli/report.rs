@@ -91,6 +91,10 @@ fn load(
             return Err(format!("{}: no samples in cgroup {cgroup}", path.display()));
         }
     }
+    if event.is_some() || cgroup.is_some() {
+        // The summary line counts what is shown; lost and filtered stay the run's.
+        profile.info.samples = profile.stacks.iter().map(|s| s.count).sum();
+    }
     Ok(profile)
 }
 

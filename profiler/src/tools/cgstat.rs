@@ -272,9 +272,7 @@ pub fn cgroup_stat(
     let mut rounds = 0u64;
     let mut interrupted = false;
     loop {
-        let deadline = opts
-            .interval
-            .map(|i| started + i * (rounds as u32 + 1));
+        let deadline = opts.interval.map(|i| started + i * (rounds as u32 + 1));
         let woken = signals
             .wait(deadline.map(|d| d.saturating_duration_since(Instant::now())))
             .map_err(sys("waiting for the interval"))?;
@@ -362,7 +360,10 @@ mod tests {
         assert!(Matcher::new(root.clone(), &["[".into()], true).is_err());
         let literal = Matcher::new(root, &["a/b*".into()], false).unwrap();
         assert!(literal.matches("/a/b*"));
-        assert!(!literal.matches("/a/bc"), "track -G takes the path literally");
+        assert!(
+            !literal.matches("/a/bc"),
+            "track -G takes the path literally"
+        );
     }
 
     #[test]
