@@ -41,7 +41,8 @@ pub struct Cpc {
     /// cycles per nanosecond of task time, for the tick on hosts without a PMU.
     pub(crate) tick_scale: Option<f64>,
     pub(crate) overflow_policy: Mutex<super::overflow::OverflowPolicy>,
-    pub(crate) overflow_signal: Mutex<Option<i32>>,
+    /// Signal sent at overflows (0: none); atomic so the handler path needs no lock.
+    pub(crate) overflow_signal: std::sync::atomic::AtomicI32,
     pub(crate) overflow_siblings: std::sync::atomic::AtomicBool,
 }
 
@@ -104,7 +105,7 @@ impl Cpc {
                 cpu_mhz().map(|mhz| mhz / 1000.0)
             },
             overflow_policy: Mutex::default(),
-            overflow_signal: Mutex::new(None),
+            overflow_signal: Default::default(),
             overflow_siblings: Default::default(),
         })
     }
