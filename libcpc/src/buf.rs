@@ -17,7 +17,11 @@ pub unsafe extern "C" fn cpc_buf_create(cpc: *const Handle, set: *mut CSet) -> *
         return ptr::null_mut();
     };
     match h.cpc.buf_create(s) {
-        Ok(b) => {
+        Ok(mut b) => {
+            // Write it now: calloc'ed memory faults at its first write, which would otherwise
+            // happen inside the first cpc_set_sample, after the read, and count in
+            // page-faults deltas.
+            h.cpc.buf_zero(&mut b);
             let b = Box::into_raw(Box::new(b));
             h.owned().bufs.push(b as usize);
             b

@@ -65,6 +65,9 @@ impl Cpc {
             ));
         }
         probe_perf()?;
+        // The first clock_gettime faults in the vDSO data page; take that fault here, not
+        // inside the first sample, where it would count in a page-faults delta.
+        crate::host::hrtime();
         let catalog = catalog();
         let pmu = catalog.cpu_pmu_name();
         let npic = pmu.as_ref().map_or(SOFTWARE_NPIC, |_| hardware_counters());
