@@ -92,7 +92,12 @@ pub unsafe extern "C" fn cpc_buf_get(
 /// # Safety
 /// `cpc` and `buf` are NULL or live.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cpc_buf_set(cpc: *const Handle, buf: *mut CBuf, index: c_int, val: u64) -> c_int {
+pub unsafe extern "C" fn cpc_buf_set(
+    cpc: *const Handle,
+    buf: *mut CBuf,
+    index: c_int,
+    val: u64,
+) -> c_int {
     // SAFETY: as documented.
     let (Some(h), Some(b)) = (unsafe { handle(cpc) }, unsafe { buf.as_mut() }) else {
         set_errno(libc::EINVAL);
@@ -151,7 +156,12 @@ unsafe fn source<'a>(src: *const CBuf, ds: *mut CBuf) -> Option<std::borrow::Cow
 /// # Safety
 /// Every pointer is NULL or live; `ds` may equal `a` or `b`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cpc_buf_sub(cpc: *const Handle, ds: *mut CBuf, a: *const CBuf, b: *const CBuf) {
+pub unsafe extern "C" fn cpc_buf_sub(
+    cpc: *const Handle,
+    ds: *mut CBuf,
+    a: *const CBuf,
+    b: *const CBuf,
+) {
     // SAFETY: as documented.
     if let (Some(h), Some(a), Some(b)) = (unsafe { handle(cpc) }, unsafe { source(a, ds) }, unsafe { source(b, ds) })
         // SAFETY: `ds` is NULL or live, and no longer aliased by a source.
@@ -166,7 +176,12 @@ pub unsafe extern "C" fn cpc_buf_sub(cpc: *const Handle, ds: *mut CBuf, a: *cons
 /// # Safety
 /// As `cpc_buf_sub`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cpc_buf_add(cpc: *const Handle, ds: *mut CBuf, a: *const CBuf, b: *const CBuf) {
+pub unsafe extern "C" fn cpc_buf_add(
+    cpc: *const Handle,
+    ds: *mut CBuf,
+    a: *const CBuf,
+    b: *const CBuf,
+) {
     // SAFETY: as documented.
     if let (Some(h), Some(a), Some(b)) = (unsafe { handle(cpc) }, unsafe { source(a, ds) }, unsafe { source(b, ds) })
         // SAFETY: `ds` is NULL or live, and no longer aliased by a source.

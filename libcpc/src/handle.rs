@@ -109,7 +109,13 @@ pub unsafe extern "C" fn cpc_cpuref(cpc: *const Handle) -> *const c_char {
 pub type ErrHndlr = *const c_void;
 
 unsafe extern "C" {
-    fn libcpc_call_errhndlr(h: ErrHndlr, func: *const c_char, subcode: c_int, fmt: *const c_char, ...);
+    fn libcpc_call_errhndlr(
+        h: ErrHndlr,
+        func: *const c_char,
+        subcode: c_int,
+        fmt: *const c_char,
+        ...
+    );
 }
 
 /// A handler pointer that may move between threads (C function pointers are plain code).
@@ -136,11 +142,14 @@ pub unsafe extern "C" fn cpc_seterrhndlr(cpc: *const Handle, r#fn: ErrHndlr) -> 
         return 0;
     }
     let c = CHandler(r#fn);
-    h.cpc.set_error_handler(Some(Arc::new(move |func, subcode, msg| {
-        let c = c;
-        let (func, msg) = (cstring(func), cstring(msg));
-        // SAFETY: `c.0` is the caller's handler; the strings live across the call.
-        unsafe { libcpc_call_errhndlr(c.0, func.as_ptr(), subcode, c"%s".as_ptr(), msg.as_ptr()) };
-    })));
+    h.cpc
+        .set_error_handler(Some(Arc::new(move |func, subcode, msg| {
+            let c = c;
+            let (func, msg) = (cstring(func), cstring(msg));
+            // SAFETY: `c.0` is the caller's handler; the strings live across the call.
+            unsafe {
+                libcpc_call_errhndlr(c.0, func.as_ptr(), subcode, c"%s".as_ptr(), msg.as_ptr())
+            };
+        })));
     0
 }

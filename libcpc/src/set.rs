@@ -10,9 +10,7 @@ use std::{
 
 use profiler::cpc::{Attr, Lwp};
 
-use crate::{
-    CBuf, CSet, Handle, cstring, fail, handle, set_errno, signal::Pctx, status, text,
-};
+use crate::{CBuf, CSet, Handle, cstring, fail, handle, set_errno, signal::Pctx, status, text};
 
 /// `cpc_attr_t`.
 #[repr(C)]
@@ -125,35 +123,39 @@ pub unsafe extern "C" fn cpc_walk_requests(
     f: RequestFn,
 ) {
     // SAFETY: as documented.
-    let (Some(h), Some(s), Some(f)) = (unsafe { handle(cpc) }, unsafe { set_mut(set) }, f)
-    else {
+    let (Some(h), Some(s), Some(f)) = (unsafe { handle(cpc) }, unsafe { set_mut(set) }, f) else {
         return;
     };
-    h.cpc.walk_requests(s, |index, event, preset, flags, attrs| {
-        let names: Vec<CString> = attrs.iter().map(|a| cstring(&a.name)).collect();
-        let cattrs: Vec<CAttr> = attrs
-            .iter()
-            .zip(&names)
-            .map(|(a, n)| CAttr {
-                ca_name: n.as_ptr() as *mut c_char,
-                ca_val: a.value,
-            })
-            .collect();
-        let event = cstring(event);
-        let p = if cattrs.is_empty() { ptr::null() } else { cattrs.as_ptr() };
-        // SAFETY: the caller's callback; every pointer lives across the call.
-        unsafe {
-            f(
-                arg,
-                index as c_int,
-                event.as_ptr(),
-                preset,
-                flags,
-                cattrs.len() as c_int,
-                p,
-            )
-        };
-    });
+    h.cpc
+        .walk_requests(s, |index, event, preset, flags, attrs| {
+            let names: Vec<CString> = attrs.iter().map(|a| cstring(&a.name)).collect();
+            let cattrs: Vec<CAttr> = attrs
+                .iter()
+                .zip(&names)
+                .map(|(a, n)| CAttr {
+                    ca_name: n.as_ptr() as *mut c_char,
+                    ca_val: a.value,
+                })
+                .collect();
+            let event = cstring(event);
+            let p = if cattrs.is_empty() {
+                ptr::null()
+            } else {
+                cattrs.as_ptr()
+            };
+            // SAFETY: the caller's callback; every pointer lives across the call.
+            unsafe {
+                f(
+                    arg,
+                    index as c_int,
+                    event.as_ptr(),
+                    preset,
+                    flags,
+                    cattrs.len() as c_int,
+                    p,
+                )
+            };
+        });
 }
 
 /// `cpc_bind_curlwp`: counts for the calling thread. `flags`: 0 or CPC_BIND_LWP_INHERIT.
@@ -161,7 +163,11 @@ pub unsafe extern "C" fn cpc_walk_requests(
 /// # Safety
 /// `cpc` and `set` are NULL or live.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cpc_bind_curlwp(cpc: *const Handle, set: *mut CSet, flags: c_uint) -> c_int {
+pub unsafe extern "C" fn cpc_bind_curlwp(
+    cpc: *const Handle,
+    set: *mut CSet,
+    flags: c_uint,
+) -> c_int {
     // SAFETY: as documented.
     let (Some(h), Some(s)) = (unsafe { handle(cpc) }, unsafe { set_mut(set) }) else {
         return -1;
@@ -235,7 +241,11 @@ pub unsafe extern "C" fn cpc_unbind(cpc: *const Handle, set: *mut CSet) -> c_int
 /// # Safety
 /// `cpc`, `set` and `buf` are NULL or live.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cpc_set_sample(cpc: *const Handle, set: *mut CSet, buf: *mut CBuf) -> c_int {
+pub unsafe extern "C" fn cpc_set_sample(
+    cpc: *const Handle,
+    set: *mut CSet,
+    buf: *mut CBuf,
+) -> c_int {
     // SAFETY: as documented.
     let (Some(h), Some(s)) = (unsafe { handle(cpc) }, unsafe { set_mut(set) }) else {
         return -1;
@@ -274,7 +284,11 @@ pub unsafe extern "C" fn cpc_disable(cpc: *const Handle) -> c_int {
 /// # Safety
 /// `cpc` is NULL or live.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cpc_request_preset(cpc: *const Handle, index: c_int, preset: u64) -> c_int {
+pub unsafe extern "C" fn cpc_request_preset(
+    cpc: *const Handle,
+    index: c_int,
+    preset: u64,
+) -> c_int {
     // SAFETY: as documented.
     let Some(h) = (unsafe { handle(cpc) }) else {
         return -1;

@@ -61,7 +61,3 @@ pub unsafe extern "C" fn pctx_release(pctx: *mut Pctx) {
         drop(unsafe { Box::from_raw(pctx) });
     }
 }
-
-
-
-
