@@ -31,9 +31,16 @@ fn source(rel: &str) -> PathBuf {
         .join(rel)
 }
 
-/// `cc [flags] SRC -lcpc` with the include and library directories, into `out`.
+/// `cc [flags] SRC -lcpc` with the include and library directories, into `out`. The
+/// library directory is one beside `out` with libcpc.so and its soname (libcpc.so.1)
+/// linked to the built library, as `cargo xtask install` lays them out.
 fn compile(src: &str, out: &Path, flags: &[&str]) {
-    let lib = lib_dir();
+    let lib = out.parent().expect("output dir").join("lib");
+    std::fs::create_dir_all(&lib).expect("lib dir");
+    for name in ["libcpc.so", "libcpc.so.1"] {
+        let _ = std::fs::remove_file(lib.join(name));
+        std::os::unix::fs::symlink(lib_dir().join("libcpc.so"), lib.join(name)).expect("link");
+    }
     let o = Command::new("cc")
         .args(["-Wall", "-Wextra", "-Werror", "-O1", "-g", "-pthread"])
         .args(flags)
