@@ -96,3 +96,74 @@ fn errno() -> c_int {
     // SAFETY: reads this thread's errno slot.
     unsafe { *libc::__errno_location() }
 }
+
+#[cfg(test)]
+mod tests {
+    use profiler::cpc::{
+        Subcode,
+        consts::{MAX_ATTR_LEN, MAX_EVENT_LEN, VER_CURRENT, bind, caps, request},
+    };
+
+    /// `#define NAME VALUE` of libcpc.h, as a number.
+    fn define(name: &str) -> u64 {
+        let header = include_str!("../include/libcpc.h");
+        let value = header
+            .lines()
+            .find_map(|l| {
+                let mut w = l.split_whitespace();
+                (w.next() == Some("#define") && w.next() == Some(name)).then(|| w.next())?
+            })
+            .unwrap_or_else(|| panic!("libcpc.h has no #define {name}"));
+        match value.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16).unwrap(),
+            None => value.parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn header_constants_are_the_rust_modules() {
+        let pairs: &[(&str, u64)] = &[
+            ("CPC_VER_CURRENT", VER_CURRENT.into()),
+            ("CPC_OVF_NOTIFY_EMT", request::OVF_NOTIFY_EMT.into()),
+            ("CPC_COUNT_USER", request::COUNT_USER.into()),
+            ("CPC_COUNT_SYSTEM", request::COUNT_SYSTEM.into()),
+            ("CPC_COUNT_HV", request::COUNT_HV.into()),
+            ("CPC_BIND_LWP_INHERIT", bind::LWP_INHERIT.into()),
+            (
+                "CPC_CAP_OVERFLOW_INTERRUPT",
+                caps::OVERFLOW_INTERRUPT.into(),
+            ),
+            ("CPC_CAP_OVERFLOW_PRECISE", caps::OVERFLOW_PRECISE.into()),
+            ("CPC_MAX_EVENT_LEN", MAX_EVENT_LEN as u64),
+            ("CPC_MAX_ATTR_LEN", MAX_ATTR_LEN as u64),
+            ("CPC_INVALID_EVENT", Subcode::InvalidEvent as u64),
+            ("CPC_INVALID_PICNUM", Subcode::InvalidPicnum as u64),
+            ("CPC_INVALID_ATTRIBUTE", Subcode::InvalidAttribute as u64),
+            (
+                "CPC_ATTRIBUTE_OUT_OF_RANGE",
+                Subcode::AttributeOutOfRange as u64,
+            ),
+            ("CPC_RESOURCE_UNAVAIL", Subcode::ResourceUnavail as u64),
+            ("CPC_PIC_NOT_CAPABLE", Subcode::PicNotCapable as u64),
+            ("CPC_REQ_INVALID_FLAGS", Subcode::ReqInvalidFlags as u64),
+            ("CPC_CONFLICTING_REQS", Subcode::ConflictingReqs as u64),
+            (
+                "CPC_ATTR_REQUIRES_PRIVILEGE",
+                Subcode::AttrRequiresPrivilege as u64,
+            ),
+            ("CPC_PBIND_FAILED", Subcode::PbindFailed as u64),
+            ("CPC_HV_NO_ACCESS", Subcode::HvNoAccess as u64),
+            ("EMT_CPCOVF", libc::SI_KERNEL as u64),
+        ];
+        for &(name, value) in pairs {
+            assert_eq!(define(name), value, "{name}");
+        }
+    }
+
+    #[test]
+    fn sigemt_is_the_headers_real_time_signal() {
+        // libcpc.h: #define SIGEMT (SIGRTMIN + 4)
+        assert!(include_str!("../include/libcpc.h").contains("#define SIGEMT (SIGRTMIN + 4)"));
+        assert_eq!(super::signal::sigemt(), libc::SIGRTMIN() + 4);
+    }
+}

@@ -105,6 +105,21 @@ emt(int sig, siginfo_t *si, void *uc)
 		handler_errors++;
 }
 
+static cpc_set_t *tset;
+static volatile int timer_signals;
+static void
+emt_timer(int sig, siginfo_t *si, void *uc)
+{
+	(void)uc;
+	if (sig != SIGEMT || si->si_code != EMT_CPCOVF) {
+		bad_signals++;
+		return;
+	}
+	timer_signals++;
+	if (cpc_request_preset(cpc, 0, UINT64_MAX - 49999) != 0 || cpc_set_restart(cpc, tset) != 0)
+		handler_errors++;
+}
+
 struct other { cpc_set_t *set; cpc_buf_t *buf; int sample_errno, preset_errno, enable_errno; };
 static void *
 other_thread(void *p)
@@ -366,6 +381,25 @@ main(void)
 	CHECK(last_pc != NULL, "overflow pc");
 	CHECK(cpc_overflow_pc(NULL) == NULL, "overflow_pc(NULL)");
 	CHECK(cpc_set_destroy(cpc, oset) == 0, "destroy a bound set");
+
+	/*
+	 * The handler runs wherever the thread is, also inside the library holding the lock
+	 * that cpc_set_restart takes: a task-clock overflow every 50 us while this thread
+	 * samples in a loop. The library blocks SIGEMT while it holds such a lock, so this
+	 * ends (without that it deadlocks within a few hundred overflows).
+	 */
+	sa.sa_sigaction = emt_timer;
+	sigaction(SIGEMT, &sa, NULL);
+	tset = cpc_set_create(cpc);
+	cpc_set_add_request(cpc, tset, "task-clock", UINT64_MAX - 49999, CPC_COUNT_USER | CPC_OVF_NOTIFY_EMT, 0, NULL);
+	cpc_buf_t *tbuf = cpc_buf_create(cpc, tset);
+	CHECK(cpc_bind_curlwp(cpc, tset, 0) == 0, "bind task-clock: %s", strerror(errno));
+	long samples = 0;
+	while (timer_signals < 500 && samples < 50000000)
+		samples += cpc_set_sample(cpc, tset, tbuf) == 0;
+	CHECK(timer_signals >= 500 && handler_errors == 0, "%d overflows in %ld samples, %d errors",
+	    timer_signals, samples, handler_errors);
+	CHECK(cpc_unbind(cpc, tset) == 0, "unbind task-clock");
 
 	/* Default handler again; errno survived our handler (which set ENOENT). */
 	int calls = handler_calls;

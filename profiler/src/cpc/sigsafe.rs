@@ -99,7 +99,7 @@ mod tests {
         let m = std::sync::Mutex::new(1);
         {
             let g = Blocked::lock(Some(sig), || m.lock().unwrap());
-            assert_eq!(**g, 1);
+            assert_eq!(*g, 1);
             assert!(blocked(sig), "blocked while the lock is held");
         }
         assert!(!blocked(sig), "unblocked after");
