@@ -28,7 +28,10 @@
  *  4. Inheritance (CPC_BIND_LWP_INHERIT): threads created later count into their creator's
  *     context (Linux perf sums inherited counts into the parent); Solaris gives each new LWP
  *     an independent copy and an immediate SIGEMT with the counters at UINT64_MAX. Overflow
- *     signals go to the thread whose counter overflowed.
+ *     signals go to the thread whose counter overflowed. cpc_set_restart() on such a binding
+ *     restarts every thread's counters, so one thread's restart also restarts the others'
+ *     countdown to the next overflow (4 threads x 3000 page faults, a period of 100: 116
+ *     overflows rather than 120).
  *  5. cpc_set_restart() uses its set argument (Solaris ignores it and restarts the calling
  *     LWP's set), so a thread that inherited a binding can restart it from its handler.
  *     cpc_request_preset() acts on the calling thread's set, as on Solaris.
