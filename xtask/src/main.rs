@@ -1,5 +1,6 @@
-//! Project automation: `cargo xtask setup | test | run`.
+//! Project automation: `cargo xtask setup | test | run | install`.
 
+mod install;
 mod setup;
 mod test;
 mod util;
@@ -33,6 +34,12 @@ enum Command {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// Release build, then install bin/profiler, lib/libcpc.so, include/libcpc.h and
+    /// lib/pkgconfig/libcpc.pc under PREFIX.
+    Install {
+        #[arg(long, value_name = "DIR")]
+        prefix: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -41,6 +48,7 @@ fn main() -> ExitCode {
         Command::Setup => setup::setup().map(|_| ()),
         Command::Test { args } => test::test(&args),
         Command::Run { args } => run(&args),
+        Command::Install { prefix } => install::install(&prefix),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -22,8 +22,9 @@ pub fn test(extra: &[String]) -> anyhow::Result<()> {
         "warnings",
     ])?;
     clippy_ebpf()?;
-    // The integration tests run the real binary, so build it first.
-    cargo(&["build", "-p", "profiler"])?;
+    // The integration tests run the real binary and link C programs against libcpc.so,
+    // so build both first.
+    cargo(&["build", "-p", "profiler", "-p", "libcpc"])?;
     let mut args = vec!["test", "--workspace", "--exclude", "profiler-ebpf"];
     if !extra.is_empty() {
         args.push("--");

@@ -14,6 +14,7 @@ use super::{
     error::{CpcError, Subcode},
     group::{Group, Reading, scale},
     overflow::{Engine, period_for},
+    sigsafe::Blocked,
 };
 use crate::perf::PerfError;
 
@@ -106,6 +107,8 @@ pub struct Binding {
     pub(crate) kind: BindKind,
     pub(crate) binder_tid: i32,
     pub(crate) epoch: u64,
+    /// The overflow signal, blocked while `live` is locked (see `sigsafe`).
+    pub(crate) signal: Option<i32>,
     pub(crate) live: Mutex<Option<Live>>,
 }
 
@@ -126,6 +129,8 @@ impl Live {
     }
 
     /// `set_restart`: counts back to the (pending) presets, periods re-armed, freeze cleared.
+    /// Async-signal-safe on success: ioctls and BPF map updates only, no allocation (the
+    /// caller holds the binding lock with the signal blocked).
     pub(crate) fn restart(&mut self, func: &'static str) -> Result<(), CpcError> {
         for g in &self.groups {
             g.disable().map_err(|e| perf_error(func, e, None))?;
@@ -134,11 +139,12 @@ impl Live {
             // A preset of 0 never overflows: the longest period the kernel takes.
             let period = match period_for(self.pending[i]) {
                 0 => (1 << 63) - 1,
+                // request_preset refuses these; kept for presets of other origins.
                 p if p >= 1 << 63 => {
                     return Err(CpcError::new(
                         func,
                         libc::EINVAL,
-                        format!("preset {:#x} gives a period over 2^63", self.pending[i]),
+                        "the preset gives a period over 2^63",
                     ));
                 }
                 p => p,
@@ -156,7 +162,8 @@ impl Live {
         for g in &self.groups {
             g.reset().map_err(|e| perf_error(func, e, None))?;
         }
-        self.presets = self.pending.clone();
+        // No allocation: restart runs in signal handlers.
+        self.presets.copy_from_slice(&self.pending);
         self.enable(func)?;
         self.frozen = false;
         Ok(())
@@ -171,12 +178,17 @@ impl Binding {
             kind,
             binder_tid,
             epoch: cpu_epoch(),
+            signal: live.signal,
             live: Mutex::new(Some(live)),
         }
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Option<Live>> {
-        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    /// The live part, locked with the overflow signal blocked on this thread, so a handler
+    /// calling `set_restart` can never wait for a lock its own thread holds.
+    pub(crate) fn lock(&self) -> Blocked<MutexGuard<'_, Option<Live>>> {
+        Blocked::lock(self.signal, || {
+            self.live.lock().unwrap_or_else(|p| p.into_inner())
+        })
     }
 
     pub fn is_live(&self) -> bool {

@@ -1,7 +1,12 @@
 //! Binding sets and sampling them (`cpc_bind_curlwp`, `cpc_bind_pctx`, `cpc_bind_cpu`, the
 //! cgroup extension, `cpc_unbind`, `cpc_set_sample`, `cpc_enable`, `cpc_disable`).
 
-use std::{os::fd::AsRawFd, path::Path, sync::Arc};
+use std::{
+    collections::HashMap,
+    os::fd::AsRawFd,
+    path::Path,
+    sync::{Arc, MutexGuard, Weak},
+};
 
 use super::{
     bind::{BindKind, Binding, CpuClaim, Live, Lwp, cpu_bindings_exist, perf_error},
@@ -13,6 +18,7 @@ use super::{
     handle::Cpc,
     overflow::{Engine, OverflowPolicy, period_for},
     set::Set,
+    sigsafe::Blocked,
 };
 use crate::perf::{EventAttr, SamplePolicy, Scope, SoftwareEvent};
 
@@ -194,10 +200,10 @@ impl Cpc {
             .overflow_policy
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        let signal = *self
-            .overflow_signal
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let signal = super::sigsafe::signal_of(
+            self.overflow_signal
+                .load(std::sync::atomic::Ordering::SeqCst),
+        );
         // The first notifying request leads the group: when perf disables it at its
         // overflow, the whole set stops, which is libcpc's freeze.
         let leader = notify.first().copied().unwrap_or(0);
@@ -250,7 +256,7 @@ impl Cpc {
         all.push(Arc::downgrade(&binding));
         if let BindKind::CurLwp { tid } = kind {
             // Binding again replaces the thread's previous set, as the kernel does in libcpc.
-            let mut lwp = self.lwp.lock().unwrap_or_else(|p| p.into_inner());
+            let mut lwp = self.lwp_map();
             if let Some(old) = lwp
                 .insert(tid, Arc::downgrade(&binding))
                 .and_then(|w| w.upgrade())
@@ -450,8 +456,21 @@ impl Cpc {
         binding.sample(F, buf)
     }
 
+    /// The thread-binding map, locked with the handle's overflow signal blocked.
+    fn lwp_map(&self) -> Blocked<MutexGuard<'_, HashMap<i32, Weak<Binding>>>> {
+        let signal = super::sigsafe::signal_of(
+            self.overflow_signal
+                .load(std::sync::atomic::Ordering::SeqCst),
+        );
+        Blocked::lock(signal, || {
+            self.lwp.lock().unwrap_or_else(|p| p.into_inner())
+        })
+    }
+
     pub(crate) fn calling_lwp_binding(&self, func: &'static str) -> Result<Arc<Binding>, CpcError> {
-        let lwp = self.lwp.lock().unwrap_or_else(|p| p.into_inner());
+        // Lock-free of anything a handler on this thread could hold: the map's lock is only
+        // taken with the overflow signal blocked.
+        let lwp = self.lwp_map();
         lwp.get(&gettid())
             .and_then(|w| w.upgrade())
             .filter(|b| b.is_live())

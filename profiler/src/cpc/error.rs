@@ -1,6 +1,6 @@
 //! libcpc's errors: an errno plus, where libcpc has one, a subcode for the error handler.
 
-use std::{fmt, sync::Arc};
+use std::{borrow::Cow, fmt, sync::Arc};
 
 /// libcpc's error subcodes (values from libcpc.h; 10 and 11 are not in the man page).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -39,17 +39,18 @@ impl Subcode {
 }
 
 /// An error of a libcpc function: which function, the errno libcpc would set, the subcode
-/// (if libcpc reports one) and a message with the specifics.
+/// (if libcpc reports one) and a message with the specifics. A static message costs no
+/// allocation, which the signal-handler paths (`set_restart`, `request_preset`) rely on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CpcError {
     pub func: &'static str,
     pub errno: i32,
     pub subcode: Option<Subcode>,
-    pub message: String,
+    pub message: Cow<'static, str>,
 }
 
 impl CpcError {
-    pub fn new(func: &'static str, errno: i32, message: impl Into<String>) -> Self {
+    pub fn new(func: &'static str, errno: i32, message: impl Into<Cow<'static, str>>) -> Self {
         Self {
             func,
             errno,
@@ -66,9 +67,9 @@ impl CpcError {
     ) -> Self {
         let detail = detail.to_string();
         let message = if detail.is_empty() {
-            subcode.text().to_string()
+            Cow::Borrowed(subcode.text())
         } else {
-            format!("{}: {detail}", subcode.text())
+            Cow::Owned(format!("{}: {detail}", subcode.text()))
         };
         Self {
             func,

@@ -41,7 +41,8 @@ pub struct Cpc {
     /// cycles per nanosecond of task time, for the tick on hosts without a PMU.
     pub(crate) tick_scale: Option<f64>,
     pub(crate) overflow_policy: Mutex<super::overflow::OverflowPolicy>,
-    pub(crate) overflow_signal: Mutex<Option<i32>>,
+    /// Signal sent at overflows (0: none); atomic so the handler path needs no lock.
+    pub(crate) overflow_signal: std::sync::atomic::AtomicI32,
     pub(crate) overflow_siblings: std::sync::atomic::AtomicBool,
 }
 
@@ -64,6 +65,9 @@ impl Cpc {
             ));
         }
         probe_perf()?;
+        // The first clock_gettime faults in the vDSO data page; take that fault here, not
+        // inside the first sample, where it would count in a page-faults delta.
+        crate::host::hrtime();
         let catalog = catalog();
         let pmu = catalog.cpu_pmu_name();
         let npic = pmu.as_ref().map_or(SOFTWARE_NPIC, |_| hardware_counters());
@@ -104,7 +108,7 @@ impl Cpc {
                 cpu_mhz().map(|mhz| mhz / 1000.0)
             },
             overflow_policy: Mutex::default(),
-            overflow_signal: Mutex::new(None),
+            overflow_signal: Default::default(),
             overflow_siblings: Default::default(),
         })
     }

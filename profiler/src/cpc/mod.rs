@@ -15,6 +15,7 @@ mod handle;
 mod overflow;
 mod request;
 mod set;
+mod sigsafe;
 
 pub use bind::Lwp;
 pub use buf::Buf;

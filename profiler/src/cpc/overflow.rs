@@ -320,10 +320,8 @@ impl Cpc {
                 format!("bad signal {s}"),
             ));
         }
-        *self
-            .overflow_signal
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = signal;
+        self.overflow_signal
+            .store(signal.unwrap_or(0), Ordering::SeqCst);
         Ok(())
     }
 
@@ -478,6 +476,8 @@ fn engine_of<'a>(
         .ok_or_else(|| CpcError::new(func, libc::EINVAL, "set has no notifying request"))
 }
 
+/// Async-signal-safe (`cpc_request_preset` runs in handlers): the binding lock is taken with
+/// the signal blocked, and neither success nor the errors allocate.
 fn set_pending_preset(
     func: &'static str,
     binding: &Binding,
@@ -488,13 +488,17 @@ fn set_pending_preset(
     let live = guard
         .as_mut()
         .ok_or_else(|| CpcError::new(func, libc::EINVAL, "set is not bound"))?;
-    let slot = live.pending.get_mut(index).ok_or_else(|| {
-        CpcError::new(
+    if live.notify.contains(&index) && period_for(preset) >= 1 << 63 {
+        return Err(CpcError::new(
             func,
             libc::EINVAL,
-            format!("no request {index} in the bound set"),
-        )
-    })?;
+            "the preset gives a period over 2^63 (libcpc's portable range is 1 to 2^31)",
+        ));
+    }
+    let slot = live
+        .pending
+        .get_mut(index)
+        .ok_or_else(|| CpcError::new(func, libc::EINVAL, "no such request in the bound set"))?;
     *slot = preset;
     Ok(())
 }

@@ -155,7 +155,7 @@ impl<'a> Tracer<'a> {
         if self.opts.debug {
             e.to_string()
         } else {
-            e.message.clone()
+            e.message.to_string()
         }
     }
 
