@@ -280,3 +280,91 @@ pub fn trace_state(pid: u32) -> (u32, char) {
         field("State:").chars().next().expect("State"),
     )
 }
+
+/// Stderr that must be exactly one line (a clear error), returned for more checks.
+pub fn one_error_line(out: &Output) -> String {
+    let s = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        s.trim_end().lines().count(),
+        1,
+        "expected one line on stderr, got:\n{s}"
+    );
+    s.trim_end().to_string()
+}
+
+/// Asserts `out` failed with `code` and one stderr line containing each of `needles`.
+pub fn assert_fails(out: &Output, code: i32, needles: &[&str], what: &str) {
+    let line = one_error_line(out);
+    assert_eq!(out.status.code(), Some(code), "{what}: {line}");
+    for n in needles {
+        assert!(line.contains(n), "{what}: {line:?} lacks {n:?}");
+    }
+}
+
+/// Entries of `dir` (names), to prove a failed run left no file, temporary or final.
+pub fn dir_entries(dir: &std::path::Path) -> BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .expect("reading a scratch dir")
+        .map(|e| {
+            e.expect("dir entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
+/// What a process holds, seen from outside through /proc: open fds, perf event fds, BPF
+/// program and link fds, and resident memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    pub fds: usize,
+    pub perf_events: usize,
+    pub bpf_progs: usize,
+    pub bpf_links: usize,
+    pub rss_kib: u64,
+}
+
+/// [`Held`] of `pid`; `None` once it has exited.
+pub fn held(pid: u32) -> Option<Held> {
+    let mut h = Held::default();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd")).ok()? {
+        let Ok(entry) = entry else { continue };
+        h.fds += 1;
+        match std::fs::read_link(entry.path()) {
+            Ok(t) if t.as_os_str() == "anon_inode:[perf_event]" => h.perf_events += 1,
+            Ok(t) if t.as_os_str() == "anon_inode:bpf-prog" => h.bpf_progs += 1,
+            Ok(t) if t.as_os_str() == "anon_inode:bpf_link" => h.bpf_links += 1,
+            _ => {}
+        }
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    h.rss_kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0);
+    Some(h)
+}
+
+/// Pids of every process on the host holding a perf event or BPF fd (what `bpftool prog
+/// show` lists as pids, read from /proc so it needs no bpftool).
+pub fn holders_of_perf_or_bpf() -> BTreeSet<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return BTreeSet::new();
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| held(pid).is_some_and(|h| h.perf_events + h.bpf_progs + h.bpf_links > 0))
+        .collect()
+}
+
+/// Ids of the loaded BPF links whose program is one of ours (`sample`).
+pub fn our_links() -> BTreeSet<u32> {
+    let ours = our_programs();
+    aya::programs::loaded_links()
+        .filter_map(Result::ok)
+        .filter(|l| ours.contains(&l.program_id()))
+        .map(|l| l.id())
+        .collect()
+}
