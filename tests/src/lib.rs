@@ -368,3 +368,70 @@ pub fn our_links() -> BTreeSet<u32> {
         .map(|l| l.id())
         .collect()
 }
+
+/// Waits (bounded, not timed: a generous limit for a loaded host) until `child` holds its
+/// perf events and BPF links, and returns what it holds then.
+pub fn wait_attached(child: &mut std::process::Child) -> Held {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(h) = held(child.id())
+            && h.bpf_links > 0
+            && h.perf_events > 0
+        {
+            return h;
+        }
+        assert!(
+            child.try_wait().expect("try_wait").is_none(),
+            "the profiler exited before attaching"
+        );
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "never attached"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Samples what `child` holds every `every` from its attachment until it exits, then
+/// returns its output and the samples (at least the one taken at attachment).
+pub fn watch(mut child: std::process::Child, every: std::time::Duration) -> (Output, Vec<Held>) {
+    let mut samples = vec![wait_attached(&mut child)];
+    while child.try_wait().expect("try_wait").is_none() {
+        if let Some(h) = held(child.id())
+            && h.perf_events > 0
+        {
+            samples.push(h);
+        }
+        std::thread::sleep(every);
+    }
+    (child.wait_with_output().expect("output"), samples)
+}
+
+/// A process-churn generator: a shell that runs `forker 20` (20 children, each exec'ing
+/// /bin/true) every 50 ms until dropped (hundreds of processes a second, leaving the CPUs
+/// to the profiler); its own process group, killed as one.
+pub struct Churn(std::process::Child);
+
+impl Churn {
+    pub fn start() -> Churn {
+        use std::os::unix::process::CommandExt as _;
+        let script = format!(
+            "while :; do {} 20; sleep 0.05; done",
+            fixture("forker").display()
+        );
+        let child = Command::new("sh")
+            .args(["-c", &script])
+            .process_group(0)
+            .spawn()
+            .expect("starting the churn loop");
+        Churn(child)
+    }
+}
+
+impl Drop for Churn {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the process group we created for the loop.
+        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
+        let _ = self.0.wait();
+    }
+}

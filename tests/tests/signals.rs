@@ -4,32 +4,12 @@
 //! each get their own exact profile.
 
 use std::{
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     thread,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use profiler_tests::*;
-
-/// Waits (bounded, not timed: a generous limit for a loaded host) until `child` holds its
-/// perf events and BPF links, and returns what it holds then.
-fn wait_attached(child: &mut Child) -> Held {
-    let start = Instant::now();
-    loop {
-        if let Some(h) = held(child.id())
-            && h.bpf_links > 0
-            && h.perf_events > 0
-        {
-            return h;
-        }
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the profiler exited before attaching"
-        );
-        assert!(start.elapsed() < Duration::from_secs(60), "never attached");
-        thread::sleep(Duration::from_millis(20));
-    }
-}
 
 #[test]
 fn each_stop_signal_writes_the_report_and_leaves_nothing_attached() {
