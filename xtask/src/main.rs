@@ -1,5 +1,6 @@
-//! Project automation: `cargo xtask setup | test | run`.
+//! Project automation: `cargo xtask setup | test | run | fuzz`.
 
+mod fuzz;
 mod setup;
 mod test;
 mod util;
@@ -33,6 +34,14 @@ enum Command {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// Run each cargo-fuzz target (or those named) for a while, at nice 19.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 30)]
+        secs: u32,
+        /// Targets to run (default: all).
+        targets: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -41,6 +50,7 @@ fn main() -> ExitCode {
         Command::Setup => setup::setup().map(|_| ()),
         Command::Test { args } => test::test(&args),
         Command::Run { args } => run(&args),
+        Command::Fuzz { secs, targets } => fuzz::fuzz(secs, &targets),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
