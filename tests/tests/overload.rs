@@ -51,11 +51,12 @@ fn record_watched(args: &[&str]) -> (String, Vec<Held>) {
     (stdout, held)
 }
 
+/// Prints at most 24 evenly spaced readings of fds and RSS (MiB), for the record.
 fn show(what: &str, held: &[Held]) {
-    let fds: Vec<usize> = held.iter().map(|h| h.fds).collect();
-    let rss: Vec<u64> = held.iter().map(|h| h.rss_kib / 1024).collect();
-    eprintln!("{what}: fds {fds:?}");
-    eprintln!("{what}: RSS MiB {rss:?}");
+    let step = held.len().div_ceil(24);
+    let pick = |f: fn(&Held) -> u64| -> Vec<u64> { held.iter().step_by(step).map(f).collect() };
+    eprintln!("{what}: fds {:?}", pick(|h| h.fds as u64));
+    eprintln!("{what}: RSS MiB {:?}", pick(|h| h.rss_kib / 1024));
 }
 
 /// While one profile is being collected: fds grow only by the files (executables) whose
@@ -116,8 +117,8 @@ fn a_full_ring_at_50k_samples_per_second_is_counted_as_loss() {
         .spawn()
         .unwrap();
     // A one-page ring cannot keep up; the default 8 MiB one takes what the reader drains.
-    let (small, small_held) = record_watched(&["-a", "-F", &hz, "-m", "1", "-d", "2"]);
-    let (big, big_held) = record_watched(&["-a", "-F", &hz, "-d", "2"]);
+    let (small, small_held) = record_watched(&["-a", "-F", &hz, "-m", "1", "-d", "1"]);
+    let (big, big_held) = record_watched(&["-a", "-F", &hz, "-d", "1"]);
     let _ = (spin.kill(), spin.wait());
     let (n, lost) = (reported_samples(&small), reported_lost(&small));
     eprintln!("-m 1 at {hz} Hz x {cpus} CPUs: {n} samples, {lost} lost");
@@ -144,7 +145,7 @@ fn thousands_of_short_lived_processes_during_a_system_wide_run() {
     let _s = serial();
     let before = forks_so_far();
     let churn = Churn::start();
-    let (report, held) = record_watched(&["-a", "-F", "999", "-d", "8", "--by", "comm"]);
+    let (report, held) = record_watched(&["-a", "-F", "999", "-d", "5", "--by", "comm"]);
     drop(churn);
     let forks = forks_so_far() - before;
     eprintln!("{forks} processes created during the run");

@@ -144,3 +144,74 @@ fn two_profilers_at_once_each_get_their_own_exact_profile() {
     }
     assert_eq!(our_programs(), programs);
 }
+
+/// Waits (bounded) until `pid` holds perf events.
+fn wait_counting(pid: u32) {
+    let start = std::time::Instant::now();
+    while held(pid).is_none_or(|h| h.perf_events == 0) {
+        assert!(start.elapsed() < Duration::from_secs(60), "never counted");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_counting_tools_end_on_each_stop_signal_with_their_totals() {
+    if !privileged() {
+        return;
+    }
+    let _s = serial();
+    let holders = holders_of_perf_or_bpf();
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // cpustat: the totals are still printed; Solaris's status (0) is kept.
+        let stat = Command::new(profiler_bin())
+            .args(["stat", "-c", "cpu-clock", "0.2"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_counting(stat.id());
+        thread::sleep(Duration::from_millis(500));
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(stat.id() as i32, sig) };
+        let out = stat.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "stat, signal {sig}");
+        let rows = table(&String::from_utf8_lossy(&out.stdout));
+        assert!(rows.last().is_some_and(|r| r.is(2, "total")), "{rows:?}");
+
+        // cputrack: the command it started gets the signal too; its rows are printed.
+        let track = Command::new(profiler_bin())
+            .args(["track", "-c", "task-clock", "-T", "0.2", "--"])
+            .arg(fixture("spin"))
+            .args(["1", "600"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_counting(track.id());
+        thread::sleep(Duration::from_millis(500));
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(track.id() as i32, sig) };
+        let out = track.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "track, signal {sig}: {stdout}");
+        let rows = table(&stdout);
+        let ticks: Vec<&TableRow> = rows.iter().filter(|r| r.is(2, "tick")).collect();
+        assert!(!ticks.is_empty(), "ticks before the signal:\n{stdout}");
+        // The spinner's pid is its main thread's tid, the smallest of its threads.
+        let spinner = ticks.iter().map(|r| r.num(1)).min().unwrap() as u32;
+        let start = std::time::Instant::now();
+        let gone = || {
+            std::fs::read_to_string(format!("/proc/{spinner}/stat"))
+                .map_or(true, |s| s.contains(") Z "))
+        };
+        while !gone() {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "signal {sig}: the started command {spinner} outlived cputrack"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            holders_of_perf_or_bpf().is_subset(&holders),
+            "signal {sig}: a perf fd holder survived"
+        );
+    }
+}
