@@ -531,7 +531,38 @@ pub async fn record_with(
 
 #[cfg(test)]
 mod tests {
-    use super::parse_field_offset;
+    use super::*;
+
+    #[test]
+    fn periods_the_kernel_refuses_are_usage_errors() {
+        let mut opts = RecordOptions::new(Target::SystemWide);
+        for (period, text) in [
+            (0, "period must be at least 1"),
+            (1 << 63, "use -c 9223372036854775807 or less"),
+        ] {
+            opts.period = Some(period);
+            match validate(&opts) {
+                Err(RecordError::Usage(msg)) => assert!(msg.contains(text), "{msg}"),
+                other => panic!("{period}: {:?}", other.err()),
+            }
+        }
+    }
+
+    #[test]
+    fn event_names_that_are_not_events_are_usage_errors() {
+        let catalog = Catalog::load();
+        for (names, text) in [
+            (&["page-fault"][..], "did you mean page-faults"),
+            (&["cpu-clock:u"], "--user or --kernel"),
+            (&["cpu-clock", "cpu-clock"], "given twice"),
+        ] {
+            let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+            match resolve_events(&catalog, &names) {
+                Err(RecordError::Usage(msg)) => assert!(msg.contains(text), "{msg}"),
+                other => panic!("{names:?}: {:?}", other.err()),
+            }
+        }
+    }
 
     #[test]
     fn tracefs_field_offsets() {
