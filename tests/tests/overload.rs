@@ -132,9 +132,10 @@ fn a_full_ring_at_50k_samples_per_second_is_counted_as_loss() {
         "a one-page ring at {hz} Hz lost nothing:\n{small}"
     );
     assert!(n > 0, "some samples still arrive:\n{small}");
-    // Loss costs nothing: neither ring size makes the reader hold more.
-    assert_bounded("-m 1", &small_held, 8, 64);
-    assert_bounded("8 MiB ring", &big_held, 8, 64);
+    // Loss costs nothing: neither ring size makes the reader hold more (fds: one per ELF
+    // file sampled, system-wide).
+    assert_bounded("-m 1", &small_held, 32, 64);
+    assert_bounded("8 MiB ring", &big_held, 32, 64);
 }
 
 #[test]
