@@ -14,9 +14,17 @@ const NOBODY: u32 = 65534;
 const CAP_PERFMON: libc::c_ulong = 38;
 const CAP_BPF: libc::c_ulong = 39;
 
-/// The profiler run as the unprivileged user `nobody`.
+/// The profiler run as the unprivileged user `nobody`, from a copy nobody can reach (the
+/// checkout may live in a directory only root may enter).
 fn as_nobody(args: &[&str]) -> Output {
-    Command::new(profiler_bin())
+    static COPY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let bin = COPY.get_or_init(|| {
+        let dir = scratch("nobody-bin");
+        let bin = dir.join("profiler");
+        std::fs::copy(profiler_bin(), &bin).expect("copying the profiler");
+        bin
+    });
+    Command::new(bin)
         .args(args)
         .uid(NOBODY)
         .gid(NOBODY)
