@@ -1,13 +1,22 @@
 //! Output files written atomically: a temporary file beside the target, renamed into place
 //! only once complete. Creating it up front proves the path is writable before anything is
 //! attached; dropping it unfinished removes it, so no partial file is ever left behind.
+//!
+//! The temporary file has a random name and is created with `O_CREAT | O_EXCL` (tempfile),
+//! so a symlink planted in the output directory is never followed, whatever its name, and
+//! rename(2) replaces a symlink at the target instead of writing through it. Under sudo, files
+//! are handed to the invoking user (`SUDO_UID`, `SUDO_GID`), as a user would expect of a
+//! file their command wrote.
 
 use std::{
-    fs::{self, File, OpenOptions},
+    fs::{File, OpenOptions},
     io::{self, BufWriter, Write},
-    os::unix::fs::OpenOptionsExt,
+    os::unix::fs::{OpenOptionsExt, PermissionsExt},
     path::{Path, PathBuf},
 };
+
+use nix::unistd::{Gid, Uid, fchown};
+use tempfile::NamedTempFile;
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot write {path}: {source}")]
@@ -18,8 +27,7 @@ pub struct OutputError {
 
 pub struct AtomicFile {
     target: PathBuf,
-    tmp: PathBuf,
-    file: Option<BufWriter<File>>,
+    file: Option<BufWriter<NamedTempFile>>,
 }
 
 impl AtomicFile {
@@ -44,22 +52,18 @@ impl AtomicFile {
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
-        let tmp = dir.join(format!(
-            ".{}.{}.tmp",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
-        // create_new + O_NOFOLLOW: never write through a symlink planted at the temp name.
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .mode(0o644)
-            .open(&tmp)
+        let mut prefix = std::ffi::OsString::from(".");
+        prefix.push(name);
+        prefix.push(".");
+        let file = tempfile::Builder::new()
+            .prefix(&prefix)
+            .suffix(".tmp")
+            .permissions(std::fs::Permissions::from_mode(0o644))
+            .tempfile_in(dir)
             .map_err(err)?;
+        give_to_sudo_user(file.as_file()).map_err(err)?;
         Ok(Self {
             target: target.to_path_buf(),
-            tmp,
             file: Some(BufWriter::new(file)),
         })
     }
@@ -77,8 +81,9 @@ impl AtomicFile {
         };
         let file = self.file.take().expect("committed once");
         let file = file.into_inner().map_err(|e| err(e.into_error()))?;
-        file.sync_all().map_err(err)?;
-        fs::rename(&self.tmp, &self.target).map_err(err)
+        file.as_file().sync_all().map_err(err)?;
+        file.persist(&self.target).map_err(|e| err(e.error))?;
+        Ok(())
     }
 }
 
@@ -92,17 +97,50 @@ impl Write for AtomicFile {
     }
 }
 
-impl Drop for AtomicFile {
-    fn drop(&mut self) {
-        if self.file.is_some() {
-            let _ = fs::remove_file(&self.tmp);
-        }
+/// A file written while the run goes on (cputrack's `-o`, line by line), so not atomic, but
+/// never opened through a symlink (`O_NOFOLLOW`) and, under sudo, the invoking user's.
+pub fn create_streaming(path: &Path) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "is a symbolic link (not followed; remove it or name another file)",
+            ),
+            _ => e,
+        })?;
+    give_to_sudo_user(&file)?;
+    Ok(file)
+}
+
+/// The user who ran `sudo profiler ..`: `SUDO_UID`/`SUDO_GID` when we are root.
+pub fn sudo_user() -> Option<(Uid, Gid)> {
+    if !Uid::effective().is_root() {
+        return None;
+    }
+    let id = |var| std::env::var(var).ok()?.parse::<u32>().ok();
+    Some((
+        Uid::from_raw(id("SUDO_UID")?),
+        Gid::from_raw(id("SUDO_GID")?),
+    ))
+}
+
+fn give_to_sudo_user(file: &File) -> io::Result<()> {
+    match sudo_user() {
+        Some((uid, gid)) => fchown(file, Some(uid), Some(gid)).map_err(io::Error::from),
+        None => Ok(()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     fn scratch(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("profiler-output-{}-{name}", std::process::id()));
@@ -136,6 +174,33 @@ mod tests {
         assert!(AtomicFile::create(Path::new("/nonexistent-dir/x")).is_err());
         let d = scratch("dir");
         assert!(AtomicFile::create(&d).is_err());
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn planted_symlinks_are_never_followed() {
+        let d = scratch("planted");
+        let victim = d.join("victim");
+        fs::write(&victim, "keep").unwrap();
+        // Links at every name the old scheme (`.NAME.PID.tmp`) would have used, and more.
+        for name in [
+            format!(".out.{}.tmp", std::process::id()),
+            ".out..tmp".into(),
+        ] {
+            std::os::unix::fs::symlink(&victim, d.join(name)).unwrap();
+        }
+        let target = d.join("out");
+        let mut f = AtomicFile::create(&target).unwrap();
+        f.write_all(b"new").unwrap();
+        f.commit().unwrap();
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "keep");
+        assert_eq!(fs::read_to_string(&target).unwrap(), "new");
+        // A streaming file refuses a symlink outright.
+        let link = d.join("rows");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let e = create_streaming(&link).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "keep");
         fs::remove_dir_all(&d).unwrap();
     }
 

@@ -280,3 +280,158 @@ pub fn trace_state(pid: u32) -> (u32, char) {
         field("State:").chars().next().expect("State"),
     )
 }
+
+/// Stderr that must be exactly one line (a clear error), returned for more checks.
+pub fn one_error_line(out: &Output) -> String {
+    let s = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        s.trim_end().lines().count(),
+        1,
+        "expected one line on stderr, got:\n{s}"
+    );
+    s.trim_end().to_string()
+}
+
+/// Asserts `out` failed with `code` and one stderr line containing each of `needles`.
+pub fn assert_fails(out: &Output, code: i32, needles: &[&str], what: &str) {
+    let line = one_error_line(out);
+    assert_eq!(out.status.code(), Some(code), "{what}: {line}");
+    for n in needles {
+        assert!(line.contains(n), "{what}: {line:?} lacks {n:?}");
+    }
+}
+
+/// Entries of `dir` (names), to prove a failed run left no file, temporary or final.
+pub fn dir_entries(dir: &std::path::Path) -> BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .expect("reading a scratch dir")
+        .map(|e| {
+            e.expect("dir entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
+/// What a process holds, seen from outside through /proc: open fds, perf event fds, BPF
+/// program and link fds, and resident memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    pub fds: usize,
+    pub perf_events: usize,
+    pub bpf_progs: usize,
+    pub bpf_links: usize,
+    pub rss_kib: u64,
+}
+
+/// [`Held`] of `pid`; `None` once it has exited.
+pub fn held(pid: u32) -> Option<Held> {
+    let mut h = Held::default();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd")).ok()? {
+        let Ok(entry) = entry else { continue };
+        h.fds += 1;
+        match std::fs::read_link(entry.path()) {
+            Ok(t) if t.as_os_str() == "anon_inode:[perf_event]" => h.perf_events += 1,
+            Ok(t) if t.as_os_str() == "anon_inode:bpf-prog" => h.bpf_progs += 1,
+            Ok(t) if t.as_os_str() == "anon_inode:bpf_link" => h.bpf_links += 1,
+            _ => {}
+        }
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    h.rss_kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0);
+    Some(h)
+}
+
+/// Pids of every process on the host holding a perf event or BPF fd (what `bpftool prog
+/// show` lists as pids, read from /proc so it needs no bpftool).
+pub fn holders_of_perf_or_bpf() -> BTreeSet<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return BTreeSet::new();
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| held(pid).is_some_and(|h| h.perf_events + h.bpf_progs + h.bpf_links > 0))
+        .collect()
+}
+
+/// Ids of the loaded BPF links whose program is one of ours (`sample`).
+pub fn our_links() -> BTreeSet<u32> {
+    let ours = our_programs();
+    aya::programs::loaded_links()
+        .filter_map(Result::ok)
+        .filter(|l| ours.contains(&l.program_id()))
+        .map(|l| l.id())
+        .collect()
+}
+
+/// Waits (bounded, not timed: a generous limit for a loaded host) until `child` holds its
+/// perf events and BPF links, and returns what it holds then.
+pub fn wait_attached(child: &mut std::process::Child) -> Held {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(h) = held(child.id())
+            && h.bpf_links > 0
+            && h.perf_events > 0
+        {
+            return h;
+        }
+        assert!(
+            child.try_wait().expect("try_wait").is_none(),
+            "the profiler exited before attaching"
+        );
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "never attached"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Samples what `child` holds every `every` from its attachment until it exits, then
+/// returns its output and the samples (at least the one taken at attachment).
+pub fn watch(mut child: std::process::Child, every: std::time::Duration) -> (Output, Vec<Held>) {
+    let mut samples = vec![wait_attached(&mut child)];
+    while child.try_wait().expect("try_wait").is_none() {
+        if let Some(h) = held(child.id())
+            && h.perf_events > 0
+        {
+            samples.push(h);
+        }
+        std::thread::sleep(every);
+    }
+    (child.wait_with_output().expect("output"), samples)
+}
+
+/// A process-churn generator: a shell that runs `forker 20` (20 children, each exec'ing
+/// /bin/true) every 50 ms until dropped (hundreds of processes a second, leaving the CPUs
+/// to the profiler); its own process group, killed as one.
+pub struct Churn(std::process::Child);
+
+impl Churn {
+    pub fn start() -> Churn {
+        use std::os::unix::process::CommandExt as _;
+        let script = format!(
+            "while :; do {} 20; sleep 0.05; done",
+            fixture("forker").display()
+        );
+        let child = Command::new("sh")
+            .args(["-c", &script])
+            .process_group(0)
+            .spawn()
+            .expect("starting the churn loop");
+        Churn(child)
+    }
+}
+
+impl Drop for Churn {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the process group we created for the loop.
+        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
+        let _ = self.0.wait();
+    }
+}

@@ -1,5 +1,6 @@
-//! Project automation: `cargo xtask setup | test | run | install`.
+//! Project automation: `cargo xtask setup | test | run | install | fuzz`.
 
+mod fuzz;
 mod install;
 mod setup;
 mod test;
@@ -40,6 +41,14 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         prefix: std::path::PathBuf,
     },
+    /// Run each cargo-fuzz target (or those named) for a while, at nice 19.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 30)]
+        secs: u32,
+        /// Targets to run (default: all).
+        targets: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -49,6 +58,7 @@ fn main() -> ExitCode {
         Command::Test { args } => test::test(&args),
         Command::Run { args } => run(&args),
         Command::Install { prefix } => install::install(&prefix),
+        Command::Fuzz { secs, targets } => fuzz::fuzz(secs, &targets),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -5,7 +5,6 @@
 
 use std::{
     ffi::OsString,
-    fs::File,
     io::{LineWriter, Write},
     path::Path,
     process::ExitCode,
@@ -155,7 +154,7 @@ pub fn cpu_list(text: &str) -> Result<Vec<u32>, String> {
 pub fn output(voice: Voice, path: Option<&Path>) -> Result<Box<dyn Write>, ExitCode> {
     match path {
         None => Ok(Box::new(std::io::stdout())),
-        Some(p) => File::create(p)
+        Some(p) => crate::output::create_streaming(p)
             .map(|f| Box::new(LineWriter::new(f)) as Box<dyn Write>)
             .map_err(|e| voice.fail(format!("cannot open '{}' for writing: {e}", p.display()))),
     }

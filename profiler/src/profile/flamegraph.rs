@@ -42,8 +42,32 @@ pub fn write_flamegraph(
 ) -> io::Result<()> {
     let text = folded_text(profile)?;
     let text = String::from_utf8_lossy(&text);
+    if text.trim().is_empty() {
+        return write_empty(title, &totals(profile), out);
+    }
     let mut opts = options(title, totals(profile));
     flamegraph::from_lines(&mut opts, text.lines(), out)
+}
+
+/// A run with no samples still gets its file, saying so (inferno refuses empty input).
+fn write_empty(title: &str, subtitle: &str, out: &mut impl io::Write) -> io::Result<()> {
+    let esc = |s: &str| {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;")
+    };
+    write!(
+        out,
+        "<?xml version=\"1.0\" standalone=\"no\"?>\n\
+         <svg version=\"1.1\" width=\"1200\" height=\"90\" xmlns=\"http://www.w3.org/2000/svg\">\n\
+         <text x=\"600\" y=\"24\" text-anchor=\"middle\" font-size=\"17\">{}</text>\n\
+         <text x=\"600\" y=\"48\" text-anchor=\"middle\" font-size=\"12\">{}</text>\n\
+         <text x=\"600\" y=\"72\" text-anchor=\"middle\" font-size=\"12\">no samples</text>\n\
+         </svg>\n",
+        esc(title),
+        esc(subtitle)
+    )
 }
 
 /// A differential flame graph: the shape of `after`, coloured by the change from `before`
@@ -64,6 +88,9 @@ pub fn write_diff_flamegraph(
     differential::from_readers(opts, &a[..], &b[..], &mut diff)?;
     let diff = String::from_utf8_lossy(&diff);
     let subtitle = format!("before: {}; after: {}", totals(before), totals(after));
+    if diff.trim().is_empty() {
+        return write_empty(title, &subtitle, out);
+    }
     let mut opts = options(title, subtitle);
     flamegraph::from_lines(&mut opts, diff.lines(), out)
 }
@@ -75,6 +102,18 @@ mod tests {
         profile::StackCount,
         symbolize::{Frame, FrameKind},
     };
+
+    #[test]
+    fn an_empty_profile_is_an_svg_saying_so() {
+        let mut out = Vec::new();
+        write_flamegraph(&Profile::default(), "a <b>", &mut out).unwrap();
+        let svg = String::from_utf8(out).unwrap();
+        assert!(svg.contains(">a &lt;b&gt;</text>") && svg.contains(">no samples</text>"));
+        let mut out = Vec::new();
+        let empty = Profile::default();
+        write_diff_flamegraph(&empty, &empty, "d", &mut out).unwrap();
+        assert!(String::from_utf8(out).unwrap().contains("no samples"));
+    }
 
     fn profile(leaf_count: u64, other: u64) -> Profile {
         let f = |n| Frame::named(n, FrameKind::User);

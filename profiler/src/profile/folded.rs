@@ -54,7 +54,13 @@ pub fn write_folded(profile: &Profile, out: &mut impl io::Write) -> io::Result<(
 /// [`LOST_STACK`] line gives the lost count.
 pub fn profile_from_folded(text: &str) -> Result<Profile, String> {
     let mut profile = Profile::default();
-    for (names, count) in parse_folded(text)? {
+    let lines = parse_folded(text)?;
+    // Counts are samples: a file whose counts add up past u64 is not a profile.
+    lines
+        .iter()
+        .try_fold(0u64, |sum, (_, n)| sum.checked_add(*n))
+        .ok_or("sample counts add up to more than 2^64")?;
+    for (names, count) in lines {
         if names.len() == 1 && names[0] == LOST_STACK {
             profile.info.lost += count;
             continue;

@@ -94,8 +94,11 @@ impl Profile {
         }
     }
 
+    /// All samples; saturating, as counts read from files may be anything.
     pub fn total(&self) -> u64 {
-        self.stacks.iter().map(|s| s.count).sum()
+        self.stacks
+            .iter()
+            .fold(0u64, |sum, s| sum.saturating_add(s.count))
     }
 
     /// The events the samples came from, in first-seen order.

@@ -34,6 +34,13 @@ pub(super) fn parse(name: &str, bytes: &[u8]) -> Result<Profile, ReadError> {
         path: name.to_string(),
         source,
     };
+    // Even a profile of nothing has a header; an empty file is a truncated one.
+    if bytes.is_empty() {
+        return Err(ReadError::Unknown {
+            path: name.to_string(),
+            reason: "the file is empty".into(),
+        });
+    }
     if bytes.starts_with(&[0x1f, 0x8b]) {
         return pprof::read_pprof(bytes).map_err(pprof_err);
     }
@@ -68,6 +75,18 @@ mod tests {
         );
         let err = parse("t.txt", b"hello world\n").unwrap_err().to_string();
         assert!(err.contains("line 1: bad sample count"), "{err}");
+        let err = parse("e", b"").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "e: not a pprof profile or folded stacks (the file is empty)"
+        );
+        let err = parse("o", b"a 18446744073709551615\nb 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("sample counts add up to more than 2^64"),
+            "{err}"
+        );
         let err = parse("z.gz", &gz[..gz.len() / 2]).unwrap_err().to_string();
         assert!(
             err.starts_with("z.gz: not a gzip-compressed pprof"),

@@ -197,6 +197,9 @@ impl Collector {
                 },
             )
             .collect();
+        // The stacks of exited processes are symbolized now: their maps can go.
+        self.symbolizer.forget_exited();
+        self.stacks.shrink_to_fit();
         Profile {
             stacks,
             info,

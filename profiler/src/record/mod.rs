@@ -19,7 +19,7 @@ pub use workload::{Workload, WorkloadError, resolve_command};
 
 use crate::{
     bpf::{BpfError, Sampler, SamplerStats, check_privileges},
-    cpc::events::{Catalog, Event, EventKind},
+    cpc::events::{Catalog, Event, EventError, EventKind},
     perf::{PerfError, PerfEvent, SamplePolicy, Scope},
     profile::{Profile, RunInfo},
 };
@@ -181,8 +181,17 @@ pub fn validate(opts: &RecordOptions) -> Result<(), RecordError> {
             )));
         }
     }
-    if opts.period == Some(0) {
-        return Err(RecordError::Usage("period must be at least 1".into()));
+    match opts.period {
+        Some(0) => return Err(RecordError::Usage("period must be at least 1".into())),
+        // perf_event_open refuses sample periods with the top bit set (EINVAL).
+        Some(n) if n > i64::MAX as u64 => {
+            return Err(RecordError::Usage(format!(
+                "period {n} is above the kernel's limit ({}); use -c {} or less",
+                i64::MAX,
+                i64::MAX
+            )));
+        }
+        _ => {}
     }
     if let Target::Command(argv) = &opts.target {
         resolve_command(&argv[0])?;
@@ -195,12 +204,28 @@ pub fn validate(opts: &RecordOptions) -> Result<(), RecordError> {
 /// Resolves event names through the catalogue; events this host cannot count are an error
 /// here, not an empty profile.
 fn resolve_events(catalog: &Catalog, names: &[String]) -> Result<Vec<Event>, RecordError> {
+    if let Some(n) = names
+        .iter()
+        .enumerate()
+        .find_map(|(i, n)| names[..i].contains(n).then_some(n))
+    {
+        return Err(RecordError::Usage(format!(
+            "event '{n}' is given twice; name each event once"
+        )));
+    }
     names
         .iter()
         .map(|n| {
-            let event = catalog
-                .resolve(n)
-                .map_err(|e| RecordError::Event(e.to_string()))?;
+            // A name that is not an event (unknown, malformed) is a usage error, with the
+            // catalogue's suggestions; one this host cannot count is a runtime error below.
+            let event = catalog.resolve(n).map_err(|e| match e {
+                EventError::Unavailable { .. } => RecordError::Event(e.to_string()),
+                _ if perf_modifier(catalog, n) => RecordError::Usage(format!(
+                    "malformed event '{n}': perf's :u/:k modifiers are not part of event \
+                     names; sample one mode with --user or --kernel"
+                )),
+                _ => RecordError::Usage(e.to_string()),
+            })?;
             if let Some(reason) = catalog.unavailable_reason(&event) {
                 return Err(RecordError::Event(format!("cannot sample '{n}': {reason}")));
             }
@@ -213,6 +238,13 @@ fn resolve_events(catalog: &Catalog, names: &[String]) -> Result<Vec<Event>, Rec
             Ok(event)
         })
         .collect()
+}
+
+/// Whether `name` is a known event with a perf modifier suffix (`cpu-clock:u`).
+fn perf_modifier(catalog: &Catalog, name: &str) -> bool {
+    name.rsplit_once(':').is_some_and(|(base, m)| {
+        !m.is_empty() && m.chars().all(|c| "ukhpPGHS".contains(c)) && catalog.resolve(base).is_ok()
+    })
 }
 
 /// Adds children of the filtered processes to the filter as they fork; a warning if the
@@ -293,12 +325,13 @@ pub async fn record_with(
     let mut sigterm = signal(SignalKind::terminate()).map_err(io("installing SIGTERM handler"))?;
     let mut sighup = signal(SignalKind::hangup()).map_err(io("installing SIGHUP handler"))?;
 
+    // Events are resolved before a command is started: a bad name starts nothing.
+    let catalog = Catalog::load();
+    let events = resolve_events(&catalog, &opts.events)?;
     let mut workload = match &opts.target {
         Target::Command(argv) => Some(Workload::prepare(argv)?),
         _ => None,
     };
-    let catalog = Catalog::load();
-    let events = resolve_events(&catalog, &opts.events)?;
     let config = SamplerConfig {
         filter: match &opts.target {
             Target::SystemWide => 0,
@@ -498,7 +531,38 @@ pub async fn record_with(
 
 #[cfg(test)]
 mod tests {
-    use super::parse_field_offset;
+    use super::*;
+
+    #[test]
+    fn periods_the_kernel_refuses_are_usage_errors() {
+        let mut opts = RecordOptions::new(Target::SystemWide);
+        for (period, text) in [
+            (0, "period must be at least 1"),
+            (1 << 63, "use -c 9223372036854775807 or less"),
+        ] {
+            opts.period = Some(period);
+            match validate(&opts) {
+                Err(RecordError::Usage(msg)) => assert!(msg.contains(text), "{msg}"),
+                other => panic!("{period}: {:?}", other.err()),
+            }
+        }
+    }
+
+    #[test]
+    fn event_names_that_are_not_events_are_usage_errors() {
+        let catalog = Catalog::load();
+        for (names, text) in [
+            (&["page-fault"][..], "did you mean page-faults"),
+            (&["cpu-clock:u"], "--user or --kernel"),
+            (&["cpu-clock", "cpu-clock"], "given twice"),
+        ] {
+            let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+            match resolve_events(&catalog, &names) {
+                Err(RecordError::Usage(msg)) => assert!(msg.contains(text), "{msg}"),
+                other => panic!("{names:?}: {:?}", other.err()),
+            }
+        }
+    }
 
     #[test]
     fn tracefs_field_offsets() {

@@ -78,6 +78,22 @@ impl Symbolizer {
         }
     }
 
+    /// Drops what is kept per process for processes that have exited: call once their
+    /// stacks are symbolized (after each interval), so memory follows the live processes,
+    /// not every process a long run ever saw.
+    pub fn forget_exited(&mut self) {
+        // blazesym keeps every ELF file it parsed (and its fd) open; start afresh, so files
+        // no longer sampled are let go. Resolved addresses stay in our own caches.
+        self.inner = Self::new().inner;
+        let alive = |pid: &u32| std::path::Path::new(&format!("/proc/{pid}")).exists();
+        self.maps.retain(|pid, _| alive(pid));
+        self.perf_maps.retain(|pid, _| alive(pid));
+        self.jit_cache.retain(|(pid, _), _| alive(pid));
+        self.maps.shrink_to_fit();
+        self.perf_maps.shrink_to_fit();
+        self.jit_cache.shrink_to_fit();
+    }
+
     /// The JIT function at `addr` from the process's perf map; the map is read again once
     /// per unresolved address, since JITs keep appending to it.
     fn jit(&mut self, pid: u32, addr: u64, module: Option<Arc<str>>) -> Arc<[Frame]> {

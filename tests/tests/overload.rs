@@ -1,0 +1,221 @@
+//! Overload and soak: a full ring buffer, 50k samples/s, thousands of short-lived processes
+//! during a system-wide run. Loss is counted and reported; the profiler's memory (RSS) and
+//! file descriptors, read from /proc while it runs, stay bounded. The bounds are generous
+//! and about growth, not time. `soak_ten_minutes` (ignored by default) is the long version:
+//! `cargo test -p profiler-tests --test overload -- --ignored --nocapture`.
+
+use std::{
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use profiler_tests::*;
+
+/// Processes the kernel has created since boot (/proc/stat `processes`).
+fn forks_so_far() -> u64 {
+    std::fs::read_to_string("/proc/stat")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("processes "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("processes line in /proc/stat")
+}
+
+/// `lost N` from the report's summary line.
+fn reported_lost(stdout: &str) -> u64 {
+    stdout
+        .split("; lost ")
+        .nth(1)
+        .and_then(|r| r.split(';').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no lost count in:\n{stdout}"))
+}
+
+/// Records with `args` while `watch`ing it; the report, and what it held over time.
+fn record_watched(args: &[&str]) -> (String, Vec<Held>) {
+    let child = Command::new(profiler_bin())
+        .arg("record")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (out, held) = watch(child, Duration::from_millis(250));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (stdout, held)
+}
+
+/// Prints at most 24 evenly spaced readings of fds and RSS (MiB), for the record.
+fn show(what: &str, held: &[Held]) {
+    let step = held.len().div_ceil(24);
+    let pick = |f: fn(&Held) -> u64| -> Vec<u64> { held.iter().step_by(step).map(f).collect() };
+    eprintln!("{what}: fds {:?}", pick(|h| h.fds as u64));
+    eprintln!("{what}: RSS MiB {:?}", pick(|h| h.rss_kib / 1024));
+}
+
+/// While one profile is being collected: fds grow only by the files (executables) whose
+/// code was sampled, and RSS by at most `slack_mib` over its value when attached.
+fn assert_bounded(what: &str, held: &[Held], files: usize, slack_mib: u64) {
+    show(what, held);
+    let (first, max_fds) = (held[0], held.iter().map(|h| h.fds).max().unwrap());
+    let max_rss = held.iter().map(|h| h.rss_kib).max().unwrap();
+    assert!(
+        max_fds <= first.fds + files,
+        "{what}: fds grew to {max_fds}"
+    );
+    assert!(
+        max_rss <= first.rss_kib + slack_mib * 1024,
+        "{what}: RSS grew from {} to {max_rss} KiB",
+        first.rss_kib
+    );
+}
+
+/// Flat over a long run: after a fifth of it to warm up, the peaks of the second half of
+/// the rest are no higher than those of the first half (plus a little slack).
+fn assert_flat(what: &str, held: &[Held]) {
+    show(what, held);
+    let rest = &held[held.len() / 5..];
+    let (early, late) = rest.split_at(rest.len() / 2);
+    let peak = |hs: &[Held], f: fn(&Held) -> u64| hs.iter().map(f).max().unwrap();
+    let (fds_early, fds_late) = (peak(early, |h| h.fds as u64), peak(late, |h| h.fds as u64));
+    let (rss_early, rss_late) = (peak(early, |h| h.rss_kib), peak(late, |h| h.rss_kib));
+    eprintln!(
+        "{what}: peak fds {fds_early} then {fds_late}; peak RSS {} MiB then {} MiB",
+        rss_early / 1024,
+        rss_late / 1024
+    );
+    assert!(fds_late <= fds_early + 8, "{what}: fds grew");
+    assert!(
+        rss_late <= rss_early + rss_early / 4 + 16 * 1024,
+        "{what}: RSS grew from {rss_early} to {rss_late} KiB"
+    );
+}
+
+#[test]
+fn a_full_ring_at_50k_samples_per_second_is_counted_as_loss() {
+    if !privileged() {
+        return;
+    }
+    let _s = serial();
+    // 50k/s over the CPUs (the kernel may have lowered its maximum on a slow VM).
+    let cpus = std::thread::available_parallelism().unwrap().get() as u64;
+    let max: u64 = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let hz = (50_000 / cpus).min(max).to_string();
+    let mut spin = Command::new(fixture("spin"))
+        .args([&cpus.to_string(), "5"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    // A one-page ring cannot keep up; the default 8 MiB one takes what the reader drains.
+    let (small, small_held) = record_watched(&["-a", "-F", &hz, "-m", "1", "-d", "1"]);
+    let (big, big_held) = record_watched(&["-a", "-F", &hz, "-d", "1"]);
+    let _ = (spin.kill(), spin.wait());
+    let (n, lost) = (reported_samples(&small), reported_lost(&small));
+    eprintln!("-m 1 at {hz} Hz x {cpus} CPUs: {n} samples, {lost} lost");
+    eprintln!(
+        "8 MiB ring: {} samples, {} lost",
+        reported_samples(&big),
+        reported_lost(&big)
+    );
+    assert!(
+        lost > 0,
+        "a one-page ring at {hz} Hz lost nothing:\n{small}"
+    );
+    assert!(n > 0, "some samples still arrive:\n{small}");
+    // Loss costs nothing: neither ring size makes the reader hold more (fds: one per ELF
+    // file sampled, system-wide).
+    assert_bounded("-m 1", &small_held, 32, 64);
+    assert_bounded("8 MiB ring", &big_held, 32, 64);
+}
+
+#[test]
+fn thousands_of_short_lived_processes_during_a_system_wide_run() {
+    if !privileged() {
+        return;
+    }
+    let _s = serial();
+    let before = forks_so_far();
+    let churn = Churn::start();
+    let (report, held) = record_watched(&["-a", "-F", "999", "-d", "5", "--by", "comm"]);
+    drop(churn);
+    let forks = forks_so_far() - before;
+    eprintln!("{forks} processes created during the run");
+    assert!(forks >= 1000, "only {forks} processes were created");
+    for comm in ["forker", "true"] {
+        assert!(
+            report.lines().any(|l| l.ends_with(&format!(" {comm}"))),
+            "the short-lived {comm} processes are in the report:\n{report}"
+        );
+    }
+    // One profile keeps each sampled process's maps and stacks until the end (pid labels):
+    // a few KiB per process, and fds for the distinct files sampled.
+    assert_bounded("churn", &held, 32, 128);
+}
+
+/// `secs` system-wide at 999 Hz with constant process churn, in continuous mode (a profile
+/// every `secs / 5` seconds, the mode for long runs): fds and RSS flat.
+fn soak(secs: u64) {
+    let dir = scratch("soak");
+    let before = forks_so_far();
+    let churn = Churn::start();
+    let (report, held) = record_watched(&[
+        "-a",
+        "-F",
+        "999",
+        "-d",
+        &secs.to_string(),
+        "--interval",
+        &(secs as f64 / 5.0).to_string(),
+        "-o",
+        dir.to_str().unwrap(),
+    ]);
+    drop(churn);
+    eprintln!(
+        "soak {secs} s: {} processes created; last interval: {}",
+        forks_so_far() - before,
+        report.lines().next().unwrap_or_default()
+    );
+    let files = dir_entries(&dir);
+    assert!(files.len() >= 5, "a profile per interval: {files:?}");
+    let (mut samples, mut lost) = (0, 0);
+    for f in &files {
+        let r = run_ok(&["report", "-i", dir.join(f).to_str().unwrap()]);
+        samples += reported_samples(&r);
+        lost += reported_lost(&r);
+    }
+    eprintln!(
+        "soak {secs} s: {samples} samples, {lost} lost in {} files",
+        files.len()
+    );
+    assert!(samples > 0);
+    assert_flat(&format!("soak {secs} s"), &held);
+}
+
+#[test]
+fn soak_twenty_seconds() {
+    if !privileged() {
+        return;
+    }
+    let _s = serial();
+    soak(20);
+}
+
+#[test]
+#[ignore = "10 minutes: run by hand (see README, Reliability)"]
+fn soak_ten_minutes() {
+    if !privileged() {
+        return;
+    }
+    let _s = serial();
+    soak(600);
+}
