@@ -54,13 +54,17 @@ impl Collector {
     /// Counts one record. The process's maps are captured on first sight, while it lives.
     pub fn add(&mut self, rec: &SampleRecord) {
         self.samples += 1;
-        self.symbolizer.observe(rec.pid);
+        self.symbolizer.observe(rec.pid, Some(rec.comm));
         let mut user: Vec<u64> = rec.user_frames().to_vec();
         if rec.flags & record_flags::LEAF_RET != 0
             && let Some(&ip) = user.first()
-            && let Some(caller) =
-                self.symbolizer
-                    .missing_leaf_caller(rec.pid, ip, user.get(1).copied(), rec.leaf_ret)
+            && let Some(caller) = self.symbolizer.missing_leaf_caller(
+                rec.pid,
+                Some(&rec.comm),
+                ip,
+                user.get(1).copied(),
+                rec.leaf_ret,
+            )
         {
             user.insert(1, caller);
         }
@@ -91,7 +95,7 @@ impl Collector {
     /// Captures `pid`'s maps now, while it lives (in-kernel aggregation sees pids before
     /// their stacks are read).
     pub fn observe(&mut self, pid: u32) {
-        self.symbolizer.observe(pid);
+        self.symbolizer.observe(pid, None);
     }
 
     /// Counts `count` samples of one in-kernel aggregation entry. `kernel` and `user` are
@@ -109,7 +113,7 @@ impl Collector {
         count: u64,
     ) {
         self.samples += count;
-        self.symbolizer.observe(pid);
+        self.symbolizer.observe(pid, Some(comm));
         let key = RawStack {
             event,
             pid,
@@ -160,7 +164,12 @@ impl Collector {
             // Stacks arrive innermost first; profiles store them outermost first. Every
             // frame but the innermost is a return address.
             for (i, &addr) in raw.user.iter().enumerate().rev() {
-                frames.extend(self.symbolizer.user(raw.pid, addr, i > 0).iter().cloned());
+                frames.extend(
+                    self.symbolizer
+                        .user(raw.pid, Some(&raw.comm), addr, i > 0)
+                        .iter()
+                        .cloned(),
+                );
             }
             for (i, &addr) in raw.kernel.iter().enumerate().rev() {
                 frames.extend(self.symbolizer.kernel(addr, i > 0).iter().cloned());

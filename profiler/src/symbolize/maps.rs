@@ -16,7 +16,7 @@ pub struct MapEntry {
 }
 
 /// Executable mappings of one process, sorted by start address.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProcessMaps {
     entries: Vec<MapEntry>,
 }

@@ -29,10 +29,24 @@ type FileKey = (Arc<str>, u64);
 /// How the function around an address starts, and how far into it the address is.
 type PrologueAt = Option<(leaf::Prologue, u64)>;
 
+/// A process's map snapshots, one per program image (command name) it was seen running.
+#[derive(Default)]
+struct Images {
+    snaps: Vec<([u8; 16], Arc<ProcessMaps>)>,
+}
+
+impl Images {
+    fn get(&self, comm: Option<&[u8; 16]>) -> Option<&ProcessMaps> {
+        comm.and_then(|c| self.snaps.iter().rev().find(|(k, _)| k == c))
+            .or(self.snaps.last())
+            .map(|(_, m)| m.as_ref())
+    }
+}
+
 /// Symbolizer with per-process map snapshots and caches of resolved addresses.
 pub struct Symbolizer {
     inner: bz::Symbolizer,
-    maps: HashMap<u32, ProcessMaps>,
+    maps: HashMap<u32, Images>,
     user_cache: HashMap<FileKey, Arc<[Frame]>>,
     kernel_cache: HashMap<u64, Arc<[Frame]>>,
     prologue_cache: HashMap<FileKey, PrologueAt>,
@@ -67,15 +81,45 @@ impl Symbolizer {
         }
     }
 
-    /// Captures `pid`'s memory maps the first time it is seen (call while it may still live).
-    pub fn observe(&mut self, pid: u32) {
-        if pid != 0 && !self.maps.contains_key(&pid) {
-            let maps = ProcessMaps::read(pid).unwrap_or_default();
-            self.maps.insert(pid, maps);
-            if let Ok(Some(map)) = PerfMap::read(pid) {
-                self.perf_maps.insert(pid, map);
-            }
+    /// Captures `pid`'s memory maps the first time it is seen running the program named
+    /// `comm` (call while it may still live). An exec replaces a process's maps and its
+    /// command name: a pid sampled before and after an exec (a forked child that execs)
+    /// gets a snapshot per image. `None`: any image will do (no name is known).
+    pub fn observe(&mut self, pid: u32, comm: Option<[u8; 16]>) {
+        if pid == 0 {
+            return;
         }
+        let images = self.maps.entry(pid).or_default();
+        let seen = match comm {
+            Some(c) => images.snaps.iter().any(|(k, _)| *k == c),
+            None => !images.snaps.is_empty(),
+        };
+        if seen {
+            return;
+        }
+        let first = images.snaps.is_empty();
+        let maps = match ProcessMaps::read(pid) {
+            // Threads with their own names share one snapshot when nothing changed.
+            Ok(m) => match images.snaps.last() {
+                Some((_, last)) if **last == m => last.clone(),
+                _ => Arc::new(m),
+            },
+            // Gone: the last image seen is the best guess.
+            Err(_) => images
+                .snaps
+                .last()
+                .map(|(_, m)| m.clone())
+                .unwrap_or_default(),
+        };
+        images.snaps.push((comm.unwrap_or_default(), maps));
+        if first && let Ok(Some(map)) = PerfMap::read(pid) {
+            self.perf_maps.insert(pid, map);
+        }
+    }
+
+    /// The maps of `pid` when it ran `comm` (else its latest image).
+    fn maps_of(&self, pid: u32, comm: Option<&[u8; 16]>) -> Option<&ProcessMaps> {
+        self.maps.get(&pid)?.get(comm)
     }
 
     /// Drops what is kept per process for processes that have exited: call once their
@@ -118,26 +162,42 @@ impl Symbolizer {
     }
 
     /// Re-reads `pid`'s maps (after an address fell outside every known mapping: a dlopen).
-    fn refresh(&mut self, pid: u32) {
+    fn refresh(&mut self, pid: u32, comm: Option<&[u8; 16]>) {
         if let Ok(maps) = ProcessMaps::read(pid) {
-            self.maps.insert(pid, maps);
+            let images = self.maps.entry(pid).or_default();
+            let key = comm.copied().unwrap_or_default();
+            images.snaps.retain(|(k, _)| *k != key);
+            images.snaps.push((key, Arc::new(maps)));
         }
     }
 
-    /// Frames for one user address of `pid`, outermost first (inlined callees after their
-    /// caller). `is_return` addresses are moved back into the call instruction.
-    pub fn user(&mut self, pid: u32, addr: u64, is_return: bool) -> Arc<[Frame]> {
+    /// Frames for one user address of `pid` running `comm`, outermost first (inlined callees
+    /// after their caller). `is_return` addresses are moved back into the call instruction.
+    pub fn user(
+        &mut self,
+        pid: u32,
+        comm: Option<&[u8; 16]>,
+        addr: u64,
+        is_return: bool,
+    ) -> Arc<[Frame]> {
         let lookup = if is_return {
             addr.saturating_sub(1)
         } else {
             addr
         };
-        let found = self.maps.get(&pid).and_then(|m| m.find(lookup)).cloned();
+        let found = self
+            .maps_of(pid, comm)
+            .and_then(|m| m.find(lookup))
+            .cloned();
         let entry = match found {
             Some(e) => e,
             None => {
-                self.refresh(pid);
-                match self.maps.get(&pid).and_then(|m| m.find(lookup)).cloned() {
+                self.refresh(pid, comm);
+                match self
+                    .maps_of(pid, comm)
+                    .and_then(|m| m.find(lookup))
+                    .cloned()
+                {
                     Some(e) => e,
                     None => {
                         // Code the maps never showed (a process gone before we saw it, or
@@ -183,6 +243,7 @@ impl Symbolizer {
     pub fn missing_leaf_caller(
         &mut self,
         pid: u32,
+        comm: Option<&[u8; 16]>,
         ip: u64,
         walked: Option<u64>,
         sp_word: u64,
@@ -190,7 +251,7 @@ impl Symbolizer {
         if walked == Some(sp_word) {
             return None;
         }
-        let (path, offset) = self.file_offset(pid, ip)?;
+        let (path, offset) = self.file_offset(pid, comm, ip)?;
         let key = (path.clone(), offset);
         let known = self.prologue_cache.get(&key).copied();
         let (prologue, offset_in_fn) = match known {
@@ -217,7 +278,7 @@ impl Symbolizer {
         if !leaf::return_address_at_sp(prologue, offset_in_fn) {
             return None;
         }
-        let (ret_path, ret_offset) = self.file_offset(pid, sp_word)?;
+        let (ret_path, ret_offset) = self.file_offset(pid, comm, sp_word)?;
         let key = (ret_path.clone(), ret_offset);
         let is_call = match self.call_cache.get(&key) {
             Some(&v) => v,
@@ -234,8 +295,8 @@ impl Symbolizer {
     }
 
     /// (file, file offset) of a user address of `pid`, from the captured maps.
-    fn file_offset(&self, pid: u32, addr: u64) -> Option<(Arc<str>, u64)> {
-        let e = self.maps.get(&pid)?.find(addr)?;
+    fn file_offset(&self, pid: u32, comm: Option<&[u8; 16]>, addr: u64) -> Option<(Arc<str>, u64)> {
+        let e = self.maps_of(pid, comm)?.find(addr)?;
         Some((e.path.clone()?, addr - e.start + e.offset))
     }
 
@@ -272,4 +333,49 @@ fn resolve_path(pid: u32, path: &str) -> PathBuf {
         return plain;
     }
     PathBuf::from(format!("/proc/{pid}/root{path}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(s: &str) -> [u8; 16] {
+        let mut n = [0u8; 16];
+        n[..s.len()].copy_from_slice(s.as_bytes());
+        n
+    }
+
+    #[test]
+    fn an_image_per_command_name_and_the_latest_otherwise() {
+        let maps = |start| {
+            Arc::new(ProcessMaps::parse(&format!(
+                "{start:x}-{:x} r-xp 00000000 00:00 0 /bin/x\n",
+                start + 0x1000
+            )))
+        };
+        let images = Images {
+            snaps: vec![(name("sh"), maps(0x1000)), (name("chain"), maps(0x5000))],
+        };
+        let start = |m: Option<&ProcessMaps>| m.unwrap().entries()[0].start;
+        assert_eq!(start(images.get(Some(&name("sh")))), 0x1000);
+        assert_eq!(start(images.get(Some(&name("chain")))), 0x5000);
+        assert_eq!(start(images.get(Some(&name("other")))), 0x5000);
+        assert_eq!(start(images.get(None)), 0x5000);
+        assert!(Images::default().get(None).is_none());
+    }
+
+    #[test]
+    fn threads_with_other_names_share_one_snapshot() {
+        let mut s = Symbolizer::new();
+        let pid = std::process::id();
+        s.observe(pid, Some(name("main")));
+        s.observe(pid, Some(name("worker")));
+        s.observe(pid, Some(name("main")));
+        let snaps = &s.maps[&pid].snaps;
+        assert_eq!(snaps.len(), 2);
+        // Unless the maps changed between the two reads, the snapshot is shared.
+        if snaps[0].1 == snaps[1].1 {
+            assert!(Arc::ptr_eq(&snaps[0].1, &snaps[1].1));
+        }
+    }
 }
