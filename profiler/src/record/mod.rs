@@ -73,6 +73,9 @@ pub struct RecordOptions {
     pub status_line: bool,
     /// Count samples per (process, stack) in the kernel instead of one record per sample.
     pub aggregate: bool,
+    /// Walk stacks in the eBPF program (false only to measure the program's cost without
+    /// them: every sample then has an empty stack).
+    pub stacks: bool,
 }
 
 impl RecordOptions {
@@ -90,6 +93,7 @@ impl RecordOptions {
             interval: None,
             status_line: false,
             aggregate: false,
+            stacks: true,
         }
     }
 }
@@ -286,7 +290,6 @@ pub async fn record_with(
     on_interval: &mut dyn FnMut(Profile),
 ) -> Result<RecordOutcome, RecordError> {
     validate(opts)?;
-    let started = std::time::Instant::now();
     let io = |what| move |source| RecordError::Io { what, source };
     // Signals are hooked first, so a Ctrl-C during set-up still ends in an orderly report.
     let mut sigint = signal(SignalKind::interrupt()).map_err(io("installing SIGINT handler"))?;
@@ -327,7 +330,11 @@ pub async fn record_with(
     for i in 0..events.len() {
         let config = RequestConfig {
             index: i as u32,
-            flags: request_flags::STACKS,
+            flags: if opts.stacks {
+                request_flags::STACKS
+            } else {
+                0
+            },
             ..Default::default()
         };
         sampler.set_request(i as u64, config)?;
@@ -383,6 +390,9 @@ pub async fn record_with(
     for event in sampler.events() {
         event.enable(false)?;
     }
+    // The run's duration is the time sampled: from here, not from before the set-up (loading
+    // and attaching take a tenth of a second, which would inflate short runs' durations).
+    let started = std::time::Instant::now();
     let exit_watch = match workload.as_mut() {
         Some(w) => {
             w.start()?;
