@@ -1,5 +1,6 @@
-//! Project automation: `cargo xtask setup | test | run`.
+//! Project automation: `cargo xtask setup | test | run | bench`.
 
+mod bench;
 mod setup;
 mod test;
 mod util;
@@ -28,6 +29,14 @@ enum Command {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// Measure this project against perf (overhead, per-sample cost, loss, post-processing,
+    /// counting, memory) and write BENCHMARKS.md and bench/results.json.
+    Bench {
+        /// One small round of each measurement on the debug build, into target/bench/ (CI:
+        /// checks that every measurement can be taken; asserts nothing about speed).
+        #[arg(long)]
+        quick: bool,
+    },
     /// Set up, build (release) and run the profiler with ARGS, e.g. `-- record -a -d 5`.
     Run {
         #[arg(last = true)]
@@ -41,6 +50,7 @@ fn main() -> ExitCode {
         Command::Setup => setup::setup().map(|_| ()),
         Command::Test { args } => test::test(&args),
         Command::Run { args } => run(&args),
+        Command::Bench { quick } => bench::bench(quick),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
