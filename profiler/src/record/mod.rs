@@ -428,22 +428,24 @@ pub async fn record_with(
     // What the kernel counted up to the last interval (continuous mode reports deltas).
     let mut reported = SamplerStats::default();
     let mut interval_started = std::time::Instant::now();
-    let run_info =
-        |stats: &SamplerStats, reported: &mut SamplerStats, since: std::time::Instant| {
-            let info = RunInfo {
-                event: opts.events.join(","),
-                frequency_hz: opts.frequency_hz,
-                period: opts.period,
-                duration_ms: since.elapsed().as_millis() as u64,
-                samples: 0,
-                lost: stats.lost - reported.lost,
-                filtered: stats.filtered - reported.filtered,
-                stack_errors: stats.stack_errors - reported.stack_errors,
-                collisions: stats.collisions - reported.collisions,
-            };
-            *reported = *stats;
-            info
+    let run_info = |stats: &SamplerStats,
+                    reported: &mut SamplerStats,
+                    since: std::time::Instant,
+                    until: std::time::Instant| {
+        let info = RunInfo {
+            event: opts.events.join(","),
+            frequency_hz: opts.frequency_hz,
+            period: opts.period,
+            duration_ms: until.duration_since(since).as_millis() as u64,
+            samples: 0,
+            lost: stats.lost - reported.lost,
+            filtered: stats.filtered - reported.filtered,
+            stack_errors: stats.stack_errors - reported.stack_errors,
+            collisions: stats.collisions - reported.collisions,
         };
+        *reported = *stats;
+        info
+    };
     let every = |d: Option<Duration>| {
         let d = d.unwrap_or(Duration::from_secs(3600));
         tokio::time::interval_at(tokio::time::Instant::now() + d, d)
@@ -469,7 +471,8 @@ pub async fn record_with(
                     aggregated.read(&mut sampler, &mut collector)?;
                 }
                 let stats = sampler.stats()?;
-                let info = run_info(&stats, &mut reported, interval_started);
+                let now = std::time::Instant::now();
+                let info = run_info(&stats, &mut reported, interval_started, now);
                 interval_started = std::time::Instant::now();
                 on_interval(collector.take_profile(info, &names));
             }
@@ -486,6 +489,7 @@ pub async fn record_with(
     status.clear();
     // Close the events first so nothing new arrives, then take what is still in the ring.
     sampler.detach_all();
+    let ended = std::time::Instant::now();
     records.drain(|r| collector.add(r));
     if opts.aggregate {
         aggregated.read(&mut sampler, &mut collector)?;
@@ -498,7 +502,7 @@ pub async fn record_with(
     } else {
         started
     };
-    let info = run_info(&stats, &mut reported, since);
+    let info = run_info(&stats, &mut reported, since, ended);
     Ok(RecordOutcome {
         profile: collector.take_profile(info, &names),
         stop,
