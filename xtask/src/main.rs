@@ -32,7 +32,7 @@ enum Command {
     /// Measure this project against perf (overhead, per-sample cost, loss, post-processing,
     /// counting, memory) and write BENCHMARKS.md and bench/results.json.
     Bench {
-        /// One small round of each measurement on the debug build, into target/bench/ (CI:
+        /// One small round of each measurement, into target/bench/ (CI:
         /// checks that every measurement can be taken; asserts nothing about speed).
         #[arg(long)]
         quick: bool,

@@ -32,17 +32,21 @@ impl Tools {
     }
 }
 
-/// Builds what is measured (release, or the debug build `cargo xtask test` just made for
-/// `--quick`), finds or installs perf and inferno, and compiles the fixtures into `dir`.
-pub fn prepare(quick: bool, dir: &Path) -> anyhow::Result<Tools> {
-    let profile = if quick { "debug" } else { "release" };
-    let mut args = vec!["build", "-p", "profiler", "--bin", "profiler"];
-    args.extend(["--example", "bench_sample"]);
-    if !quick {
-        args.push("--release");
-    }
-    cargo(&args)?;
-    let target = workspace_root().join("target").join(profile);
+/// Builds what is measured (release: a debug build's reader and symbolizer are many times
+/// slower, which would be measured instead), finds or installs perf and inferno, and compiles
+/// the fixtures into `dir`.
+pub fn prepare(dir: &Path) -> anyhow::Result<Tools> {
+    cargo(&[
+        "build",
+        "--release",
+        "-p",
+        "profiler",
+        "--bin",
+        "profiler",
+        "--example",
+        "bench_sample",
+    ])?;
+    let target = workspace_root().join("target/release");
     let bin = dir.join("bin");
     fs::create_dir_all(&bin)?;
     for name in ["work", "spin"] {
@@ -224,7 +228,7 @@ pub fn machine(tools: &Tools) -> Vec<(String, String)> {
         ),
         (
             "inferno".into(),
-            cmd_line(Command::new(&tools.flamegraph).arg("--version")),
+            format!("{INFERNO_VERSION} (cargo install inferno)"),
         ),
         ("profiler".into(), format!("commit {commit}")),
         (

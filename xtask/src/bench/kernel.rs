@@ -26,15 +26,20 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
     let w = ctx.work(0, ctx.ncpu as u32);
     let log = ctx.log("busy");
     let busy = Background::start(Command::new(&w[0]).args(&w[1..]), &log)?;
-    let (mut with, mut without) = (Vec::new(), Vec::new());
+    // (label, extra record options): both stacks, each alone, none.
+    let variants: [(&str, &[&str]); 4] = [
+        ("with both stacks (default)", &[]),
+        ("user stack only (--user)", &["--user"]),
+        ("kernel stack only (--kernel)", &["--kernel"]),
+        ("without stacks (--no-stacks)", &["--no-stacks"]),
+    ];
+    let mut runs: Vec<Vec<serde_json::Value>> = vec![Vec::new(); variants.len()];
     let mut commands = Vec::new();
     for _ in 0..rounds {
-        for stacks in [true, false] {
+        for (i, (_, extra)) in variants.iter().enumerate() {
             let mut args = vec!["record", "-a", "-F", "999", "-q"];
-            if !stacks {
-                args.push("--no-stacks");
-            }
-            let log = ctx.log(if stacks { "stacks" } else { "nostacks" });
+            args.extend(*extra);
+            let log = ctx.log("kernel-cost");
             let rec = proc::start(&mut ctx.profiler(&args), &log)?;
             rec.wait_attached(ctx.ncpu)?;
             std::thread::sleep(std::time::Duration::from_secs_f64(secs));
@@ -43,17 +48,18 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             if cnt == 0 {
                 bail!("the eBPF program never ran in `{}`", f.command);
             }
-            let v =
-                json!({"run_time_ns": ns, "run_cnt": cnt, "ns_per_run": ns as f64 / cnt as f64});
-            if stacks { &mut with } else { &mut without }.push(v);
-            if commands.len() < 2 {
+            runs[i].push(
+                json!({"run_time_ns": ns, "run_cnt": cnt, "ns_per_run": ns as f64 / cnt as f64}),
+            );
+            if commands.len() < variants.len() {
                 commands.push(format!(
-                    "sysctl -w kernel.bpf_stats_enabled=1; {}  # read /proc/PID/fdinfo of its bpf-prog fds after {secs} s",
+                    "{}  # /proc/PID/fdinfo of its bpf-prog fds after {secs} s",
                     ctx.show(&f.command)
                 ));
             }
         }
     }
+    commands.insert(0, "sysctl -w kernel.bpf_stats_enabled=1".into());
     drop(busy);
     let per = |v: &[serde_json::Value]| {
         median(
@@ -62,24 +68,26 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
                 .collect::<Vec<_>>(),
         )
     };
-    let (ws, wo) = (per(&with), per(&without));
+    let ns: Vec<f64> = runs.iter().map(|r| per(r)).collect();
+    let (ws, wo) = (ns[0], ns[3]);
 
     // The anchor: (workload time under the tool - alone) / samples, at 9999 Hz per process,
     // from the overhead runs.
     let e2e = ctx
         .per_sample
         .ok_or_else(|| anyhow::anyhow!("the overhead runs did not finish"))?;
-    let rows = vec![
-        vec![
-            "profiler eBPF program, with stacks".into(),
-            format!("{ws:.0}"),
-            format!("{}", with.len()),
-        ],
-        vec![
-            "profiler eBPF program, without stacks".into(),
-            format!("{wo:.0}"),
-            format!("{}", without.len()),
-        ],
+    let mut rows: Vec<Vec<String>> = variants
+        .iter()
+        .zip(&ns)
+        .map(|((label, _), ns)| {
+            vec![
+                format!("profiler eBPF program, {label}"),
+                format!("{ns:.0}"),
+                rounds.to_string(),
+            ]
+        })
+        .collect();
+    rows.extend([
         vec![
             "profiler, end to end per sample (workload wall time)".into(),
             format!("{:.0}", e2e.0),
@@ -90,7 +98,7 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             format!("{:.0}", e2e.1),
             format!("{}", e2e.2),
         ],
-    ];
+    ]);
     let met = ws < 1000.0;
     Ok(Section {
         title: "2. In-kernel cost per sample",
@@ -98,8 +106,8 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             "With `kernel.bpf_stats_enabled=1`, `profiler record -a -F 999` runs for {secs} s \
              while `work 0 {n}` keeps every CPU busy; the kernel's run_time_ns and run_cnt of \
              the profiler's perf_event program are read from /proc/PID/fdinfo of its program \
-             fds before it stops. The hidden `--no-stacks` option runs the same program \
-             without the two bpf_get_stack walks. perf has no BPF program to compare; the \
+             fds before it stops. `--user` and `--kernel` walk one stack (and sample \
+             only that mode), the hidden `--no-stacks` none. perf has no BPF program to compare; the \
              last two rows are the end-to-end cost of one sample to the sampled workload, the \
              same way for both tools: (median wall time under the tool - median alone) / \
              (9999 Hz x the workload's CPU seconds), per process, from the runs of section 1. \
@@ -123,7 +131,10 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             },
         },
         notes: vec![],
-        raw: json!({"with_stacks": with, "without_stacks": without, "end_to_end_ns": {"profiler": e2e.0, "perf": e2e.1, "rounds": e2e.2}}),
+        raw: json!({
+            "variants": variants.iter().zip(&runs).map(|((label, _), r)| json!({"variant": label, "runs": r})).collect::<Vec<_>>(),
+            "end_to_end_ns": {"profiler": e2e.0, "perf": e2e.1, "rounds": e2e.2},
+        }),
     })
 }
 

@@ -31,6 +31,23 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
         ]),
         &log,
     )?;
+    // Until both have exited (a zombie has no Rss lines), the peaks of their anonymous and
+    // file-backed resident memory: ru_maxrss alone cannot say which dominates.
+    let mut peaks = [[0u64; 2]; 2];
+    loop {
+        let mut alive = false;
+        for (i, pid) in [prof.pid(), perf.pid()].into_iter().enumerate() {
+            if let Some([anon, file]) = rss(pid) {
+                alive = true;
+                peaks[i][0] = peaks[i][0].max(anon);
+                peaks[i][1] = peaks[i][1].max(file);
+            }
+        }
+        if !alive {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let (p, f) = (prof.wait(&[0])?, perf.wait(&[0])?);
     drop(busy);
     let mib = |kib: u64| kib as f64 / 1024.0;
@@ -44,19 +61,30 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             "`profiler record -a -F 999 -d {secs}` (pprof output) and `perf record -a -g -F \
              999 -- sleep {secs}` at the same time while `work 0 {n}` keeps every CPU busy; \
              peak RSS of each process from wait4(2) (ru_maxrss; for perf it includes its \
-             `sleep` child, which is smaller). MiB.",
+             `sleep` child, which is smaller), and the peaks of RssAnon and RssFile + \
+             RssShmem from /proc/PID/status polled every 50 ms. MiB.",
             n = ctx.ncpu
         ),
-        headers: vec!["recorder", "peak RSS (MiB)", "CPU time (s)"],
+        headers: vec![
+            "recorder",
+            "peak RSS (MiB)",
+            "peak anonymous (MiB)",
+            "peak file-backed (MiB)",
+            "CPU time (s)",
+        ],
         rows: vec![
             vec![
                 "profiler record".into(),
                 format!("{pm:.1}"),
+                format!("{:.1}", mib(peaks[0][0])),
+                format!("{:.1}", mib(peaks[0][1])),
                 format!("{:.2}", p.cpu_s),
             ],
             vec![
                 "perf record -g".into(),
                 format!("{fm:.1}"),
+                format!("{:.1}", mib(peaks[1][0])),
+                format!("{:.1}", mib(peaks[1][1])),
                 format!("{:.2}", f.cpu_s),
             ],
         ],
@@ -78,8 +106,23 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
         notes: vec![],
         raw: json!({
             "duration_s": secs,
-            "profiler": {"maxrss_kib": p.maxrss_kib, "cpu_s": p.cpu_s, "wall_s": p.wall_s},
-            "perf": {"maxrss_kib": f.maxrss_kib, "cpu_s": f.cpu_s, "wall_s": f.wall_s},
+            "profiler": {"maxrss_kib": p.maxrss_kib, "peak_anon_kib": peaks[0][0], "peak_file_kib": peaks[0][1], "cpu_s": p.cpu_s, "wall_s": p.wall_s},
+            "perf": {"maxrss_kib": f.maxrss_kib, "peak_anon_kib": peaks[1][0], "peak_file_kib": peaks[1][1], "cpu_s": f.cpu_s, "wall_s": f.wall_s},
         }),
     })
+}
+
+/// [RssAnon, RssFile + RssShmem] of a live process, KiB; None once it has exited.
+fn rss(pid: i32) -> Option<[u64; 2]> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+    };
+    Some([
+        kib("RssAnon:")?,
+        kib("RssFile:")? + kib("RssShmem:").unwrap_or(0),
+    ])
 }

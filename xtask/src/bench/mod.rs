@@ -1,8 +1,8 @@
 //! `cargo xtask bench`: this project against perf on this machine, in one run, interleaved
 //! (A B A B ...), written to BENCHMARKS.md (medians, ratios, the machine, the commands) and
 //! bench/results.json (every run's numbers). `--quick` (CI) runs every measurement once with
-//! small sizes on the debug build, writes to target/bench/, and asserts nothing about speed;
-//! it fails only when a measurement could not be taken.
+//! small sizes, writes to target/bench/, and asserts nothing about speed; it fails only when a
+//! measurement could not be taken.
 
 mod counting;
 mod env;
@@ -130,7 +130,7 @@ pub fn bench(quick: bool) -> anyhow::Result<()> {
     let dir = root.join("target/bench");
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(dir.join("logs"))?;
-    let tools = env::prepare(quick, &dir)?;
+    let tools = env::prepare(&dir)?;
     let _lock = env::lock()?;
     let machine = env::machine(&tools);
     let mut ctx = Ctx {

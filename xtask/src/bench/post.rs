@@ -55,7 +55,7 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             profiler.clone(),
             strings(&["flamegraph", "-i", &pb, "-o", &svg_p_s]),
         ),
-        ("sh".into(), strings(&["-o", "pipefail", "-c", &pipeline])),
+        ("bash".into(), strings(&["-o", "pipefail", "-c", &pipeline])),
         (profiler, strings(&["report", "-i", &pb])),
         (perf_bin, strings(&["report", "--stdio", "-i", &data])),
     ];
@@ -76,7 +76,7 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
                 }
                 times[j].push(f.wall_s);
                 if round == 0 {
-                    commands.push(ctx.show(&f.command).replace("sh -o pipefail -c ", ""));
+                    commands.push(ctx.show(&f.command).replace("bash -o pipefail -c ", ""));
                 }
             }
         }

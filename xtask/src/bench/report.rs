@@ -17,7 +17,7 @@ pub fn write(
     s.push_str("# Benchmarks: profiler vs perf\n\n");
     if quick {
         s.push_str(
-            "**`--quick` run (debug build, one round, small sizes): checks the harness; the \
+            "**`--quick` run (one round, small sizes): checks the harness; the \
              numbers mean nothing.**\n\n",
         );
     }
