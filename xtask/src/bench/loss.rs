@@ -130,10 +130,11 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             why: if met {
                 String::new()
             } else {
-                "Samples are missing beyond the 1% allowed for the recording's edges. If the \
-                 kernel throttled the event (perf_cpu_time_max_percent), the samples were \
-                 never taken, which neither tool can count as lost; otherwise the duration \
-                 the summary reports includes set-up before the events were enabled."
+                "Samples are missing beyond the 1% allowed for the recording's edges. The \
+                 profiler counts every run of its program (submitted, lost or filtered), so \
+                 what is unaccounted is samples the kernel never took: hrtimer overruns when a \
+                 busy or descheduled vCPU fires the timer late, or throttling. Reading each \
+                 event's own count (time / period) at the end would let record report them."
                     .into()
             },
         },

@@ -93,15 +93,18 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             target: "RSS under 40 MiB system-wide",
             measured: format!("{pm:.1} MiB (perf record: {fm:.1} MiB)"),
             met: pm < GOAL_MIB,
-            why: if pm < GOAL_MIB {
-                String::new()
-            } else {
-                "The symbolizer (blazesym's parsed ELF/DWARF of every module seen, and \
-                 kallsyms) dominates at the end of the run; the 8 MiB ring buffer is mapped \
-                 too. Closing it: a smaller ring (-m), and symbolizing module by module, \
-                 dropping each one's caches when done."
-                    .into()
-            },
+            why: format!(
+                "Both kinds of memory are above perf's: {fa:.0} MiB file-backed, most likely \
+                 the ELF/DWARF files the symbolizer (blazesym) maps when the recording ends \
+                 (on this shared machine that includes other engineers' rustc and its large \
+                 librustc_driver), and {an:.0} MiB anonymous: the parsed symbol and line tables \
+                 and the aggregated stacks (the BPF ring buffer is not counted in RSS). perf \
+                 record symbolizes nothing while recording. Closing it: symbolize one module at \
+                 a time and drop its caches, or write raw addresses with build ids and \
+                 symbolize in `report`/`flamegraph`, as perf does.",
+                fa = mib(peaks[0][1]),
+                an = mib(peaks[0][0])
+            ),
         },
         notes: vec![],
         raw: json!({

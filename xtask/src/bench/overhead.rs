@@ -104,41 +104,50 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
         (med("perf", "process", 9999, false) - base_wall) / samples * 1e9,
         rounds,
     ));
+    // Run-to-run noise: the baseline's median absolute deviation, in % of its median.
     let spread = {
-        let w: Vec<f64> = base.iter().map(|t| t.0).collect();
-        let (lo, hi) = w
-            .iter()
-            .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
-        (hi - lo) / base_wall * 100.0
+        let dev: Vec<f64> = base.iter().map(|t| (t.0 - base_wall).abs()).collect();
+        median(&dev) / base_wall * 100.0
     };
     let s = |tool, scope| slowdown(med(tool, scope, 999, false), base_wall);
+    let c = |tool, scope| slowdown(med(tool, scope, 999, true), base_cpu);
     let (pp, fp, ps, fs) = (
         s("profiler", "process"),
         s("perf", "process"),
         s("profiler", "system"),
         s("perf", "system"),
     );
+    let (cps, cfs) = (c("profiler", "system"), c("perf", "system"));
     let met = pp <= fp / 2.0 && ps <= fs / 2.0;
+    let mut why = Vec::new();
+    if !met && pp.abs().max(fp.abs()) < 2.0 * spread {
+        why.push(format!(
+            "Per process, both slowdowns at 999 Hz ({pp:+.1}%, {fp:+.1}%) are within twice the \
+             baseline's run-to-run deviation ({spread:.1}%) on this shared 2-CPU VM: there is \
+             no slowdown to halve at this rate. 9999 Hz shows the per-sample cost, about equal \
+             for both tools."
+        ));
+    }
+    if !met && ps > fs / 2.0 {
+        why.push(format!(
+            "System-wide the profiler's wall-time slowdown is larger ({ps:+.1}% vs {fs:+.1}%) \
+             while the workload's own CPU time grows the same under both ({cps:+.1}% vs \
+             {cfs:+.1}%): the difference is not in the sampled thread but the profiler's own \
+             user-space CPU, competing with the workload for the 2 CPUs (section 6 shows its \
+             CPU time). Every sample is a fixed-size record of about 2 KiB (two 127-frame stack \
+             arrays, mostly empty) that the reader copies, parses and aggregates, where perf \
+             copies its buffer to a file. Closing it: variable-length records holding only the \
+             frames walked, or in-kernel aggregation (`record --aggregate`) for long runs."
+        ));
+    }
     let goal = Goal {
         target: "slowdown at 999 Hz at most half of perf record -g's",
         measured: format!(
             "per process {pp:+.1}% vs perf {fp:+.1}%; system-wide {ps:+.1}% vs perf {fs:+.1}% \
-             (baseline spread {spread:.1}%)"
+             (baseline deviation {spread:.1}%)"
         ),
         met,
-        why: if met {
-            String::new()
-        } else if fp.abs() < spread && fs.abs() < spread {
-            "Both slowdowns at 999 Hz are within the run-to-run spread of the baseline on this \
-             shared 2-CPU VM, so halving perf's cannot be shown. A quiet machine (or more rounds) \
-             would settle it; 9999 Hz shows the per-sample costs more clearly."
-                .into()
-        } else {
-            "The per-sample cost (eBPF program with two bpf_get_stack walks plus the ring-buffer \
-             copy) is close to perf's own sample path. Closing it: walk stacks only as deep as \
-             needed, or aggregate in the kernel (record --aggregate) so no record is copied."
-                .into()
-        },
+        why: why.join(" "),
     };
     Ok(Section {
         title: "1. Overhead on the workload",

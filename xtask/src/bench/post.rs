@@ -84,7 +84,7 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
     exists_nonempty(&svg_p)?;
     exists_nonempty(&svg_f)?;
     let m: Vec<f64> = times.iter().map(|t| median(t)).collect();
-    let rows = vec![
+    let mut rows = vec![
         vec![
             "flame graph SVG".into(),
             format!("{:.2}", m[0]),
@@ -98,6 +98,12 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             format!("{:.1}x", m[3] / m[2]),
         ],
     ];
+    rows.push(vec![
+        format!("(the recording itself: {secs} s, then finishing)"),
+        format!("{:.2}", rp.wall_s),
+        format!("{:.2}", rf.wall_s),
+        String::new(),
+    ]);
     let speedup = m[1] / m[0];
     let size = |p: &str| std::fs::metadata(p).map_or(0, |m| m.len());
     Ok(Section {
@@ -107,7 +113,9 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
              999` run at the same time for {secs} s while `work 0 {n}` keeps every CPU busy. \
              Then, {rounds} rounds alternating the tools: wall time from the finished recording \
              to an SVG flame graph, and to the text report. Seconds, medians; the last column \
-             is how many times faster the profiler is.",
+             is how many times faster the profiler is. The profiler symbolizes and aggregates \
+             when the recording ends (perf does it in `perf script`/`perf report`), so the last \
+             row gives each recording's own wall time, that finishing included.",
             n = ctx.ncpu
         ),
         headers: vec![
