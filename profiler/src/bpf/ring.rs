@@ -47,7 +47,7 @@ impl RecordStream {
             // Checked after the record is handed over (a taken item is consumed); the clock
             // is read every 256 records.
             items = items.wrapping_add(1);
-            if items % 256 == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
+            if items.is_multiple_of(256) && deadline.is_some_and(|d| Instant::now() >= d) {
                 break;
             }
         }
