@@ -488,8 +488,13 @@ pub async fn record_with(
     };
     status.clear();
     // Close the events first so nothing new arrives, then take what is still in the ring.
-    sampler.detach_all();
+    // Disabling is immediate on every CPU (detaching waits for RCU grace periods, event by
+    // event), so the duration ends where sampling really ended.
+    for event in sampler.events() {
+        let _ = event.disable(false);
+    }
     let ended = std::time::Instant::now();
+    sampler.detach_all();
     records.drain(|r| collector.add(r));
     if opts.aggregate {
         aggregated.read(&mut sampler, &mut collector)?;

@@ -87,14 +87,14 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
     let mut rows = vec![
         vec![
             "flame graph SVG".into(),
-            format!("{:.2}", m[0]),
-            format!("{:.2}", m[1]),
+            format!("{:.3}", m[0]),
+            format!("{:.3}", m[1]),
             format!("{:.1}x", m[1] / m[0]),
         ],
         vec![
             "report (text)".into(),
-            format!("{:.2}", m[2]),
-            format!("{:.2}", m[3]),
+            format!("{:.3}", m[2]),
+            format!("{:.3}", m[3]),
             format!("{:.1}x", m[3] / m[2]),
         ],
     ];
@@ -128,7 +128,7 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
         commands,
         goal: Goal {
             target: "flame graph at least 5x faster than perf script | inferno",
-            measured: format!("{speedup:.1}x ({:.2} s vs {:.2} s)", m[0], m[1]),
+            measured: format!("{speedup:.1}x ({:.3} s vs {:.3} s)", m[0], m[1]),
             met: speedup >= 5.0,
             why: if speedup >= 5.0 {
                 String::new()
