@@ -1,5 +1,6 @@
-//! Project automation: `cargo xtask setup | test | run | install | fuzz`.
+//! Project automation: `cargo xtask setup | test | run | install | fuzz | bench`.
 
+mod bench;
 mod fuzz;
 mod install;
 mod setup;
@@ -30,6 +31,14 @@ enum Command {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// Measure this project against perf (overhead, per-sample cost, loss, post-processing,
+    /// counting, memory) and write BENCHMARKS.md and bench/results.json.
+    Bench {
+        /// One small round of each measurement, into target/bench/ (CI:
+        /// checks that every measurement can be taken; asserts nothing about speed).
+        #[arg(long)]
+        quick: bool,
+    },
     /// Set up, build (release) and run the profiler with ARGS, e.g. `-- record -a -d 5`.
     Run {
         #[arg(last = true)]
@@ -59,6 +68,7 @@ fn main() -> ExitCode {
         Command::Run { args } => run(&args),
         Command::Install { prefix } => install::install(&prefix),
         Command::Fuzz { secs, targets } => fuzz::fuzz(secs, &targets),
+        Command::Bench { quick } => bench::bench(quick),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,6 +1,9 @@
 //! Asynchronous reading of the sampler's ring buffer with tokio.
 
-use std::{io, time::Duration};
+use std::{
+    io,
+    time::{Duration, Instant},
+};
 
 use aya::maps::{MapData, RingBuf};
 use profiler_common::SampleRecord;
@@ -23,26 +26,47 @@ impl RecordStream {
     }
 
     /// Hands every pending record to `f`; returns how many there were.
-    pub fn drain(&mut self, mut f: impl FnMut(&SampleRecord)) -> usize {
+    pub fn drain(&mut self, f: impl FnMut(&SampleRecord)) -> usize {
+        self.drain_until(None, f)
+    }
+
+    /// Hands pending records to `f` until the ring is empty or `deadline` passes.
+    fn drain_until(
+        &mut self,
+        deadline: Option<Instant>,
+        mut f: impl FnMut(&SampleRecord),
+    ) -> usize {
         let ring = self.ring.get_mut();
         let mut n = 0;
+        let mut items = 0u32;
         while let Some(item) = ring.next() {
             if let Some(record) = parse(&item) {
                 f(&record);
                 n += 1;
             }
+            // Checked after the record is handed over (a taken item is consumed); the clock
+            // is read every 256 records.
+            items = items.wrapping_add(1);
+            if items.is_multiple_of(256) && deadline.is_some_and(|d| Instant::now() >= d) {
+                break;
+            }
         }
         n
     }
 
-    /// Waits until the kernel signals data or `poll` passes, then drains.
+    /// Waits until the kernel signals data or `poll` passes, then drains for at most
+    /// `MAX_BATCH_TIME`: while the kernel writes faster than we read, the ring never empties,
+    /// and an unbounded drain would never return to the caller's deadline and signals.
     pub async fn next_batch(&mut self, poll: Duration, f: impl FnMut(&SampleRecord)) -> usize {
         if let Ok(Ok(mut guard)) = tokio::time::timeout(poll, self.ring.readable_mut()).await {
             guard.clear_ready();
         }
-        self.drain(f)
+        self.drain_until(Some(Instant::now() + MAX_BATCH_TIME), f)
     }
 }
+
+/// Longest one `next_batch` keeps draining.
+const MAX_BATCH_TIME: Duration = Duration::from_millis(20);
 
 /// A record from raw ring-buffer bytes; short items (never written by our program) are skipped.
 fn parse(bytes: &[u8]) -> Option<SampleRecord> {

@@ -91,6 +91,9 @@ pub struct RecordArgs {
     /// to user space: for long, low-rate production runs. No per-thread or per-CPU labels.
     #[arg(long)]
     pub aggregate: bool,
+    /// Walk no stacks in the kernel (benchmarks: the eBPF program's cost without them).
+    #[arg(long, hide = true)]
+    pub no_stacks: bool,
     /// Print no report (the output file is still written).
     #[arg(short, long)]
     pub quiet: bool,
@@ -134,6 +137,7 @@ impl RecordArgs {
         }
         opts.status_line = std::io::stderr().is_terminal();
         opts.aggregate = self.aggregate;
+        opts.stacks = !self.no_stacks;
         if let Some(pages) = self.mmap_pages {
             let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
                 .ok()

@@ -73,6 +73,9 @@ pub struct RecordOptions {
     pub status_line: bool,
     /// Count samples per (process, stack) in the kernel instead of one record per sample.
     pub aggregate: bool,
+    /// Walk stacks in the eBPF program (false only to measure the program's cost without
+    /// them: every sample then has an empty stack).
+    pub stacks: bool,
 }
 
 impl RecordOptions {
@@ -90,6 +93,7 @@ impl RecordOptions {
             interval: None,
             status_line: false,
             aggregate: false,
+            stacks: true,
         }
     }
 }
@@ -318,7 +322,6 @@ pub async fn record_with(
     on_interval: &mut dyn FnMut(Profile),
 ) -> Result<RecordOutcome, RecordError> {
     validate(opts)?;
-    let started = std::time::Instant::now();
     let io = |what| move |source| RecordError::Io { what, source };
     // Signals are hooked first, so a Ctrl-C during set-up still ends in an orderly report.
     let mut sigint = signal(SignalKind::interrupt()).map_err(io("installing SIGINT handler"))?;
@@ -360,7 +363,11 @@ pub async fn record_with(
     for i in 0..events.len() {
         let config = RequestConfig {
             index: i as u32,
-            flags: request_flags::STACKS,
+            flags: if opts.stacks {
+                request_flags::STACKS
+            } else {
+                0
+            },
             ..Default::default()
         };
         sampler.set_request(i as u64, config)?;
@@ -416,6 +423,9 @@ pub async fn record_with(
     for event in sampler.events() {
         event.enable(false)?;
     }
+    // The run's duration is the time sampled: from here, not from before the set-up (loading
+    // and attaching take a tenth of a second, which would inflate short runs' durations).
+    let started = std::time::Instant::now();
     let exit_watch = match workload.as_mut() {
         Some(w) => {
             w.start()?;
@@ -451,22 +461,24 @@ pub async fn record_with(
     // What the kernel counted up to the last interval (continuous mode reports deltas).
     let mut reported = SamplerStats::default();
     let mut interval_started = std::time::Instant::now();
-    let run_info =
-        |stats: &SamplerStats, reported: &mut SamplerStats, since: std::time::Instant| {
-            let info = RunInfo {
-                event: opts.events.join(","),
-                frequency_hz: opts.frequency_hz,
-                period: opts.period,
-                duration_ms: since.elapsed().as_millis() as u64,
-                samples: 0,
-                lost: stats.lost - reported.lost,
-                filtered: stats.filtered - reported.filtered,
-                stack_errors: stats.stack_errors - reported.stack_errors,
-                collisions: stats.collisions - reported.collisions,
-            };
-            *reported = *stats;
-            info
+    let run_info = |stats: &SamplerStats,
+                    reported: &mut SamplerStats,
+                    since: std::time::Instant,
+                    until: std::time::Instant| {
+        let info = RunInfo {
+            event: opts.events.join(","),
+            frequency_hz: opts.frequency_hz,
+            period: opts.period,
+            duration_ms: until.duration_since(since).as_millis() as u64,
+            samples: 0,
+            lost: stats.lost - reported.lost,
+            filtered: stats.filtered - reported.filtered,
+            stack_errors: stats.stack_errors - reported.stack_errors,
+            collisions: stats.collisions - reported.collisions,
         };
+        *reported = *stats;
+        info
+    };
     let every = |d: Option<Duration>| {
         let d = d.unwrap_or(Duration::from_secs(3600));
         tokio::time::interval_at(tokio::time::Instant::now() + d, d)
@@ -492,7 +504,8 @@ pub async fn record_with(
                     aggregated.read(&mut sampler, &mut collector)?;
                 }
                 let stats = sampler.stats()?;
-                let info = run_info(&stats, &mut reported, interval_started);
+                let now = std::time::Instant::now();
+                let info = run_info(&stats, &mut reported, interval_started, now);
                 interval_started = std::time::Instant::now();
                 on_interval(collector.take_profile(info, &names));
             }
@@ -508,6 +521,12 @@ pub async fn record_with(
     };
     status.clear();
     // Close the events first so nothing new arrives, then take what is still in the ring.
+    // Disabling is immediate on every CPU (detaching waits for RCU grace periods, event by
+    // event), so the duration ends where sampling really ended.
+    for event in sampler.events() {
+        let _ = event.disable(false);
+    }
+    let ended = std::time::Instant::now();
     sampler.detach_all();
     records.drain(|r| collector.add(r));
     if opts.aggregate {
@@ -521,7 +540,7 @@ pub async fn record_with(
     } else {
         started
     };
-    let info = run_info(&stats, &mut reported, since);
+    let info = run_info(&stats, &mut reported, since, ended);
     Ok(RecordOutcome {
         profile: collector.take_profile(info, &names),
         stop,
