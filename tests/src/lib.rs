@@ -75,6 +75,14 @@ pub fn serial() -> Serial {
     // SAFETY: flock on a descriptor we own; it is released when the file is closed.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
     assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
+    // The kernel frees a closed BPF program after an RCU grace period: let the previous
+    // test's programs go before this test takes its "before" picture.
+    for _ in 0..100 {
+        if our_programs().is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     Serial {
         _file: file,
         _guard: guard,

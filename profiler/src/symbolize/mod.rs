@@ -29,8 +29,15 @@ type FileKey = (Arc<str>, u64);
 /// How the function around an address starts, and how far into it the address is.
 type PrologueAt = Option<(leaf::Prologue, u64)>;
 
+/// What a [`Symbolizer`] captured from /proc, handed to one on another thread.
+#[derive(Clone, Default)]
+pub struct MapsSnapshot {
+    maps: HashMap<u32, Images>,
+    perf_maps: HashMap<u32, PerfMap>,
+}
+
 /// A process's map snapshots, one per program image (command name) it was seen running.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Images {
     snaps: Vec<([u8; 16], Arc<ProcessMaps>)>,
 }
@@ -98,23 +105,36 @@ impl Symbolizer {
             return;
         }
         let first = images.snaps.is_empty();
+        let last = images.snaps.last().map(|(_, m)| m.clone());
         let maps = match ProcessMaps::read(pid) {
+            // A zombie's maps read as empty: as gone, the last image seen is the best guess.
+            Ok(m) if m.entries().is_empty() && last.is_some() => last.unwrap_or_default(),
             // Threads with their own names share one snapshot when nothing changed.
-            Ok(m) => match images.snaps.last() {
-                Some((_, last)) if **last == m => last.clone(),
+            Ok(m) => match last {
+                Some(last) if *last == m => last,
                 _ => Arc::new(m),
             },
-            // Gone: the last image seen is the best guess.
-            Err(_) => images
-                .snaps
-                .last()
-                .map(|(_, m)| m.clone())
-                .unwrap_or_default(),
+            Err(_) => last.unwrap_or_default(),
         };
         images.snaps.push((comm.unwrap_or_default(), maps));
         if first && let Ok(Some(map)) = PerfMap::read(pid) {
             self.perf_maps.insert(pid, map);
         }
+    }
+
+    /// The captured maps and perf maps (shared, cheap to clone), for a symbolizer on
+    /// another thread.
+    pub fn snapshot(&self) -> MapsSnapshot {
+        MapsSnapshot {
+            maps: self.maps.clone(),
+            perf_maps: self.perf_maps.clone(),
+        }
+    }
+
+    /// Takes over what another symbolizer captured (its processes may be gone by now).
+    pub fn adopt(&mut self, snapshot: MapsSnapshot) {
+        self.maps = snapshot.maps;
+        self.perf_maps = snapshot.perf_maps;
     }
 
     /// The maps of `pid` when it ran `comm` (else its latest image).
@@ -163,7 +183,10 @@ impl Symbolizer {
 
     /// Re-reads `pid`'s maps (after an address fell outside every known mapping: a dlopen).
     fn refresh(&mut self, pid: u32, comm: Option<&[u8; 16]>) {
-        if let Ok(maps) = ProcessMaps::read(pid) {
+        // A zombie's (or a gone process's) maps are no better than what we have.
+        if let Ok(maps) = ProcessMaps::read(pid)
+            && !maps.entries().is_empty()
+        {
             let images = self.maps.entry(pid).or_default();
             let key = comm.copied().unwrap_or_default();
             images.snaps.retain(|(k, _)| *k != key);
