@@ -11,7 +11,7 @@ use profiler_common::{SampleRecord, record_flags};
 
 use crate::{
     profile::{Profile, RunInfo, StackCount},
-    symbolize::Symbolizer,
+    symbolize::{MapsSnapshot, Symbolizer},
 };
 
 /// Start of the kernel half of the x86-64 address space (canonical upper half).
@@ -135,84 +135,131 @@ impl Collector {
 
     /// The profile of the samples counted so far; counting starts again from zero (the
     /// symbolizer keeps its caches and the maps it captured).
-    pub fn take_profile(&mut self, mut info: RunInfo, events: &[Arc<str>]) -> Profile {
-        info.samples = std::mem::take(&mut self.samples);
-        self.all_samples += info.samples;
-        // Different addresses can symbolize to the same frames (two call sites in one
-        // function): merge them so each distinct stack appears once.
-        type Key = (
-            u32,
-            u32,
-            u32,
-            u32,
-            u64,
-            Arc<str>,
-            Vec<crate::symbolize::Frame>,
-        );
-        let mut merged: HashMap<Key, u64> = HashMap::new();
-        let mut comms: HashMap<[u8; 16], Arc<str>> = HashMap::new();
-        let mut cgroups = BTreeSet::new();
-        for (raw, count) in std::mem::take(&mut self.stacks) {
-            let comm = comms
-                .entry(raw.comm)
-                .or_insert_with(|| {
-                    let end = raw.comm.iter().position(|&b| b == 0).unwrap_or(16);
-                    Arc::from(String::from_utf8_lossy(&raw.comm[..end]).as_ref())
-                })
-                .clone();
-            let mut frames = Vec::new();
-            // Stacks arrive innermost first; profiles store them outermost first. Every
-            // frame but the innermost is a return address.
-            for (i, &addr) in raw.user.iter().enumerate().rev() {
-                frames.extend(
-                    self.symbolizer
-                        .user(raw.pid, Some(&raw.comm), addr, i > 0)
-                        .iter()
-                        .cloned(),
-                );
-            }
-            for (i, &addr) in raw.kernel.iter().enumerate().rev() {
-                frames.extend(self.symbolizer.kernel(addr, i > 0).iter().cloned());
-            }
-            if let Some(why) = raw.missing {
-                frames.push(crate::symbolize::Frame::named(
-                    why,
-                    crate::symbolize::FrameKind::User,
-                ));
-            }
-            if raw.cgroup != 0 {
-                cgroups.insert(raw.cgroup);
-            }
-            let key = (
-                raw.event, raw.pid, raw.tid, raw.cpu, raw.cgroup, comm, frames,
-            );
-            *merged.entry(key).or_default() += count;
-        }
-        let stacks = merged
-            .into_iter()
-            .map(
-                |((event, pid, tid, cpu, cgroup, comm, frames), count)| StackCount {
-                    event: events
-                        .get(event as usize)
-                        .cloned()
-                        .unwrap_or_else(|| Arc::from("?")),
-                    pid,
-                    tid,
-                    cpu,
-                    cgroup,
-                    comm,
-                    frames,
-                    count,
-                },
-            )
-            .collect();
+    pub fn take_profile(&mut self, info: RunInfo, events: &[Arc<str>]) -> Profile {
+        let (stacks, info) = self.take_stacks(info);
+        let profile = symbolize(&mut self.symbolizer, stacks, info, events);
         // The stacks of exited processes are symbolized now: their maps can go.
         self.symbolizer.forget_exited();
+        profile
+    }
+
+    /// The samples counted so far, unsymbolized, with a snapshot of the maps they need, for
+    /// [`symbolize_interval`] on another thread; counting starts again from zero.
+    pub fn take_interval(&mut self, info: RunInfo) -> Interval {
+        let (stacks, info) = self.take_stacks(info);
+        let maps = self.symbolizer.snapshot();
+        // The snapshot holds what the exited processes' stacks need: forget them here.
+        self.symbolizer.forget_exited();
+        Interval { stacks, info, maps }
+    }
+
+    fn take_stacks(&mut self, mut info: RunInfo) -> (HashMap<RawStack, u64>, RunInfo) {
+        info.samples = std::mem::take(&mut self.samples);
+        self.all_samples += info.samples;
+        let stacks = std::mem::take(&mut self.stacks);
         self.stacks.shrink_to_fit();
-        Profile {
-            stacks,
-            info,
-            cgroups: crate::cgroup::paths(&cgroups),
+        (stacks, info)
+    }
+}
+
+/// One interval's samples, taken from the [`Collector`] but not yet symbolized.
+pub struct Interval {
+    stacks: HashMap<RawStack, u64>,
+    info: RunInfo,
+    maps: MapsSnapshot,
+}
+
+/// Symbolizes an [`Interval`] with `symbolizer` (which keeps its caches across intervals and
+/// then forgets the processes that have exited).
+pub fn symbolize_interval(
+    symbolizer: &mut Symbolizer,
+    interval: Interval,
+    events: &[Arc<str>],
+) -> Profile {
+    symbolizer.adopt(interval.maps);
+    let profile = symbolize(symbolizer, interval.stacks, interval.info, events);
+    symbolizer.forget_exited();
+    profile
+}
+
+/// Symbolizes every distinct stack; `events[i]` names the samples of request `i`.
+fn symbolize(
+    symbolizer: &mut Symbolizer,
+    raw_stacks: HashMap<RawStack, u64>,
+    info: RunInfo,
+    events: &[Arc<str>],
+) -> Profile {
+    // Different addresses can symbolize to the same frames (two call sites in one
+    // function): merge them so each distinct stack appears once.
+    type Key = (
+        u32,
+        u32,
+        u32,
+        u32,
+        u64,
+        Arc<str>,
+        Vec<crate::symbolize::Frame>,
+    );
+    let mut merged: HashMap<Key, u64> = HashMap::new();
+    let mut comms: HashMap<[u8; 16], Arc<str>> = HashMap::new();
+    let mut cgroups = BTreeSet::new();
+    for (raw, count) in raw_stacks {
+        let comm = comms
+            .entry(raw.comm)
+            .or_insert_with(|| {
+                let end = raw.comm.iter().position(|&b| b == 0).unwrap_or(16);
+                Arc::from(String::from_utf8_lossy(&raw.comm[..end]).as_ref())
+            })
+            .clone();
+        let mut frames = Vec::new();
+        // Stacks arrive innermost first; profiles store them outermost first. Every
+        // frame but the innermost is a return address.
+        for (i, &addr) in raw.user.iter().enumerate().rev() {
+            frames.extend(
+                symbolizer
+                    .user(raw.pid, Some(&raw.comm), addr, i > 0)
+                    .iter()
+                    .cloned(),
+            );
         }
+        for (i, &addr) in raw.kernel.iter().enumerate().rev() {
+            frames.extend(symbolizer.kernel(addr, i > 0).iter().cloned());
+        }
+        if let Some(why) = raw.missing {
+            frames.push(crate::symbolize::Frame::named(
+                why,
+                crate::symbolize::FrameKind::User,
+            ));
+        }
+        if raw.cgroup != 0 {
+            cgroups.insert(raw.cgroup);
+        }
+        let key = (
+            raw.event, raw.pid, raw.tid, raw.cpu, raw.cgroup, comm, frames,
+        );
+        *merged.entry(key).or_default() += count;
+    }
+    let stacks = merged
+        .into_iter()
+        .map(
+            |((event, pid, tid, cpu, cgroup, comm, frames), count)| StackCount {
+                event: events
+                    .get(event as usize)
+                    .cloned()
+                    .unwrap_or_else(|| Arc::from("?")),
+                pid,
+                tid,
+                cpu,
+                cgroup,
+                comm,
+                frames,
+                count,
+            },
+        )
+        .collect();
+    Profile {
+        stacks,
+        info,
+        cgroups: crate::cgroup::paths(&cgroups),
     }
 }
