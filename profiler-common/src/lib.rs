@@ -44,8 +44,9 @@ pub const AGGREGATE_ENTRIES: u32 = 65536;
 /// Distinct stacks the aggregation's stack-trace map holds.
 pub const AGGREGATE_STACKS: u32 = 16384;
 
-/// Most events per-cgroup counting attributes at once (`CG_EV0`..`CG_EV7`).
-pub const MAX_CGROUP_EVENTS: usize = 8;
+/// Most events per-cgroup counting attributes at once: one per sibling perf event array
+/// (`SIB0`..`SIB7`), which per-cgroup counting reuses for its counters.
+pub const MAX_CGROUP_EVENTS: usize = MAX_SIBLINGS;
 /// Most distinct cgroups per-cgroup counting keeps totals for.
 pub const MAX_COUNTED_CGROUPS: u32 = 16384;
 

@@ -8,12 +8,14 @@ use aya_ebpf::{
     bindings::{BPF_F_CURRENT_CPU, bpf_perf_event_value},
     helpers::{bpf_get_current_cgroup_id, bpf_perf_event_read_value},
     macros::{map, raw_tracepoint},
-    maps::{Array, PerCpuArray, PerCpuHashMap, PerfEventArray},
+    maps::{Array, PerCpuArray, PerCpuHashMap},
     programs::RawTracePointContext,
 };
 use profiler_common::{CgroupCounts, MAX_CGROUP_EVENTS, MAX_COUNTED_CGROUPS, cg_stat};
 
-/// The number of events in use (the first N of `CG_EV*`).
+use crate::sampler::sibling_map;
+
+/// The number of events in use (the first N of `SIB*`).
 #[map]
 static CG_CONFIG: Array<u32> = Array::with_max_entries(1, 0);
 
@@ -29,38 +31,9 @@ static CG_COUNTS: PerCpuHashMap<u64, CgroupCounts> =
 #[map]
 static CG_STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(cg_stat::COUNT, 0);
 
-// Event k of CPU c is at CG_EVk[c] (aya sizes perf event arrays to the CPU count).
-#[map]
-static CG_EV0: PerfEventArray<u32> = PerfEventArray::new(0);
-#[map]
-static CG_EV1: PerfEventArray<u32> = PerfEventArray::new(0);
-#[map]
-static CG_EV2: PerfEventArray<u32> = PerfEventArray::new(0);
-#[map]
-static CG_EV3: PerfEventArray<u32> = PerfEventArray::new(0);
-#[map]
-static CG_EV4: PerfEventArray<u32> = PerfEventArray::new(0);
-#[map]
-static CG_EV5: PerfEventArray<u32> = PerfEventArray::new(0);
-#[map]
-static CG_EV6: PerfEventArray<u32> = PerfEventArray::new(0);
-#[map]
-static CG_EV7: PerfEventArray<u32> = PerfEventArray::new(0);
-
-#[inline(always)]
-fn event_map(k: usize) -> *mut core::ffi::c_void {
-    let map: *const PerfEventArray<u32> = match k {
-        0 => &raw const CG_EV0,
-        1 => &raw const CG_EV1,
-        2 => &raw const CG_EV2,
-        3 => &raw const CG_EV3,
-        4 => &raw const CG_EV4,
-        5 => &raw const CG_EV5,
-        6 => &raw const CG_EV6,
-        _ => &raw const CG_EV7,
-    };
-    map as *mut core::ffi::c_void
-}
+// Event k of CPU c is at SIBk[c]: the sampler's per-request perf event arrays, unused by
+// the sampler in the object instance that per-cgroup counting loads (each load has its own
+// maps).
 
 #[inline(always)]
 fn bump(slot: u32) {
@@ -96,7 +69,7 @@ fn account() {
         // value into `v` for this CPU's event.
         let rc = unsafe {
             bpf_perf_event_read_value(
-                event_map(k),
+                sibling_map(k),
                 BPF_F_CURRENT_CPU,
                 &mut v,
                 core::mem::size_of::<bpf_perf_event_value>() as u32,

@@ -15,13 +15,13 @@ use aya::{
 };
 use profiler_common::{CgroupCounts, MAX_CGROUP_EVENTS, cg_stat};
 
-use super::{BpfError, loader::OBJECT};
+use super::{
+    BpfError,
+    loader::{OBJECT, SIBLING_MAPS},
+};
 use crate::perf::{EventAttr, PerfEvent, Scope};
 
 const PROGRAM: &str = "cg_switch";
-const EVENT_MAPS: [&str; MAX_CGROUP_EVENTS] = [
-    "CG_EV0", "CG_EV1", "CG_EV2", "CG_EV3", "CG_EV4", "CG_EV5", "CG_EV6", "CG_EV7",
-];
 
 /// Totals the program kept besides the counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -78,13 +78,13 @@ impl CgroupCounter {
             attr.set_disabled(true)
                 .set_inherit(false)
                 .set_inherit_thread(false);
-            let map_fd: OwnedFd = match ebpf.map(EVENT_MAPS[k]) {
+            let map_fd: OwnedFd = match ebpf.map(SIBLING_MAPS[k]) {
                 Some(aya::maps::Map::PerfEventArray(data)) => data
                     .fd()
                     .as_fd()
                     .try_clone_to_owned()
                     .map_err(BpfError::Sibling)?,
-                _ => return Err(BpfError::Missing("a CG_EV perf event array")),
+                _ => return Err(BpfError::Missing("a SIB perf event array")),
             };
             for &cpu in cpus {
                 let ev = PerfEvent::open(&attr, Scope::Cpu(cpu), None, || name.clone())?;

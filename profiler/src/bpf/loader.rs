@@ -21,6 +21,12 @@ pub(super) static OBJECT: &[u8] =
 
 const PROGRAM: &str = "sample";
 
+/// The per-request perf event arrays (`SIB0`..`SIB7`): the values of a set's other requests
+/// for the sampler, the counters for per-cgroup counting.
+pub(super) const SIBLING_MAPS: [&str; MAX_SIBLINGS] = [
+    "SIB0", "SIB1", "SIB2", "SIB3", "SIB4", "SIB5", "SIB6", "SIB7",
+];
+
 #[derive(Debug, thiserror::Error)]
 pub enum BpfError {
     #[error(
@@ -163,10 +169,7 @@ impl Sampler {
         context: u32,
         event: BorrowedFd<'_>,
     ) -> Result<(), BpfError> {
-        const NAMES: [&str; MAX_SIBLINGS] = [
-            "SIB0", "SIB1", "SIB2", "SIB3", "SIB4", "SIB5", "SIB6", "SIB7",
-        ];
-        let name = *NAMES
+        let name = *SIBLING_MAPS
             .get(index)
             .ok_or(BpfError::Missing("sibling array for that request"))?;
         let map = match self.ebpf.map(name) {
