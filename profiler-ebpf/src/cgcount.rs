@@ -5,15 +5,15 @@
 //! task's share is attributed too.
 
 use aya_ebpf::{
-    bindings::{BPF_F_CURRENT_CPU, bpf_perf_event_value},
-    helpers::{bpf_get_current_cgroup_id, bpf_perf_event_read_value},
+    bindings::BPF_F_CURRENT_CPU,
+    helpers::bpf_get_current_cgroup_id,
     macros::{map, raw_tracepoint},
     maps::{Array, PerCpuArray, PerCpuHashMap},
     programs::RawTracePointContext,
 };
 use profiler_common::{CgroupCounts, MAX_CGROUP_EVENTS, MAX_COUNTED_CGROUPS, cg_stat};
 
-use crate::sampler::sibling_map;
+use crate::sampler::read_counter;
 
 /// The number of events in use (the first N of `SIB*`).
 #[map]
@@ -60,32 +60,17 @@ fn account() {
         if k >= n as usize {
             break;
         }
-        let mut v = bpf_perf_event_value {
-            counter: 0,
-            enabled: 0,
-            running: 0,
-        };
-        // SAFETY: the map pointer is one of our PERF_EVENT_ARRAYs; the helper writes one
-        // value into `v` for this CPU's event.
-        let rc = unsafe {
-            bpf_perf_event_read_value(
-                sibling_map(k),
-                BPF_F_CURRENT_CPU,
-                &mut v,
-                core::mem::size_of::<bpf_perf_event_value>() as u32,
-            )
-        };
-        if rc != 0 {
+        let Some(counter) = read_counter(k, BPF_F_CURRENT_CPU) else {
             bump(cg_stat::READ_ERRORS);
             continue;
-        }
+        };
         let Some(prev) = CG_PREV.get_ptr_mut(k as u32) else {
             continue;
         };
         // SAFETY: this CPU's slot of a per-CPU array.
         unsafe {
-            deltas.values[k] = v.counter.wrapping_sub(*prev);
-            *prev = v.counter;
+            deltas.values[k] = counter.wrapping_sub(*prev);
+            *prev = counter;
         }
         any |= deltas.values[k] != 0;
     }

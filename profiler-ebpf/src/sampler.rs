@@ -66,7 +66,7 @@ static SIB6: PerfEventArray<u32> = PerfEventArray::new(0);
 static SIB7: PerfEventArray<u32> = PerfEventArray::new(0);
 
 #[inline(always)]
-pub(crate) fn sibling_map(k: usize) -> *mut core::ffi::c_void {
+fn sibling_map(k: usize) -> *mut core::ffi::c_void {
     let map: *const PerfEventArray<u32> = match k {
         0 => &raw const SIB0,
         1 => &raw const SIB1,
@@ -78,6 +78,28 @@ pub(crate) fn sibling_map(k: usize) -> *mut core::ffi::c_void {
         _ => &raw const SIB7,
     };
     map as *mut core::ffi::c_void
+}
+
+/// The count of the event at `index` of `SIBk` (`BPF_F_CURRENT_CPU`: this CPU's), or `None`
+/// when the slot is empty or the event cannot be read here.
+#[inline(always)]
+pub(crate) fn read_counter(k: usize, index: u64) -> Option<u64> {
+    let mut v = bpf_perf_event_value {
+        counter: 0,
+        enabled: 0,
+        running: 0,
+    };
+    // SAFETY: the map pointer is one of our PERF_EVENT_ARRAYs (repr(transparent) over its
+    // definition, which the loader relocates); the helper writes one value into `v`.
+    let rc = unsafe {
+        bpf_perf_event_read_value(
+            sibling_map(k),
+            index,
+            &mut v,
+            core::mem::size_of::<bpf_perf_event_value>() as u32,
+        )
+    };
+    (rc == 0).then_some(v.counter)
 }
 
 #[map]
@@ -324,27 +346,12 @@ fn read_siblings(request: &RequestConfig, cookie: u64, rec: &mut SampleRecord) {
         if k >= n {
             break;
         }
-        let mut v = bpf_perf_event_value {
-            counter: 0,
-            enabled: 0,
-            running: 0,
-        };
-        // SAFETY: the map pointer is one of our PERF_EVENT_ARRAYs (repr(transparent) over its
-        // definition, which the loader relocates); the helper writes one value into `v`.
-        let rc = unsafe {
-            bpf_perf_event_read_value(
-                sibling_map(k),
-                u64::from(request.sibling_base),
-                &mut v,
-                core::mem::size_of::<bpf_perf_event_value>() as u32,
-            )
-        };
-        if rc != 0 {
+        let Some(counter) = read_counter(k, u64::from(request.sibling_base)) else {
             break;
-        }
+        };
         // SAFETY: a plain map lookup; the preset is copied out.
         let preset = unsafe { REQUESTS.get(context | k as u64) }.map_or(0, |c| c.preset);
-        rec.siblings[k] = preset.wrapping_add(v.counter);
+        rec.siblings[k] = preset.wrapping_add(counter);
         rec.sibling_count = k as u32 + 1;
     }
 }
