@@ -78,7 +78,8 @@ pub fn paths(ids: &BTreeSet<u64>) -> BTreeMap<u64, Arc<str>> {
     out
 }
 
-/// Every cgroup directory under `root` (itself included), with its id.
+/// Every cgroup directory under `root` (itself included), with its id, sorted by path
+/// components: each directory's descendants follow it, before any sibling.
 pub fn walk(root: &Path) -> Vec<(PathBuf, u64)> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
@@ -186,6 +187,17 @@ mod tests {
         assert_eq!(systemd_unit("/user.slice"), Some("user.slice"));
         assert_eq!(systemd_unit("/my-test"), None);
         assert_eq!(systemd_unit("/"), None);
+    }
+
+    #[test]
+    fn descendants_follow_their_directory_in_path_order() {
+        let mut dirs: Vec<PathBuf> = ["/r/a-c", "/r/a/b", "/r/a", "/r/a.x", "/r/a/b/c"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        dirs.sort();
+        let names: Vec<&str> = dirs.iter().map(|d| d.to_str().unwrap()).collect();
+        assert_eq!(names, ["/r/a", "/r/a/b", "/r/a/b/c", "/r/a-c", "/r/a.x"]);
     }
 
     #[test]

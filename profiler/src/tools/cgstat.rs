@@ -62,15 +62,6 @@ pub struct CgroupStatOptions {
     pub json: bool,
 }
 
-#[derive(Debug)]
-pub struct CgroupStatOutcome {
-    /// Perf events held open (CPUs × events), whatever the number of cgroups.
-    pub perf_events: usize,
-    /// Cgroups that matched at the end.
-    pub cgroups: usize,
-    pub interrupted: bool,
-}
-
 /// Which cgroup directories the patterns name.
 struct Matcher {
     root: PathBuf,
@@ -114,14 +105,15 @@ impl Matcher {
     fn cgroups(&self) -> BTreeMap<Arc<str>, Vec<u64>> {
         let all = cgroup::walk(&self.root);
         let mut out: BTreeMap<Arc<str>, Vec<u64>> = BTreeMap::new();
-        for (dir, _) in &all {
+        for (i, (dir, _)) in all.iter().enumerate() {
             let rel = cgroup::relative(&self.root, dir);
             if !self.patterns.is_empty() && !self.matches(&rel) {
                 continue;
             }
-            let ids = all
+            // `walk` sorts by path components: a cgroup's descendants follow it.
+            let ids = all[i..]
                 .iter()
-                .filter(|(d, _)| d.starts_with(dir))
+                .take_while(|(d, _)| d.starts_with(dir))
                 .map(|&(_, id)| id)
                 .collect();
             out.insert(rel, ids);
@@ -217,7 +209,7 @@ pub fn cgroup_stat(
     set: &SetSpec,
     opts: &CgroupStatOptions,
     out: Box<dyn Write>,
-) -> Result<CgroupStatOutcome, CgroupStatError> {
+) -> Result<(), CgroupStatError> {
     let sys = |call: &'static str| move |source| CgroupStatError::Sys { call, source };
     let root = cgroup::root().ok_or(CgroupStatError::NoCgroup2)?;
     if !opts.glob {
@@ -325,11 +317,7 @@ pub fn cgroup_stat(
             stats.read_errors
         );
     }
-    Ok(CgroupStatOutcome {
-        perf_events: counter.perf_events(),
-        cgroups: last.len(),
-        interrupted,
-    })
+    Ok(())
 }
 
 #[cfg(test)]
