@@ -75,14 +75,8 @@ pub fn serial() -> Serial {
     // SAFETY: flock on a descriptor we own; it is released when the file is closed.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
     assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
-    // The kernel frees a closed BPF program after an RCU grace period: let the previous
-    // test's programs go before this test takes its "before" picture.
-    for _ in 0..100 {
-        if our_programs().is_empty() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    // Let the previous test's programs go before this test takes its "before" picture.
+    settle_programs(BTreeSet::is_empty);
     Serial {
         _file: file,
         _guard: guard,
@@ -108,6 +102,19 @@ pub fn profiler(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("running the profiler")
+}
+
+/// [`our_programs`] once `done` holds for them, or after 2 s: the kernel frees a closed BPF
+/// program after an RCU grace period, not when its last fd closes.
+pub fn settle_programs(done: impl Fn(&BTreeSet<u32>) -> bool) -> BTreeSet<u32> {
+    for _ in 0..100 {
+        let now = our_programs();
+        if done(&now) {
+            return now;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    our_programs()
 }
 
 /// Ids of the loaded BPF programs named like ours (`sample`, `on_fork`, `cg_switch`).

@@ -16,16 +16,7 @@ use profiler_tests::*;
 
 /// The profiler's perf event descriptors, seen from outside (/proc/PID/fd).
 fn perf_event_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| {
-            d.flatten()
-                .filter(|e| {
-                    std::fs::read_link(e.path())
-                        .is_ok_and(|l| l.to_string_lossy() == "anon_inode:[perf_event]")
-                })
-                .count()
-        })
-        .unwrap_or(0)
+    held(pid).map_or(0, |h| h.perf_events)
 }
 
 fn online_cpus() -> usize {
@@ -302,14 +293,11 @@ fn perf_events_do_not_grow_with_the_number_of_cgroups() {
             assert_eq!(faults(13), Some(0), "an idle cgroup counts nothing");
         }
     }
-    // Programs are freed after an RCU grace period: give the kernel a moment.
-    for _ in 0..100 {
-        if our_programs() == before {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    assert_eq!(our_programs(), before, "cg_switch detached at exit");
+    assert_eq!(
+        settle_programs(|now| *now == before),
+        before,
+        "cg_switch detached at exit"
+    );
     // Two events on every CPU, for one cgroup as for fifty.
     assert_eq!(
         seen,
