@@ -2,6 +2,8 @@
 
 use std::{ffi::c_int, ptr};
 
+use profiler::cpc::Cpc;
+
 use crate::{CBuf, CSet, Handle, fail, handle, set_errno, status};
 
 /// `cpc_buf_create`: a zeroed buffer sized for the set's requests now (NULL, EINVAL for a
@@ -151,6 +153,26 @@ unsafe fn source<'a>(src: *const CBuf, ds: *mut CBuf) -> Option<std::borrow::Cow
     })
 }
 
+/// `ds = op(a, b)` for `cpc_buf_sub` and `cpc_buf_add`.
+///
+/// # Safety
+/// Every pointer is NULL or live; `ds` may equal `a` or `b`.
+unsafe fn binary(
+    cpc: *const Handle,
+    ds: *mut CBuf,
+    a: *const CBuf,
+    b: *const CBuf,
+    op: fn(&Cpc, &mut CBuf, &CBuf, &CBuf),
+) {
+    // SAFETY: as documented.
+    if let (Some(h), Some(a), Some(b)) = (unsafe { handle(cpc) }, unsafe { source(a, ds) }, unsafe { source(b, ds) })
+        // SAFETY: `ds` is NULL or live, and no longer aliased by a source.
+        && let Some(d) = unsafe { ds.as_mut() }
+    {
+        op(&h.cpc, d, &a, &b);
+    }
+}
+
 /// `cpc_buf_sub`: `ds = a - b`; nothing if the sizes differ or a pointer is NULL.
 ///
 /// # Safety
@@ -163,12 +185,7 @@ pub unsafe extern "C" fn cpc_buf_sub(
     b: *const CBuf,
 ) {
     // SAFETY: as documented.
-    if let (Some(h), Some(a), Some(b)) = (unsafe { handle(cpc) }, unsafe { source(a, ds) }, unsafe { source(b, ds) })
-        // SAFETY: `ds` is NULL or live, and no longer aliased by a source.
-        && let Some(d) = unsafe { ds.as_mut() }
-    {
-        h.cpc.buf_sub(d, &a, &b);
-    }
+    unsafe { binary(cpc, ds, a, b, Cpc::buf_sub) }
 }
 
 /// `cpc_buf_add`: `ds = a + b`; nothing if the sizes differ or a pointer is NULL.
@@ -183,12 +200,7 @@ pub unsafe extern "C" fn cpc_buf_add(
     b: *const CBuf,
 ) {
     // SAFETY: as documented.
-    if let (Some(h), Some(a), Some(b)) = (unsafe { handle(cpc) }, unsafe { source(a, ds) }, unsafe { source(b, ds) })
-        // SAFETY: `ds` is NULL or live, and no longer aliased by a source.
-        && let Some(d) = unsafe { ds.as_mut() }
-    {
-        h.cpc.buf_add(d, &a, &b);
-    }
+    unsafe { binary(cpc, ds, a, b, Cpc::buf_add) }
 }
 
 /// `cpc_buf_copy`: `ds = src`; nothing if the sizes differ.
