@@ -11,7 +11,7 @@ use profiler_common::{SampleRecord, record_flags};
 
 use crate::{
     profile::{Profile, RunInfo, StackCount},
-    symbolize::{MapsSnapshot, Symbolizer},
+    symbolize::Symbolizer,
 };
 
 /// Start of the kernel half of the x86-64 address space (canonical upper half).
@@ -135,51 +135,16 @@ impl Collector {
 
     /// The profile of the samples counted so far; counting starts again from zero (the
     /// symbolizer keeps its caches and the maps it captured).
-    pub fn take_profile(&mut self, info: RunInfo, events: &[Arc<str>]) -> Profile {
-        let (stacks, info) = self.take_stacks(info);
+    pub fn take_profile(&mut self, mut info: RunInfo, events: &[Arc<str>]) -> Profile {
+        info.samples = std::mem::take(&mut self.samples);
+        self.all_samples += info.samples;
+        let stacks = std::mem::take(&mut self.stacks);
+        self.stacks.shrink_to_fit();
         let profile = symbolize(&mut self.symbolizer, stacks, info, events);
         // The stacks of exited processes are symbolized now: their maps can go.
         self.symbolizer.forget_exited();
         profile
     }
-
-    /// The samples counted so far, unsymbolized, with a snapshot of the maps they need, for
-    /// [`symbolize_interval`] on another thread; counting starts again from zero.
-    pub fn take_interval(&mut self, info: RunInfo) -> Interval {
-        let (stacks, info) = self.take_stacks(info);
-        let maps = self.symbolizer.snapshot();
-        // The snapshot holds what the exited processes' stacks need: forget them here.
-        self.symbolizer.forget_exited();
-        Interval { stacks, info, maps }
-    }
-
-    fn take_stacks(&mut self, mut info: RunInfo) -> (HashMap<RawStack, u64>, RunInfo) {
-        info.samples = std::mem::take(&mut self.samples);
-        self.all_samples += info.samples;
-        let stacks = std::mem::take(&mut self.stacks);
-        self.stacks.shrink_to_fit();
-        (stacks, info)
-    }
-}
-
-/// One interval's samples, taken from the [`Collector`] but not yet symbolized.
-pub struct Interval {
-    stacks: HashMap<RawStack, u64>,
-    info: RunInfo,
-    maps: MapsSnapshot,
-}
-
-/// Symbolizes an [`Interval`] with `symbolizer` (which keeps its caches across intervals and
-/// then forgets the processes that have exited).
-pub fn symbolize_interval(
-    symbolizer: &mut Symbolizer,
-    interval: Interval,
-    events: &[Arc<str>],
-) -> Profile {
-    symbolizer.adopt(interval.maps);
-    let profile = symbolize(symbolizer, interval.stacks, interval.info, events);
-    symbolizer.forget_exited();
-    profile
 }
 
 /// Symbolizes every distinct stack; `events[i]` names the samples of request `i`.

@@ -4,7 +4,6 @@
 
 mod aggregate;
 mod collect;
-mod interval;
 mod pidfd;
 mod status;
 mod workload;
@@ -25,7 +24,6 @@ use crate::{
     profile::{Profile, RunInfo},
 };
 use aggregate::AggregateReader;
-use interval::{IntervalWorker, next_profile};
 use pidfd::PidFd;
 use status::StatusLine;
 
@@ -491,13 +489,6 @@ pub async fn record_with(
     let mut aggregated = AggregateReader::default();
     // In aggregate mode, new processes are looked for once a second (to capture their maps).
     let mut observe_ticks = every(Some(Duration::from_secs(1)));
-    // Continuous mode symbolizes each interval on a thread of its own, so the ring keeps
-    // being read meanwhile (symbolizing an interval of a busy host takes seconds).
-    let mut symbolizing = opts
-        .interval
-        .map(|_| IntervalWorker::start(names.clone()))
-        .transpose()
-        .map_err(io("starting the symbolizing thread"))?;
 
     let stop = loop {
         tokio::select! {
@@ -516,11 +507,8 @@ pub async fn record_with(
                 let now = std::time::Instant::now();
                 let info = run_info(&stats, &mut reported, interval_started, now);
                 interval_started = std::time::Instant::now();
-                if let Some(worker) = &symbolizing {
-                    worker.send(collector.take_interval(info));
-                }
+                on_interval(collector.take_profile(info, &names));
             }
-            Some(profile) = next_profile(&mut symbolizing) => on_interval(profile),
             _ = status_ticks.tick(), if status.enabled() => {
                 let stats = sampler.stats()?;
                 status.show(started.elapsed(), stats.submitted + stats.aggregated, stats.lost);
@@ -532,12 +520,6 @@ pub async fn record_with(
         }
     };
     status.clear();
-    // The intervals still being symbolized come out first, in order.
-    if let Some(worker) = symbolizing.take() {
-        for profile in worker.finish().await {
-            on_interval(profile);
-        }
-    }
     // Close the events first so nothing new arrives, then take what is still in the ring.
     // Disabling is immediate on every CPU (detaching waits for RCU grace periods, event by
     // event), so the duration ends where sampling really ended.

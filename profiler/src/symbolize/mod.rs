@@ -29,15 +29,8 @@ type FileKey = (Arc<str>, u64);
 /// How the function around an address starts, and how far into it the address is.
 type PrologueAt = Option<(leaf::Prologue, u64)>;
 
-/// What a [`Symbolizer`] captured from /proc, handed to one on another thread.
-#[derive(Clone, Default)]
-pub struct MapsSnapshot {
-    maps: HashMap<u32, Images>,
-    perf_maps: HashMap<u32, PerfMap>,
-}
-
 /// A process's map snapshots, one per program image (command name) it was seen running.
-#[derive(Clone, Default)]
+#[derive(Default)]
 struct Images {
     snaps: Vec<([u8; 16], Arc<ProcessMaps>)>,
 }
@@ -120,21 +113,6 @@ impl Symbolizer {
         if first && let Ok(Some(map)) = PerfMap::read(pid) {
             self.perf_maps.insert(pid, map);
         }
-    }
-
-    /// The captured maps and perf maps (shared, cheap to clone), for a symbolizer on
-    /// another thread.
-    pub fn snapshot(&self) -> MapsSnapshot {
-        MapsSnapshot {
-            maps: self.maps.clone(),
-            perf_maps: self.perf_maps.clone(),
-        }
-    }
-
-    /// Takes over what another symbolizer captured (its processes may be gone by now).
-    pub fn adopt(&mut self, snapshot: MapsSnapshot) {
-        self.maps = snapshot.maps;
-        self.perf_maps = snapshot.perf_maps;
     }
 
     /// The maps of `pid` when it ran `comm` (else its latest image).
