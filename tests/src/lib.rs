@@ -132,6 +132,22 @@ pub fn our_programs() -> BTreeSet<u32> {
         .collect()
 }
 
+/// Records the loaded sampling programs have written to their ring buffers so far (the
+/// `STATS` maps' `SUBMITTED` slot, summed over CPUs and over every loaded copy): a test can
+/// wait for this to grow instead of sleeping and hoping samples arrived.
+pub fn kernel_records_submitted() -> u64 {
+    use aya::maps::{loaded_maps, Map, MapData, PerCpuArray};
+    loaded_maps()
+        .filter_map(Result::ok)
+        .filter(|m| m.name_as_str() == Some("STATS"))
+        .filter_map(|m| MapData::from_id(m.id()).ok())
+        .filter_map(|d| Map::from_map_data(d).ok())
+        .filter_map(|m| PerCpuArray::<_, u64>::try_from(m).ok())
+        .filter_map(|a| a.get(&profiler_common::stat::SUBMITTED, 0).ok())
+        .map(|v| v.iter().sum::<u64>())
+        .sum()
+}
+
 /// Maps and touches `pages` fresh pages: exactly `pages` page faults, nothing else. Not
 /// inlined, so its faulting instruction symbolizes to this function.
 #[inline(never)]
