@@ -5,6 +5,8 @@
 //! time. No `usize`, `bool` or `Option` may appear in these structs.
 #![no_std]
 
+pub mod unwind;
+
 /// Deepest stack captured per sample, per side (user and kernel). perf's default is 127 too.
 pub const MAX_STACK_DEPTH: usize = 127;
 
@@ -37,6 +39,9 @@ pub mod capture {
     /// Count samples per (process, event, stacks, cgroup) in the `AGGREGATE` map instead of
     /// writing one ring-buffer record per sample (`record --aggregate`).
     pub const AGGREGATE: u32 = 1 << 2;
+    /// Walk user stacks with the unwind tables of `UNWIND_PROCS`/`UNWIND_ROWS` (frame
+    /// pointers where a process or mapping has none); ring-buffer records only.
+    pub const UNWIND_TABLES: u32 = 1 << 3;
 }
 
 /// Entries of the in-kernel aggregation map: distinct (process, event, stacks, cgroup) keys.
@@ -118,8 +123,15 @@ pub mod stat {
     /// Stacks the stack-trace map could not store because another stack holds their hash
     /// slot (their samples are still counted, under a collision marker).
     pub const COLLISIONS: u32 = 6;
+    /// Table-unwound user stacks that did not reach the outermost frame (a frame without a
+    /// rule, an unreadable stack, the depth limit); the record is marked
+    /// [`super::record_flags::UNWIND_PARTIAL`].
+    pub const UNWIND_PARTIAL: u32 = 7;
+    /// Samples of processes without unwind tables yet (walked with frame pointers, marked
+    /// [`super::record_flags::UNWIND_NO_PROCESS`] so user space loads them).
+    pub const UNWIND_NO_PROCESS: u32 = 8;
     /// Number of slots.
-    pub const COUNT: u32 = 7;
+    pub const COUNT: u32 = 9;
 }
 
 /// Most other requests' values one record carries (`SampleRecord::siblings`).
@@ -164,6 +176,17 @@ pub struct RequestConfig {
 pub mod record_flags {
     /// `leaf_ret` holds the word at the user stack pointer.
     pub const LEAF_RET: u32 = 1 << 0;
+    /// The user stack was walked with unwind tables.
+    pub const UNWIND_TABLES: u32 = 1 << 1;
+    /// The process has no unwind tables loaded: user space should load them.
+    pub const UNWIND_NO_PROCESS: u32 = 1 << 2;
+    /// A frame's address was in no mapping the tables know (JIT code, or a library mapped
+    /// after the tables were loaded): walked on with the frame pointer.
+    pub const UNWIND_NO_MAPPING: u32 = 1 << 3;
+    /// The walk stopped before the outermost frame.
+    pub const UNWIND_PARTIAL: u32 = 1 << 4;
+    /// Some frame was found through the frame pointer (no table row for it).
+    pub const UNWIND_FP: u32 = 1 << 5;
 }
 
 /// Run-time configuration of the sampling program, slot 0 of the `CONFIG` array.

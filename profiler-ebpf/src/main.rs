@@ -10,6 +10,7 @@
 mod cgcount;
 mod follow;
 mod sampler;
+mod unwind;
 
 #[cfg(not(test))]
 #[panic_handler]

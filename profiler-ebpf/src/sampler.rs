@@ -15,6 +15,7 @@ use aya_ebpf::{
         bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_get_smp_processor_id,
         bpf_get_stack, bpf_ktime_get_ns, bpf_perf_event_read_value, bpf_perf_prog_read_value,
         bpf_probe_read_kernel, bpf_probe_read_user, bpf_send_signal_thread, bpf_task_pt_regs,
+        generated,
     },
     macros::map,
     maps::{Array, HashMap, PerCpuArray, PerfEventArray, RingBuf, StackTrace},
@@ -240,7 +241,39 @@ fn on_sample(ctx: &PerfEventContext) -> u32 {
                 bump(stat::STACK_ERRORS);
             }
         }
-        if stacks && config.capture & capture::USER_STACK != 0 {
+        let tables = stacks
+            && config.capture & capture::USER_STACK != 0
+            && config.capture & capture::UNWIND_TABLES != 0;
+        let walked = if tables {
+            crate::unwind::walk_user(ctx, tgid)
+        } else {
+            crate::unwind::Walked::NoUser
+        };
+        let mut table_walked = false;
+        match walked {
+            crate::unwind::Walked::Done(walk) => {
+                table_walked = true;
+                (*rec).user_frames = walk.n.min(MAX_STACK_DEPTH as u32);
+                // The whole array (a constant size the verifier accepts); frames past
+                // `user_frames` are ignored.
+                generated::bpf_probe_read_kernel(
+                    (*rec).user_stack.as_mut_ptr().cast(),
+                    STACK_BYTES,
+                    walk.frames.as_ptr().cast(),
+                );
+                // The leaf-caller heuristic is for frame-pointer stacks only.
+                (*rec).flags = ((*rec).flags & !record_flags::LEAF_RET) | walk.flags;
+                if walk.flags & record_flags::UNWIND_PARTIAL != 0 {
+                    bump(stat::UNWIND_PARTIAL);
+                }
+            }
+            crate::unwind::Walked::NoProcess => {
+                (*rec).flags |= record_flags::UNWIND_NO_PROCESS;
+                bump(stat::UNWIND_NO_PROCESS);
+            }
+            crate::unwind::Walked::NoUser => {}
+        }
+        if !table_walked && stacks && config.capture & capture::USER_STACK != 0 {
             let n = bpf_get_stack(
                 ctx.as_ptr(),
                 (*rec).user_stack.as_mut_ptr().cast(),
@@ -256,7 +289,10 @@ fn on_sample(ctx: &PerfEventContext) -> u32 {
     }
     // Batch wake-ups: only wake the reader once enough is pending; it also polls on a timer.
     let pending = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
-    let wake = if pending + SampleRecord::SIZE as u64 >= config.wakeup_bytes {
+    // A process without unwind tables: wake the reader now, so it loads them promptly.
+    // SAFETY: reads back a field of our own reserved record.
+    let needs_tables = unsafe { (*rec).flags } & record_flags::UNWIND_NO_PROCESS != 0;
+    let wake = if needs_tables || pending + SampleRecord::SIZE as u64 >= config.wakeup_bytes {
         BPF_RB_FORCE_WAKEUP
     } else {
         BPF_RB_NO_WAKEUP

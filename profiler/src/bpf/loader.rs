@@ -97,8 +97,15 @@ impl Sampler {
         } else {
             (1, 1)
         };
+        // Unwind tables (32 MiB of rows at full size): only when record walks with them.
+        let unwind_rows = if config.capture & capture::UNWIND_TABLES != 0 {
+            profiler_common::unwind::DEFAULT_UNWIND_ROWS
+        } else {
+            1
+        };
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("EVENTS", ring_bytes)
+            .map_max_entries("UNWIND_ROWS", unwind_rows)
             .map_max_entries("AGGREGATE", entries)
             .map_max_entries("STACK_TRACES", stacks)
             .map_max_entries("CG_COUNTS", 1)
@@ -117,6 +124,11 @@ impl Sampler {
             Array::try_from(sampler.map("CONFIG")?).map_err(map_err("CONFIG"))?;
         cfg.set(0, config, 0).map_err(map_err("CONFIG"))?;
         Ok(sampler)
+    }
+
+    /// The loaded object, for the unwinder's maps (`super::unwind`).
+    pub(super) fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
     }
 
     fn map(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, BpfError> {

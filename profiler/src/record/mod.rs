@@ -6,6 +6,7 @@ mod aggregate;
 mod collect;
 mod pidfd;
 mod status;
+mod unwind;
 mod workload;
 
 use std::{ffi::OsString, future::Future, pin::Pin, sync::Arc, time::Duration};
@@ -15,10 +16,11 @@ use profiler_common::{RequestConfig, SamplerConfig, capture, filter, request_fla
 use tokio::signal::unix::{SignalKind, signal};
 
 pub use collect::Collector;
+pub use unwind::{TableLoader, TableStats};
 pub use workload::{Workload, WorkloadError, resolve_command};
 
 use crate::{
-    bpf::{BpfError, Sampler, SamplerStats, check_privileges},
+    bpf::{BpfError, Sampler, SamplerStats, UnwindMapError, check_privileges},
     cpc::events::{Catalog, Event, EventError, EventKind},
     perf::{PerfError, PerfEvent, SamplePolicy, Scope},
     profile::{Profile, RunInfo},
@@ -41,6 +43,16 @@ pub enum Target {
     Cgroup(std::path::PathBuf),
     /// A command started by the profiler, profiled until it exits.
     Command(Vec<OsString>),
+}
+
+/// How user stacks are walked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CallGraph {
+    /// Frame pointers only (`bpf_get_stack`), with the leaf-caller heuristic.
+    FramePointer,
+    /// Unwind tables from `.eh_frame` where a module has them, frame pointers elsewhere.
+    #[default]
+    Dwarf,
 }
 
 /// Which privilege levels to sample.
@@ -76,6 +88,8 @@ pub struct RecordOptions {
     /// Walk stacks in the eBPF program (false only to measure the program's cost without
     /// them: every sample then has an empty stack).
     pub stacks: bool,
+    /// How user stacks are walked.
+    pub call_graph: CallGraph,
 }
 
 impl RecordOptions {
@@ -94,6 +108,7 @@ impl RecordOptions {
             status_line: false,
             aggregate: false,
             stacks: true,
+            call_graph: CallGraph::default(),
         }
     }
 }
@@ -116,6 +131,8 @@ pub enum RecordError {
     Perf(#[from] PerfError),
     #[error(transparent)]
     Workload(#[from] WorkloadError),
+    #[error(transparent)]
+    Unwind(#[from] UnwindMapError),
     #[error("{what}: {source}")]
     Io {
         what: &'static str,
@@ -350,16 +367,33 @@ pub async fn record_with(
         wakeup_bytes: u64::from(opts.ring_bytes / 4),
         ..Default::default()
     };
+    // Unwind tables serve ring-buffer records of user stacks (in-kernel aggregation keys
+    // stacks by the kernel's stack map, which only frame pointers fill).
+    let tables = opts.call_graph == CallGraph::Dwarf
+        && !opts.aggregate
+        && opts.stacks
+        && config.capture & capture::USER_STACK != 0;
     let config = SamplerConfig {
         capture: config.capture
             | if opts.aggregate {
                 capture::AGGREGATE
             } else {
                 0
-            },
+            }
+            | if tables { capture::UNWIND_TABLES } else { 0 },
         ..config
     };
     let mut sampler = Sampler::load(config, opts.ring_bytes)?;
+    let mut tables = if tables {
+        let mut loader = TableLoader::new(sampler.take_unwind_maps()?);
+        loader.preload_own()?;
+        if let Err(e) = sampler.hook_unwind_lifecycle() {
+            eprintln!("profiler: warning: exec and exit do not refresh unwind tables: {e}");
+        }
+        Some(loader)
+    } else {
+        None
+    };
     for i in 0..events.len() {
         let config = RequestConfig {
             index: i as u32,
@@ -377,6 +411,9 @@ pub async fn record_with(
         (Target::Pids(pids), _) => {
             for &pid in pids {
                 sampler.add_tgid(pid)?;
+                if let Some(t) = tables.as_mut() {
+                    t.load(pid, true)?;
+                }
                 // A target that is already gone is not an error: it simply contributes nothing.
                 if let Ok(fd) = PidFd::open(pid) {
                     pidfds.push(fd);
@@ -429,6 +466,10 @@ pub async fn record_with(
     let exit_watch = match workload.as_mut() {
         Some(w) => {
             w.start()?;
+            // The exec has happened: the program and its loader are mapped.
+            if let Some(t) = tables.as_mut() {
+                t.load(w.pid(), true)?;
+            }
             Some(w.pidfd().map_err(io("pidfd_open"))?)
         }
         None => None,
@@ -516,7 +557,16 @@ pub async fn record_with(
             _ = observe_ticks.tick(), if opts.aggregate => {
                 aggregated.observe(&mut sampler, &mut collector)?;
             }
-            _ = records.next_batch(opts.poll, |r| collector.add(r)) => {}
+            _ = records.next_batch(opts.poll, |r| {
+                collector.add(r);
+                if let Some(t) = tables.as_mut() {
+                    t.note(r);
+                }
+            }) => {
+                if let Some(t) = tables.as_mut() {
+                    t.load_pending()?;
+                }
+            }
         }
     };
     status.clear();

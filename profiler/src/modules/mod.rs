@@ -1,0 +1,270 @@
+//! The module registry: one entry per ELF file that any profiled process maps (keyed by build
+//! id, else device and inode), shared by every process that maps it. A module knows where its
+//! code is loaded relative to file offsets, and owns its unwind table (built from `.eh_frame`
+//! on first demand). Files are read through `/proc/PID/map_files/`, so a process in another
+//! mount namespace, or one whose file was deleted or replaced, still resolves to what it maps.
+
+mod cfi;
+mod elf;
+mod maps;
+
+use std::{collections::HashMap, path::PathBuf, sync::Arc};
+
+use profiler_common::unwind::{MAX_MODULE_ROWS, UnwindRow};
+
+pub use cfi::CfiError;
+pub use elf::ElfError;
+pub use maps::{Mapping, exec_mappings};
+
+/// Index of a module in its [`Registry`].
+pub type ModuleId = u32;
+
+/// What makes two mappings the same module.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ModuleKey {
+    BuildId(Vec<u8>),
+    /// Files without a build id: device and inode (of the file as opened, not as named).
+    Inode { dev: u64, ino: u64 },
+    /// The kernel's vDSO (the same image in every process).
+    Vdso,
+}
+
+/// A module's unwind rows, `pc` relative to `base` (a virtual address of the ELF file).
+#[derive(Debug, Default)]
+pub struct UnwindTable {
+    pub base: u64,
+    pub rows: Vec<UnwindRow>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModuleError {
+    #[error(transparent)]
+    Elf(#[from] ElfError),
+    #[error("{path}: {source}")]
+    Cfi { path: Arc<str>, source: CfiError },
+    #[error("{path}: code spans more than 4 GiB; no unwind table")]
+    TooWide { path: Arc<str> },
+    #[error("{path}: {rows} unwind rows, more than the {MAX_MODULE_ROWS} a table may hold")]
+    TooManyRows { path: Arc<str>, rows: usize },
+    #[error("{path}: file offset {offset:#x} is in no load segment")]
+    NoSegment { path: Arc<str>, offset: u64 },
+}
+
+impl ModuleError {
+    /// The mapping's process exited before its file could be opened: nothing is wrong
+    /// with the module.
+    pub fn process_gone(&self) -> bool {
+        matches!(self, ModuleError::Elf(ElfError::Open { source, .. })
+            if matches!(source.raw_os_error(), Some(libc::ESRCH | libc::ENOENT)))
+    }
+}
+
+/// One ELF file.
+#[derive(Debug)]
+pub struct Module {
+    pub key: ModuleKey,
+    /// The path it was first seen mapped at (as the mapping process names it).
+    pub path: Arc<str>,
+    info: elf::ElfInfo,
+    /// Built on first demand; `Err` is kept so a bad file is parsed once.
+    table: Option<Result<Arc<UnwindTable>, Arc<ModuleError>>>,
+}
+
+impl Module {
+    pub fn build_id(&self) -> Option<&[u8]> {
+        self.info.build_id.as_deref()
+    }
+
+    /// The file offset of one of the module's virtual addresses.
+    pub fn file_offset(&self, vaddr: u64) -> Option<u64> {
+        self.info.offset_of_vaddr(vaddr)
+    }
+}
+
+/// Every module seen, and the mappings already resolved to one.
+#[derive(Default)]
+pub struct Registry {
+    modules: Vec<Module>,
+    by_key: HashMap<ModuleKey, ModuleId>,
+    /// (device, inode) as /proc/PID/maps shows them, to the module: a mapping of a file
+    /// already known is resolved without opening it again.
+    by_inode: HashMap<(u64, u64), ModuleId>,
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn module(&self, id: ModuleId) -> &Module {
+        &self.modules[id as usize]
+    }
+
+    pub fn len(&self) -> usize {
+        self.modules.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.modules.is_empty()
+    }
+
+    pub fn build_id(&self, id: ModuleId) -> Option<&[u8]> {
+        self.module(id).build_id()
+    }
+
+    /// The module `mapping` of process `pid` maps, and its load bias (address minus the
+    /// module's virtual address).
+    pub fn register(&mut self, pid: u32, mapping: &Mapping) -> Result<(ModuleId, u64), ModuleError> {
+        let known = mapping.inode().and_then(|i| self.by_inode.get(&i).copied());
+        let id = match known {
+            Some(id) => id,
+            None => self.resolve(pid, mapping)?,
+        };
+        let module = &self.modules[id as usize];
+        let vaddr = module
+            .info
+            .vaddr_of_offset(mapping.offset)
+            .ok_or_else(|| ModuleError::NoSegment {
+                path: module.path.clone(),
+                offset: mapping.offset,
+            })?;
+        Ok((id, mapping.start.wrapping_sub(vaddr)))
+    }
+
+    /// Opens and reads the file behind a mapping, and finds or adds its module.
+    fn resolve(&mut self, pid: u32, mapping: &Mapping) -> Result<ModuleId, ModuleError> {
+        let info = if mapping.is_vdso() {
+            maps::read_vdso()?
+        } else {
+            let link = PathBuf::from(format!(
+                "/proc/{pid}/map_files/{:x}-{:x}",
+                mapping.start, mapping.end
+            ));
+            let (file, meta) = elf::open_untrusted(&link)?;
+            elf::read(file, &meta, &mapping.name)?
+        };
+        let key = if mapping.is_vdso() {
+            ModuleKey::Vdso
+        } else {
+            match &info.build_id {
+                Some(b) if !b.is_empty() => ModuleKey::BuildId(b.clone()),
+                _ => ModuleKey::Inode {
+                    dev: info.dev,
+                    ino: info.ino,
+                },
+            }
+        };
+        let id = match self.by_key.get(&key) {
+            Some(&id) => id,
+            None => {
+                let id = self.modules.len() as ModuleId;
+                self.modules.push(Module {
+                    key: key.clone(),
+                    path: mapping.name.clone(),
+                    info,
+                    table: None,
+                });
+                self.by_key.insert(key, id);
+                id
+            }
+        };
+        if let Some(inode) = mapping.inode() {
+            self.by_inode.insert(inode, id);
+        }
+        Ok(id)
+    }
+
+    /// The module's unwind table, built from its CFI the first time it is asked for.
+    pub fn unwind_table(&mut self, id: ModuleId) -> Result<Arc<UnwindTable>, Arc<ModuleError>> {
+        let module = &mut self.modules[id as usize];
+        if module.table.is_none() {
+            let built = build_table(module).map(Arc::new).map_err(Arc::new);
+            // The sections are not needed once the table exists.
+            module.info.cfi = Default::default();
+            module.table = Some(built);
+        }
+        module.table.clone().expect("set above")
+    }
+
+    /// Bytes of every unwind table built so far (their rows).
+    pub fn table_bytes(&self) -> usize {
+        self.modules
+            .iter()
+            .filter_map(|m| m.table.as_ref()?.as_ref().ok())
+            .map(|t| t.rows.len() * std::mem::size_of::<UnwindRow>())
+            .sum()
+    }
+}
+
+fn build_table(module: &Module) -> Result<UnwindTable, ModuleError> {
+    let path = || module.path.clone();
+    let rows = cfi::rows(&module.info.cfi).map_err(|source| ModuleError::Cfi {
+        path: path(),
+        source,
+    })?;
+    let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+        return Ok(UnwindTable::default());
+    };
+    let base = first.0;
+    if last.0 - base > u64::from(u32::MAX) {
+        return Err(ModuleError::TooWide { path: path() });
+    }
+    if rows.len() > MAX_MODULE_ROWS as usize {
+        return Err(ModuleError::TooManyRows {
+            path: path(),
+            rows: rows.len(),
+        });
+    }
+    let rows = rows
+        .into_iter()
+        .map(|(addr, row)| UnwindRow {
+            pc: (addr - base) as u32,
+            ..row
+        })
+        .collect();
+    Ok(UnwindTable { base, rows })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profiler_common::unwind::cfa;
+
+    #[test]
+    fn own_executable_has_a_table_covering_main_code() {
+        let mut registry = Registry::new();
+        let pid = std::process::id();
+        let mappings = exec_mappings(pid).expect("own maps");
+        let here = own_executable_has_a_table_covering_main_code as usize as u64;
+        let mapping = mappings
+            .iter()
+            .find(|m| m.start <= here && here < m.end)
+            .expect("a mapping holds this function");
+        let (id, bias) = registry.register(pid, mapping).expect("register");
+        let table = registry.unwind_table(id).expect("table");
+        assert!(table.rows.len() > 100, "{} rows", table.rows.len());
+        assert!(table.rows.windows(2).all(|w| w[0].pc < w[1].pc), "sorted");
+        let rel = (here - bias - table.base) as u32;
+        let i = table.rows.partition_point(|r| r.pc <= rel) - 1;
+        // A function's first instruction: the CFA is rsp + 8.
+        assert_eq!((table.rows[i].cfa, table.rows[i].cfa_offset), (cfa::RSP, 8));
+        // A second registration of the same file is the same module.
+        let (again, _) = registry.register(pid, mapping).expect("register");
+        assert_eq!(again, id);
+        assert!(registry.build_id(id).is_some_and(|b| !b.is_empty()));
+    }
+
+    #[test]
+    fn libc_has_a_signal_trampoline_and_plt_rows() {
+        let mut registry = Registry::new();
+        let pid = std::process::id();
+        let mappings = exec_mappings(pid).expect("own maps");
+        let Some(libc) = mappings.iter().find(|m| m.name.contains("libc.so")) else {
+            return; // a static build
+        };
+        let (id, _) = registry.register(pid, libc).expect("register libc");
+        let table = registry.unwind_table(id).expect("table");
+        assert!(table.rows.iter().any(|r| r.cfa == cfa::SIGNAL), "__restore_rt");
+        assert!(table.rows.iter().any(|r| r.cfa == cfa::PLT), ".plt");
+    }
+}

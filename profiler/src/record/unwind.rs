@@ -1,0 +1,219 @@
+//! Keeping the sampler's unwind tables in step with the processes it samples. The program
+//! marks records of processes it has no tables for (and wakes the reader at once), and those
+//! with a frame in no known mapping (a library loaded since, or JIT code); this loads the
+//! former and rescans the latter's mappings, backing off while they do not change.
+
+use std::{
+    collections::{HashMap, HashSet},
+    time::{Duration, Instant},
+};
+
+use profiler_common::{SampleRecord, record_flags, unwind::UnwindMapping};
+
+use crate::{
+    bpf::{UnwindMapError, UnwindMaps},
+    modules::{Mapping, Registry, exec_mappings},
+};
+
+/// Quickest retry of a process whose tables could not be loaded.
+const RETRY: Duration = Duration::from_millis(10);
+/// First and longest wait between rescans of a process whose frames miss its mappings.
+const RESCAN_MIN: Duration = Duration::from_millis(20);
+const RESCAN_MAX: Duration = Duration::from_secs(1);
+/// Module errors printed per run (the rest are counted).
+const MAX_WARNINGS: usize = 5;
+
+/// What the loader did (for the run's summary and the benchmark).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TableStats {
+    /// Process table loads (first loads and reloads after a change).
+    pub loads: u64,
+    /// Mappings whose module has no usable table (walked with frame pointers).
+    pub modules_without_table: u64,
+    /// Bytes of rows in the kernel's table array.
+    pub row_bytes: u64,
+    /// Modules in the registry.
+    pub modules: u64,
+}
+
+struct ProcState {
+    scanned: Instant,
+    /// Wait before the next rescan prompted by an unknown mapping.
+    backoff: Duration,
+    mappings: Vec<Mapping>,
+}
+
+pub struct TableLoader {
+    registry: Registry,
+    maps: UnwindMaps,
+    procs: HashMap<u32, ProcState>,
+    /// Processes to (re)load, and whether the kernel had no entry at all.
+    pending: HashMap<u32, bool>,
+    warned: HashSet<std::sync::Arc<str>>,
+    stats: TableStats,
+}
+
+impl TableLoader {
+    pub fn new(maps: UnwindMaps) -> Self {
+        Self {
+            registry: Registry::new(),
+            maps,
+            procs: HashMap::new(),
+            pending: HashMap::new(),
+            warned: HashSet::new(),
+            stats: TableStats::default(),
+        }
+    }
+
+    /// Builds and places the tables of this process's own modules (the C library, the
+    /// dynamic loader, the vDSO), which most targets share, so a new process's first
+    /// samples do not wait for them.
+    pub fn preload_own(&mut self) -> Result<(), UnwindMapError> {
+        let pid = std::process::id();
+        let Ok(mappings) = exec_mappings(pid) else {
+            return Ok(());
+        };
+        let shared: Vec<Mapping> = mappings
+            .into_iter()
+            .filter(|m| m.is_vdso() || m.name.contains(".so"))
+            .collect();
+        self.entries(pid, &shared).map(drop)
+    }
+
+    /// Looks at one record's unwind marks.
+    pub fn note(&mut self, rec: &SampleRecord) {
+        let now = Instant::now();
+        if rec.flags & record_flags::UNWIND_NO_PROCESS != 0 {
+            let due = self
+                .procs
+                .get(&rec.pid)
+                .is_none_or(|p| now.duration_since(p.scanned) >= RETRY);
+            if due {
+                self.pending.insert(rec.pid, true);
+            }
+        } else if rec.flags & record_flags::UNWIND_NO_MAPPING != 0 {
+            let due = self
+                .procs
+                .get(&rec.pid)
+                .is_none_or(|p| now.duration_since(p.scanned) >= p.backoff);
+            if due {
+                self.pending.entry(rec.pid).or_insert(false);
+            }
+        }
+    }
+
+    /// Loads what `note` found missing.
+    pub fn load_pending(&mut self) -> Result<(), UnwindMapError> {
+        let pending: Vec<(u32, bool)> = self.pending.drain().collect();
+        for (pid, absent) in pending {
+            self.load(pid, absent)?;
+        }
+        Ok(())
+    }
+
+    /// Loads (or refreshes) the tables of `pid`'s mappings. `absent`: the kernel has no
+    /// entry for it (new, or exec'ed since), so it is written even if the mappings look the
+    /// same as last time.
+    pub fn load(&mut self, pid: u32, absent: bool) -> Result<(), UnwindMapError> {
+        let now = Instant::now();
+        let Ok(mappings) = exec_mappings(pid) else {
+            // Gone (or not ours to read): remember the attempt so it is not retried at once.
+            self.procs.insert(
+                pid,
+                ProcState {
+                    scanned: now,
+                    backoff: RESCAN_MAX,
+                    mappings: Vec::new(),
+                },
+            );
+            return Ok(());
+        };
+        if !absent && let Some(state) = self.procs.get_mut(&pid) {
+            if state.mappings == mappings {
+                state.scanned = now;
+                state.backoff = (state.backoff * 2).min(RESCAN_MAX);
+                return Ok(());
+            }
+        }
+        let t0 = Instant::now();
+        let entries = self.entries(pid, &mappings)?;
+        if std::env::var_os("PROFILER_UNWIND_DEBUG").is_some() {
+            eprintln!("unwind: pid {pid}: {} mappings in {:?}", entries.len(), t0.elapsed());
+        }
+        self.maps.set_process(pid, &entries)?;
+        self.stats.loads += 1;
+        self.procs.insert(
+            pid,
+            ProcState {
+                scanned: now,
+                backoff: RESCAN_MIN,
+                mappings,
+            },
+        );
+        Ok(())
+    }
+
+    /// The kernel's view of `mappings`: each file-backed one with its module's rows (none
+    /// where the module has no table); anonymous memory is left out (frame pointers).
+    fn entries(
+        &mut self,
+        pid: u32,
+        mappings: &[Mapping],
+    ) -> Result<Vec<UnwindMapping>, UnwindMapError> {
+        let mut entries = Vec::with_capacity(mappings.len());
+        for m in mappings.iter().filter(|m| m.has_module()) {
+            let mut entry = UnwindMapping {
+                start: m.start,
+                end: m.end,
+                ..Default::default()
+            };
+            let table = self
+                .registry
+                .register(pid, m)
+                .map_err(std::sync::Arc::new)
+                .and_then(|(id, bias)| Ok((id, bias, self.registry.unwind_table(id)?)));
+            match table {
+                Ok((id, bias, table)) if !table.rows.is_empty() => {
+                    match self.maps.place(id, &table.rows) {
+                        Ok(range) => {
+                            entry.bias = bias.wrapping_add(table.base);
+                            entry.rows_start = range.start;
+                            entry.rows_len = range.len;
+                        }
+                        Err(e @ UnwindMapError::Full { .. }) => self.warn(&m.name, &e),
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(_) => {}
+                Err(e) if e.process_gone() => {}
+                Err(e) => self.warn(&m.name, &e),
+            }
+            if entry.rows_len == 0 {
+                self.stats.modules_without_table += 1;
+            }
+            entries.push(entry);
+        }
+        Ok(entries)
+    }
+
+    fn warn(&mut self, name: &std::sync::Arc<str>, e: &dyn std::fmt::Display) {
+        if self.warned.len() < MAX_WARNINGS && self.warned.insert(name.clone()) {
+            eprintln!("profiler: warning: {name}: no unwind table, frame pointers used: {e}");
+        }
+    }
+
+    /// Forgets a process that exited.
+    pub fn forget(&mut self, pid: u32) {
+        if self.procs.remove(&pid).is_some() {
+            self.maps.remove_process(pid);
+        }
+    }
+
+    pub fn stats(&self) -> TableStats {
+        TableStats {
+            row_bytes: self.maps.row_bytes() as u64,
+            modules: self.registry.len() as u64,
+            ..self.stats
+        }
+    }
+}
