@@ -289,9 +289,9 @@ fn on_sample(ctx: &PerfEventContext) -> u32 {
     }
     // Batch wake-ups: only wake the reader once enough is pending; it also polls on a timer.
     let pending = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
-    // A process without unwind tables: wake the reader now, so it loads them promptly.
-    // SAFETY: reads back a field of our own reserved record.
-    let needs_tables = unsafe { (*rec).flags } & record_flags::UNWIND_NO_PROCESS != 0;
+    // Tables missing: wake the reader now, so it loads them promptly.
+    // SAFETY: reads back fields of our own reserved record.
+    let needs_tables = unsafe { crate::unwind::wake_for_tables((*rec).flags, (*rec).time_ns) };
     let wake = if needs_tables || pending + SampleRecord::SIZE as u64 >= config.wakeup_bytes {
         BPF_RB_FORCE_WAKEUP
     } else {

@@ -53,6 +53,38 @@ pub(crate) struct Walk {
 #[map]
 static WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
 
+/// When this CPU last woke the reader for a frame in an unknown mapping (ns).
+#[map]
+static WOKE_AT: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// Least time between two wake-ups for unknown mappings on one CPU: JIT code is in no
+/// mapping for good, and must not wake the reader at every sample.
+const MAPPING_WAKEUP_NS: u64 = 10_000_000;
+
+/// Whether a record with these `record_flags` should wake the reader at once, so that it
+/// loads the tables it lacks: always for a process without tables, at most every
+/// `MAPPING_WAKEUP_NS` per CPU for a frame in an unknown mapping (a library just loaded).
+#[inline(always)]
+pub(crate) fn wake_for_tables(flags: u32, now: u64) -> bool {
+    if flags & record_flags::UNWIND_NO_PROCESS != 0 {
+        return true;
+    }
+    if flags & record_flags::UNWIND_NO_MAPPING == 0 {
+        return false;
+    }
+    let Some(last) = WOKE_AT.get_ptr_mut(0) else {
+        return false;
+    };
+    // SAFETY: this CPU's slot; perf_event programs do not nest on one CPU.
+    unsafe {
+        if now.wrapping_sub(*last) < MAPPING_WAKEUP_NS {
+            return false;
+        }
+        *last = now;
+    }
+    true
+}
+
 /// What a `bpf_loop` iteration needs, on the caller's stack.
 #[repr(C)]
 struct LoopCtx {

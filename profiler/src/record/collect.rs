@@ -92,6 +92,11 @@ impl Collector {
         *self.stacks.entry(key).or_default() += 1;
     }
 
+    /// Merges `pid`'s current maps into what was captured (a library was mapped since).
+    pub fn refresh_maps(&mut self, pid: u32) {
+        self.symbolizer.merge_current_maps(pid);
+    }
+
     /// Captures `pid`'s maps now, while it lives (in-kernel aggregation sees pids before
     /// their stacks are read).
     pub fn observe(&mut self, pid: u32) {

@@ -564,7 +564,9 @@ pub async fn record_with(
                 }
             }) => {
                 if let Some(t) = tables.as_mut() {
-                    t.load_pending()?;
+                    for pid in t.load_pending()? {
+                        collector.refresh_maps(pid);
+                    }
                 }
             }
         }

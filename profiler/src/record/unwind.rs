@@ -18,7 +18,7 @@ use crate::{
 /// Quickest retry of a process whose tables could not be loaded.
 const RETRY: Duration = Duration::from_millis(10);
 /// First and longest wait between rescans of a process whose frames miss its mappings.
-const RESCAN_MIN: Duration = Duration::from_millis(20);
+const RESCAN_MIN: Duration = Duration::from_millis(5);
 const RESCAN_MAX: Duration = Duration::from_secs(1);
 /// Module errors printed per run (the rest are counted).
 const MAX_WARNINGS: usize = 5;
@@ -102,19 +102,23 @@ impl TableLoader {
         }
     }
 
-    /// Loads what `note` found missing.
-    pub fn load_pending(&mut self) -> Result<(), UnwindMapError> {
+    /// Loads what `note` found missing; returns the processes whose mappings changed since
+    /// they were last loaded (their symbolization maps need refreshing too).
+    pub fn load_pending(&mut self) -> Result<Vec<u32>, UnwindMapError> {
         let pending: Vec<(u32, bool)> = self.pending.drain().collect();
+        let mut changed = Vec::new();
         for (pid, absent) in pending {
-            self.load(pid, absent)?;
+            if self.load(pid, absent)? {
+                changed.push(pid);
+            }
         }
-        Ok(())
+        Ok(changed)
     }
 
     /// Loads (or refreshes) the tables of `pid`'s mappings. `absent`: the kernel has no
     /// entry for it (new, or exec'ed since), so it is written even if the mappings look the
-    /// same as last time.
-    pub fn load(&mut self, pid: u32, absent: bool) -> Result<(), UnwindMapError> {
+    /// same as last time. Returns whether a process loaded before had new mappings.
+    pub fn load(&mut self, pid: u32, absent: bool) -> Result<bool, UnwindMapError> {
         let now = Instant::now();
         let Ok(mappings) = exec_mappings(pid) else {
             // Gone (or not ours to read): remember the attempt so it is not retried at once.
@@ -126,20 +130,20 @@ impl TableLoader {
                     mappings: Vec::new(),
                 },
             );
-            return Ok(());
+            return Ok(false);
         };
         if !absent && let Some(state) = self.procs.get_mut(&pid) {
             if state.mappings == mappings {
                 state.scanned = now;
                 state.backoff = (state.backoff * 2).min(RESCAN_MAX);
-                return Ok(());
+                return Ok(false);
             }
         }
-        let t0 = Instant::now();
+        let changed = self
+            .procs
+            .get(&pid)
+            .is_some_and(|p| !p.mappings.is_empty() && p.mappings != mappings);
         let entries = self.entries(pid, &mappings)?;
-        if std::env::var_os("PROFILER_UNWIND_DEBUG").is_some() {
-            eprintln!("unwind: pid {pid}: {} mappings in {:?}", entries.len(), t0.elapsed());
-        }
         self.maps.set_process(pid, &entries)?;
         self.stats.loads += 1;
         self.procs.insert(
@@ -150,7 +154,7 @@ impl TableLoader {
                 mappings,
             },
         );
-        Ok(())
+        Ok(changed)
     }
 
     /// The kernel's view of `mappings`: each file-backed one with its module's rows (none
