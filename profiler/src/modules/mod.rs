@@ -46,6 +46,8 @@ pub enum ModuleError {
     TooWide { path: Arc<str> },
     #[error("{path}: {rows} unwind rows, more than the {MAX_MODULE_ROWS} a table may hold")]
     TooManyRows { path: Arc<str>, rows: usize },
+    #[error("{path}: the unwind table is still being built")]
+    Building { path: Arc<str> },
     #[error("{path}: file offset {offset:#x} is in no load segment")]
     NoSegment { path: Arc<str>, offset: u64 },
 }
@@ -68,6 +70,8 @@ pub struct Module {
     info: elf::ElfInfo,
     /// Built on first demand; `Err` is kept so a bad file is parsed once.
     table: Option<Result<Arc<UnwindTable>, Arc<ModuleError>>>,
+    /// Its [`TableJob`] was handed out and has not finished.
+    building: bool,
 }
 
 impl Module {
@@ -163,6 +167,7 @@ impl Registry {
                     path: mapping.name.clone(),
                     info,
                     table: None,
+                    building: false,
                 });
                 self.by_key.insert(key, id);
                 id
@@ -176,14 +181,57 @@ impl Registry {
 
     /// The module's unwind table, built from its CFI the first time it is asked for.
     pub fn unwind_table(&mut self, id: ModuleId) -> Result<Arc<UnwindTable>, Arc<ModuleError>> {
-        let module = &mut self.modules[id as usize];
-        if module.table.is_none() {
-            let built = build_table(module).map(Arc::new).map_err(Arc::new);
-            // The sections are not needed once the table exists.
-            module.info.cfi = Default::default();
-            module.table = Some(built);
+        if let Some(job) = self.table_job(id) {
+            let built = job.build();
+            self.finish_table(id, built);
         }
-        module.table.clone().expect("set above")
+        // None: its job was handed out earlier and is still running.
+        self.table(id).unwrap_or_else(|| {
+            Err(Arc::new(ModuleError::Building {
+                path: self.modules[id as usize].path.clone(),
+            }))
+        })
+    }
+
+    /// Whether the module's table job was handed out and has not finished.
+    pub fn building(&self, id: ModuleId) -> bool {
+        self.modules[id as usize].building
+    }
+
+    /// The work of building the module's table, taken out of the registry (so it can run
+    /// elsewhere) the first time it is asked for; `None` once taken.
+    pub fn table_job(&mut self, id: ModuleId) -> Option<TableJob> {
+        let module = &mut self.modules[id as usize];
+        if module.building || module.table.is_some() {
+            return None;
+        }
+        module.building = true;
+        Some(TableJob {
+            path: module.path.clone(),
+            cfi: std::mem::take(&mut module.info.cfi),
+        })
+    }
+
+    /// Stores the outcome of the module's [`TableJob`].
+    pub fn finish_table(&mut self, id: ModuleId, built: Result<UnwindTable, ModuleError>) {
+        let module = &mut self.modules[id as usize];
+        module.building = false;
+        module.table = Some(built.map(Arc::new).map_err(Arc::new));
+    }
+
+    /// The module's table once built (`None` before).
+    pub fn table(&self, id: ModuleId) -> Option<Result<Arc<UnwindTable>, Arc<ModuleError>>> {
+        self.modules[id as usize].table.clone()
+    }
+
+    /// Bytes of CFI the module's table is (to be) built from.
+    pub fn cfi_bytes(&self, id: ModuleId) -> usize {
+        let cfi = &self.modules[id as usize].info.cfi;
+        [&cfi.eh_frame, &cfi.debug_frame]
+            .iter()
+            .filter_map(|s| s.as_ref())
+            .map(|s| s.data.len())
+            .sum()
     }
 
     /// Bytes of every unwind table built so far (their rows).
@@ -196,33 +244,41 @@ impl Registry {
     }
 }
 
-fn build_table(module: &Module) -> Result<UnwindTable, ModuleError> {
-    let path = || module.path.clone();
-    let rows = cfi::rows(&module.info.cfi).map_err(|source| ModuleError::Cfi {
-        path: path(),
-        source,
-    })?;
-    let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
-        return Ok(UnwindTable::default());
-    };
-    let base = first.0;
-    if last.0 - base > u64::from(u32::MAX) {
-        return Err(ModuleError::TooWide { path: path() });
-    }
-    if rows.len() > MAX_MODULE_ROWS as usize {
-        return Err(ModuleError::TooManyRows {
+/// A module's CFI, to evaluate into its table (on any thread).
+pub struct TableJob {
+    path: Arc<str>,
+    cfi: cfi::CfiSections,
+}
+
+impl TableJob {
+    pub fn build(self) -> Result<UnwindTable, ModuleError> {
+        let path = || self.path.clone();
+        let rows = cfi::rows(&self.cfi).map_err(|source| ModuleError::Cfi {
             path: path(),
-            rows: rows.len(),
-        });
+            source,
+        })?;
+        let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+            return Ok(UnwindTable::default());
+        };
+        let base = first.0;
+        if last.0 - base > u64::from(u32::MAX) {
+            return Err(ModuleError::TooWide { path: path() });
+        }
+        if rows.len() > MAX_MODULE_ROWS as usize {
+            return Err(ModuleError::TooManyRows {
+                path: path(),
+                rows: rows.len(),
+            });
+        }
+        let rows = rows
+            .into_iter()
+            .map(|(addr, row)| UnwindRow {
+                pc: (addr - base) as u32,
+                ..row
+            })
+            .collect();
+        Ok(UnwindTable { base, rows })
     }
-    let rows = rows
-        .into_iter()
-        .map(|(addr, row)| UnwindRow {
-            pc: (addr - base) as u32,
-            ..row
-        })
-        .collect();
-    Ok(UnwindTable { base, rows })
 }
 
 #[cfg(test)]

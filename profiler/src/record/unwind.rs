@@ -5,6 +5,7 @@
 
 use std::{
     collections::{HashMap, HashSet},
+    sync::mpsc,
     time::{Duration, Instant},
 };
 
@@ -12,8 +13,39 @@ use profiler_common::{SampleRecord, record_flags, unwind::UnwindMapping};
 
 use crate::{
     bpf::{UnwindMapError, UnwindMaps},
-    modules::{Mapping, Registry, exec_mappings},
+    modules::{Mapping, ModuleError, ModuleId, Registry, TableJob, UnwindTable, exec_mappings},
 };
+
+/// Modules with more CFI than this have their tables built on a worker thread (rustc's
+/// driver library has 6 MiB), so that a big module does not hold up the reader and every
+/// other process's tables; smaller ones (libc has 150 KiB) are built at once.
+const SYNC_CFI_BYTES: usize = 512 << 10;
+
+type Built = (ModuleId, Result<UnwindTable, ModuleError>);
+
+/// The thread that builds big modules' tables, one after another.
+struct Worker {
+    jobs: mpsc::Sender<(ModuleId, TableJob)>,
+    done: mpsc::Receiver<Built>,
+}
+
+impl Worker {
+    fn start() -> Option<Self> {
+        let (jobs, rx) = mpsc::channel::<(ModuleId, TableJob)>();
+        let (tx, done) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("unwind-tables".into())
+            .spawn(move || {
+                for (id, job) in rx {
+                    if tx.send((id, job.build())).is_err() {
+                        break;
+                    }
+                }
+            })
+            .ok()?;
+        Some(Self { jobs, done })
+    }
+}
 
 /// Quickest retry of a process whose tables could not be loaded.
 const RETRY: Duration = Duration::from_millis(10);
@@ -51,6 +83,9 @@ pub struct TableLoader {
     pending: HashMap<u32, bool>,
     warned: HashSet<std::sync::Arc<str>>,
     stats: TableStats,
+    worker: Option<Worker>,
+    /// Processes to publish again when a module's table is built.
+    waiting: HashMap<ModuleId, HashSet<u32>>,
 }
 
 impl TableLoader {
@@ -62,6 +97,8 @@ impl TableLoader {
             pending: HashMap::new(),
             warned: HashSet::new(),
             stats: TableStats::default(),
+            worker: Worker::start(),
+            waiting: HashMap::new(),
         }
     }
 
@@ -105,6 +142,7 @@ impl TableLoader {
     /// Loads what `note` found missing; returns the processes whose mappings changed since
     /// they were last loaded (their symbolization maps need refreshing too).
     pub fn load_pending(&mut self) -> Result<Vec<u32>, UnwindMapError> {
+        self.collect_built();
         let pending: Vec<(u32, bool)> = self.pending.drain().collect();
         let mut changed = Vec::new();
         for (pid, absent) in pending {
@@ -171,13 +209,16 @@ impl TableLoader {
                 end: m.end,
                 ..Default::default()
             };
-            let table = self
-                .registry
-                .register(pid, m)
-                .map_err(std::sync::Arc::new)
-                .and_then(|(id, bias)| Ok((id, bias, self.registry.unwind_table(id)?)));
+            let table = match self.registry.register(pid, m) {
+                Ok((id, bias)) => match self.table(pid, id) {
+                    Some(Ok(t)) => Ok(Some((id, bias, t))),
+                    Some(Err(e)) => Err(e),
+                    None => Ok(None),
+                },
+                Err(e) => Err(std::sync::Arc::new(e)),
+            };
             match table {
-                Ok((id, bias, table)) if !table.rows.is_empty() => {
+                Ok(Some((id, bias, table))) if !table.rows.is_empty() => {
                     match self.maps.place(id, &table.rows) {
                         Ok(range) => {
                             entry.bias = bias.wrapping_add(table.base);
@@ -198,6 +239,46 @@ impl TableLoader {
             entries.push(entry);
         }
         Ok(entries)
+    }
+
+    /// Module `id`'s table: built now if small, else handed to the worker (`None` until it
+    /// is done; `pid` is published again then).
+    fn table(
+        &mut self,
+        pid: u32,
+        id: ModuleId,
+    ) -> Option<Result<std::sync::Arc<UnwindTable>, std::sync::Arc<ModuleError>>> {
+        if let Some(t) = self.registry.table(id) {
+            return Some(t);
+        }
+        if self.registry.building(id) {
+            self.waiting.entry(id).or_default().insert(pid);
+            return None;
+        }
+        if self.registry.cfi_bytes(id) <= SYNC_CFI_BYTES || self.worker.is_none() {
+            return Some(self.registry.unwind_table(id));
+        }
+        if let (Some(job), Some(w)) = (self.registry.table_job(id), &self.worker)
+            && let Err(mpsc::SendError((_, job))) = w.jobs.send((id, job))
+        {
+            // The worker is gone: build here.
+            self.registry.finish_table(id, job.build());
+            return self.registry.table(id);
+        }
+        self.waiting.entry(id).or_default().insert(pid);
+        None
+    }
+
+    /// Stores the tables the worker finished and queues their processes for publishing.
+    fn collect_built(&mut self) {
+        let Some(w) = &self.worker else { return };
+        let built: Vec<Built> = w.done.try_iter().collect();
+        for (id, table) in built {
+            self.registry.finish_table(id, table);
+            for pid in self.waiting.remove(&id).unwrap_or_default() {
+                self.pending.insert(pid, true);
+            }
+        }
     }
 
     fn warn(&mut self, name: &std::sync::Arc<str>, e: &dyn std::fmt::Display) {
