@@ -5,6 +5,7 @@
 //! time. No `usize`, `bool` or `Option` may appear in these structs.
 #![no_std]
 
+pub mod stack;
 pub mod unwind;
 
 /// Deepest stack captured per sample, per side (user and kernel). perf's default is 127 too.
@@ -207,7 +208,8 @@ pub struct SamplerConfig {
     pub fork_child_offset: u32,
 }
 
-/// One sample, as written to the ring buffer by the perf_event program.
+/// One overflow, as written to the ring buffer by the libcpc overflow program (`record`'s
+/// samples are [`stack::StackSampleHeader`]s with their frames).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct SampleRecord {
@@ -225,10 +227,6 @@ pub struct SampleRecord {
     /// Data address of the sample (`bpf_perf_event_data.addr`): the faulting address for
     /// page-fault events, the PMU's data address for precise sampling (PEBS loads), else 0.
     pub addr: u64,
-    /// The user word at the stack pointer, for user-mode samples ([`record_flags::LEAF_RET`]):
-    /// the return address of a function that set up no frame pointer, which a frame-pointer
-    /// walk would otherwise skip.
-    pub leaf_ret: u64,
     /// Process id (tgid).
     pub pid: u32,
     /// Thread id.
@@ -237,14 +235,6 @@ pub struct SampleRecord {
     pub cpu: u32,
     /// Index of the request (event) that overflowed.
     pub request: u32,
-    /// Valid frames in `kernel_stack`.
-    pub kernel_frames: u32,
-    /// Valid frames in `user_stack`.
-    pub user_frames: u32,
-    /// [`record_flags`] bits.
-    pub flags: u32,
-    /// Explicit padding to keep the arrays 8-byte aligned.
-    pub _pad0: u32,
     /// Thread name (`comm`), NUL padded.
     pub comm: [u8; 16],
     /// Virtual values (preset + count) of the set's requests at the overflow, by index, when
@@ -254,14 +244,10 @@ pub struct SampleRecord {
     pub sibling_count: u32,
     /// Explicit padding.
     pub _pad1: u32,
-    /// Kernel frames, innermost first.
-    pub kernel_stack: [u64; MAX_STACK_DEPTH],
-    /// User frames, innermost first (frame 0 is the user IP).
-    pub user_stack: [u64; MAX_STACK_DEPTH],
 }
 
 const _: () = assert!(core::mem::size_of::<SamplerConfig>() == 24);
-const _: () = assert!(core::mem::size_of::<SampleRecord>() == 176 + 2 * 8 * MAX_STACK_DEPTH);
+const _: () = assert!(core::mem::size_of::<SampleRecord>() == 152);
 const _: () = assert!(core::mem::align_of::<SampleRecord>() == 8);
 const _: () = assert!(core::mem::size_of::<RequestConfig>() == 32);
 const _: () = assert!(core::mem::size_of::<AggregateKey>() == 24);
@@ -275,6 +261,9 @@ unsafe impl aya::Pod for SamplerConfig {}
 // SAFETY: as above.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for SampleRecord {}
+// SAFETY: as above.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for stack::StackSampleHeader {}
 // SAFETY: as above.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for RequestConfig {}
@@ -300,15 +289,5 @@ impl SampleRecord {
             .position(|&b| b == 0)
             .unwrap_or(self.comm.len());
         &self.comm[..end]
-    }
-
-    /// Valid user frames (clamped to the array, whatever the kernel reported).
-    pub fn user_frames(&self) -> &[u64] {
-        &self.user_stack[..(self.user_frames as usize).min(MAX_STACK_DEPTH)]
-    }
-
-    /// Valid kernel frames (clamped to the array).
-    pub fn kernel_frames(&self) -> &[u64] {
-        &self.kernel_stack[..(self.kernel_frames as usize).min(MAX_STACK_DEPTH)]
     }
 }

@@ -12,7 +12,9 @@ mod workload;
 use std::{ffi::OsString, future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use nix::sys::wait::WaitStatus;
-use profiler_common::{RequestConfig, SamplerConfig, capture, filter, request_flags};
+use profiler_common::{
+    RequestConfig, SamplerConfig, capture, filter, request_flags, stack::StackSampleHeader,
+};
 use tokio::signal::unix::{SignalKind, signal};
 
 pub use collect::Collector;
@@ -383,7 +385,7 @@ pub async fn record_with(
             | if tables { capture::UNWIND_TABLES } else { 0 },
         ..config
     };
-    let mut sampler = Sampler::load(config, opts.ring_bytes)?;
+    let mut sampler = Sampler::load_record(config, opts.ring_bytes)?;
     let mut tables = if tables {
         let mut loader = TableLoader::new(sampler.take_unwind_maps()?);
         loader.preload_own()?;
@@ -557,10 +559,12 @@ pub async fn record_with(
             _ = observe_ticks.tick(), if opts.aggregate => {
                 aggregated.observe(&mut sampler, &mut collector)?;
             }
-            _ = records.next_batch(opts.poll, |r| {
-                collector.add(r);
-                if let Some(t) = tables.as_mut() {
-                    t.note(r);
+            _ = records.next_batch_bytes(opts.poll, |bytes| {
+                if let Some((header, frames)) = StackSampleHeader::parse(bytes) {
+                    collector.add(&header, frames);
+                    if let Some(t) = tables.as_mut() {
+                        t.note(&header);
+                    }
                 }
             }) => {
                 if let Some(t) = tables.as_mut() {
@@ -580,7 +584,11 @@ pub async fn record_with(
     }
     let ended = std::time::Instant::now();
     sampler.detach_all();
-    records.drain(|r| collector.add(r));
+    records.drain_bytes(|bytes| {
+        if let Some((header, frames)) = StackSampleHeader::parse(bytes) {
+            collector.add(&header, frames);
+        }
+    });
     if opts.aggregate {
         aggregated.read(&mut sampler, &mut collector)?;
     }

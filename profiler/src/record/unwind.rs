@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use profiler_common::{SampleRecord, record_flags, unwind::UnwindMapping};
+use profiler_common::{record_flags, stack::StackSampleHeader, unwind::UnwindMapping};
 
 use crate::{
     bpf::{UnwindMapError, UnwindMaps},
@@ -118,7 +118,7 @@ impl TableLoader {
     }
 
     /// Looks at one record's unwind marks.
-    pub fn note(&mut self, rec: &SampleRecord) {
+    pub fn note(&mut self, rec: &StackSampleHeader) {
         let now = Instant::now();
         if rec.flags & record_flags::UNWIND_NO_PROCESS != 0 {
             let due = self
