@@ -212,7 +212,7 @@ fn sigint_still_reports_and_detaches() {
     thread::sleep(Duration::from_millis(1500));
     assert_eq!(
         our_programs().len(),
-        before.len() + 1,
+        before.len() + RECORD_PROGRAMS,
         "the program should be loaded while recording"
     );
     // SAFETY: kill(2) on our own child's pid.

@@ -156,6 +156,11 @@ impl UnwindMaps {
     pub fn row_bytes(&self) -> usize {
         self.used as usize * size_of::<UnwindRow>()
     }
+
+    /// Bytes of the row array (allocated whole by the kernel when the map is created).
+    pub fn reserved_bytes(&self) -> usize {
+        self.capacity as usize * size_of::<UnwindRow>()
+    }
 }
 
 impl Drop for UnwindMaps {
@@ -188,5 +193,35 @@ impl Sampler {
             program.attach("sched", event)?;
         }
         Ok(())
+    }
+}
+
+impl Sampler {
+    /// (table walks that stopped short, samples of processes without tables), summed over
+    /// CPUs.
+    pub fn unwind_counts(&mut self) -> Result<(u64, u64), BpfError> {
+        let map = self
+            .ebpf_mut()
+            .map_mut("STATS")
+            .ok_or(BpfError::Missing("map `STATS`"))?;
+        let stats: aya::maps::PerCpuArray<_, u64> =
+            aya::maps::PerCpuArray::try_from(map).map_err(|source| BpfError::Map {
+                name: "STATS",
+                source,
+            })?;
+        let slot = |i: u32| -> Result<u64, BpfError> {
+            Ok(stats
+                .get(&i, 0)
+                .map_err(|source| BpfError::Map {
+                    name: "STATS",
+                    source,
+                })?
+                .iter()
+                .sum())
+        };
+        Ok((
+            slot(profiler_common::stat::UNWIND_PARTIAL)?,
+            slot(profiler_common::stat::UNWIND_NO_PROCESS)?,
+        ))
     }
 }

@@ -107,6 +107,9 @@ pub struct RecordArgs {
     /// has them, frame pointers elsewhere) or `fp` (frame pointers only).
     #[arg(long = "call-graph", value_enum, default_value = "dwarf", value_name = "MODE")]
     pub call_graph: CallGraphArg,
+    /// Print the unwinder's and the ring's totals on stderr at the end (benchmarks).
+    #[arg(long, hide = true)]
+    pub unwind_stats: bool,
     /// Print no report (the output file is still written).
     #[arg(short, long)]
     pub quiet: bool,
@@ -151,6 +154,7 @@ impl RecordArgs {
         opts.status_line = std::io::stderr().is_terminal();
         opts.aggregate = self.aggregate;
         opts.stacks = !self.no_stacks;
+        opts.unwind_stats = self.unwind_stats;
         opts.call_graph = match self.call_graph {
             CallGraphArg::Fp => CallGraph::FramePointer,
             CallGraphArg::Dwarf => CallGraph::Dwarf,

@@ -92,6 +92,8 @@ pub struct RecordOptions {
     pub stacks: bool,
     /// How user stacks are walked.
     pub call_graph: CallGraph,
+    /// Print the unwinder's and the ring's totals to stderr at the end (benchmarks).
+    pub unwind_stats: bool,
 }
 
 impl RecordOptions {
@@ -111,6 +113,7 @@ impl RecordOptions {
             aggregate: false,
             stacks: true,
             call_graph: CallGraph::default(),
+            unwind_stats: false,
         }
     }
 }
@@ -478,6 +481,8 @@ pub async fn record_with(
     };
 
     let mut collector = Collector::default();
+    // Bytes of records read from the ring (for `unwind_stats`).
+    let mut ring_bytes = 0u64;
     let deadline: Pin<Box<dyn Future<Output = ()>>> = match opts.duration {
         Some(d) => Box::pin(tokio::time::sleep(d)),
         None => Box::pin(std::future::pending()),
@@ -560,6 +565,7 @@ pub async fn record_with(
                 aggregated.observe(&mut sampler, &mut collector)?;
             }
             _ = records.next_batch_bytes(opts.poll, |bytes| {
+                ring_bytes += bytes.len() as u64;
                 if let Some((header, frames)) = StackSampleHeader::parse(bytes) {
                     collector.add(&header, frames);
                     if let Some(t) = tables.as_mut() {
@@ -585,6 +591,7 @@ pub async fn record_with(
     let ended = std::time::Instant::now();
     sampler.detach_all();
     records.drain_bytes(|bytes| {
+        ring_bytes += bytes.len() as u64;
         if let Some((header, frames)) = StackSampleHeader::parse(bytes) {
             collector.add(&header, frames);
         }
@@ -593,6 +600,23 @@ pub async fn record_with(
         aggregated.read(&mut sampler, &mut collector)?;
     }
     let stats = sampler.stats()?;
+    if opts.unwind_stats {
+        let (partial, no_process) = sampler.unwind_counts()?;
+        let t = tables.as_ref().map(|t| t.stats()).unwrap_or_default();
+        eprintln!(
+            "unwind-stats samples={} ring_bytes={ring_bytes} partial={partial} \
+             no_process={no_process} modules={} processes={} loads={} \
+             modules_without_table={} row_bytes={} reserved_bytes={} user_bytes={}",
+            stats.submitted,
+            t.modules,
+            t.processes,
+            t.loads,
+            t.modules_without_table,
+            t.row_bytes,
+            t.reserved_bytes,
+            t.user_bytes
+        );
+    }
     drop(sampler);
     let command_status = workload.as_mut().and_then(|w| w.try_reap());
     let since = if opts.interval.is_some() {

@@ -62,8 +62,13 @@ pub struct TableStats {
     pub loads: u64,
     /// Mappings whose module has no usable table (walked with frame pointers).
     pub modules_without_table: u64,
-    /// Bytes of rows in the kernel's table array.
+    /// Bytes of rows in the kernel's table array, and of the array.
     pub row_bytes: u64,
+    pub reserved_bytes: u64,
+    /// Bytes of tables user space holds (the rows, before they are placed).
+    pub user_bytes: u64,
+    /// Processes with tables.
+    pub processes: u64,
     /// Modules in the registry.
     pub modules: u64,
 }
@@ -297,6 +302,9 @@ impl TableLoader {
     pub fn stats(&self) -> TableStats {
         TableStats {
             row_bytes: self.maps.row_bytes() as u64,
+            reserved_bytes: self.maps.reserved_bytes() as u64,
+            user_bytes: self.registry.table_bytes() as u64,
+            processes: self.procs.len() as u64,
             modules: self.registry.len() as u64,
             ..self.stats
         }
