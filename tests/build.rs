@@ -9,7 +9,11 @@ const FIXTURES: &[(&str, &[&str])] = &[
     ("spin", &["-O1", "-g", "-pthread"]),
     ("jit", &["-O1", "-g"]),
     ("nofp", &["-O2", "-g", "-fomit-frame-pointer"]),
-    ("nofplib", &["-O2", "-g", "-fomit-frame-pointer", "-fPIC", "-shared"]),
+    (
+        "nofplib",
+        &["-O2", "-g", "-fomit-frame-pointer", "-fPIC", "-shared"],
+    ),
+    ("crowd", &["-O1", "-g", "-pthread"]),
 ];
 
 /// Rust fixtures, built as `cargo build --release` builds (no frame pointers).

@@ -124,15 +124,18 @@ pub mod stat {
     /// Stacks the stack-trace map could not store because another stack holds their hash
     /// slot (their samples are still counted, under a collision marker).
     pub const COLLISIONS: u32 = 6;
+    /// Children of targets that could not join the `TGIDS` filter (the map was full): their
+    /// samples are filtered out, so each is reported as an untracked process.
+    pub const FOLLOW_FAILED: u32 = 7;
     /// Table-unwound user stacks that did not reach the outermost frame (a frame without a
     /// rule, an unreadable stack, the depth limit); the record is marked
     /// [`super::record_flags::UNWIND_PARTIAL`].
-    pub const UNWIND_PARTIAL: u32 = 7;
+    pub const UNWIND_PARTIAL: u32 = 8;
     /// Samples of processes without unwind tables yet (walked with frame pointers, marked
     /// [`super::record_flags::UNWIND_NO_PROCESS`] so user space loads them).
-    pub const UNWIND_NO_PROCESS: u32 = 8;
+    pub const UNWIND_NO_PROCESS: u32 = 9;
     /// Number of slots.
-    pub const COUNT: u32 = 9;
+    pub const COUNT: u32 = 10;
 }
 
 /// Most other requests' values one record carries (`SampleRecord::siblings`).
@@ -206,7 +209,16 @@ pub struct SamplerConfig {
     /// Offset of `child_pid` in the `sched:sched_process_fork` record (it differs between
     /// kernels, so user space reads it from tracefs).
     pub fork_child_offset: u32,
+    /// Offset of `group_dead` in the `sched:sched_process_exit` record, or
+    /// [`NO_GROUP_DEAD`] on kernels whose record has no such field (before 6.16).
+    pub exit_group_dead_offset: u32,
+    /// Explicit padding.
+    pub _pad: u32,
 }
+
+/// [`SamplerConfig::exit_group_dead_offset`] when the exit record has no `group_dead`: a
+/// process then leaves the filter when its main thread exits.
+pub const NO_GROUP_DEAD: u32 = u32::MAX;
 
 /// One overflow, as written to the ring buffer by the libcpc overflow program (`record`'s
 /// samples are [`stack::StackSampleHeader`]s with their frames).
@@ -246,7 +258,7 @@ pub struct SampleRecord {
     pub _pad1: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<SamplerConfig>() == 24);
+const _: () = assert!(core::mem::size_of::<SamplerConfig>() == 32);
 const _: () = assert!(core::mem::size_of::<SampleRecord>() == 152);
 const _: () = assert!(core::mem::align_of::<SampleRecord>() == 8);
 const _: () = assert!(core::mem::size_of::<RequestConfig>() == 32);

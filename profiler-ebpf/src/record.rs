@@ -27,7 +27,7 @@ use profiler_common::{
 
 use crate::{
     sampler::{CONFIG, REQUESTS, bump, targeted},
-    unwind::{Walked, walk_user, wake_for_tables},
+    unwind::{Walked, wake_for_tables, walk_user},
 };
 
 #[map]
@@ -97,7 +97,12 @@ fn on_sample(ctx: &PerfEventContext) {
         let stacks = request.flags & request_flags::STACKS != 0;
         let mut k = 0usize;
         if stacks && config.capture & capture::KERNEL_STACK != 0 {
-            let n = bpf_get_stack(ctx.as_ptr(), (*buf).frames.as_mut_ptr().cast(), STACK_BYTES, 0);
+            let n = bpf_get_stack(
+                ctx.as_ptr(),
+                (*buf).frames.as_mut_ptr().cast(),
+                STACK_BYTES,
+                0,
+            );
             if n >= 0 {
                 k = (n as usize / 8).min(MAX_STACK_DEPTH);
             } else {
@@ -186,7 +191,12 @@ unsafe fn user_stack(
             (*buf).header.leaf_ret = word;
             (*buf).header.flags |= record_flags::LEAF_RET;
         }
-        let n = bpf_get_stack(ctx.as_ptr(), dst.cast(), STACK_BYTES, BPF_F_USER_STACK as u64);
+        let n = bpf_get_stack(
+            ctx.as_ptr(),
+            dst.cast(),
+            STACK_BYTES,
+            BPF_F_USER_STACK as u64,
+        );
         if n >= 0 {
             (n as usize / 8).min(MAX_STACK_DEPTH)
         } else {
@@ -265,7 +275,6 @@ fn add_one(key: &AggregateKey) -> bool {
         None => false,
     }
 }
-
 
 /// The user stack pointer of the sampled task: from the sample's registers when it was
 /// taken in user mode (CPL 3), else from the user registers saved on kernel entry.

@@ -6,9 +6,7 @@
 
 use aya_ebpf::{
     EbpfContext,
-    bindings::{
-        BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, bpf_perf_event_value,
-    },
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, bpf_perf_event_value},
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_cgroup_id, bpf_get_current_comm,
         bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
@@ -99,8 +97,8 @@ pub(crate) fn read_counter(k: usize, index: u64) -> Option<u64> {
 }
 
 #[map]
-pub(crate) static REQUESTS: HashMap<u64, RequestConfig> = HashMap::with_max_entries(MAX_REQUESTS, 0);
-
+pub(crate) static REQUESTS: HashMap<u64, RequestConfig> =
+    HashMap::with_max_entries(MAX_REQUESTS, 0);
 
 /// Returns 0 (the sample is fully handled here: perf writes nothing and sends no signal, and
 /// on Linux 6.10+ the IOC_REFRESH budget is untouched), except for a request that freezes on

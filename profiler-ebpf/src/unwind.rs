@@ -8,8 +8,8 @@
 use aya_ebpf::{
     bindings::pt_regs,
     helpers::{
-        bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_probe_read_kernel, bpf_probe_read_user, bpf_task_pt_regs,
-        generated::bpf_loop,
+        bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_probe_read_kernel,
+        bpf_probe_read_user, bpf_task_pt_regs, generated::bpf_loop,
     },
     macros::{map, tracepoint},
     maps::{Array, HashMap, PerCpuArray},
@@ -234,8 +234,11 @@ extern "C" fn step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
 /// The rt_sigreturn trampoline: the interrupted frame's registers are in the ucontext at sp.
 #[inline(always)]
 fn signal_step(w: &mut Walk) -> i64 {
-    let (Some(bp), Some(sp), Some(pc)) = (read(w.sp + UC_RBP), read(w.sp + UC_RSP), read(w.sp + UC_RIP))
-    else {
+    let (Some(bp), Some(sp), Some(pc)) = (
+        read(w.sp + UC_RBP),
+        read(w.sp + UC_RSP),
+        read(w.sp + UC_RIP),
+    ) else {
         w.flags |= record_flags::UNWIND_PARTIAL;
         return 1;
     };

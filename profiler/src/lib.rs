@@ -15,3 +15,4 @@ pub mod profile;
 pub mod record;
 pub mod symbolize;
 pub mod tools;
+pub mod untrusted;

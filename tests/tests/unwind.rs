@@ -116,7 +116,11 @@ fn frame_pointer_mode_still_walks_frame_pointer_code() {
         return;
     }
     let _guard = serial();
-    let stacks = record("unwind-fp", &["--call-graph", "fp"], &[&path("chain"), "1.5"]);
+    let stacks = record(
+        "unwind-fp",
+        &["--call-graph", "fp"],
+        &[&path("chain"), "1.5"],
+    );
     let mine = user_stacks(&stacks, "chain");
     let share = chain_share(
         &mine,
@@ -337,9 +341,14 @@ fn stripped_distribution_binary_reaches_main_like_perf_dwarf() {
             perf_reached += 1;
         }
     }
-    assert!(perf_total >= 300, "perf took only {perf_total} samples of xz");
+    assert!(
+        perf_total >= 300,
+        "perf took only {perf_total} samples of xz"
+    );
     let perf_pct = perf_reached as f64 * 100.0 / perf_total as f64;
-    eprintln!("xz: profiler {ours_pct:.2} % of {total}, perf dwarf {perf_pct:.2} % of {perf_total}");
+    eprintln!(
+        "xz: profiler {ours_pct:.2} % of {total}, perf dwarf {perf_pct:.2} % of {perf_total}"
+    );
     assert!(ours_pct >= 95.0, "profiler: {ours_pct:.2} % reach main");
     assert!(
         ours_pct >= perf_pct - 2.0,

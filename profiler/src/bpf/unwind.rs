@@ -95,7 +95,9 @@ pub enum UnwindMapError {
     Bpf(#[from] BpfError),
     #[error("mmap of the UNWIND_ROWS array: {0}")]
     Mmap(std::io::Error),
-    #[error("the unwind row array is full ({capacity} rows); this module walks with frame pointers")]
+    #[error(
+        "the unwind row array is full ({capacity} rows); this module walks with frame pointers"
+    )]
     Full { capacity: u32 },
     #[error("bpf(BPF_MAP_UPDATE_ELEM) of UNWIND_PROCS: {0}")]
     Update(aya::maps::MapError),

@@ -105,7 +105,12 @@ pub struct RecordArgs {
     pub no_stacks: bool,
     /// How user stacks are walked: `dwarf` (unwind tables from .eh_frame where a module
     /// has them, frame pointers elsewhere) or `fp` (frame pointers only).
-    #[arg(long = "call-graph", value_enum, default_value = "dwarf", value_name = "MODE")]
+    #[arg(
+        long = "call-graph",
+        value_enum,
+        default_value = "dwarf",
+        value_name = "MODE"
+    )]
     pub call_graph: CallGraphArg,
     /// Print the unwinder's and the ring's totals on stderr at the end (benchmarks).
     #[arg(long, hide = true)]

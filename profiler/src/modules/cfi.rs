@@ -122,10 +122,7 @@ where
     Ok(())
 }
 
-fn evaluate<'a, S>(
-    section: &S,
-    row: &gimli::UnwindTableRow<usize, gimli::StoreOnHeap>,
-) -> Rule
+fn evaluate<'a, S>(section: &S, row: &gimli::UnwindTableRow<usize, gimli::StoreOnHeap>) -> Rule
 where
     S: UnwindSection<gimli::EndianSlice<'a, LittleEndian>>,
 {

@@ -11,10 +11,10 @@ use std::{
 
 use object::{Object, ObjectSection, ObjectSegment, ReadCache};
 
+use crate::untrusted::{self, MAX_ELF_BYTES, Refusal, Rules};
+
 use super::cfi::{CfiSections, Section};
 
-/// Largest ELF file the registry reads (a sanity bound on what another user can make us read).
-const MAX_FILE_BYTES: u64 = 4 << 30;
 /// Largest CFI section read into memory.
 const MAX_SECTION_BYTES: u64 = 256 << 20;
 
@@ -22,12 +22,8 @@ const MAX_SECTION_BYTES: u64 = 256 << 20;
 pub enum ElfError {
     #[error("open({path}): {source}")]
     Open { path: String, source: io::Error },
-    #[error("fstat({path}): {source}")]
-    Stat { path: String, source: io::Error },
-    #[error("{path} is not a regular file")]
-    NotRegular { path: String },
-    #[error("{path} is {size} bytes, more than the {MAX_FILE_BYTES} read")]
-    TooLarge { path: String, size: u64 },
+    #[error("{path}: {source}")]
+    Refused { path: String, source: Refusal },
     #[error("{path}: not an ELF file we can read: {source}")]
     Parse {
         path: String,
@@ -56,9 +52,13 @@ pub struct ElfInfo {
 }
 
 /// Opens `path` (a `/proc/PID/map_files/` entry, a magic link the kernel resolves to the
-/// mapped file itself) without blocking on a FIFO or device, and checks that what opened
-/// is a regular file of bounded size.
-pub fn open_untrusted(path: &Path) -> Result<(File, std::fs::Metadata), ElfError> {
+/// mapped file itself) without blocking on a FIFO or device, and checks with
+/// [`untrusted::check`] that it is a regular file of bounded size, and the mapped one
+/// (`identity`: device and inode as the maps show them).
+pub fn open_untrusted(
+    path: &Path,
+    identity: Option<(u64, u64)>,
+) -> Result<(File, std::fs::Metadata), ElfError> {
     let name = || path.display().to_string();
     let file = File::options()
         .read(true)
@@ -68,19 +68,22 @@ pub fn open_untrusted(path: &Path) -> Result<(File, std::fs::Metadata), ElfError
             path: name(),
             source,
         })?;
-    let meta = file.metadata().map_err(|source| ElfError::Stat {
+    let rules = Rules {
+        max_bytes: MAX_ELF_BYTES,
+        owner: None,
+        identity,
+    };
+    let refused = |source| ElfError::Refused {
         path: name(),
         source,
+    };
+    untrusted::check(&file, &rules).map_err(refused)?;
+    let meta = file.metadata().map_err(|e| {
+        refused(Refusal::Io {
+            call: "fstat",
+            source: e,
+        })
     })?;
-    if !meta.file_type().is_file() {
-        return Err(ElfError::NotRegular { path: name() });
-    }
-    if meta.len() > MAX_FILE_BYTES {
-        return Err(ElfError::TooLarge {
-            path: name(),
-            size: meta.len(),
-        });
-    }
     Ok((file, meta))
 }
 
@@ -112,7 +115,8 @@ fn parse_object<'data, O: Object<'data>>(elf: &O) -> ElfInfo {
         .segments()
         .map(|s| {
             let (offset, filesz) = s.file_range();
-            let exec = matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & 1 != 0);
+            let exec =
+                matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & 1 != 0);
             Segment {
                 vaddr: s.address(),
                 offset,

@@ -11,7 +11,7 @@ pub struct Mapping {
     pub end: u64,
     /// File offset of `start`.
     pub offset: u64,
-    /// Device (major << 8 | minor, as maps prints it) and inode; 0 for anonymous memory.
+    /// Device (as `st_dev` encodes it) and inode; 0 for anonymous memory.
     pub dev: u64,
     pub ino: u64,
     /// The path, or the kernel's label (`[vdso]`), or empty for anonymous memory.
@@ -67,7 +67,10 @@ fn parse_line(line: &str) -> Option<Mapping> {
         start,
         end,
         offset: hex(offset)?,
-        dev: hex(major)? << 8 | hex(minor)?,
+        dev: libc::makedev(
+            u32::try_from(hex(major)?).ok()?,
+            u32::try_from(hex(minor)?).ok()?,
+        ),
         ino: ino.parse().ok()?,
         name: Arc::from(name),
     })
@@ -84,12 +87,14 @@ pub fn read_vdso() -> Result<ElfInfo, ElfError> {
         Some(m) if base == m.start => {
             // SAFETY: the kernel maps the vDSO readable for the life of the process, and
             // [start, end) is its mapping as /proc/self/maps reports it.
-            let image =
-                unsafe { std::slice::from_raw_parts(m.start as *const u8, (m.end - m.start) as usize) };
+            let image = unsafe {
+                std::slice::from_raw_parts(m.start as *const u8, (m.end - m.start) as usize)
+            };
             elf::read_bytes(image)
         }
-        _ => Err(ElfError::NotRegular {
-            path: "[vdso] (not mapped here)".into(),
+        _ => Err(ElfError::Refused {
+            path: "[vdso]".into(),
+            source: crate::untrusted::Refusal::NotFound,
         }),
     }
 }
@@ -110,7 +115,7 @@ mod tests {
         let maps = parse(text);
         assert_eq!(maps.len(), 4);
         assert_eq!(maps[0].offset, 0x1000);
-        assert_eq!(maps[0].inode(), Some((0x0801, 1234)));
+        assert_eq!(maps[0].inode(), Some((libc::makedev(8, 1), 1234)));
         assert_eq!(&*maps[0].name, "/usr/bin/x");
         assert!(!maps[1].has_module());
         assert_eq!(&*maps[2].name, "/tmp/lib with space.so");

@@ -24,7 +24,10 @@ pub type ModuleId = u32;
 pub enum ModuleKey {
     BuildId(Vec<u8>),
     /// Files without a build id: device and inode (of the file as opened, not as named).
-    Inode { dev: u64, ino: u64 },
+    Inode {
+        dev: u64,
+        ino: u64,
+    },
     /// The kernel's vDSO (the same image in every process).
     Vdso,
 }
@@ -118,20 +121,25 @@ impl Registry {
 
     /// The module `mapping` of process `pid` maps, and its load bias (address minus the
     /// module's virtual address).
-    pub fn register(&mut self, pid: u32, mapping: &Mapping) -> Result<(ModuleId, u64), ModuleError> {
+    pub fn register(
+        &mut self,
+        pid: u32,
+        mapping: &Mapping,
+    ) -> Result<(ModuleId, u64), ModuleError> {
         let known = mapping.inode().and_then(|i| self.by_inode.get(&i).copied());
         let id = match known {
             Some(id) => id,
             None => self.resolve(pid, mapping)?,
         };
         let module = &self.modules[id as usize];
-        let vaddr = module
-            .info
-            .vaddr_of_offset(mapping.offset)
-            .ok_or_else(|| ModuleError::NoSegment {
-                path: module.path.clone(),
-                offset: mapping.offset,
-            })?;
+        let vaddr =
+            module
+                .info
+                .vaddr_of_offset(mapping.offset)
+                .ok_or_else(|| ModuleError::NoSegment {
+                    path: module.path.clone(),
+                    offset: mapping.offset,
+                })?;
         Ok((id, mapping.start.wrapping_sub(vaddr)))
     }
 
@@ -144,7 +152,7 @@ impl Registry {
                 "/proc/{pid}/map_files/{:x}-{:x}",
                 mapping.start, mapping.end
             ));
-            let (file, meta) = elf::open_untrusted(&link)?;
+            let (file, meta) = elf::open_untrusted(&link, mapping.inode())?;
             elf::read(file, &meta, &mapping.name)?
         };
         let key = if mapping.is_vdso() {
@@ -291,7 +299,7 @@ mod tests {
         let mut registry = Registry::new();
         let pid = std::process::id();
         let mappings = exec_mappings(pid).expect("own maps");
-        let here = own_executable_has_a_table_covering_main_code as usize as u64;
+        let here = own_executable_has_a_table_covering_main_code as *const () as usize as u64;
         let mapping = mappings
             .iter()
             .find(|m| m.start <= here && here < m.end)
@@ -320,7 +328,10 @@ mod tests {
         };
         let (id, _) = registry.register(pid, libc).expect("register libc");
         let table = registry.unwind_table(id).expect("table");
-        assert!(table.rows.iter().any(|r| r.cfa == cfa::SIGNAL), "__restore_rt");
+        assert!(
+            table.rows.iter().any(|r| r.cfa == cfa::SIGNAL),
+            "__restore_rt"
+        );
         assert!(table.rows.iter().any(|r| r.cfa == cfa::PLT), ".plt");
     }
 }

@@ -41,7 +41,10 @@ fn work_nofp(ctx: &Ctx) -> anyhow::Result<String> {
         .arg(&src)
         .status()
         .context("running cc")?;
-    anyhow::ensure!(status.success(), "compiling work.c without frame pointers failed");
+    anyhow::ensure!(
+        status.success(),
+        "compiling work.c without frame pointers failed"
+    );
     Ok(out.display().to_string())
 }
 
@@ -116,14 +119,27 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
     let data = ctx.path("unwind-perf.data").display().to_string();
     let perf_svg = ctx.path("unwind-perf.svg").display().to_string();
     for _ in 0..rounds {
-        let f = proc::run(Command::new(&work).args([&calls, "1"]), &ctx.log("unwind-base"), &[0])?;
+        let f = proc::run(
+            Command::new(&work).args([&calls, "1"]),
+            &ctx.log("unwind-base"),
+            &[0],
+        )?;
         alone.push(work_seconds(&f)?);
 
         // The profiler: straight to a flame graph (its post-processing is part of the run),
         // then once more to folded stacks, to count whole stacks.
         let f = proc::run(
             &mut ctx.profiler(&[
-                "record", "-F", "999", "-q", "--unwind-stats", "-o", &svg, "--", &work, &calls,
+                "record",
+                "-F",
+                "999",
+                "-q",
+                "--unwind-stats",
+                "-o",
+                &svg,
+                "--",
+                &work,
+                &calls,
                 "1",
             ]),
             &ctx.log("unwind-profiler"),
@@ -138,7 +154,9 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             commands.push(ctx.show(&f.command));
         }
         let f2 = proc::run(
-            &mut ctx.profiler(&["record", "-F", "999", "-q", "-o", &folded, "--", &work, &calls, "1"]),
+            &mut ctx.profiler(&[
+                "record", "-F", "999", "-q", "-o", &folded, "--", &work, &calls, "1",
+            ]),
             &ctx.log("unwind-profiler-folded"),
             &[0],
         )?;
@@ -151,8 +169,18 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
         // perf: record with stack copies, then unwind and draw.
         let f = proc::run(
             &mut ctx.perf(&[
-                "record", "-F", "999", "-q", "--call-graph", "dwarf", "-o", &data, "--", &work,
-                &calls, "1",
+                "record",
+                "-F",
+                "999",
+                "-q",
+                "--call-graph",
+                "dwarf",
+                "-o",
+                &data,
+                "--",
+                &work,
+                &calls,
+                "1",
             ]),
             &ctx.log("unwind-perf"),
             &[0],
@@ -198,7 +226,14 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
         for (i, mode) in ["dwarf", "fp"].iter().enumerate() {
             let rec = proc::start(
                 &mut ctx.profiler(&[
-                    "record", "-a", "-F", "999", "-q", "--unwind-stats", "--call-graph", mode,
+                    "record",
+                    "-a",
+                    "-F",
+                    "999",
+                    "-q",
+                    "--unwind-stats",
+                    "--call-graph",
+                    mode,
                 ]),
                 &ctx.log("unwind-kernel"),
             )?;
@@ -260,8 +295,7 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             "-".into(),
         ],
         vec![
-            "unwind tables, system-wide: kernel (row array + per-process maps) / user space"
-                .into(),
+            "unwind tables, system-wide: kernel (row array + per-process maps) / user space".into(),
             format!(
                 "{:.1} MiB ({:.1} MiB of rows used, {} modules, {} processes) / {:.1} MiB",
                 mib(kernel_bytes),
