@@ -47,16 +47,26 @@ static STACK_TRACES: StackTrace = StackTrace::with_max_entries(AGGREGATE_STACKS,
 
 const STACK_BYTES: u32 = (MAX_STACK_DEPTH * 8) as u32;
 
-/// Always returns 0: perf writes nothing itself.
+/// With unwind tables (needs `bpf_loop`, Linux 5.17). Always returns 0: perf writes
+/// nothing itself.
 #[unsafe(no_mangle)]
 #[unsafe(link_section = "perf_event")]
 pub fn record_sample(ctx: *mut core::ffi::c_void) -> u32 {
-    on_sample(&PerfEventContext::new(ctx.cast()));
+    on_sample::<true>(&PerfEventContext::new(ctx.cast()));
+    0
+}
+
+/// Frame pointers only (`--call-graph fp`, and kernels without `bpf_loop`): the same
+/// program without the unwinder's code.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "perf_event")]
+pub fn record_fp(ctx: *mut core::ffi::c_void) -> u32 {
+    on_sample::<false>(&PerfEventContext::new(ctx.cast()));
     0
 }
 
 #[inline(always)]
-fn on_sample(ctx: &PerfEventContext) {
+fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
     let Some(config) = CONFIG.get(0) else {
         return;
     };
@@ -111,7 +121,7 @@ fn on_sample(ctx: &PerfEventContext) {
         }
         let mut u = 0usize;
         if stacks && config.capture & capture::USER_STACK != 0 {
-            u = user_stack(ctx, config, tgid, buf, k);
+            u = user_stack::<TABLES>(ctx, config, tgid, buf, k);
         }
         (*buf).header.kernel_frames = k as u16;
         (*buf).header.user_frames = u as u16;
@@ -123,7 +133,7 @@ fn on_sample(ctx: &PerfEventContext) {
     // timer), or at once when tables are missing, so it loads them promptly.
     let pending = RECORD_EVENTS.query(BPF_RB_AVAIL_DATA as u64);
     let wake = if pending + size >= config.wakeup_bytes
-        || wake_for_tables(flags, unsafe { (*buf).header.time_ns })
+        || (TABLES && wake_for_tables(flags, unsafe { (*buf).header.time_ns }))
     {
         BPF_RB_FORCE_WAKEUP
     } else {
@@ -147,7 +157,7 @@ fn on_sample(ctx: &PerfEventContext) {
 /// # Safety
 /// `buf` is this CPU's record buffer and `k <= MAX_STACK_DEPTH`.
 #[inline(always)]
-unsafe fn user_stack(
+unsafe fn user_stack<const TABLES: bool>(
     ctx: &PerfEventContext,
     config: &SamplerConfig,
     tgid: u32,
@@ -156,7 +166,7 @@ unsafe fn user_stack(
 ) -> usize {
     // The verifier needs the bound spelled out: frames[k..k + MAX_STACK_DEPTH] is in bounds.
     let k = k & 0x7f;
-    let tables = config.capture & capture::UNWIND_TABLES != 0;
+    let tables = TABLES && config.capture & capture::UNWIND_TABLES != 0;
     // SAFETY: the buffer is ours; every write is of MAX_STACK_DEPTH words from word k <= 127
     // of `frames`, which has MAX_RECORD_FRAMES = 127 + MAX_STACK_DEPTH words.
     unsafe {

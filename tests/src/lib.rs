@@ -120,8 +120,8 @@ pub fn settle_programs(done: impl Fn(&BTreeSet<u32>) -> bool) -> BTreeSet<u32> {
 /// Programs `record` loads by default: its sampler, and the unwinder's exec and exit hooks.
 pub const RECORD_PROGRAMS: usize = 3;
 
-/// Ids of the loaded BPF programs named like ours (`sample`, `record_sample`, `on_fork`,
-/// `on_exit`, `cg_switch`, `unwind_exec`, `unwind_exit`).
+/// Ids of the loaded BPF programs named like ours (`sample`, `record_sample`, `record_fp`,
+/// `on_fork`, `on_exit`, `cg_switch`, `unwind_exec`, `unwind_exit`).
 pub fn our_programs() -> BTreeSet<u32> {
     aya::programs::loaded_programs()
         .filter_map(Result::ok)
@@ -131,6 +131,7 @@ pub fn our_programs() -> BTreeSet<u32> {
                 Some(
                     "sample"
                         | "record_sample"
+                        | "record_fp"
                         | "on_fork"
                         | "on_exit"
                         | "cg_switch"

@@ -22,8 +22,10 @@ pub(super) static OBJECT: &[u8] =
 /// The libcpc overflow program and its ring.
 const PROGRAM: &str = "sample";
 const RING: &str = "EVENTS";
-/// `record`'s sampling program and its ring (`Sampler::load_record`).
+/// `record`'s sampling programs (with unwind tables, and frame pointers only) and their ring
+/// (`Sampler::load_record`).
 const RECORD_PROGRAM: &str = "record_sample";
+const RECORD_FP_PROGRAM: &str = "record_fp";
 const RECORD_RING: &str = "RECORD_EVENTS";
 /// The size of the ring a sampler does not use (the smallest the kernel takes).
 const UNUSED_RING_BYTES: u32 = 4096;
@@ -105,7 +107,12 @@ impl Sampler {
     /// As [`Sampler::load`], for `record`'s samples (`profiler_common::stack` records, or
     /// in-kernel aggregation).
     pub fn load_record(config: SamplerConfig, ring_bytes: u32) -> Result<Self, BpfError> {
-        Self::load_program(config, ring_bytes, RECORD_PROGRAM, RECORD_RING)
+        let program = if config.capture & capture::UNWIND_TABLES != 0 {
+            RECORD_PROGRAM
+        } else {
+            RECORD_FP_PROGRAM
+        };
+        Self::load_program(config, ring_bytes, program, RECORD_RING)
     }
 
     fn load_program(
@@ -160,6 +167,11 @@ impl Sampler {
             Array::try_from(sampler.map("CONFIG")?).map_err(map_err("CONFIG"))?;
         cfg.set(0, config, 0).map_err(map_err("CONFIG"))?;
         Ok(sampler)
+    }
+
+    /// The name of the perf_event program loaded.
+    pub fn program_name(&self) -> &'static str {
+        self.program
     }
 
     /// The loaded object, for the unwinder's maps (`super::unwind`).

@@ -394,7 +394,22 @@ pub async fn record_with(
             | if tables { capture::UNWIND_TABLES } else { 0 },
         ..config
     };
-    let mut sampler = Sampler::load_record(config, opts.ring_bytes)?;
+    let mut sampler = match Sampler::load_record(config, opts.ring_bytes) {
+        // The unwinder needs bpf_loop (Linux 5.17); older kernels walk frame pointers.
+        Err(BpfError::Program(e)) if config.capture & capture::UNWIND_TABLES != 0 => {
+            eprintln!(
+                "profiler: warning: the kernel refused the unwind-table program (it needs \
+                 Linux 5.17 or newer for bpf_loop); walking stacks with frame pointers: {e}"
+            );
+            let config = SamplerConfig {
+                capture: config.capture & !capture::UNWIND_TABLES,
+                ..config
+            };
+            Sampler::load_record(config, opts.ring_bytes)?
+        }
+        other => other?,
+    };
+    let tables = tables && sampler.program_name() == "record_sample";
     let mut tables = if tables {
         let mut loader = TableLoader::new(sampler.take_unwind_maps()?);
         loader.preload_own()?;
