@@ -45,7 +45,7 @@ pub struct StackSampleBuf {
 pub const STACK_HEADER_SIZE: usize = core::mem::size_of::<StackSampleHeader>();
 
 const _: () = assert!(STACK_HEADER_SIZE == 72);
-const _: () = assert!(STACK_HEADER_SIZE % 8 == 0);
+const _: () = assert!(STACK_HEADER_SIZE.is_multiple_of(8));
 const _: () =
     assert!(core::mem::size_of::<StackSampleBuf>() == STACK_HEADER_SIZE + 8 * MAX_RECORD_FRAMES);
 

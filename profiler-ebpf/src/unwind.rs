@@ -330,7 +330,7 @@ fn find_row(start: u32, len: u32, pc: u32) -> Option<UnwindRow> {
 #[tracepoint]
 pub fn unwind_exec(_ctx: TracePointContext) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    let _ = UNWIND_PROCS.remove(&tgid);
+    let _ = UNWIND_PROCS.remove(tgid);
     0
 }
 
@@ -340,7 +340,7 @@ pub fn unwind_exec(_ctx: TracePointContext) -> u32 {
 pub fn unwind_exit(_ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     if pid_tgid >> 32 == pid_tgid & 0xffff_ffff {
-        let _ = UNWIND_PROCS.remove(&((pid_tgid >> 32) as u32));
+        let _ = UNWIND_PROCS.remove((pid_tgid >> 32) as u32);
     }
     0
 }

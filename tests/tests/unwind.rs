@@ -252,8 +252,8 @@ fn write_corpus(path: &Path, bytes: usize) {
         x ^= x >> 7;
         x ^= x << 17;
         out.push_str(words[(x % words.len() as u64) as usize]);
-        out.push(if x % 11 == 0 { '\n' } else { ' ' });
-        if x % 5 == 0 {
+        out.push(if x.is_multiple_of(11) { '\n' } else { ' ' });
+        if x.is_multiple_of(5) {
             out.push_str(&(x % 100_000).to_string());
         }
     }

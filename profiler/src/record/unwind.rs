@@ -175,12 +175,13 @@ impl TableLoader {
             );
             return Ok(false);
         };
-        if !absent && let Some(state) = self.procs.get_mut(&pid) {
-            if state.mappings == mappings {
-                state.scanned = now;
-                state.backoff = (state.backoff * 2).min(RESCAN_MAX);
-                return Ok(false);
-            }
+        if !absent
+            && let Some(state) = self.procs.get_mut(&pid)
+            && state.mappings == mappings
+        {
+            state.scanned = now;
+            state.backoff = (state.backoff * 2).min(RESCAN_MAX);
+            return Ok(false);
         }
         let changed = self
             .procs
