@@ -68,7 +68,8 @@ fn whole_share_folded(text: &str) -> (u64, u64) {
     (whole, total)
 }
 
-/// The same from `perf script -F comm,sym` output (frames innermost first).
+/// The same from `perf script -F comm,ip,sym` output (frames innermost first, each
+/// `ADDRESS SYMBOL`).
 fn whole_share_perf(text: &str) -> (u64, u64) {
     let (mut whole, mut total) = (0, 0);
     for sample in text.split("\n\n") {
@@ -78,7 +79,9 @@ fn whole_share_perf(text: &str) -> (u64, u64) {
             continue;
         }
         total += 1;
-        let frames: Vec<&str> = lines.map(str::trim).collect();
+        let frames: Vec<&str> = lines
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .collect();
         let chain = ["leaf", "middle", "outer", "run", "start_thread"];
         if frames
             .windows(chain.len())
@@ -200,7 +203,7 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
         )?;
         perf_after.push(f.wall_s - w + g.wall_s);
         let script = Command::new(&ctx.tools.perf)
-            .args(["script", "-F", "comm,sym", "-i", &data])
+            .args(["script", "-F", "comm,ip,sym", "-i", &data])
             .stderr(std::process::Stdio::null())
             .output()?;
         let (whole, total) = whole_share_perf(&String::from_utf8_lossy(&script.stdout));
@@ -307,7 +310,7 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             "-".into(),
         ],
     ];
-    let cost_met = ps <= fs_ / 2.0 || ps.abs() < 1.0;
+    let cost_met = ps <= fs_ / 2.0;
     let mem_met = kernel_bytes + user_bytes < 64 << 20;
     let met = cost_met && mem_met && m(&prof_whole) + 2.0 >= m(&perf_whole);
     Ok(Section {
@@ -345,9 +348,15 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             why: if met {
                 String::new()
             } else {
-                "See the rows: a goal above was missed on this run (on this shared 2-CPU VM, \
-                 slowdowns at 999 Hz are of the order of the run-to-run noise)."
-                    .into()
+                format!(
+                    "Missed where the rows say. At 999 Hz both tools slow this workload by about \
+                     a percent ({ps:+.1}% vs {fs_:+.1}%), of the order of this shared 2-CPU VM's \
+                     run-to-run noise; per sample the eBPF walk with tables costs {nst:.0} ns \
+                     against {nsf:.0} ns with frame pointers (two bpf_probe_read_user and two \
+                     binary searches per frame). perf pays after the run instead: it writes \
+                     {:.0} bytes per sample and unwinds them in perf script.",
+                    m(&perf_bytes)
+                )
             },
         },
         notes: vec![],
