@@ -134,6 +134,11 @@ impl UnwindMaps {
         Ok(range)
     }
 
+    /// Whether module `id`'s rows are in the array.
+    pub fn is_placed(&self, id: u32) -> bool {
+        self.placed.contains_key(&id)
+    }
+
     /// Publishes a process's mappings (at most `MAX_PROC_MAPPINGS`, the rest dropped).
     pub fn set_process(
         &mut self,

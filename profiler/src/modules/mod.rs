@@ -201,6 +201,20 @@ impl Registry {
         })
     }
 
+    /// Frees the rows of the module's table (its base stays): they were copied where they
+    /// are used (the kernel's row array).
+    pub fn release_rows(&mut self, id: ModuleId) {
+        let module = &mut self.modules[id as usize];
+        if let Some(Ok(t)) = &module.table
+            && !t.rows.is_empty()
+        {
+            module.table = Some(Ok(Arc::new(UnwindTable {
+                base: t.base,
+                rows: Vec::new(),
+            })));
+        }
+    }
+
     /// Whether the module's table job was handed out and has not finished.
     pub fn building(&self, id: ModuleId) -> bool {
         self.modules[id as usize].building
@@ -242,7 +256,7 @@ impl Registry {
             .sum()
     }
 
-    /// Bytes of every unwind table built so far (their rows).
+    /// Bytes of the unwind rows held here (built and not yet released).
     pub fn table_bytes(&self) -> usize {
         self.modules
             .iter()

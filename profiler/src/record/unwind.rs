@@ -224,12 +224,16 @@ impl TableLoader {
                 Err(e) => Err(std::sync::Arc::new(e)),
             };
             match table {
-                Ok(Some((id, bias, table))) if !table.rows.is_empty() => {
+                Ok(Some((id, bias, table)))
+                    if !table.rows.is_empty() || self.maps.is_placed(id) =>
+                {
                     match self.maps.place(id, &table.rows) {
                         Ok(range) => {
                             entry.bias = bias.wrapping_add(table.base);
                             entry.rows_start = range.start;
                             entry.rows_len = range.len;
+                            // The kernel's copy is the one used from now on.
+                            self.registry.release_rows(id);
                         }
                         Err(e @ UnwindMapError::Full { .. }) => self.warn(&m.name, &e),
                         Err(e) => return Err(e),

@@ -79,9 +79,7 @@ fn whole_share_perf(text: &str) -> (u64, u64) {
             continue;
         }
         total += 1;
-        let frames: Vec<&str> = lines
-            .filter_map(|l| l.split_whitespace().nth(1))
-            .collect();
+        let frames: Vec<&str> = lines.filter_map(|l| l.split_whitespace().nth(1)).collect();
         let chain = ["leaf", "middle", "outer", "run", "start_thread"];
         if frames
             .windows(chain.len())
