@@ -8,6 +8,7 @@ pub mod cgroup;
 pub mod cli;
 pub mod cpc;
 pub mod host;
+pub mod modules;
 pub mod output;
 pub mod perf;
 pub mod profile;

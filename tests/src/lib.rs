@@ -117,15 +117,27 @@ pub fn settle_programs(done: impl Fn(&BTreeSet<u32>) -> bool) -> BTreeSet<u32> {
     our_programs()
 }
 
-/// Ids of the loaded BPF programs named like ours (`sample`, `on_fork`, `on_exit`,
-/// `cg_switch`).
+/// Programs `record` loads by default: its sampler, and the unwinder's exec and exit hooks.
+pub const RECORD_PROGRAMS: usize = 3;
+
+/// Ids of the loaded BPF programs named like ours (`sample`, `record_sample`, `record_fp`,
+/// `on_fork`, `on_exit`, `cg_switch`, `unwind_exec`, `unwind_exit`).
 pub fn our_programs() -> BTreeSet<u32> {
     aya::programs::loaded_programs()
         .filter_map(Result::ok)
         .filter(|p| {
             matches!(
                 p.name_as_str(),
-                Some("sample" | "on_fork" | "on_exit" | "cg_switch")
+                Some(
+                    "sample"
+                        | "record_sample"
+                        | "record_fp"
+                        | "on_fork"
+                        | "on_exit"
+                        | "cg_switch"
+                        | "unwind_exec"
+                        | "unwind_exit"
+                )
             )
         })
         .map(|p| p.id())

@@ -210,7 +210,7 @@ fn sigint_still_reports_and_detaches() {
         .spawn()
         .unwrap();
     wait_for("the program to be loaded while recording", 20, || {
-        (our_programs().len() == before.len() + 1).then_some(())
+        (our_programs().len() == before.len() + RECORD_PROGRAMS).then_some(())
     });
     wait_for("the kernel to submit a few samples", 20, || {
         (kernel_records_submitted() >= 5).then_some(())

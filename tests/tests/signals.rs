@@ -36,7 +36,11 @@ fn each_stop_signal_writes_the_report_and_leaves_nothing_attached() {
             .spawn()
             .unwrap();
         let h = wait_attached(&mut child);
-        assert_eq!(our_programs().len(), programs.len() + 1, "{h:?}");
+        assert_eq!(
+            our_programs().len(),
+            programs.len() + RECORD_PROGRAMS,
+            "{h:?}"
+        );
         // Some samples first: the report must hold what was collected.
         wait_for("the kernel to submit a few samples", 20, || {
             (kernel_records_submitted() >= 5).then_some(())

@@ -33,12 +33,17 @@ enum Command {
         args: Vec<String>,
     },
     /// Measure this project against perf (overhead, per-sample cost, loss, post-processing,
-    /// counting, memory) and write BENCHMARKS.md and bench/results.json.
+    /// counting, memory, stacks without frame pointers) and write BENCHMARKS.md and
+    /// bench/results.json.
     Bench {
         /// One small round of each measurement, into target/bench/ (CI:
         /// checks that every measurement can be taken; asserts nothing about speed).
         #[arg(long)]
         quick: bool,
+        /// Only the measurements whose name contains this (e.g. `frame pointers`); the
+        /// report goes to target/bench/, as with --quick.
+        #[arg(long, value_name = "NAME")]
+        only: Option<String>,
     },
     /// Set up, build (release) and run the profiler with ARGS, e.g. `-- record -a -d 5`.
     Run {
@@ -69,7 +74,7 @@ fn main() -> ExitCode {
         Command::Run { args } => run(&args),
         Command::Install { prefix } => install::install(&prefix),
         Command::Fuzz { secs, targets } => fuzz::fuzz(secs, &targets),
-        Command::Bench { quick } => bench::bench(quick),
+        Command::Bench { quick, only } => bench::bench(quick, only.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -6,8 +6,10 @@ mod link;
 mod loader;
 mod privilege;
 mod ring;
+mod unwind;
 
 pub use cgcount::{CgroupCountStats, CgroupCounter};
 pub use loader::{BpfError, Sampler, SamplerStats};
 pub use privilege::{Privilege, check_privileges};
 pub use ring::RecordStream;
+pub use unwind::{RowRange, UnwindMapError, UnwindMaps};

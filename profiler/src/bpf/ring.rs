@@ -26,22 +26,30 @@ impl RecordStream {
     }
 
     /// Hands every pending record to `f`; returns how many there were.
-    pub fn drain(&mut self, f: impl FnMut(&SampleRecord)) -> usize {
-        self.drain_until(None, f)
+    pub fn drain(&mut self, mut f: impl FnMut(&SampleRecord)) -> usize {
+        self.drain_until(None, |b| parse(b).map(|r| f(&r)).is_some())
     }
 
-    /// Hands pending records to `f` until the ring is empty or `deadline` passes.
+    /// Hands every pending item's bytes to `f` (records of any layout); returns how many.
+    pub fn drain_bytes(&mut self, mut f: impl FnMut(&[u8])) -> usize {
+        self.drain_until(None, |b| {
+            f(b);
+            true
+        })
+    }
+
+    /// Hands pending items to `f` until the ring is empty or `deadline` passes; counts those
+    /// `f` accepted.
     fn drain_until(
         &mut self,
         deadline: Option<Instant>,
-        mut f: impl FnMut(&SampleRecord),
+        mut f: impl FnMut(&[u8]) -> bool,
     ) -> usize {
         let ring = self.ring.get_mut();
         let mut n = 0;
         let mut items = 0u32;
         while let Some(item) = ring.next() {
-            if let Some(record) = parse(&item) {
-                f(&record);
+            if f(&item) {
                 n += 1;
             }
             // Checked after the record is handed over (a taken item is consumed); the clock
@@ -57,11 +65,26 @@ impl RecordStream {
     /// Waits until the kernel signals data or `poll` passes, then drains for at most
     /// `MAX_BATCH_TIME`: while the kernel writes faster than we read, the ring never empties,
     /// and an unbounded drain would never return to the caller's deadline and signals.
-    pub async fn next_batch(&mut self, poll: Duration, f: impl FnMut(&SampleRecord)) -> usize {
+    pub async fn next_batch(&mut self, poll: Duration, mut f: impl FnMut(&SampleRecord)) -> usize {
+        self.wait(poll).await;
+        self.drain_until(Some(Instant::now() + MAX_BATCH_TIME), |b| {
+            parse(b).map(|r| f(&r)).is_some()
+        })
+    }
+
+    /// [`RecordStream::next_batch`] for records of any layout, as bytes.
+    pub async fn next_batch_bytes(&mut self, poll: Duration, mut f: impl FnMut(&[u8])) -> usize {
+        self.wait(poll).await;
+        self.drain_until(Some(Instant::now() + MAX_BATCH_TIME), |b| {
+            f(b);
+            true
+        })
+    }
+
+    async fn wait(&mut self, poll: Duration) {
         if let Ok(Ok(mut guard)) = tokio::time::timeout(poll, self.ring.readable_mut()).await {
             guard.clear_ready();
         }
-        self.drain_until(Some(Instant::now() + MAX_BATCH_TIME), f)
     }
 }
 
