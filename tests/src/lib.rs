@@ -148,7 +148,7 @@ pub fn our_programs() -> BTreeSet<u32> {
 /// `STATS` maps' `SUBMITTED` slot, summed over CPUs and over every loaded copy): a test can
 /// wait for this to grow instead of sleeping and hoping samples arrived.
 pub fn kernel_records_submitted() -> u64 {
-    use aya::maps::{loaded_maps, Map, MapData, PerCpuArray};
+    use aya::maps::{Map, MapData, PerCpuArray, loaded_maps};
     loaded_maps()
         .filter_map(Result::ok)
         .filter(|m| m.name_as_str() == Some("STATS"))

@@ -202,7 +202,10 @@ fn sigint_still_reports_and_detaches() {
     let _guard = serial();
     let before = our_programs();
     // Something to sample on an otherwise idle machine.
-    let mut busy = Command::new(fixture("spin")).args(["1", "30"]).spawn().unwrap();
+    let mut busy = Command::new(fixture("spin"))
+        .args(["1", "30"])
+        .spawn()
+        .unwrap();
     let child = Command::new(profiler_bin())
         .args(["record", "-a", "-F", "99", "-d", "30"])
         .stdout(Stdio::piped())
