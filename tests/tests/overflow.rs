@@ -93,7 +93,7 @@ fn every_thousandth_fault_of_touch_is_notified_inside_its_loop() {
     assert_eq!((stats.lost, stats.submitted), (0, seen.len() as u64));
     for o in seen.iter() {
         assert_eq!((o.pid, o.request), (pid, 0));
-        let frames = symbolizer.user(pid, None, o.pc, false);
+        let frames = symbolizer.user_now(pid, None, o.pc, false);
         let f = frames.last().unwrap();
         assert_eq!(
             f.function.as_ref(),
@@ -381,7 +381,7 @@ fn signal_mode_interrupts_the_overflowing_thread_with_its_pc() {
     );
     let mut symbolizer = Symbolizer::new();
     symbolizer.observe(std::process::id(), None);
-    let frames = symbolizer.user(std::process::id(), None, pc, false);
+    let frames = symbolizer.user_now(std::process::id(), None, pc, false);
     // Debug builds keep ptr::write_volatile out of line; release builds inline it.
     assert!(
         frames

@@ -50,6 +50,21 @@ pub const TEST: &[Need] = &[
         package: "pkg-config",
         probe: || runs("pkg-config", &["--version"]),
     },
+    Need {
+        what: "binutils (fixtures with separate debug information: objcopy, strip, nm)",
+        package: "binutils",
+        probe: || runs("objcopy", &["--version"]),
+    },
+    Need {
+        what: "xz (a MiniDebugInfo fixture)",
+        package: "xz-utils",
+        probe: || runs("xz", &["--version"]),
+    },
+    Need {
+        what: "go tool pprof (an independent reader of the pprof files)",
+        package: "golang-go",
+        probe: || runs("go", &["version"]),
+    },
 ];
 
 /// Installs the packages of `needs` this machine lacks (one `apt-get install`), printing what

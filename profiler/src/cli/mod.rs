@@ -8,6 +8,7 @@ mod record;
 mod report;
 mod series;
 mod stat;
+mod symbolize;
 mod track;
 
 use std::process::ExitCode;
@@ -36,6 +37,8 @@ pub enum Command {
     Stat(stat::StatArgs),
     /// List the counter interface and the events this host can count.
     List(list::ListArgs),
+    /// Name the frames of a profile recorded with `record --symbolize none`.
+    Symbolize(symbolize::SymbolizeArgs),
 }
 
 /// Exit status for usage errors (bad flags, bad values), as getopt tools use.
@@ -90,6 +93,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Track(args) => track::run(args),
         Command::Stat(args) => stat::run(args),
         Command::List(args) => list::run(args),
+        Command::Symbolize(args) => symbolize::run(args),
     }
 }
 

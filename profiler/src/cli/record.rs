@@ -21,6 +21,16 @@ pub enum CallGraphArg {
     Dwarf,
 }
 
+/// `--symbolize` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SymbolizeArg {
+    /// Name every frame at the end of the run (or of each interval).
+    Now,
+    /// Leave user frames as (file, offset) with build ids, for `profiler symbolize` or a
+    /// symbol server; kernel and JIT frames are still named (they cannot be later).
+    None,
+}
+
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["pid", "tid", "all_cpus", "cgroup", "command"])))]
 pub struct RecordArgs {
@@ -112,6 +122,14 @@ pub struct RecordArgs {
         value_name = "MODE"
     )]
     pub call_graph: CallGraphArg,
+    /// When user frames are named: `now`, or `none` (pprof output keeps addresses and build
+    /// ids; name them later with `profiler symbolize`).
+    #[arg(long, value_enum, default_value = "now", value_name = "WHEN")]
+    pub symbolize: SymbolizeArg,
+    /// Also look for separate debug information under DIR (its `.build-id/` tree and
+    /// `.gnu_debuglink` names), before /usr/lib/debug. Repeatable.
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    pub debug_dir: Vec<std::path::PathBuf>,
     /// Print the unwinder's and the ring's totals on stderr at the end (benchmarks).
     #[arg(long, hide = true)]
     pub unwind_stats: bool,
@@ -160,6 +178,8 @@ impl RecordArgs {
         opts.aggregate = self.aggregate;
         opts.stacks = !self.no_stacks;
         opts.unwind_stats = self.unwind_stats;
+        opts.debug_dirs = self.debug_dir.clone();
+        opts.symbolize_user = self.symbolize == SymbolizeArg::Now;
         opts.call_graph = match self.call_graph {
             CallGraphArg::Fp => CallGraph::FramePointer,
             CallGraphArg::Dwarf => CallGraph::Dwarf,

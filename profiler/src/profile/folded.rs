@@ -132,6 +132,7 @@ mod tests {
             line: None,
             kind,
             inlined: false,
+            offset: None,
         }
     }
 

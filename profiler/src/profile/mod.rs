@@ -65,6 +65,8 @@ pub struct RunInfo {
     /// Files of targets that were not read (a perf map or ELF file that was a FIFO, a
     /// symlink, a device, too large, foreign or replaced): their frames stay unnamed.
     pub refused: u64,
+    /// Files whose symbols could not be read (their frames stay `[module]+0xoffset`).
+    pub unsymbolized: u64,
 }
 
 #[derive(Clone, Debug, Default)]

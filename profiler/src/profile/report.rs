@@ -43,6 +43,9 @@ pub fn summary_line(profile: &Profile) -> String {
     if info.collisions > 0 {
         errors += &format!("; stack hash collisions {}", info.collisions);
     }
+    if info.unsymbolized > 0 {
+        errors += &format!("; files not symbolized {}", info.unsymbolized);
+    }
     if info.refused > 0 {
         errors += &format!("; files refused {}", info.refused);
     }

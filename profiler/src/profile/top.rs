@@ -204,6 +204,7 @@ mod tests {
             line: None,
             kind: FrameKind::User,
             inlined: false,
+            offset: None,
         }
     }
 

@@ -1,6 +1,8 @@
 //! Aggregation of raw samples into distinct stacks while recording, and their symbolization
-//! into a [`Profile`] at the end. Identical stacks are counted, not stored, so memory grows
-//! with distinct stacks, not with samples.
+//! into a [`Profile`] afterwards. Identical stacks are counted, not stored, so memory grows
+//! with distinct stacks, not with samples. User addresses are normalized on arrival (see
+//! [`crate::symbolize`]); a finished interval becomes a [`Batch`] that needs no process any
+//! more and is symbolized wherever it is sent.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -14,7 +16,7 @@ use profiler_common::{
 
 use crate::{
     profile::{Profile, RunInfo, StackCount},
-    symbolize::Symbolizer,
+    symbolize::{ElfFile, FileId, Frame, FrameKind, Resolver, Symbolizer, UserFrame},
 };
 
 /// Start of the kernel half of the x86-64 address space (canonical upper half).
@@ -28,8 +30,10 @@ struct RawStack {
     cpu: u32,
     cgroup: u64,
     comm: [u8; 16],
+    /// Innermost first.
     kernel: Box<[u64]>,
-    user: Box<[u64]>,
+    /// Innermost first.
+    user: Box<[UserFrame]>,
     /// Why the stack is missing, when it is (in-kernel aggregation only).
     missing: Option<&'static str>,
 }
@@ -41,6 +45,15 @@ pub struct Collector {
     /// Samples of the intervals already taken.
     all_samples: u64,
     symbolizer: Symbolizer,
+}
+
+/// One interval's stacks with the files their offsets are in: everything needed to name
+/// them, on any thread, after every process in them has gone.
+pub struct Batch {
+    stacks: HashMap<RawStack, u64>,
+    files: HashMap<FileId, ElfFile>,
+    info: RunInfo,
+    events: Vec<Arc<str>>,
 }
 
 impl Collector {
@@ -74,16 +87,24 @@ impl Collector {
         {
             user.insert(1, caller);
         }
-        let mut user: Box<[u64]> = user.into();
         let mut kernel: Box<[u64]> = (0..nk).map(|i| frame_at(frames, i)).collect();
         if kernel.is_empty() && user.is_empty() {
             // No stack could be walked: keep at least the sampled instruction.
             if rec.ip >= KERNEL_SPACE {
                 kernel = Box::new([rec.ip]);
             } else {
-                user = Box::new([rec.ip]);
+                user.push(rec.ip);
             }
         }
+        // Every user frame but the innermost is a return address.
+        let user: Box<[UserFrame]> = user
+            .iter()
+            .enumerate()
+            .map(|(i, &addr)| {
+                self.symbolizer
+                    .normalize(rec.pid, Some(&rec.comm), addr, i > 0)
+            })
+            .collect();
         let key = RawStack {
             event: rec.request,
             pid: rec.pid,
@@ -125,6 +146,11 @@ impl Collector {
     ) {
         self.samples += count;
         self.symbolizer.observe(pid, Some(comm));
+        let user = user
+            .iter()
+            .enumerate()
+            .map(|(i, &addr)| self.symbolizer.normalize(pid, Some(&comm), addr, i > 0))
+            .collect();
         let key = RawStack {
             event,
             pid,
@@ -133,114 +159,141 @@ impl Collector {
             cgroup,
             comm,
             kernel: kernel.into(),
-            user: user.into(),
+            user,
             missing,
         };
         *self.stacks.entry(key).or_default() += count;
     }
 
-    /// Symbolizes every distinct stack; `events[i]` names the samples of request `i`.
-    pub fn into_profile(mut self, info: RunInfo, events: &[Arc<str>]) -> Profile {
-        self.take_profile(info, events)
-    }
-
-    /// The profile of the samples counted so far; counting starts again from zero (the
-    /// symbolizer keeps its caches and the maps it captured).
-    pub fn take_profile(&mut self, mut info: RunInfo, events: &[Arc<str>]) -> Profile {
+    /// The samples counted so far, with the files they need, as a batch to symbolize;
+    /// counting starts again from zero. Refused files are reported here, once each.
+    pub fn take_batch(&mut self, mut info: RunInfo, events: &[Arc<str>]) -> Batch {
         info.samples = std::mem::take(&mut self.samples);
         self.all_samples += info.samples;
         let stacks = std::mem::take(&mut self.stacks);
         self.stacks.shrink_to_fit();
-        let mut profile = symbolize(&mut self.symbolizer, stacks, info, events);
-        // Each refused file once, on stderr, and their number in the summary.
+        let ids: BTreeSet<FileId> = stacks
+            .keys()
+            .flat_map(|s| s.user.iter())
+            .filter_map(|f| match f {
+                UserFrame::File { file, .. } => Some(*file),
+                UserFrame::Named(_) => None,
+            })
+            .collect();
+        let files = self.symbolizer.hand_over(ids);
         for refusal in self.symbolizer.take_refusals() {
             eprintln!("profiler: warning: not read: {refusal}");
-            profile.info.refused += 1;
+            info.refused += 1;
         }
-        // The stacks of exited processes are symbolized now: their maps can go.
+        // The stacks of exited processes are normalized: their maps can go.
         self.symbolizer.forget_exited();
-        profile
+        Batch {
+            stacks,
+            files,
+            info,
+            events: events.to_vec(),
+        }
+    }
+
+    /// The profile of the samples counted so far, symbolized here and now.
+    pub fn take_profile(&mut self, info: RunInfo, events: &[Arc<str>]) -> Profile {
+        self.take_batch(info, events)
+            .symbolize(&mut Resolver::new(&[]))
     }
 }
 
-/// Symbolizes every distinct stack; `events[i]` names the samples of request `i`.
-fn symbolize(
-    symbolizer: &mut Symbolizer,
-    raw_stacks: HashMap<RawStack, u64>,
-    info: RunInfo,
-    events: &[Arc<str>],
-) -> Profile {
-    // Different addresses can symbolize to the same frames (two call sites in one
-    // function): merge them so each distinct stack appears once.
-    type Key = (
-        u32,
-        u32,
-        u32,
-        u32,
-        u64,
-        Arc<str>,
-        Vec<crate::symbolize::Frame>,
-    );
-    let mut merged: HashMap<Key, u64> = HashMap::new();
-    let mut comms: HashMap<[u8; 16], Arc<str>> = HashMap::new();
-    let mut cgroups = BTreeSet::new();
-    for (raw, count) in raw_stacks {
-        let comm = comms
-            .entry(raw.comm)
-            .or_insert_with(|| {
-                let end = raw.comm.iter().position(|&b| b == 0).unwrap_or(16);
-                Arc::from(String::from_utf8_lossy(&raw.comm[..end]).as_ref())
-            })
-            .clone();
-        let mut frames = Vec::new();
-        // Stacks arrive innermost first; profiles store them outermost first. Every
-        // frame but the innermost is a return address.
-        for (i, &addr) in raw.user.iter().enumerate().rev() {
-            frames.extend(
-                symbolizer
-                    .user(raw.pid, Some(&raw.comm), addr, i > 0)
-                    .iter()
-                    .cloned(),
-            );
+impl Batch {
+    /// Names every frame: each file's offsets in one call, the kernel's in one call.
+    pub fn symbolize(self, resolver: &mut Resolver) -> Profile {
+        let Batch {
+            stacks: raw_stacks,
+            files,
+            mut info,
+            events,
+        } = self;
+        let wanted = raw_stacks
+            .keys()
+            .flat_map(|s| s.user.iter())
+            .filter_map(|f| match f {
+                UserFrame::File { file, offset } => Some((*file, *offset)),
+                UserFrame::Named(_) => None,
+            });
+        let errors = resolver.resolve_user(&files, wanted);
+        for e in &errors.files {
+            eprintln!("profiler: warning: not symbolized: {e}");
         }
-        for (i, &addr) in raw.kernel.iter().enumerate().rev() {
-            frames.extend(symbolizer.kernel(addr, i > 0).iter().cloned());
-        }
-        if let Some(why) = raw.missing {
-            frames.push(crate::symbolize::Frame::named(
-                why,
-                crate::symbolize::FrameKind::User,
-            ));
-        }
-        if raw.cgroup != 0 {
-            cgroups.insert(raw.cgroup);
-        }
-        let key = (
-            raw.event, raw.pid, raw.tid, raw.cpu, raw.cgroup, comm, frames,
+        info.unsymbolized += errors.files.len() as u64;
+        // Every kernel frame but the innermost is a return address: look up inside the call.
+        let lookup = |i: usize, addr: u64| if i > 0 { addr.saturating_sub(1) } else { addr };
+        resolver.resolve_kernel(
+            raw_stacks
+                .keys()
+                .flat_map(|s| s.kernel.iter().enumerate().map(|(i, &a)| lookup(i, a))),
         );
-        *merged.entry(key).or_default() += count;
-    }
-    let stacks = merged
-        .into_iter()
-        .map(
-            |((event, pid, tid, cpu, cgroup, comm, frames), count)| StackCount {
-                event: events
-                    .get(event as usize)
-                    .cloned()
-                    .unwrap_or_else(|| Arc::from("?")),
-                pid,
-                tid,
-                cpu,
-                cgroup,
-                comm,
-                frames,
-                count,
-            },
-        )
-        .collect();
-    Profile {
-        stacks,
-        info,
-        cgroups: crate::cgroup::paths(&cgroups),
+        let name_of = |id: FileId| files.get(&id).map(|f| (f.name.clone(), f.path.clone()));
+        // Different addresses can symbolize to the same frames (two call sites in one
+        // function): merge them so each distinct stack appears once.
+        type Key = (u32, u32, u32, u32, u64, Arc<str>, Vec<Frame>);
+        let mut merged: HashMap<Key, u64> = HashMap::new();
+        let mut comms: HashMap<[u8; 16], Arc<str>> = HashMap::new();
+        let mut cgroups = BTreeSet::new();
+        for (raw, count) in raw_stacks {
+            let comm = comms
+                .entry(raw.comm)
+                .or_insert_with(|| {
+                    let end = raw.comm.iter().position(|&b| b == 0).unwrap_or(16);
+                    Arc::from(String::from_utf8_lossy(&raw.comm[..end]).as_ref())
+                })
+                .clone();
+            // Stacks arrive innermost first; profiles store them outermost first.
+            let mut frames = Vec::new();
+            for f in raw.user.iter().rev() {
+                match f {
+                    UserFrame::File { file, offset } => frames.extend(
+                        resolver
+                            .user(*file, *offset, name_of(*file))
+                            .iter()
+                            .cloned(),
+                    ),
+                    UserFrame::Named(named) => frames.extend(named.iter().cloned()),
+                }
+            }
+            for (i, &addr) in raw.kernel.iter().enumerate().rev() {
+                frames.extend(resolver.kernel(lookup(i, addr)).iter().cloned());
+            }
+            if let Some(why) = raw.missing {
+                frames.push(Frame::named(why, FrameKind::User));
+            }
+            if raw.cgroup != 0 {
+                cgroups.insert(raw.cgroup);
+            }
+            let key = (
+                raw.event, raw.pid, raw.tid, raw.cpu, raw.cgroup, comm, frames,
+            );
+            *merged.entry(key).or_default() += count;
+        }
+        let stacks = merged
+            .into_iter()
+            .map(
+                |((event, pid, tid, cpu, cgroup, comm, frames), count)| StackCount {
+                    event: events
+                        .get(event as usize)
+                        .cloned()
+                        .unwrap_or_else(|| Arc::from("?")),
+                    pid,
+                    tid,
+                    cpu,
+                    cgroup,
+                    comm,
+                    frames,
+                    count,
+                },
+            )
+            .collect();
+        Profile {
+            stacks,
+            info,
+            cgroups: crate::cgroup::paths(&cgroups),
+        }
     }
 }

@@ -6,6 +6,7 @@ mod aggregate;
 mod collect;
 mod pidfd;
 mod status;
+mod symbolizing;
 mod unwind;
 mod workload;
 
@@ -83,6 +84,10 @@ pub struct RecordOptions {
     pub poll: Duration,
     /// Continuous mode: hand over a profile of each interval as it ends.
     pub interval: Option<Duration>,
+    /// Searched for separate debug information before the system's directories.
+    pub debug_dirs: Vec<std::path::PathBuf>,
+    /// Name user frames (else they stay file offsets, to be named later).
+    pub symbolize_user: bool,
     /// Print a status line (elapsed, samples, lost) to stderr every second.
     pub status_line: bool,
     /// Count samples per (process, stack) in the kernel instead of one record per sample.
@@ -109,6 +114,8 @@ impl RecordOptions {
             ring_bytes: profiler_common::DEFAULT_RING_BYTES,
             poll: Duration::from_millis(100),
             interval: None,
+            debug_dirs: Vec::new(),
+            symbolize_user: true,
             status_line: false,
             aggregate: false,
             stacks: true,
@@ -502,6 +509,9 @@ pub async fn record_with(
     };
 
     let mut collector = Collector::default();
+    let mut symbolizer =
+        symbolizing::SymbolizeWorker::start(opts.debug_dirs.clone(), opts.symbolize_user)
+            .map_err(io("starting the symbolizing thread"))?;
     // Bytes of records read from the ring (for `unwind_stats`).
     let mut ring_bytes = 0u64;
     let deadline: Pin<Box<dyn Future<Output = ()>>> = match opts.duration {
@@ -546,6 +556,7 @@ pub async fn record_with(
             collisions: stats.collisions - reported.collisions,
             untracked: stats.follow_failed - reported.follow_failed,
             refused: 0,
+            unsymbolized: 0,
         };
         *reported = *stats;
         info
@@ -578,8 +589,10 @@ pub async fn record_with(
                 let now = std::time::Instant::now();
                 let info = run_info(&stats, &mut reported, interval_started, now);
                 interval_started = std::time::Instant::now();
-                on_interval(collector.take_profile(info, &names));
+                // Symbolized on the worker's thread; the profile comes back below.
+                symbolizer.submit(collector.take_batch(info, &names));
             }
+            Some(profile) = symbolizer.next(), if symbolizer.busy() => on_interval(profile),
             _ = status_ticks.tick(), if status.enabled() => {
                 let stats = sampler.stats()?;
                 status.show(started.elapsed(), stats.submitted + stats.aggregated, stats.lost);
@@ -648,8 +661,15 @@ pub async fn record_with(
         started
     };
     let info = run_info(&stats, &mut reported, since, ended);
+    let (earlier, last) = symbolizer.finish(collector.take_batch(info, &names)).await;
+    for profile in earlier {
+        on_interval(profile);
+    }
     Ok(RecordOutcome {
-        profile: collector.take_profile(info, &names),
+        profile: last.ok_or(RecordError::Io {
+            what: "symbolizing the profile",
+            source: std::io::Error::other("the symbolizing thread stopped"),
+        })?,
         stop,
         command_status,
     })

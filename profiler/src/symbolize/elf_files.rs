@@ -12,55 +12,162 @@ use std::{
     fs::File,
     os::fd::AsRawFd,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use super::maps::MapEntry;
 use crate::untrusted::{self, MAX_ELF_BYTES, Refusal, Rules};
 
-/// Opened and checked ELF files by (device, inode), or why one was refused.
+/// A file's number in its [`ElfFiles`], stable for the whole run.
+pub type FileId = u32;
+
+/// One opened and checked ELF file, as handed to whoever symbolizes its addresses.
+#[derive(Clone, Debug)]
+pub struct ElfFile {
+    /// File name (`libc.so.6`, `[vdso]`).
+    pub name: Arc<str>,
+    /// The path the mapping named (for reports and pprof mappings).
+    pub path: Arc<str>,
+    pub file: Arc<File>,
+}
+
+impl ElfFile {
+    /// The path blazesym may open: our own descriptor of the checked file.
+    pub fn fd_path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+    }
+}
+
+struct Known {
+    name: Arc<str>,
+    path: Arc<str>,
+    /// `None`: not open now (closed after a hand-over); `Some(Err)`: refused, for good.
+    open: Option<Result<Arc<File>, ()>>,
+}
+
+/// Every ELF file seen by (device, inode), each with a stable id; a file is kept open from
+/// the sample that first needs it until it is handed over (or cleared).
 #[derive(Default)]
 pub struct ElfFiles {
-    files: HashMap<(u64, u64), Result<(File, PathBuf), ()>>,
+    ids: HashMap<(u64, u64), FileId>,
+    known: Vec<Known>,
+    /// The vDSO image, the same in every process: one file (a memfd holding a copy).
+    vdso: Option<Option<FileId>>,
     /// One line per refused file: what and why.
     refusals: Vec<String>,
 }
 
 impl ElfFiles {
-    /// A path blazesym may open for `entry` of `pid` (`/proc/self/fd/N` of a checked file),
-    /// or `None` when the file cannot be had safely (refusals are kept for the summary).
-    pub fn path_for(&mut self, pid: u32, entry: &MapEntry) -> Option<PathBuf> {
-        let key = (entry.dev, entry.inode);
-        if let Some(known) = self.files.get(&key) {
-            return known.as_ref().ok().map(|(_, p)| p.clone());
+    /// The id of the file behind `entry` of `pid`, opened now if it is not open (while the
+    /// process may still live); `None` when it cannot be had safely (refusals are kept for
+    /// the summary) or the mapping has no file.
+    pub fn id_for(&mut self, pid: u32, entry: &MapEntry) -> Option<FileId> {
+        if entry.path.is_none() {
+            return (entry.name.as_ref() == "[vdso]")
+                .then(|| self.vdso_id())
+                .flatten();
         }
-        let path = entry.path.as_deref()?;
-        let opened = open_mapped(pid, entry, path);
-        let value = match opened {
-            Ok(file) => {
-                let fd_path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
-                Ok((file, fd_path))
-            }
-            Err(Refusal::NotFound) => Err(()),
-            Err(why) => {
-                self.refusals.push(format!("{path} (process {pid}): {why}"));
-                Err(())
+        let key = (entry.dev, entry.inode);
+        let id = match self.ids.get(&key) {
+            Some(&id) => id,
+            None => {
+                let id = self.known.len() as FileId;
+                self.known.push(Known {
+                    name: entry.name.clone(),
+                    path: entry.path.clone()?,
+                    open: None,
+                });
+                self.ids.insert(key, id);
+                id
             }
         };
-        let result = value.as_ref().ok().map(|(_, p)| p.clone());
-        self.files.insert(key, value);
-        result
+        let known = &mut self.known[id as usize];
+        if known.open.is_none() {
+            known.open = Some(match open_mapped(pid, entry, &known.path) {
+                Ok(file) => Ok(Arc::new(file)),
+                Err(Refusal::NotFound) => Err(()),
+                Err(why) => {
+                    self.refusals
+                        .push(format!("{} (process {pid}): {why}", known.path));
+                    Err(())
+                }
+            });
+        }
+        matches!(known.open, Some(Ok(_))).then_some(id)
     }
 
-    /// Closes every file (blazesym must be reset at the same time: it names them by fd).
-    pub fn clear(&mut self) {
-        self.files.clear();
-        self.files.shrink_to_fit();
+    fn vdso_id(&mut self) -> Option<FileId> {
+        if let Some(known) = self.vdso {
+            return known;
+        }
+        let id = vdso_file().map(|file| {
+            let id = self.known.len() as FileId;
+            let name: Arc<str> = Arc::from("[vdso]");
+            self.known.push(Known {
+                name: name.clone(),
+                path: name,
+                open: Some(Ok(Arc::new(file))),
+            });
+            id
+        });
+        self.vdso = Some(id);
+        id
+    }
+
+    /// The file `id`, if it is open.
+    pub fn get(&self, id: FileId) -> Option<ElfFile> {
+        let known = self.known.get(id as usize)?;
+        match &known.open {
+            Some(Ok(file)) => Some(ElfFile {
+                name: known.name.clone(),
+                path: known.path.clone(),
+                file: file.clone(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// Closes every open file except the vDSO's copy (whoever was handed one keeps it open
+    /// until done); the next sample that needs a file opens it again.
+    pub fn close_all(&mut self) {
+        let vdso = self.vdso.flatten();
+        for (i, k) in self.known.iter_mut().enumerate() {
+            if matches!(k.open, Some(Ok(_))) && Some(i as FileId) != vdso {
+                k.open = None;
+            }
+        }
     }
 
     /// The refusals so far, each once.
     pub fn take_refusals(&mut self) -> Vec<String> {
         std::mem::take(&mut self.refusals)
     }
+}
+
+/// A copy of our own vDSO in a memory file (blazesym reads files; the kernel maps the same
+/// image into every process of our architecture).
+fn vdso_file() -> Option<File> {
+    use std::io::Write as _;
+    // SAFETY: getauxval has no preconditions; AT_SYSINFO_EHDR is the vDSO's address or 0.
+    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
+    let own = super::ProcessMaps::read(std::process::id()).ok()?;
+    let m = own.entries().iter().find(|e| e.name.as_ref() == "[vdso]")?;
+    if m.start != base {
+        return None;
+    }
+    // SAFETY: the kernel maps the vDSO readable for the life of the process, and
+    // [start, end) is its mapping as /proc/self/maps reports it.
+    let image =
+        unsafe { std::slice::from_raw_parts(m.start as *const u8, (m.end - m.start) as usize) };
+    // SAFETY: memfd_create with a NUL-terminated name; the result is checked.
+    let fd = unsafe { libc::memfd_create(c"vdso".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a descriptor we just created and own.
+    let mut file = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    file.write_all(image).ok()?;
+    Some(file)
 }
 
 /// The mapped file of `entry`: through `map_files` while the process lives (the kernel's
@@ -113,18 +220,38 @@ mod tests {
             .expect("our executable is mapped")
             .clone();
         let mut files = ElfFiles::default();
-        let p = files.path_for(std::process::id(), &entry).expect("opened");
-        let meta = std::fs::metadata(&p).unwrap();
+        let id = files.id_for(std::process::id(), &entry).expect("opened");
+        let meta = std::fs::metadata(files.get(id).unwrap().fd_path()).unwrap();
         assert_eq!((meta.dev(), meta.ino()), (entry.dev, entry.inode));
-        assert_eq!(files.path_for(std::process::id(), &entry), Some(p));
+        assert_eq!(files.id_for(std::process::id(), &entry), Some(id));
+        files.close_all();
+        assert!(files.get(id).is_none(), "closed");
+        assert_eq!(
+            files.id_for(std::process::id(), &entry),
+            Some(id),
+            "reopened"
+        );
         // A mapping whose file is no longer the one at its path (another inode) is refused.
         let mut gone = entry.clone();
         gone.inode += 1;
         gone.start = 1;
         gone.end = 2;
-        assert_eq!(files.path_for(u32::MAX - 3, &gone), None);
+        assert_eq!(files.id_for(u32::MAX - 3, &gone), None);
         let refusals = files.take_refusals();
         assert_eq!(refusals.len(), 1, "{refusals:?}");
         assert!(refusals[0].contains("replaced"), "{refusals:?}");
+    }
+
+    #[test]
+    fn the_vdso_is_one_file_with_its_symbols() {
+        let maps = ProcessMaps::read(std::process::id()).unwrap();
+        let Some(vdso) = maps.entries().iter().find(|e| e.name.as_ref() == "[vdso]") else {
+            return;
+        };
+        let mut files = ElfFiles::default();
+        let id = files.id_for(std::process::id(), vdso).expect("vdso copy");
+        assert_eq!(files.id_for(1, vdso), Some(id));
+        let bytes = std::fs::read(files.get(id).unwrap().fd_path()).unwrap();
+        assert_eq!(&bytes[..4], b"\x7fELF");
     }
 }

@@ -24,6 +24,9 @@ pub struct Frame {
     pub kind: FrameKind,
     /// True for a function inlined into the frame before it.
     pub inlined: bool,
+    /// For an address no symbol names: its offset in the module's file (so it can be
+    /// symbolized later, or looked up by hand).
+    pub offset: Option<u64>,
 }
 
 impl Frame {
@@ -37,6 +40,26 @@ impl Frame {
             line: None,
             kind,
             inlined: false,
+            offset: None,
+        }
+    }
+
+    /// An address no symbol names, in module `name`: `[name]+0xoffset`.
+    pub fn at_offset(kind: FrameKind, name: Arc<str>, path: Option<Arc<str>>, offset: u64) -> Self {
+        let function = if name.starts_with('[') {
+            format!("{name}+{offset:#x}")
+        } else {
+            format!("[{name}]+{offset:#x}")
+        };
+        Self {
+            function: Arc::from(function),
+            module: Some(name),
+            path,
+            file: None,
+            line: None,
+            kind,
+            inlined: false,
+            offset: Some(offset),
         }
     }
 
@@ -55,6 +78,7 @@ impl Frame {
             line: None,
             kind,
             inlined: false,
+            offset: None,
         }
     }
 }
@@ -87,6 +111,7 @@ pub(super) fn from_sym(
         line,
         kind,
         inlined: false,
+        offset: None,
     }];
     for inl in sym.inlined.iter() {
         let (file, line) = location(inl.code_info.as_ref());
@@ -98,6 +123,7 @@ pub(super) fn from_sym(
             line,
             kind,
             inlined: true,
+            offset: None,
         });
     }
     frames.into()

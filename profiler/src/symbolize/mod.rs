@@ -1,36 +1,51 @@
-//! Turning sampled addresses into frames with one long-lived blazesym symbolizer.
+//! From sampled addresses to named frames, in two steps.
 //!
-//! User addresses are resolved through memory maps captured while the process lived, as
-//! (ELF file, file offset), so processes that exit before the report is built are still
-//! symbolized. Kernel addresses go through kallsyms. A miss is a value (`[unknown]` or the
-//! module's name), never an error.
+//! On arrival ([`Symbolizer`], on the ring reader's thread), each user address is
+//! normalized through the memory maps captured while its process lived into (ELF file, file
+//! offset), the file opened and checked then; JIT code is named from the process's perf map
+//! at once. Stacks then no longer depend on any process, which may exit and whose pid may be
+//! reused. Later and elsewhere ([`Resolver`]), the offsets of each file are named in one
+//! batch, and kernel addresses through kallsyms. A miss is a value (`[module]+0xoffset`),
+//! never an error.
 
+mod debug_file;
 mod elf_files;
 mod frame;
 mod leaf;
 mod maps;
 mod perfmap;
+mod plt;
+mod resolve;
 
 use std::{
     collections::{HashMap, HashSet},
     sync::Arc,
 };
 
-use blazesym::{
-    MaybeDefault,
-    symbolize::{
-        self as bz, Input, Symbolized,
-        source::{Elf, Kernel, Source},
-    },
+use blazesym::symbolize::{
+    self as bz, Input, Symbolized,
+    source::{Elf, Source},
 };
 
+pub use debug_file::{Identity, by_build_id};
 use elf_files::ElfFiles;
+pub use elf_files::{ElfFile, FileId};
 pub use frame::{Frame, FrameKind};
 pub use maps::{MapEntry, ProcessMaps};
 pub use perfmap::PerfMap;
+pub use resolve::{ResolveErrors, Resolver};
 
 /// A location in a file: (path, file offset).
 type FileKey = (Arc<str>, u64);
+
+/// A user address, normalized on arrival.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum UserFrame {
+    /// An offset in an ELF file (a return address already moved back into its call).
+    File { file: FileId, offset: u64 },
+    /// Named on arrival (JIT code from a perf map), or nothing can name it.
+    Named(Arc<[Frame]>),
+}
 /// How the function around an address starts, and how far into it the address is.
 type PrologueAt = Option<(leaf::Prologue, u64)>;
 
@@ -48,12 +63,11 @@ impl Images {
     }
 }
 
-/// Symbolizer with per-process map snapshots and caches of resolved addresses.
+/// The arrival side: per-process map snapshots, perf maps and the opened ELF files.
 pub struct Symbolizer {
+    /// Reads function starts for the frame-pointer path's leaf-caller check (see [`leaf`]).
     inner: bz::Symbolizer,
     maps: HashMap<u32, Images>,
-    user_cache: HashMap<FileKey, Arc<[Frame]>>,
-    kernel_cache: HashMap<u64, Arc<[Frame]>>,
     prologue_cache: HashMap<FileKey, PrologueAt>,
     call_cache: HashMap<FileKey, bool>,
     /// JIT symbols per process (`/tmp/perf-PID.map`), read while it lives.
@@ -85,8 +99,6 @@ impl Symbolizer {
         Self {
             inner,
             maps: HashMap::new(),
-            user_cache: HashMap::new(),
-            kernel_cache: HashMap::new(),
             prologue_cache: HashMap::new(),
             call_cache: HashMap::new(),
             perf_maps: HashMap::new(),
@@ -180,15 +192,10 @@ impl Symbolizer {
         self.maps.get(&pid)?.get(comm)
     }
 
-    /// Drops what is kept per process for processes that have exited: call once their
-    /// stacks are symbolized (after each interval), so memory follows the live processes,
-    /// not every process a long run ever saw.
+    /// Drops what is kept per process for processes that have exited (their stacks are
+    /// normalized already), so memory follows the live processes, not every process a long
+    /// run ever saw.
     pub fn forget_exited(&mut self) {
-        // blazesym keeps every ELF file it parsed (and its fd) open; start afresh, so files
-        // no longer sampled are let go. Resolved addresses stay in our own caches.
-        self.inner = Self::new().inner;
-        // blazesym named the files by our descriptors: they go with it.
-        self.elf.clear();
         let alive = |pid: &u32| std::path::Path::new(&format!("/proc/{pid}")).exists();
         self.maps.retain(|pid, _| alive(pid));
         self.perf_maps.retain(|pid, _| alive(pid));
@@ -198,6 +205,23 @@ impl Symbolizer {
         self.maps.shrink_to_fit();
         self.perf_maps.shrink_to_fit();
         self.jit_cache.shrink_to_fit();
+    }
+
+    /// The open files `ids` (those an interval's stacks refer to), for whoever names their
+    /// offsets; our own descriptors are closed, to be opened again when a sample needs them,
+    /// so open files follow what is sampled, not everything a long run saw.
+    pub fn hand_over(&mut self, ids: impl IntoIterator<Item = FileId>) -> HashMap<FileId, ElfFile> {
+        let out = ids
+            .into_iter()
+            .filter_map(|id| Some((id, self.elf.get(id)?)))
+            .collect();
+        self.elf.close_all();
+        // blazesym named the files by our descriptor numbers, which will be reused: start
+        // afresh (this also lets go of what it parsed).
+        self.inner = Self::new().inner;
+        self.prologue_cache.clear();
+        self.call_cache.clear();
+        out
     }
 
     /// The JIT function at `addr` from the process's perf map; the map is read again once
@@ -236,15 +260,15 @@ impl Symbolizer {
         }
     }
 
-    /// Frames for one user address of `pid` running `comm`, outermost first (inlined callees
-    /// after their caller). `is_return` addresses are moved back into the call instruction.
-    pub fn user(
+    /// Normalizes one user address of `pid` running `comm`. `is_return` addresses are
+    /// moved back into the call instruction.
+    pub fn normalize(
         &mut self,
         pid: u32,
         comm: Option<&[u8; 16]>,
         addr: u64,
         is_return: bool,
-    ) -> Arc<[Frame]> {
+    ) -> UserFrame {
         let lookup = if is_return {
             addr.saturating_sub(1)
         } else {
@@ -264,46 +288,56 @@ impl Symbolizer {
                     .cloned()
                 {
                     Some(e) => e,
-                    None => {
-                        // Code the maps never showed (a process gone before we saw it, or
-                        // a JIT region since unmapped): its perf map may still name it.
-                        return self.jit(pid, lookup, None);
-                    }
+                    // Code the maps never showed (a process gone before we saw it, or a
+                    // JIT region since unmapped): its perf map may still name it.
+                    None => return UserFrame::Named(self.jit(pid, lookup, None)),
                 }
             }
         };
-        let Some(path) = entry.path.clone() else {
+        if entry.path.is_none() && entry.name.as_ref() != "[vdso]" {
             // Anonymous executable memory: JIT-generated code.
-            return self.jit(pid, lookup, Some(entry.name.clone()));
-        };
-        let unknown = || {
-            let mut f = Frame::unknown(FrameKind::User, Some(entry.name.clone()));
-            f.path = Some(path.clone());
-            Arc::from([f])
-        };
-        let offset = lookup - entry.start + entry.offset;
-        let key = (path.clone(), offset);
-        if let Some(frames) = self.user_cache.get(&key) {
-            return frames.clone();
+            return UserFrame::Named(self.jit(pid, lookup, Some(entry.name.clone())));
         }
-        let Some(file) = self.elf.path_for(pid, &entry) else {
-            let frames: Arc<[Frame]> = unknown();
-            self.user_cache.insert(key, frames.clone());
-            return frames;
-        };
-        let mut src = Elf::new(file);
-        src.debug_syms = true;
-        let frames: Arc<[Frame]> = match self
-            .inner
-            .symbolize_single(&Source::Elf(src), Input::FileOffset(offset))
-        {
-            Ok(Symbolized::Sym(sym)) => {
-                frame::from_sym(&sym, FrameKind::User, &entry.name, Some(&path))
+        let offset = lookup - entry.start + entry.offset;
+        match self.elf.id_for(pid, &entry) {
+            Some(file) => UserFrame::File { file, offset },
+            None => UserFrame::Named(Arc::from([Frame::at_offset(
+                FrameKind::User,
+                entry.name.clone(),
+                entry.path.clone(),
+                offset,
+            )])),
+        }
+    }
+
+    /// Names one user address at once (one-off lookups; recordings normalize on arrival and
+    /// name whole batches).
+    pub fn user_now(
+        &mut self,
+        pid: u32,
+        comm: Option<&[u8; 16]>,
+        addr: u64,
+        is_return: bool,
+    ) -> Arc<[Frame]> {
+        match self.normalize(pid, comm, addr, is_return) {
+            UserFrame::Named(frames) => frames,
+            UserFrame::File { file, offset } => {
+                let Some(elf) = self.elf.get(file) else {
+                    return Arc::from([Frame::unknown(FrameKind::User, None)]);
+                };
+                let name = Some((elf.name.clone(), elf.path.clone()));
+                let files = HashMap::from([(file, elf)]);
+                let mut resolver = Resolver::new(&[]);
+                resolver.resolve_user(&files, [(file, offset)]);
+                resolver.user(file, offset, name)
             }
-            _ => unknown(),
-        };
-        self.user_cache.insert(key, frames.clone());
-        frames
+        }
+    }
+
+    /// The checked file behind `entry` of `pid`, as a path blazesym may open.
+    fn fd_path(&mut self, pid: u32, entry: &MapEntry) -> Option<std::path::PathBuf> {
+        let id = self.elf.id_for(pid, entry)?;
+        Some(self.elf.get(id)?.fd_path())
     }
 
     /// The caller frame a frame-pointer walk missed, if any (see [`leaf`]): given the user
@@ -326,7 +360,7 @@ impl Symbolizer {
         let (prologue, offset_in_fn) = match known {
             Some(v) => v?,
             None => {
-                let file = self.elf.path_for(pid, &entry)?;
+                let file = self.fd_path(pid, &entry)?;
                 let mut src = Elf::new(file.clone());
                 src.debug_syms = false;
                 let found = match self
@@ -352,7 +386,7 @@ impl Symbolizer {
         let is_call = match self.call_cache.get(&key) {
             Some(&v) => v,
             None => {
-                let file = self.elf.path_for(pid, &ret_entry)?;
+                let file = self.fd_path(pid, &ret_entry)?;
                 let v = ret_offset >= 7
                     && leaf::read_bytes::<7>(&file, ret_offset - 7)
                         .is_some_and(|b| leaf::preceded_by_call(&b));
@@ -368,30 +402,6 @@ impl Symbolizer {
         let e = self.maps_of(pid, comm)?.find(addr)?;
         e.path.as_ref()?;
         Some((e.clone(), addr - e.start + e.offset))
-    }
-
-    /// Frames for one kernel address.
-    pub fn kernel(&mut self, addr: u64, is_return: bool) -> Arc<[Frame]> {
-        let lookup = if is_return {
-            addr.saturating_sub(1)
-        } else {
-            addr
-        };
-        if let Some(frames) = self.kernel_cache.get(&lookup) {
-            return frames.clone();
-        }
-        let src = Source::Kernel(Kernel {
-            vmlinux: MaybeDefault::None,
-            debug_syms: false,
-            ..Default::default()
-        });
-        let module: Arc<str> = Arc::from("[kernel.kallsyms]");
-        let frames: Arc<[Frame]> = match self.inner.symbolize_single(&src, Input::AbsAddr(lookup)) {
-            Ok(Symbolized::Sym(sym)) => frame::from_sym(&sym, FrameKind::Kernel, &module, None),
-            _ => Arc::from([Frame::unknown(FrameKind::Kernel, Some(module))]),
-        };
-        self.kernel_cache.insert(lookup, frames.clone());
-        frames
     }
 }
 

@@ -10,10 +10,12 @@
 
 mod proto;
 mod read;
+mod symbolize;
 mod write;
 
-pub use read::{PprofError, read_pprof};
-pub use write::{encode, write_pprof};
+pub use read::{PprofError, read_message, read_pprof};
+pub use symbolize::{Symbolized, symbolize_message};
+pub use write::{encode, write_message, write_pprof};
 
 /// The comment prefix for the run's own counters.
 const COMMENT_PREFIX: &str = "profiler.";

@@ -29,6 +29,11 @@ pub enum PprofError {
 
 /// Reads a pprof profile, gzip-compressed (as written) or not.
 pub fn read_pprof(bytes: &[u8]) -> Result<Profile, PprofError> {
+    decode(&read_message(bytes)?)
+}
+
+/// The pprof message of a file, gzip-compressed or not.
+pub fn read_message(bytes: &[u8]) -> Result<proto::Profile, PprofError> {
     let raw;
     let data = if bytes.starts_with(&[0x1f, 0x8b]) {
         let mut out = Vec::new();
@@ -44,7 +49,7 @@ pub fn read_pprof(bytes: &[u8]) -> Result<Profile, PprofError> {
     } else {
         bytes
     };
-    decode(&proto::Profile::decode(data)?)
+    Ok(proto::Profile::decode(data)?)
 }
 
 /// A mapping's module name, its path when it has one, and whether it is the kernel.
@@ -71,12 +76,15 @@ fn decode(p: &proto::Profile) -> Result<Profile, PprofError> {
     let l = Lookup { p };
     // Mapping id → (module name, path, kernel?).
     let mut mappings: HashMap<u64, MappingInfo> = HashMap::new();
+    // Mapping id → how its addresses become file offsets (start, file offset).
+    let mut bases: HashMap<u64, (u64, u64)> = HashMap::new();
     for m in &p.mapping {
         let name = l.string(m.filename)?;
         let kernel = name.starts_with("[kernel") || name == KERNEL_MODULE;
         let module: Arc<str> = Arc::from(name.rsplit('/').next().unwrap_or(name));
         let path = name.starts_with('/').then(|| Arc::from(name));
         mappings.insert(m.id, (module, path, kernel));
+        bases.insert(m.id, (m.memory_start, m.file_offset));
     }
     let mut functions: HashMap<u64, (Arc<str>, Option<Arc<str>>)> = HashMap::new();
     for f in &p.function {
@@ -119,15 +127,27 @@ fn decode(p: &proto::Profile) -> Result<Profile, PprofError> {
                     FrameKind::User
                 },
                 inlined: i > 0,
+                offset: None,
             });
         }
         if frames.is_empty() {
-            // An unsymbolized location: named by its module and address, as perf does.
-            let mut f = Frame::unknown(FrameKind::User, module.clone());
-            if loc.address != 0 {
-                f.function = Arc::from(format!("{}+{:#x}", f.function, loc.address));
-            }
-            f.path = path;
+            // An unsymbolized location: named by its module and file offset.
+            let f = match module.clone() {
+                Some(m) if !kernel => {
+                    let (start, file_offset) =
+                        bases.get(&loc.mapping_id).copied().unwrap_or_default();
+                    let offset = loc.address.wrapping_sub(start).wrapping_add(file_offset);
+                    Frame::at_offset(FrameKind::User, m, path, offset)
+                }
+                _ => {
+                    let mut f = Frame::unknown(FrameKind::User, module.clone());
+                    if loc.address != 0 {
+                        f.function = Arc::from(format!("{}+{:#x}", f.function, loc.address));
+                    }
+                    f.path = path;
+                    f
+                }
+            };
             frames.push(f);
         }
         locations.insert(loc.id, frames);
@@ -202,6 +222,7 @@ fn run_info(l: &Lookup<'_>, p: &proto::Profile, total: u64) -> Result<RunInfo, P
             ("collisions", Some(n)) => info.collisions = n,
             ("untracked", Some(n)) => info.untracked = n,
             ("refused", Some(n)) => info.refused = n,
+            ("unsymbolized", Some(n)) => info.unsymbolized = n,
             _ => {}
         }
     }

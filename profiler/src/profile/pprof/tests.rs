@@ -62,6 +62,7 @@ fn sample_profile() -> Profile {
             collisions: 2,
             untracked: 4,
             refused: 5,
+            unsymbolized: 6,
             period: None,
         },
         ..Default::default()
@@ -113,6 +114,11 @@ fn inlined_frames_share_one_location_innermost_first() {
     assert!(msg.comment.iter().any(|&c| s(c) == "profiler.lost=7"));
     assert!(msg.comment.iter().any(|&c| s(c) == "profiler.untracked=4"));
     assert!(msg.comment.iter().any(|&c| s(c) == "profiler.refused=5"));
+    assert!(
+        msg.comment
+            .iter()
+            .any(|&c| s(c) == "profiler.unsymbolized=6")
+    );
 }
 
 #[test]

@@ -8,7 +8,7 @@ use prost::Message as _;
 use super::{COMMENT_PREFIX, KERNEL_MODULE, proto};
 use crate::{
     profile::{Profile, StackCount},
-    symbolize::{Frame, FrameKind},
+    symbolize::{Frame, FrameKind, Identity},
 };
 
 /// The string table: index 0 is "", every string stored once.
@@ -45,6 +45,11 @@ struct Tables {
     function_ids: HashMap<(Arc<str>, Option<Arc<str>>), u64>,
     locations: Vec<proto::Location>,
     location_ids: HashMap<(u64, Vec<(u64, i64)>), u64>,
+    /// Files of unsymbolized frames, read once each (`None`: not readable here).
+    identities: HashMap<Arc<str>, Option<Identity>>,
+    /// Mappings of unsymbolized frames: one per (file, load segment).
+    raw_mapping_ids: HashMap<(Arc<str>, u64), u64>,
+    raw_location_ids: HashMap<(u64, u64), u64>,
 }
 
 impl Tables {
@@ -100,8 +105,72 @@ impl Tables {
         id
     }
 
+    /// The location of an address no symbol names yet, at `offset` in its file: the
+    /// address is the file's virtual address, in a mapping of the load segment holding it
+    /// (as if the file were loaded at 0), so `address - start + file_offset` is the offset
+    /// again and symbol servers can name it from the file or its debug file.
+    fn raw_location(&mut self, frame: &Frame, offset: u64) -> u64 {
+        let Some(path) = frame.path.clone().or_else(|| frame.module.clone()) else {
+            return self.location_unnamed(offset);
+        };
+        let identity = self
+            .identities
+            .entry(path.clone())
+            .or_insert_with(|| read_identity(&path));
+        let segment = identity.as_ref().and_then(|i| i.segment(offset));
+        let build_id = identity
+            .as_ref()
+            .and_then(|i| i.build_id.as_deref())
+            .map(hex);
+        let (start, size, file_offset) = segment.map_or((0, 0, 0), |(o, v, s)| (v, s, o));
+        let address = start + (offset - file_offset);
+        let mapping_id = match self.raw_mapping_ids.get(&(path.clone(), start)) {
+            Some(&id) => id,
+            None => {
+                let id = self.mappings.len() as u64 + 1;
+                self.mappings.push(proto::Mapping {
+                    id,
+                    memory_start: start,
+                    memory_limit: start + size,
+                    file_offset,
+                    filename: self.strings.get(&path),
+                    build_id: self.strings.get(build_id.as_deref().unwrap_or("")),
+                    ..Default::default()
+                });
+                self.raw_mapping_ids.insert((path, start), id);
+                id
+            }
+        };
+        *self
+            .raw_location_ids
+            .entry((mapping_id, address))
+            .or_insert_with(|| {
+                let id = self.locations.len() as u64 + 1;
+                self.locations.push(proto::Location {
+                    id,
+                    mapping_id,
+                    address,
+                    ..Default::default()
+                });
+                id
+            })
+    }
+
+    fn location_unnamed(&mut self, address: u64) -> u64 {
+        let id = self.locations.len() as u64 + 1;
+        self.locations.push(proto::Location {
+            id,
+            address,
+            ..Default::default()
+        });
+        id
+    }
+
     /// One location for a frame and the frames inlined into it (`group`, caller first).
     fn location(&mut self, group: &[Frame]) -> u64 {
+        if let Some(offset) = group[0].offset {
+            return self.raw_location(&group[0], offset);
+        }
         let mapping_id = self.mapping(&group[0]);
         let lines: Vec<(u64, i64)> = group
             .iter()
@@ -172,6 +241,9 @@ pub fn encode(profile: &Profile) -> proto::Profile {
         function_ids: HashMap::new(),
         locations: Vec::new(),
         location_ids: HashMap::new(),
+        identities: HashMap::new(),
+        raw_mapping_ids: HashMap::new(),
+        raw_location_ids: HashMap::new(),
     };
     let mut sample_type = vec![proto::ValueType {
         r#type: t.strings.get("samples"),
@@ -216,6 +288,7 @@ pub fn encode(profile: &Profile) -> proto::Profile {
         ("collisions", info.collisions),
         ("untracked", info.untracked),
         ("refused", info.refused),
+        ("unsymbolized", info.unsymbolized),
     ] {
         comments.push((key, value.to_string()));
     }
@@ -273,7 +346,12 @@ fn labels(strings: &mut Strings, profile: &Profile, s: &StackCount) -> Vec<proto
 
 /// Writes `profile` as gzip-compressed pprof.
 pub fn write_pprof(profile: &Profile, out: &mut impl io::Write) -> io::Result<()> {
-    let bytes = encode(profile).encode_to_vec();
+    write_message(&encode(profile), out)
+}
+
+/// Writes a pprof message, gzip-compressed.
+pub fn write_message(message: &proto::Profile, out: &mut impl io::Write) -> io::Result<()> {
+    let bytes = message.encode_to_vec();
     let mut gz = GzEncoder::new(out, Compression::default());
     io::Write::write_all(&mut gz, &bytes)?;
     gz.finish()?;
@@ -282,6 +360,17 @@ pub fn write_pprof(profile: &Profile, out: &mut impl io::Write) -> io::Result<()
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The build id and load segments of a file named by an unsymbolized frame.
+fn read_identity(path: &str) -> Option<Identity> {
+    let rules = crate::untrusted::Rules {
+        max_bytes: crate::untrusted::MAX_ELF_BYTES,
+        owner: None,
+        identity: None,
+    };
+    let file = crate::untrusted::open(None, std::path::Path::new(path), &rules).ok()?;
+    Identity::read(&file)
 }
 
 fn elf_build_id(path: &str) -> Option<String> {

@@ -1,0 +1,288 @@
+//! Naming normalized addresses: (ELF file, file offset) and kernel addresses. All the
+//! offsets one batch needs in one file go to blazesym in one call, with a symbolizer made
+//! for that file and dropped after it, so memory holds one file's symbols at a time, not
+//! every file a long run has seen. Names already found are cached (bounded).
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::PathBuf,
+    sync::Arc,
+};
+
+use blazesym::{
+    MaybeDefault,
+    symbolize::{
+        self as bz, Input, Symbolized,
+        source::{Elf, Kernel, Source},
+    },
+};
+
+use super::{
+    FileId,
+    debug_file::{Identity, by_build_id},
+    elf_files::ElfFile,
+    frame::{self, Frame, FrameKind},
+    plt::PltStubs,
+};
+
+/// Directories searched for separate debug information (their `.build-id/` trees, and
+/// `.gnu_debuglink` names), after any given with `--debug-dir`.
+const SYSTEM_DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
+/// Cached names beyond this are dropped (and found again when needed).
+const MAX_CACHED: usize = 1 << 20;
+
+/// What the resolver could not do in one batch.
+#[derive(Debug, Default)]
+pub struct ResolveErrors {
+    /// Files blazesym could not read (their addresses stay unnamed), one line each.
+    pub files: Vec<String>,
+}
+
+pub struct Resolver {
+    kernel: bz::Symbolizer,
+    kernel_cache: HashMap<u64, Arc<[Frame]>>,
+    user_cache: HashMap<(FileId, u64), Arc<[Frame]>>,
+    debug_dirs: Vec<PathBuf>,
+    /// False: user frames keep their offsets (`record --symbolize none`).
+    user: bool,
+}
+
+impl Resolver {
+    /// `debug_dirs`: roots to search for debug files before the system's.
+    pub fn new(debug_dirs: &[PathBuf]) -> Self {
+        let mut dirs = debug_dirs.to_vec();
+        dirs.extend(SYSTEM_DEBUG_DIRS.iter().map(PathBuf::from));
+        Self {
+            kernel: bz::Symbolizer::builder().enable_code_info(false).build(),
+            kernel_cache: HashMap::new(),
+            user_cache: HashMap::new(),
+            debug_dirs: dirs,
+            user: true,
+        }
+    }
+
+    /// Whether user frames are named (else they keep their file offsets, to be named later).
+    pub fn name_user_frames(&mut self, yes: bool) {
+        self.user = yes;
+    }
+
+    /// Names every (file, offset) of `wanted` not yet known: one blazesym call per file.
+    /// `files` holds the open files the offsets are in.
+    pub fn resolve_user(
+        &mut self,
+        files: &HashMap<FileId, ElfFile>,
+        wanted: impl IntoIterator<Item = (FileId, u64)>,
+    ) -> ResolveErrors {
+        if self.user_cache.len() > MAX_CACHED {
+            self.user_cache.clear();
+        }
+        if !self.user {
+            return ResolveErrors::default();
+        }
+        let mut by_file: BTreeMap<FileId, Vec<u64>> = BTreeMap::new();
+        for (id, offset) in wanted {
+            if !self.user_cache.contains_key(&(id, offset)) {
+                by_file.entry(id).or_default().push(offset);
+            }
+        }
+        let mut errors = ResolveErrors::default();
+        for (id, mut offsets) in by_file {
+            offsets.sort_unstable();
+            offsets.dedup();
+            let Some(file) = files.get(&id) else {
+                continue;
+            };
+            let frames = match self.file_frames(file, &offsets) {
+                Ok(frames) => frames,
+                Err(why) => {
+                    errors.files.push(format!("{}: {why}", file.path));
+                    offsets
+                        .iter()
+                        .map(|&o| miss(&file.name, Some(&file.path), o))
+                        .collect()
+                }
+            };
+            for (offset, f) in offsets.into_iter().zip(frames) {
+                self.user_cache.insert((id, offset), f);
+            }
+        }
+        errors
+    }
+
+    /// The frames of one file's offsets (sorted), in their order.
+    fn file_frames(&self, file: &ElfFile, offsets: &[u64]) -> Result<Vec<Arc<[Frame]>>, String> {
+        let plt = PltStubs::read(&file.file);
+        let named_by_plt = |o: u64| plt.contains(o);
+        let rest: Vec<u64> = offsets
+            .iter()
+            .copied()
+            .filter(|&o| !named_by_plt(o))
+            .collect();
+        let symbolizer = bz::Symbolizer::builder()
+            .enable_code_info(true)
+            .enable_inlined_fns(true)
+            .enable_demangling(true)
+            .set_debug_dirs(Some(&self.debug_dirs))
+            .build();
+        // A debug file found by build id is read instead of the file, at the virtual
+        // addresses the two share; else the file itself, by file offset (blazesym follows
+        // its debuglink or MiniDebugInfo).
+        let identity = Identity::read(&file.file);
+        let separate = identity.as_ref().and_then(|i| {
+            let debug = by_build_id(&self.debug_dirs, i.build_id.as_deref()?)?;
+            let vaddrs: Option<Vec<u64>> = rest.iter().map(|&o| i.vaddr(o)).collect();
+            Some((debug, vaddrs?))
+        });
+        let (src, input) = match &separate {
+            Some((debug, vaddrs)) => (Elf::new(debug), Input::VirtOffset(vaddrs.as_slice())),
+            None => (Elf::new(file.fd_path()), Input::FileOffset(rest.as_slice())),
+        };
+        let src = Elf {
+            debug_syms: true,
+            ..src
+        };
+        let symbols = if rest.is_empty() {
+            Vec::new()
+        } else {
+            // A file another user controls must not take the whole profile down with it.
+            let call =
+                std::panic::AssertUnwindSafe(|| symbolizer.symbolize(&Source::Elf(src), input));
+            std::panic::catch_unwind(call)
+                .map_err(|_| "the symbolizer failed on this file".to_string())?
+                .map_err(|e| e.to_string())?
+        };
+        let mut symbols = rest.iter().zip(symbols);
+        let path = Some(&file.path);
+        Ok(offsets
+            .iter()
+            .map(|&o| {
+                if named_by_plt(o) {
+                    return match plt.name(o) {
+                        Some(name) => {
+                            let mut f = Frame::named(&name, FrameKind::User);
+                            f.module = Some(file.name.clone());
+                            f.path = Some(file.path.clone());
+                            Arc::from([f])
+                        }
+                        None => miss(&file.name, path, o),
+                    };
+                }
+                match symbols.next() {
+                    Some((_, Symbolized::Sym(sym))) => {
+                        frame::from_sym(&sym, FrameKind::User, &file.name, path)
+                    }
+                    _ => miss(&file.name, path, o),
+                }
+            })
+            .collect())
+    }
+
+    /// The frames of virtual addresses of a file of which only the separate debug file
+    /// `debug` is at hand (named `name`, at `path` where it was recorded).
+    pub fn debug_file_frames(
+        &self,
+        debug: &std::path::Path,
+        name: &Arc<str>,
+        path: &Arc<str>,
+        vaddrs: &[u64],
+    ) -> Vec<Arc<[Frame]>> {
+        let symbolizer = bz::Symbolizer::builder()
+            .enable_code_info(true)
+            .enable_inlined_fns(true)
+            .enable_demangling(true)
+            .build();
+        let src = Elf {
+            debug_syms: true,
+            ..Elf::new(debug)
+        };
+        let call = std::panic::AssertUnwindSafe(|| {
+            symbolizer.symbolize(&Source::Elf(src), Input::VirtOffset(vaddrs))
+        });
+        let found = std::panic::catch_unwind(call)
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        let mut found = found.into_iter();
+        vaddrs
+            .iter()
+            .map(|&v| match found.next() {
+                Some(Symbolized::Sym(sym)) => {
+                    frame::from_sym(&sym, FrameKind::User, name, Some(path))
+                }
+                _ => miss(name, Some(path), v),
+            })
+            .collect()
+    }
+
+    /// The frames of a resolved (file, offset); a miss if it was never resolved.
+    pub fn user(
+        &self,
+        id: FileId,
+        offset: u64,
+        name: Option<(Arc<str>, Arc<str>)>,
+    ) -> Arc<[Frame]> {
+        match self.user_cache.get(&(id, offset)) {
+            Some(f) => f.clone(),
+            None => match name {
+                Some((name, path)) => miss(&name, Some(&path), offset),
+                None => Arc::from([Frame::unknown(FrameKind::User, None)]),
+            },
+        }
+    }
+
+    /// Names every kernel address of `addrs` not yet known, in one call.
+    pub fn resolve_kernel(&mut self, addrs: impl IntoIterator<Item = u64>) {
+        if self.kernel_cache.len() > MAX_CACHED {
+            self.kernel_cache.clear();
+        }
+        let mut new: Vec<u64> = addrs
+            .into_iter()
+            .filter(|a| !self.kernel_cache.contains_key(a))
+            .collect();
+        new.sort_unstable();
+        new.dedup();
+        if new.is_empty() {
+            return;
+        }
+        let src = Source::Kernel(Kernel {
+            vmlinux: MaybeDefault::None,
+            debug_syms: false,
+            ..Default::default()
+        });
+        let module: Arc<str> = Arc::from("[kernel.kallsyms]");
+        let found = self
+            .kernel
+            .symbolize(&src, Input::AbsAddr(&new))
+            .unwrap_or_default();
+        let mut found = found.into_iter();
+        for addr in new {
+            let frames = match found.next() {
+                Some(Symbolized::Sym(sym)) => {
+                    frame::from_sym(&sym, FrameKind::Kernel, &module, None)
+                }
+                _ => Arc::from([Frame::unknown(FrameKind::Kernel, Some(module.clone()))]),
+            };
+            self.kernel_cache.insert(addr, frames);
+        }
+    }
+
+    /// The frames of a resolved kernel address.
+    pub fn kernel(&self, addr: u64) -> Arc<[Frame]> {
+        self.kernel_cache.get(&addr).cloned().unwrap_or_else(|| {
+            Arc::from([Frame::unknown(
+                FrameKind::Kernel,
+                Some(Arc::from("[kernel.kallsyms]")),
+            )])
+        })
+    }
+}
+
+/// An address no symbol covers: its module and offset, so it stays a value one can look up.
+fn miss(name: &Arc<str>, path: Option<&Arc<str>>, offset: u64) -> Arc<[Frame]> {
+    Arc::from([Frame::at_offset(
+        FrameKind::User,
+        name.clone(),
+        path.cloned(),
+        offset,
+    )])
+}
