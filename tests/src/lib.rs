@@ -537,6 +537,16 @@ impl StdoutLines {
     }
 }
 
+/// A child killed (and reaped) when dropped, so a failing test leaves no busy process behind.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The number of threads of process `pid` (0 once it is gone).
 pub fn thread_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())

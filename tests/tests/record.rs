@@ -315,17 +315,21 @@ fn tid_and_cgroup_targets_sample_only_their_tasks() {
     }
     let _guard = serial();
     let dir = scratch("targets");
-    let mut chain = Command::new(fixture("chain"))
-        .arg("6")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut other = Command::new("sh")
-        .args(["-c", "while :; do :; done"])
-        .spawn()
-        .unwrap();
+    let chain = KillOnDrop(
+        Command::new(fixture("chain"))
+            .arg("6")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let other = KillOnDrop(
+        Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .unwrap(),
+    );
     wait_for("chain and sh to run", 10, || {
-        (runs(chain.id(), "chain") && runs(other.id(), "sh")).then_some(())
+        (runs(chain.0.id(), "chain") && runs(other.0.id(), "sh")).then_some(())
     });
     let check = |args: &[&str], name: &str| {
         let folded = dir.join(format!("{name}.folded"));
@@ -347,11 +351,11 @@ fn tid_and_cgroup_targets_sample_only_their_tasks() {
         let (leaf, total) = leaf_share(&stacks, "chain");
         assert!(leaf * 100 >= total * 90, "{name}: leaf {leaf} of {total}");
     };
-    check(&["record", "-t", &chain.id().to_string()], "tid");
+    check(&["record", "-t", &chain.0.id().to_string()], "tid");
     let cg = TestCgroup::create("record");
-    cg.add(chain.id());
+    cg.add(chain.0.id());
     check(&["record", "-G", cg.path.to_str().unwrap()], "cgroup");
-    let _ = (chain.kill(), other.kill(), chain.wait(), other.wait());
+    drop((chain, other));
     let out = profiler(&["record", "-G", "/nonexistent-cgroup", "-d", "1"]);
     assert_eq!(
         out.status.code(),
