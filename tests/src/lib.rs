@@ -144,14 +144,27 @@ pub fn our_programs() -> BTreeSet<u32> {
         .collect()
 }
 
-/// Records the loaded sampling programs have written to their ring buffers so far (the
-/// `STATS` maps' `SUBMITTED` slot, summed over CPUs and over every loaded copy): a test can
-/// wait for this to grow instead of sleeping and hoping samples arrived.
-pub fn kernel_records_submitted() -> u64 {
+/// Records the sampling programs of process `pid` have written to their ring buffers so
+/// far (its `STATS` maps' `SUBMITTED` slot, summed over CPUs): a test can wait for this to
+/// grow instead of sleeping and hoping samples arrived. Other processes' programs (another
+/// profiler on the host) are not counted.
+pub fn kernel_records_submitted(pid: u32) -> u64 {
     use aya::maps::{Map, MapData, PerCpuArray, loaded_maps};
+    // The ids of the BPF maps the process holds, from its descriptors' fdinfo.
+    let held: BTreeSet<u32> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("map_id:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .collect();
     loaded_maps()
         .filter_map(Result::ok)
-        .filter(|m| m.name_as_str() == Some("STATS"))
+        .filter(|m| m.name_as_str() == Some("STATS") && held.contains(&m.id()))
         .filter_map(|m| MapData::from_id(m.id()).ok())
         .filter_map(|d| Map::from_map_data(d).ok())
         .filter_map(|m| PerCpuArray::<_, u64>::try_from(m).ok())

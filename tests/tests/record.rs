@@ -216,7 +216,7 @@ fn sigint_still_reports_and_detaches() {
         (our_programs().len() == before.len() + RECORD_PROGRAMS).then_some(())
     });
     wait_for("the kernel to submit a few samples", 20, || {
-        (kernel_records_submitted() >= 5).then_some(())
+        (kernel_records_submitted(child.id()) >= 5).then_some(())
     });
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };

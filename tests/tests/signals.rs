@@ -43,7 +43,7 @@ fn each_stop_signal_writes_the_report_and_leaves_nothing_attached() {
         );
         // Some samples first: the report must hold what was collected.
         wait_for("the kernel to submit a few samples", 20, || {
-            (kernel_records_submitted() >= 5).then_some(())
+            (kernel_records_submitted(child.id()) >= 5).then_some(())
         });
         // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(child.id() as i32, sig) };
