@@ -172,7 +172,17 @@ pub unsafe extern "C" fn cpc_bind_curlwp(
     let (Some(h), Some(s)) = (unsafe { handle(cpc) }, unsafe { set_mut(set) }) else {
         return -1;
     };
-    status(h.cpc.bind_curlwp(s, flags))
+    let bound = h.cpc.bind_curlwp(s, flags);
+    if bound.is_ok()
+        && let Ok(mut scratch) = h.cpc.buf_create(s)
+    {
+        // The calling thread counts its own faults: run the sampling path once now, so the
+        // pages of its code (the return path after the read too) fault in here, not between
+        // the caller's first two samples.
+        h.cpc.buf_zero(&mut scratch);
+        let _ = h.cpc.set_sample(s, &mut scratch);
+    }
+    status(bound)
 }
 
 /// `cpc_bind_pctx`: counts for thread `id` (a Linux tid) of the process `pctx` names.
