@@ -172,17 +172,59 @@ pub unsafe extern "C" fn cpc_bind_curlwp(
     let (Some(h), Some(s)) = (unsafe { handle(cpc) }, unsafe { set_mut(set) }) else {
         return -1;
     };
-    let bound = h.cpc.bind_curlwp(s, flags);
-    if bound.is_ok()
-        && let Ok(mut scratch) = h.cpc.buf_create(s)
-    {
-        // The calling thread counts its own faults: run the sampling path once now, so the
-        // pages of its code (the return path after the read too) fault in here, not between
-        // the caller's first two samples.
-        h.cpc.buf_zero(&mut scratch);
-        let _ = h.cpc.set_sample(s, &mut scratch);
-    }
-    status(bound)
+    // The calling thread counts its own page faults: the library's code must not fault in
+    // lazily between two of the caller's samples.
+    map_own_code();
+    status(h.cpc.bind_curlwp(s, flags))
+}
+
+/// Maps every page of this library's code now (MADV_POPULATE_READ, Linux 5.14), once per
+/// process: a thread counting its own page faults would otherwise count the first run of
+/// each of our code paths (one fault per new page, say in the first `cpc_set_sample`
+/// after a bind, whose return path has not run yet).
+fn map_own_code() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let here = map_own_code as *const () as usize as u64;
+        let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+            return;
+        };
+        // Our file is the one whose executable mapping holds this function.
+        let ours = maps.lines().find_map(|l| {
+            let (range, rest) = l.split_once(' ')?;
+            let (start, end) = range.split_once('-')?;
+            let (start, end) = (
+                u64::from_str_radix(start, 16).ok()?,
+                u64::from_str_radix(end, 16).ok()?,
+            );
+            (start <= here && here < end).then(|| rest.rsplit(' ').next().unwrap_or("").to_string())
+        });
+        let Some(path) = ours.filter(|p| p.starts_with('/')) else {
+            return;
+        };
+        for l in maps.lines().filter(|l| l.ends_with(path.as_str())) {
+            let mut f = l.split_whitespace();
+            let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+                continue;
+            };
+            let Some((start, end)) = range.split_once('-') else {
+                continue;
+            };
+            let (Ok(start), Ok(end)) = (
+                usize::from_str_radix(start, 16),
+                usize::from_str_radix(end, 16),
+            ) else {
+                continue;
+            };
+            if perms.contains('x') {
+                // SAFETY: an advice on a range of our own mapping, as /proc/self/maps lists
+                // it; MADV_POPULATE_READ only faults its pages in (an old kernel says EINVAL).
+                unsafe {
+                    libc::madvise(start as *mut c_void, end - start, libc::MADV_POPULATE_READ)
+                };
+            }
+        }
+    });
 }
 
 /// `cpc_bind_pctx`: counts for thread `id` (a Linux tid) of the process `pctx` names.
