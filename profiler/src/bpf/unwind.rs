@@ -99,8 +99,16 @@ pub enum UnwindMapError {
         "the unwind row array is full ({capacity} rows); this module walks with frame pointers"
     )]
     Full { capacity: u32 },
-    #[error("bpf(BPF_MAP_UPDATE_ELEM) of UNWIND_PROCS: {0}")]
+    #[error("bpf(BPF_MAP_UPDATE_ELEM) of UNWIND_PROCS: {}", errno_text(.0))]
     Update(aya::maps::MapError),
+}
+
+/// A map error with the errno the syscall returned, when it was a syscall that failed.
+fn errno_text(e: &aya::maps::MapError) -> String {
+    match e {
+        aya::maps::MapError::SyscallError(s) => format!("{}: {}", s.call, s.io_error),
+        other => other.to_string(),
+    }
 }
 
 impl UnwindMaps {

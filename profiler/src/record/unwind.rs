@@ -62,6 +62,8 @@ pub struct TableStats {
     pub loads: u64,
     /// Mappings whose module has no usable table (walked with frame pointers).
     pub modules_without_table: u64,
+    /// Processes the kernel's process map could not take (walked with frame pointers).
+    pub processes_without_table: u64,
     /// Bytes of rows in the kernel's table array, and of the array.
     pub row_bytes: u64,
     pub reserved_bytes: u64,
@@ -71,6 +73,16 @@ pub struct TableStats {
     pub processes: u64,
     /// Modules in the registry.
     pub modules: u64,
+}
+
+/// Whether process `pid` has exited (gone, or a zombie: its exit hooks have run).
+fn exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_none_or(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+        Err(_) => true,
+    }
 }
 
 struct ProcState {
@@ -188,7 +200,25 @@ impl TableLoader {
             .get(&pid)
             .is_some_and(|p| !p.mappings.is_empty() && p.mappings != mappings);
         let entries = self.entries(pid, &mappings)?;
-        self.maps.set_process(pid, &entries)?;
+        match self.maps.set_process(pid, &entries) {
+            Ok(()) => {}
+            // The kernel's process map full (or out of memory): this process walks with frame
+            // pointers; the recording goes on.
+            Err(e @ UnwindMapError::Update(_)) => {
+                self.stats.processes_without_table += 1;
+                let name: std::sync::Arc<str> = std::sync::Arc::from("[process table]");
+                self.warn(&name, &e);
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+        }
+        // The process may have exited between reading its maps and now: its exit already
+        // removed the kernel's entry (before ours was written), so ours would stay forever.
+        if exited(pid) {
+            self.maps.remove_process(pid);
+            self.procs.remove(&pid);
+            return Ok(false);
+        }
         self.stats.loads += 1;
         self.procs.insert(
             pid,

@@ -51,6 +51,17 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
     }
     let (p, f) = (prof.wait(&[0])?, perf.wait(&[0])?);
     drop(busy);
+    // Per process at 9999 Hz, one tool after the other on the same fixed work.
+    let calls = ctx.size(1500, 150);
+    let w = ctx.work(calls, 1);
+    let out = ctx.path("memory-9999.pb").display().to_string();
+    let mut cmd = ctx.profiler(&["record", "-F", "9999", "-q", "-o", &out, "--"]);
+    cmd.args(&w);
+    let p1 = proc::run(&mut cmd, &ctx.log("memory-9999-profiler"), &[0])?;
+    let out = ctx.path("memory-9999.data").display().to_string();
+    let mut cmd = ctx.perf(&["record", "-F", "9999", "-g", "-q", "-o", &out, "--"]);
+    cmd.args(&w);
+    let f1 = proc::run(&mut cmd, &ctx.log("memory-9999-perf"), &[0])?;
     let mib = |kib: u64| kib as f64 / 1024.0;
     let (pm, fm) = (mib(p.maxrss_kib), mib(f.maxrss_kib));
     if p.maxrss_kib == 0 || f.maxrss_kib == 0 {
@@ -88,12 +99,37 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
                 format!("{:.1}", mib(peaks[1][1])),
                 format!("{:.2}", f.cpu_s),
             ],
+            vec![
+                "profiler record -F 9999 -- work (one process)".into(),
+                format!("{:.1}", mib(p1.maxrss_kib)),
+                "-".into(),
+                "-".into(),
+                format!("{:.2}", p1.cpu_s),
+            ],
+            vec![
+                "perf record -g -F 9999 -- work (one process)".into(),
+                format!("{:.1}", mib(f1.maxrss_kib)),
+                "-".into(),
+                "-".into(),
+                format!("{:.2}", f1.cpu_s),
+            ],
         ],
-        commands: vec![ctx.show(&p.command), ctx.show(&f.command)],
+        commands: vec![
+            ctx.show(&p.command),
+            ctx.show(&f.command),
+            ctx.show(&p1.command),
+            ctx.show(&f1.command),
+        ],
         goal: Goal {
-            target: "peak RSS system-wide at most 1.5x perf record's",
-            measured: format!("{pm:.1} MiB vs perf record's {fm:.1} MiB: {:.2}x", pm / fm),
-            met: pm <= GOAL_RATIO * fm,
+            target: "peak RSS system-wide at most 1.5x perf record's; per process at 9999 Hz no more than perf's",
+            measured: format!(
+                "system-wide {pm:.1} MiB vs perf record's {fm:.1} MiB ({:.2}x); per process \
+                 at 9999 Hz {:.1} MiB vs {:.1} MiB (both include the workload, a child)",
+                pm / fm,
+                mib(p1.maxrss_kib),
+                mib(f1.maxrss_kib)
+            ),
+            met: pm <= GOAL_RATIO * fm && p1.maxrss_kib <= f1.maxrss_kib,
             why: format!(
                 "{fa:.0} MiB of the profiler's peak is file-backed: the ELF and DWARF data of \
                  the file being symbolized (one file at a time, its symbolizer dropped after \
@@ -111,6 +147,7 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             "duration_s": secs,
             "profiler": {"maxrss_kib": p.maxrss_kib, "peak_anon_kib": peaks[0][0], "peak_file_kib": peaks[0][1], "cpu_s": p.cpu_s, "wall_s": p.wall_s},
             "perf": {"maxrss_kib": f.maxrss_kib, "peak_anon_kib": peaks[1][0], "peak_file_kib": peaks[1][1], "cpu_s": f.cpu_s, "wall_s": f.wall_s},
+            "per_process_9999hz": {"profiler_maxrss_kib": p1.maxrss_kib, "perf_maxrss_kib": f1.maxrss_kib},
         }),
     })
 }
