@@ -12,7 +12,7 @@ use profiler_common::{
     SamplerConfig, capture, stat,
 };
 
-use super::ring::RecordStream;
+use super::ring::Records;
 use crate::perf::{PerfError, PerfEvent};
 
 /// The eBPF object built from `profiler-ebpf` by `build.rs` (empty under `AYA_BUILD_SKIP=1`).
@@ -191,14 +191,14 @@ impl Sampler {
         self.events.clear();
     }
 
-    /// Takes the ring buffer for asynchronous reading (once).
-    pub fn take_records(&mut self) -> Result<RecordStream, BpfError> {
+    /// Takes the ring buffer for reading (once).
+    pub fn take_records(&mut self) -> Result<Records, BpfError> {
         let map = self
             .ebpf
             .take_map("EVENTS")
             .ok_or(BpfError::Missing("map `EVENTS`"))?;
         let ring: RingBuf<MapData> = RingBuf::try_from(map).map_err(map_err("EVENTS"))?;
-        RecordStream::new(ring).map_err(BpfError::Ring)
+        Ok(Records::new(ring))
     }
 
     /// How many times the kernel ran the program (needs BPF run-time stats enabled, e.g.

@@ -10,4 +10,4 @@ mod ring;
 pub use cgcount::{CgroupCountStats, CgroupCounter};
 pub use loader::{BpfError, Sampler, SamplerStats};
 pub use privilege::{Privilege, check_privileges};
-pub use ring::RecordStream;
+pub use ring::{MAX_BATCH_TIME, Records};

@@ -1,28 +1,29 @@
-//! Asynchronous reading of the sampler's ring buffer with tokio.
+//! Reading the sampler's ring buffer: drain what is there, or wait for the kernel's wake-up
+//! in poll(2). Async callers register the fd with their own reactor (`profiler::bpf`).
 
 use std::{
     io,
+    os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd},
     time::{Duration, Instant},
 };
 
 use aya::maps::{MapData, RingBuf};
 use profiler_common::SampleRecord;
-use tokio::io::{Interest, unix::AsyncFd};
 
-/// The ring buffer as an async source of records. The kernel wakes the reader only once a
-/// batch is pending (see `SamplerConfig::wakeup_bytes`); `next_batch` also returns after
-/// `poll` without a wake-up, so a slow trickle of samples is still drained.
-pub struct RecordStream {
-    ring: AsyncFd<RingBuf<MapData>>,
+/// The ring buffer as a source of records. The kernel wakes the reader only once a batch is
+/// pending (see `SamplerConfig::wakeup_bytes`); `next_batch` also returns after `poll`
+/// without a wake-up, so a slow trickle of samples is still drained.
+pub struct Records {
+    ring: RingBuf<MapData>,
 }
 
-impl RecordStream {
-    pub(super) fn new(ring: RingBuf<MapData>) -> io::Result<Self> {
-        // SAFETY: the RingBuf owns its map fd, which stays open and unchanged until the
-        // AsyncFd (which owns the RingBuf) is dropped.
-        let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
-            .map_err(|e| io::Error::other(e.to_string()))?;
-        Ok(Self { ring })
+/// Longest one batch keeps draining: while the kernel writes faster than we read, the ring
+/// never empties, and an unbounded drain would never return to the caller's deadline.
+pub const MAX_BATCH_TIME: Duration = Duration::from_millis(20);
+
+impl Records {
+    pub(super) fn new(ring: RingBuf<MapData>) -> Self {
+        Self { ring }
     }
 
     /// Hands every pending record to `f`; returns how many there were.
@@ -31,15 +32,14 @@ impl RecordStream {
     }
 
     /// Hands pending records to `f` until the ring is empty or `deadline` passes.
-    fn drain_until(
+    pub fn drain_until(
         &mut self,
         deadline: Option<Instant>,
         mut f: impl FnMut(&SampleRecord),
     ) -> usize {
-        let ring = self.ring.get_mut();
         let mut n = 0;
         let mut items = 0u32;
-        while let Some(item) = ring.next() {
+        while let Some(item) = self.ring.next() {
             if let Some(record) = parse(&item) {
                 f(&record);
                 n += 1;
@@ -54,19 +54,38 @@ impl RecordStream {
         n
     }
 
-    /// Waits until the kernel signals data or `poll` passes, then drains for at most
-    /// `MAX_BATCH_TIME`: while the kernel writes faster than we read, the ring never empties,
-    /// and an unbounded drain would never return to the caller's deadline and signals.
-    pub async fn next_batch(&mut self, poll: Duration, f: impl FnMut(&SampleRecord)) -> usize {
-        if let Ok(Ok(mut guard)) = tokio::time::timeout(poll, self.ring.readable_mut()).await {
-            guard.clear_ready();
+    /// Blocks until the kernel signals data or `timeout` passes; true on a wake-up.
+    pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let ms = PollTimeout::try_from(timeout.as_millis().min(i32::MAX as u128) as i32)
+            .unwrap_or(PollTimeout::MAX);
+        let mut fds = [PollFd::new(self.ring.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, ms) {
+            Ok(n) => Ok(n > 0),
+            Err(nix::errno::Errno::EINTR) => Ok(false),
+            Err(e) => Err(e.into()),
         }
+    }
+
+    /// Waits (blocking) for a wake-up or `poll`, then drains for at most [`MAX_BATCH_TIME`].
+    pub fn next_batch(&mut self, poll: Duration, f: impl FnMut(&SampleRecord)) -> usize {
+        // A failed poll leaves nothing to wait for; the drain still takes what is there.
+        let _ = self.wait(poll);
         self.drain_until(Some(Instant::now() + MAX_BATCH_TIME), f)
     }
 }
 
-/// Longest one `next_batch` keeps draining.
-const MAX_BATCH_TIME: Duration = Duration::from_millis(20);
+impl AsFd for Records {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.ring.as_fd()
+    }
+}
+
+impl AsRawFd for Records {
+    fn as_raw_fd(&self) -> RawFd {
+        self.ring.as_fd().as_raw_fd()
+    }
+}
 
 /// A record from raw ring-buffer bytes; short items (never written by our program) are skipped.
 fn parse(bytes: &[u8]) -> Option<SampleRecord> {

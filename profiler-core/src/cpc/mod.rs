@@ -21,5 +21,5 @@ pub use bind::Lwp;
 pub use buf::Buf;
 pub use error::{CpcError, ErrorHandler, Subcode};
 pub use handle::{Cpc, SOFTWARE_NPIC};
-pub use overflow::{Overflow, OverflowHandler, OverflowPolicy, OverflowStream};
+pub use overflow::{Overflow, OverflowHandler, OverflowPolicy, Overflows};
 pub use set::{Attr, Request, Set};

@@ -3,7 +3,7 @@
 //! A request with `OVF_NOTIFY_EMT` and a non-zero preset overflows after `2^64 - preset`
 //! events. At each overflow the engine's program (the same one `record` uses) computes the
 //! virtual value and writes an [`Overflow`] to the binding's ring buffer; user space reads
-//! them as an async stream or through a callback thread. Under [`OverflowPolicy::Freeze`]
+//! them from a stream or through a callback thread. Under [`OverflowPolicy::Freeze`]
 //! (libcpc's behaviour) the set stops counting at the overflow until `set_restart`; under
 //! [`OverflowPolicy::Continue`] perf reloads the period and every overflow is reported.
 //! Optionally the overflowing thread also receives a signal (libcpc's SIGEMT).
@@ -19,7 +19,7 @@ use std::{
 use profiler_common::{MAX_SIBLINGS, RequestConfig, SampleRecord, SamplerConfig, request_flags};
 
 use super::{bind::Binding, error::CpcError, group::Group, handle::Cpc, set::Set};
-use crate::bpf::{RecordStream, Sampler, SamplerStats};
+use crate::bpf::{Records, Sampler, SamplerStats};
 use crate::perf::EventAttr;
 
 /// What happens to a set when one of its notifying requests overflows.
@@ -253,26 +253,22 @@ pub(crate) fn period_for(preset: u64) -> u64 {
     preset.wrapping_neg()
 }
 
-/// Overflows of one set, as an async stream (create it inside a tokio runtime).
-pub struct OverflowStream {
-    records: RecordStream,
+/// Overflows of one set, read in the calling thread (`profiler::cpc::OverflowStream` is the
+/// async form).
+pub struct Overflows {
+    records: Records,
     pending: std::collections::VecDeque<Overflow>,
 }
 
-impl OverflowStream {
-    /// The next overflow.
-    pub async fn next(&mut self) -> Overflow {
-        loop {
-            if let Some(o) = self.pending.pop_front() {
-                return o;
-            }
+impl Overflows {
+    /// The next overflow, waiting at most `timeout` for one.
+    pub fn next_timeout(&mut self, timeout: std::time::Duration) -> Option<Overflow> {
+        if self.pending.is_empty() {
             let pending = &mut self.pending;
             self.records
-                .next_batch(std::time::Duration::from_millis(100), |r| {
-                    pending.push_back(r.into())
-                })
-                .await;
+                .next_batch(timeout, |r| pending.push_back(r.into()));
         }
+        self.pending.pop_front()
     }
 
     /// Every overflow already delivered, without waiting.
@@ -280,6 +276,11 @@ impl OverflowStream {
         let pending = &mut self.pending;
         self.records.drain(|r| pending.push_back(r.into()));
         self.pending.drain(..).collect()
+    }
+
+    /// The ring buffer and the overflows read from it but not yet returned.
+    pub fn into_parts(self) -> (Records, std::collections::VecDeque<Overflow>) {
+        (self.records, self.pending)
     }
 }
 
@@ -337,9 +338,9 @@ impl Cpc {
             .ok_or_else(|| CpcError::new(func, libc::EINVAL, "set is not bound"))
     }
 
-    /// The set's overflows as an async stream. Call once, inside a tokio runtime. EINVAL if
-    /// the set is not bound or has no notifying request.
-    pub fn overflows(&self, set: &Set) -> Result<OverflowStream, CpcError> {
+    /// The set's overflows as a stream. Call once. EINVAL if the set is not bound or has no
+    /// notifying request.
+    pub fn overflows(&self, set: &Set) -> Result<Overflows, CpcError> {
         const F: &str = "cpc_overflows";
         let binding = self.engine_binding(F, set)?;
         let mut guard = binding.lock();
@@ -351,7 +352,7 @@ impl Cpc {
                 format!("overflow stream already taken or unusable: {e}"),
             )
         })?;
-        Ok(OverflowStream {
+        Ok(Overflows {
             records,
             pending: Default::default(),
         })
@@ -370,48 +371,34 @@ impl Cpc {
         let flag = stop.clone();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
+            let taken = {
+                let mut guard = binding.lock();
+                match guard.as_mut().and_then(|l| l.engine.as_mut()) {
+                    Some(e) => e
+                        .sampler
+                        .take_records()
+                        .map_err(|e| CpcError::new(F, libc::EINVAL, e.to_string())),
+                    None => Err(CpcError::new(
+                        F,
+                        libc::EINVAL,
+                        "set has no notifying request",
+                    )),
+                }
+            };
+            let mut records = match taken {
+                Ok(r) => {
+                    let _ = ready_tx.send(Ok(()));
+                    r
+                }
                 Err(e) => {
-                    let _ = ready_tx.send(Err(CpcError::new(F, libc::ENOMEM, e.to_string())));
+                    let _ = ready_tx.send(Err(e));
                     return;
                 }
             };
-            rt.block_on(async {
-                let taken = {
-                    let mut guard = binding.lock();
-                    match guard.as_mut().and_then(|l| l.engine.as_mut()) {
-                        Some(e) => e
-                            .sampler
-                            .take_records()
-                            .map_err(|e| CpcError::new(F, libc::EINVAL, e.to_string())),
-                        None => Err(CpcError::new(
-                            F,
-                            libc::EINVAL,
-                            "set has no notifying request",
-                        )),
-                    }
-                };
-                let mut records = match taken {
-                    Ok(r) => {
-                        let _ = ready_tx.send(Ok(()));
-                        r
-                    }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                        return;
-                    }
-                };
-                while !flag.load(Ordering::SeqCst) {
-                    records
-                        .next_batch(std::time::Duration::from_millis(20), |r| handler(r.into()))
-                        .await;
-                }
-                records.drain(|r| handler(r.into()));
-            });
+            while !flag.load(Ordering::SeqCst) {
+                records.next_batch(std::time::Duration::from_millis(20), |r| handler(r.into()));
+            }
+            records.drain(|r| handler(r.into()));
         });
         match ready_rx.recv() {
             Ok(Ok(())) => Ok(OverflowHandler {

@@ -419,7 +419,8 @@ pub async fn record_with(
             sampler.attach(ev, i as u64)?;
         }
     }
-    let mut records = sampler.take_records()?;
+    let mut records =
+        crate::bpf::RecordStream::new(sampler.take_records()?).map_err(BpfError::Ring)?;
     for event in sampler.events() {
         event.enable(false)?;
     }
