@@ -2,7 +2,7 @@
 //!
 //! Layers, one way: `cpc` (libcpc's handles, sets, bindings, buffers and the event
 //! catalogue) → `bpf` (the eBPF overflow engine and its loader) and `perf` (perf events) →
-//! the kernel. `host` holds the facts about this machine they all read the same way.
+//! the kernel, through `kernel` (the one module that makes the syscalls). `host` holds the facts about this machine they all read the same way.
 //!
 //! Nothing here parses command lines, writes profiles, symbolizes or runs an async runtime:
 //! readers of the engine's ring buffer block in poll(2), and `profiler` adapts them to tokio.
@@ -10,4 +10,5 @@
 pub mod bpf;
 pub mod cpc;
 pub mod host;
+pub mod kernel;
 pub mod perf;

@@ -19,7 +19,10 @@ use super::{
     BpfError,
     loader::{OBJECT, SIBLING_MAPS},
 };
-use crate::perf::{EventAttr, PerfEvent, Scope};
+use crate::{
+    kernel,
+    perf::{EventAttr, PerfEvent, Scope},
+};
 
 const PROGRAM: &str = "cg_switch";
 
@@ -88,7 +91,8 @@ impl CgroupCounter {
             };
             for &cpu in cpus {
                 let ev = PerfEvent::open(&attr, Scope::Cpu(cpu), None, || name.clone())?;
-                super::link::perf_event_array_set(map_fd.as_fd(), cpu, ev.as_fd())
+                kernel::linux()
+                    .bpf_perf_event_array_set(map_fd.as_fd(), cpu, ev.as_fd())
                     .map_err(BpfError::Sibling)?;
                 opened.push(ev);
             }

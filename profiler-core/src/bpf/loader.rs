@@ -1,6 +1,6 @@
 //! The sampler: the embedded eBPF object, its maps, and the perf events it is attached to.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 
 use aya::{
     Ebpf, EbpfError, EbpfLoader,
@@ -12,8 +12,11 @@ use profiler_common::{
     SamplerConfig, capture, stat,
 };
 
-use super::ring::Records;
-use crate::perf::{PerfError, PerfEvent};
+use super::{attach::Attachments, ring::Records};
+use crate::{
+    kernel::{self, Kernel},
+    perf::{PerfError, PerfEvent},
+};
 
 /// The eBPF object built from `profiler-ebpf` by `build.rs` (empty under `AYA_BUILD_SKIP=1`).
 pub(super) static OBJECT: &[u8] =
@@ -78,14 +81,22 @@ pub struct SamplerStats {
 /// events (which detaches the program from them) and unloads program and maps.
 pub struct Sampler {
     // Declared first: links detach before the events and the program they join close.
-    links: Vec<OwnedFd>,
-    events: Vec<PerfEvent>,
+    attached: Attachments,
     ebpf: Ebpf,
 }
 
 impl Sampler {
     /// Loads the object with a ring buffer of `ring_bytes` and the given configuration.
     pub fn load(config: SamplerConfig, ring_bytes: u32) -> Result<Self, BpfError> {
+        Self::load_in(kernel::linux(), config, ring_bytes)
+    }
+
+    /// [`Sampler::load`] with links made through the given seam (aya loads the object).
+    pub fn load_in(
+        kernel: &'static dyn Kernel,
+        config: SamplerConfig,
+        ring_bytes: u32,
+    ) -> Result<Self, BpfError> {
         if OBJECT.is_empty() {
             return Err(BpfError::Stub);
         }
@@ -109,8 +120,7 @@ impl Sampler {
             .try_into()?;
         program.load()?;
         let mut sampler = Self {
-            links: Vec::new(),
-            events: Vec::new(),
+            attached: Attachments::new(kernel),
             ebpf,
         };
         let mut cfg: Array<_, SamplerConfig> =
@@ -142,23 +152,15 @@ impl Sampler {
     /// Runs the program on every overflow of `event` (cookie `cookie`) and keeps `event`
     /// alive with the sampler.
     pub fn attach(&mut self, event: PerfEvent, cookie: u64) -> Result<(), BpfError> {
-        self.link(event.as_fd(), cookie)?;
-        self.events.push(event);
-        Ok(())
+        let prog = sample_program(&self.ebpf)?.fd()?;
+        self.attached.attach(prog.as_fd(), event, cookie)
     }
 
     /// Runs the program on every overflow of an event someone else owns. The link (kept by
     /// the sampler) holds the event open: drop the sampler with the event's owner.
     pub fn link(&mut self, event: BorrowedFd<'_>, cookie: u64) -> Result<(), BpfError> {
-        let program: &PerfEventProgram = self
-            .ebpf
-            .program(PROGRAM)
-            .ok_or(BpfError::Missing("program `sample`"))?
-            .try_into()?;
-        let link = super::link::perf_event_link(program.fd()?.as_fd(), event, cookie)
-            .map_err(BpfError::Link)?;
-        self.links.push(link);
-        Ok(())
+        let prog = sample_program(&self.ebpf)?.fd()?;
+        self.attached.link(prog.as_fd(), event, cookie)
     }
 
     /// Puts the event of request `index` (below `MAX_SIBLINGS`) for context `context` (below
@@ -176,19 +178,17 @@ impl Sampler {
             Some(aya::maps::Map::PerfEventArray(data)) => data,
             _ => return Err(BpfError::Missing("sibling perf event array")),
         };
-        super::link::perf_event_array_set(map.fd().as_fd(), context, event)
-            .map_err(BpfError::Sibling)
+        self.attached.set_array(map.fd().as_fd(), context, event)
     }
 
     /// The attached events, to enable or disable them.
     pub fn events(&self) -> &[PerfEvent] {
-        &self.events
+        self.attached.events()
     }
 
     /// Closes every perf event: no new samples arrive after this returns.
     pub fn detach_all(&mut self) {
-        self.links.clear();
-        self.events.clear();
+        self.attached.clear();
     }
 
     /// Takes the ring buffer for reading (once).
@@ -280,6 +280,13 @@ impl Sampler {
         let trace = map.get(&id, 0).map_err(map_err("STACK_TRACES"))?;
         Ok(trace.frames().iter().map(|f| f.ip).collect())
     }
+}
+
+fn sample_program(ebpf: &Ebpf) -> Result<&PerfEventProgram, BpfError> {
+    Ok(ebpf
+        .program(PROGRAM)
+        .ok_or(BpfError::Missing("program `sample`"))?
+        .try_into()?)
 }
 
 /// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; lift it so they load there too.

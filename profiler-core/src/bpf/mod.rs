@@ -1,8 +1,8 @@
 //! Loading the embedded eBPF object, configuring its maps, attaching its perf_event program to
 //! perf events we opened ourselves, and reading its ring buffer and loss counters.
 
+mod attach;
 mod cgcount;
-mod link;
 mod loader;
 mod privilege;
 mod ring;

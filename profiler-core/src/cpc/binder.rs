@@ -209,7 +209,7 @@ impl Cpc {
         let leader = notify.first().copied().unwrap_or(0);
         let mut groups = Vec::with_capacity(scopes.len());
         for &scope in scopes {
-            let g = Group::open(&attrs, tick, scope, leader).map_err(|f| {
+            let g = Group::open(self.kernel, &attrs, tick, scope, leader).map_err(|f| {
                 self.report(perf_error(func, f.error, Some(attrs[f.request].1.as_str())))
             })?;
             groups.push(g);
@@ -224,6 +224,7 @@ impl Cpc {
                 .overflow_siblings
                 .load(std::sync::atomic::Ordering::SeqCst);
             Some(Engine::attach(
+                self.kernel,
                 func,
                 &groups,
                 attrs.len(),

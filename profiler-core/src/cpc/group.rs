@@ -7,7 +7,10 @@ use perf_event_open_sys::bindings::{
     PERF_FORMAT_TOTAL_TIME_RUNNING,
 };
 
-use crate::perf::{EventAttr, PerfError, PerfEvent, Scope};
+use crate::{
+    kernel::Kernel,
+    perf::{EventAttr, PerfError, PerfEvent, Scope},
+};
 
 pub(crate) const READ_FORMAT: u64 = (PERF_FORMAT_GROUP
     | PERF_FORMAT_TOTAL_TIME_ENABLED
@@ -42,6 +45,7 @@ pub(crate) struct OpenFailure {
 impl Group {
     /// Opens `requests` and `tick` as one disabled group on `scope`, led by request `leader`.
     pub fn open(
+        kernel: &'static dyn Kernel,
         requests: &[(EventAttr, String)],
         tick: &EventAttr,
         scope: Scope,
@@ -55,16 +59,18 @@ impl Group {
             let mut attr = *attr;
             attr.set_read_format(READ_FORMAT);
             attr.set_disabled(k == 0);
-            let event = PerfEvent::open(&attr, scope, events.first(), || name.clone())
+            let event = PerfEvent::open_in(kernel, &attr, scope, events.first(), || name.clone())
                 .map_err(|error| OpenFailure { request: i, error })?;
             events.push(event);
         }
         let mut t = *tick;
         t.set_read_format(READ_FORMAT);
         t.set_disabled(false);
-        let tick = PerfEvent::open(&t, scope, events.first(), || "tick".into()).or_else(|_| {
+        let open =
+            |t: &EventAttr| PerfEvent::open_in(kernel, t, scope, events.first(), || "tick".into());
+        let tick = open(&t).or_else(|_| {
             t.set_exclude_kernel(true);
-            PerfEvent::open(&t, scope, events.first(), || "tick".into())
+            open(&t)
         });
         if let Ok(event) = tick {
             events.push(event);

@@ -16,7 +16,10 @@ use super::{
     error::{CpcError, ErrorHandler, default_handler},
     events::Catalog,
 };
-use crate::perf::{EventAttr, SoftwareEvent};
+use crate::{
+    kernel::{self, Kernel},
+    perf::{EventAttr, SoftwareEvent},
+};
 
 static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
 
@@ -27,6 +30,8 @@ pub const SOFTWARE_NPIC: u32 = 8;
 /// A libcpc handle.
 pub struct Cpc {
     pub(crate) id: u64,
+    /// Where the bindings' syscalls go (the running kernel but in unit tests).
+    pub(crate) kernel: &'static dyn Kernel,
     pub(crate) catalog: Catalog,
     npic: u32,
     caps: u32,
@@ -56,6 +61,15 @@ impl Cpc {
     /// `open` with a catalogue of the caller's (for tests with a fake sysfs tree, and tools
     /// that already loaded one).
     pub fn open_with(ver: u32, catalog: impl FnOnce() -> Catalog) -> Result<Cpc, CpcError> {
+        Self::open_in(kernel::linux(), ver, catalog)
+    }
+
+    /// `open_with` through the given syscall seam.
+    pub fn open_in(
+        kernel: &'static dyn Kernel,
+        ver: u32,
+        catalog: impl FnOnce() -> Catalog,
+    ) -> Result<Cpc, CpcError> {
         const F: &str = "cpc_open";
         if ver != VER_CURRENT {
             return Err(CpcError::new(
@@ -64,7 +78,7 @@ impl Cpc {
                 format!("version {ver} is not {VER_CURRENT}"),
             ));
         }
-        probe_perf()?;
+        probe_perf(kernel)?;
         // The first clock_gettime faults in the vDSO data page; take that fault here, not
         // inside the first sample, where it would count in a page-faults delta.
         crate::host::hrtime();
@@ -93,12 +107,13 @@ impl Cpc {
         };
         Ok(Cpc {
             id: NEXT_HANDLE.fetch_add(1, Ordering::Relaxed),
+            kernel,
             catalog,
             npic,
             caps,
             cciname,
             cpuref,
-            bpf: probe_bpf(),
+            bpf: probe_bpf(kernel),
             handler: RwLock::new(default_handler()),
             lwp: Mutex::new(HashMap::new()),
             all: Mutex::new(Vec::new()),
@@ -270,13 +285,17 @@ impl Drop for Cpc {
 
 /// Opens a user-only task-clock counter on this thread: works wherever perf events exist,
 /// even unprivileged under perf_event_paranoid 2.
-fn probe_perf() -> Result<(), CpcError> {
+fn probe_perf(kernel: &'static dyn Kernel) -> Result<(), CpcError> {
     const F: &str = "cpc_open";
     let mut attr = EventAttr::software(SoftwareEvent::TaskClock);
     attr.set_exclude_kernel(true).set_exclude_hv(true);
-    match crate::perf::PerfEvent::open(&attr, crate::perf::Scope::Thread(0), None, || {
-        "task-clock".into()
-    }) {
+    match crate::perf::PerfEvent::open_in(
+        kernel,
+        &attr,
+        crate::perf::Scope::Thread(0),
+        None,
+        || "task-clock".into(),
+    ) {
         Ok(_) => Ok(()),
         Err(e) => match e.errno() {
             Some(libc::ENOSYS) | Some(libc::ENOENT) => Err(CpcError::new(
@@ -296,26 +315,17 @@ fn probe_perf() -> Result<(), CpcError> {
 }
 
 /// The bpf(2) syscall exists (EPERM counts: it exists, we may not use it) and BTF is there.
-fn probe_bpf() -> Result<(), String> {
+fn probe_bpf(kernel: &dyn Kernel) -> Result<(), String> {
     if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
         return Err("the kernel has no BTF (/sys/kernel/btf/vmlinux)".into());
     }
-    let mut attr = [0u32; 4]; // BPF_PROG_GET_NEXT_ID's { start_id, next_id, .. }
-    // SAFETY: bpf(BPF_PROG_GET_NEXT_ID=11) reads and writes the small attr buffer we pass.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            11,
-            attr.as_mut_ptr(),
-            std::mem::size_of_val(&attr),
-        )
-    };
-    let errno = std::io::Error::last_os_error().raw_os_error();
-    match (rc, errno) {
-        (0, _) | (_, Some(libc::ENOENT)) => Ok(()),
-        (_, Some(libc::EPERM)) => Err("bpf(2) needs root or CAP_BPF".into()),
-        (_, Some(libc::ENOSYS)) => Err("the kernel has no bpf(2)".into()),
-        (_, e) => Err(format!("bpf(2) probe failed (errno {e:?})")),
+    match kernel.bpf_probe() {
+        Ok(()) => Ok(()),
+        Err(e) => match e.raw_os_error() {
+            Some(libc::EPERM) => Err("bpf(2) needs root or CAP_BPF".into()),
+            Some(libc::ENOSYS) => Err("the kernel has no bpf(2)".into()),
+            errno => Err(format!("bpf(2) probe failed (errno {errno:?})")),
+        },
     }
 }
 

@@ -16,6 +16,8 @@ mod overflow;
 mod request;
 mod set;
 mod sigsafe;
+#[cfg(test)]
+mod tests;
 
 pub use bind::Lwp;
 pub use buf::Buf;

@@ -20,7 +20,7 @@ use profiler_common::{MAX_SIBLINGS, RequestConfig, SampleRecord, SamplerConfig, 
 
 use super::{bind::Binding, error::CpcError, group::Group, handle::Cpc, set::Set};
 use crate::bpf::{Records, Sampler, SamplerStats};
-use crate::perf::EventAttr;
+use crate::{kernel::Kernel, perf::EventAttr};
 
 /// What happens to a set when one of its notifying requests overflows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -124,6 +124,7 @@ impl Engine {
     /// Loads the program and links it to every context's events of the `notify` requests.
     #[allow(clippy::too_many_arguments)]
     pub fn attach(
+        kernel: &'static dyn Kernel,
         func: &'static str,
         groups: &[Group],
         nreq: usize,
@@ -149,7 +150,8 @@ impl Engine {
                 ));
             }
         }
-        let sampler = Sampler::load(config, ENGINE_RING_BYTES).map_err(bpf_error(func))?;
+        let sampler =
+            Sampler::load_in(kernel, config, ENGINE_RING_BYTES).map_err(bpf_error(func))?;
         let mut engine = Engine {
             sampler,
             freeze,

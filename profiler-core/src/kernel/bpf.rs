@@ -1,6 +1,7 @@
-//! BPF_LINK_CREATE for perf events, with an attach cookie (Linux 5.15+). aya 0.14 keeps its
-//! perf link helper private, so this is the one bpf(2) call we make ourselves. The cookie is
-//! how the overflow program tells requests apart (`bpf_get_attach_cookie`).
+//! The bpf(2) calls we make ourselves, for [`super::Linux`]: BPF_LINK_CREATE for perf events
+//! with an attach cookie (Linux 5.15+; aya 0.14 keeps its perf link helper private, and the
+//! cookie is how the overflow program tells requests apart), filling a PERF_EVENT_ARRAY with
+//! events of ours, and the probe `cpc_open` makes.
 
 use std::{
     io,
@@ -23,7 +24,7 @@ struct LinkCreateAttr {
 }
 
 /// Attaches `prog` to the perf event `event`; the link detaches when the returned fd closes.
-pub(crate) fn perf_event_link(
+pub(super) fn perf_event_link(
     prog: BorrowedFd<'_>,
     event: BorrowedFd<'_>,
     cookie: u64,
@@ -53,6 +54,7 @@ pub(crate) fn perf_event_link(
 }
 
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_PROG_GET_NEXT_ID: libc::c_long = 11;
 
 /// `union bpf_attr` as BPF_MAP_UPDATE_ELEM reads it.
 #[repr(C)]
@@ -67,7 +69,7 @@ struct MapUpdateAttr {
 
 /// Stores the perf event `event` at `index` of the PERF_EVENT_ARRAY `map` (aya's typed maps
 /// only fill such arrays with perf buffers of their own).
-pub(crate) fn perf_event_array_set(
+pub(super) fn perf_event_array_set(
     map: BorrowedFd<'_>,
     index: u32,
     event: BorrowedFd<'_>,
@@ -94,4 +96,28 @@ pub(crate) fn perf_event_array_set(
     } else {
         Ok(())
     }
+}
+
+/// bpf(BPF_PROG_GET_NEXT_ID) from id 0: succeeds (or ENOENT, no programs loaded) where bpf(2)
+/// exists and we may use it.
+pub(super) fn prog_get_next_id() -> io::Result<()> {
+    let mut attr = [0u32; 4]; // { start_id, next_id, open_flags, pad }
+    // SAFETY: bpf(BPF_PROG_GET_NEXT_ID) reads and writes the small attr buffer we pass, which
+    // lives on this stack frame for the duration of the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_PROG_GET_NEXT_ID,
+            attr.as_mut_ptr(),
+            std::mem::size_of_val(&attr),
+        )
+    };
+    if rc < 0 {
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::ENOENT) {
+            return Ok(());
+        }
+        return Err(err);
+    }
+    Ok(())
 }

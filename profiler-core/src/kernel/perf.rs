@@ -1,4 +1,4 @@
-//! The syscall edge: perf_event_open and its ioctls. Nothing else in the crate calls them.
+//! perf_event_open(2), its ioctls and read(2) of event fds, for [`super::Linux`].
 
 use std::{
     io,
@@ -7,15 +7,10 @@ use std::{
 
 use perf_event_open_sys::{bindings::perf_event_attr, ioctls};
 
-/// `PERF_FLAG_FD_CLOEXEC`: children we spawn must not inherit our event fds.
-pub(crate) const FLAG_FD_CLOEXEC: u64 = 1 << 3;
-/// `PERF_FLAG_PID_CGROUP`: `pid` is a cgroup directory fd.
-pub(crate) const FLAG_PID_CGROUP: u64 = 1 << 2;
-/// `PERF_IOC_FLAG_GROUP`: apply an ioctl to the whole group.
-pub(crate) const IOC_FLAG_GROUP: u32 = 1;
+use super::{IOC_FLAG_GROUP, Ioctl};
 
 /// perf_event_open(2). Returns the owned event fd.
-pub(crate) fn perf_event_open(
+pub(super) fn perf_event_open(
     attr: &perf_event_attr,
     pid: i32,
     cpu: i32,
@@ -36,31 +31,7 @@ pub(crate) fn perf_event_open(
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// The perf ioctls we use, by name (the name goes into error messages).
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Ioctl {
-    Enable { group: bool },
-    Disable { group: bool },
-    Reset { group: bool },
-    Refresh(i32),
-    Period(u64),
-    SetBpf(u32),
-}
-
-impl Ioctl {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Ioctl::Enable { .. } => "PERF_EVENT_IOC_ENABLE",
-            Ioctl::Disable { .. } => "PERF_EVENT_IOC_DISABLE",
-            Ioctl::Reset { .. } => "PERF_EVENT_IOC_RESET",
-            Ioctl::Refresh(_) => "PERF_EVENT_IOC_REFRESH",
-            Ioctl::Period(_) => "PERF_EVENT_IOC_PERIOD",
-            Ioctl::SetBpf(_) => "PERF_EVENT_IOC_SET_BPF",
-        }
-    }
-}
-
-pub(crate) fn ioctl(fd: BorrowedFd<'_>, op: Ioctl) -> io::Result<()> {
+pub(super) fn ioctl(fd: BorrowedFd<'_>, op: Ioctl) -> io::Result<()> {
     let fd = fd.as_raw_fd();
     let group = |g: bool| if g { IOC_FLAG_GROUP } else { 0 };
     // SAFETY: `fd` is a live perf event fd borrowed from its owner; each ioctl takes a plain
@@ -88,7 +59,7 @@ pub(crate) fn ioctl(fd: BorrowedFd<'_>, op: Ioctl) -> io::Result<()> {
 }
 
 /// read(2) of an event fd into `buf`; returns the byte count.
-pub(crate) fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+pub(super) fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: `buf` is valid writable memory of `buf.len()` bytes for the duration of the call.
     let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
     if n < 0 {

@@ -5,10 +5,8 @@ use std::{
     os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd},
 };
 
-use super::{
-    attr::EventAttr,
-    sys::{self, Ioctl},
-};
+use super::attr::EventAttr;
+use crate::kernel::{self, FLAG_FD_CLOEXEC, FLAG_PID_CGROUP, Ioctl, Kernel};
 
 /// Where an event counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,8 +33,8 @@ impl Scope {
 
     fn flags(self) -> u64 {
         match self {
-            Scope::CgroupOnCpu { .. } => sys::FLAG_FD_CLOEXEC | sys::FLAG_PID_CGROUP,
-            _ => sys::FLAG_FD_CLOEXEC,
+            Scope::CgroupOnCpu { .. } => FLAG_FD_CLOEXEC | FLAG_PID_CGROUP,
+            _ => FLAG_FD_CLOEXEC,
         }
     }
 }
@@ -108,38 +106,56 @@ fn explain_open(err: &io::Error) -> String {
 #[derive(Debug)]
 pub struct PerfEvent {
     fd: OwnedFd,
+    /// The seam it was opened through; its ioctls and reads go the same way.
+    kernel: &'static dyn Kernel,
 }
 
 impl PerfEvent {
-    /// Opens `attr` on `scope`, optionally as a member of `group`'s group.
+    /// Opens `attr` on `scope`, optionally as a member of `group`'s group (through the seam
+    /// the group was opened through; the running kernel otherwise).
     pub fn open(
         attr: &EventAttr,
         scope: Scope,
         group: Option<&PerfEvent>,
         describe: impl FnOnce() -> String,
     ) -> Result<Self, PerfError> {
+        let kernel = group.map_or_else(kernel::linux, |g| g.kernel);
+        Self::open_in(kernel, attr, scope, group, describe)
+    }
+
+    /// [`PerfEvent::open`] through the given seam.
+    pub fn open_in(
+        kernel: &'static dyn Kernel,
+        attr: &EventAttr,
+        scope: Scope,
+        group: Option<&PerfEvent>,
+        describe: impl FnOnce() -> String,
+    ) -> Result<Self, PerfError> {
         let (pid, cpu) = scope.pid_cpu();
-        sys::perf_event_open(
-            attr.raw(),
-            pid,
-            cpu,
-            group.map(|g| g.fd.as_fd()),
-            scope.flags(),
-        )
-        .map(|fd| Self { fd })
-        .map_err(|source| PerfError::Open {
-            event: describe(),
-            scope,
-            source,
-        })
+        kernel
+            .perf_event_open(
+                attr.raw(),
+                pid,
+                cpu,
+                group.map(|g| g.fd.as_fd()),
+                scope.flags(),
+            )
+            .map(|fd| Self { fd, kernel })
+            .map_err(|source| PerfError::Open {
+                event: describe(),
+                scope,
+                source,
+            })
     }
 
     fn ioctl(&self, op: Ioctl) -> Result<(), PerfError> {
-        sys::ioctl(self.fd.as_fd(), op).map_err(|source| PerfError::Ioctl {
-            call: op.name(),
-            fd: self.fd.as_raw_fd(),
-            source,
-        })
+        self.kernel
+            .perf_ioctl(self.fd.as_fd(), op)
+            .map_err(|source| PerfError::Ioctl {
+                call: op.name(),
+                fd: self.fd.as_raw_fd(),
+                source,
+            })
     }
 
     /// Starts counting (the whole group when `group` is set and this is the leader).
@@ -172,10 +188,12 @@ impl PerfEvent {
 
     /// Reads the event (its `read_format` decides the layout) into `buf`.
     pub fn read_into(&self, buf: &mut [u8]) -> Result<usize, PerfError> {
-        sys::read(self.fd.as_fd(), buf).map_err(|source| PerfError::Read {
-            fd: self.fd.as_raw_fd(),
-            source,
-        })
+        self.kernel
+            .perf_read(self.fd.as_fd(), buf)
+            .map_err(|source| PerfError::Read {
+                fd: self.fd.as_raw_fd(),
+                source,
+            })
     }
 }
 

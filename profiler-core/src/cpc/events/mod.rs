@@ -30,7 +30,7 @@ mod tracepoint;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 
 use std::{
     collections::BTreeMap,
