@@ -11,9 +11,10 @@ use std::{
 
 use super::{
     buf::Buf,
+    engine::Engine,
     error::{CpcError, Subcode},
     group::{Group, Reading, scale},
-    overflow::{Engine, period_for},
+    sampling::period_for,
     sigsafe::Blocked,
 };
 use crate::perf::PerfError;

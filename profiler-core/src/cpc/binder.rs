@@ -12,11 +12,12 @@ use super::{
     bind::{BindKind, Binding, CpuClaim, Live, Lwp, cpu_bindings_exist, perf_error},
     buf::Buf,
     consts::{MAX_REQUESTS, bind, caps, request},
+    engine::{Engine, OverflowPolicy},
     error::{CpcError, Subcode},
     events::EventKind,
     group::Group,
     handle::Cpc,
-    overflow::{Engine, OverflowPolicy, period_for},
+    sampling::{hw_sampling_attr, max_precise, period_for},
     set::Set,
     sigsafe::Blocked,
 };
@@ -148,7 +149,7 @@ impl Cpc {
             let period = period_for(r.preset);
             let smpl = r.flags & request::HW_SMPL != 0;
             if smpl {
-                super::overflow::hw_sampling_attr(&mut attr, super::overflow::max_precise());
+                hw_sampling_attr(&mut attr, max_precise());
             }
             if (r.flags & request::OVF_NOTIFY_EMT != 0 || smpl) && period != 0 {
                 if period >= 1 << 63 {

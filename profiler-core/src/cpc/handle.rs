@@ -45,7 +45,7 @@ pub struct Cpc {
     pub(crate) all: Mutex<Vec<Weak<Binding>>>,
     /// cycles per nanosecond of task time, for the tick on hosts without a PMU.
     pub(crate) tick_scale: Option<f64>,
-    pub(crate) overflow_policy: Mutex<super::overflow::OverflowPolicy>,
+    pub(crate) overflow_policy: Mutex<super::engine::OverflowPolicy>,
     /// Signal sent at overflows (0: none); atomic so the handler path needs no lock.
     pub(crate) overflow_signal: std::sync::atomic::AtomicI32,
     pub(crate) overflow_siblings: std::sync::atomic::AtomicBool,

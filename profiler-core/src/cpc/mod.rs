@@ -8,12 +8,15 @@ mod bind;
 mod binder;
 mod buf;
 pub mod consts;
+mod engine;
 mod error;
 pub mod events;
 mod group;
 mod handle;
+mod handler;
 mod overflow;
 mod request;
+mod sampling;
 mod set;
 mod sigsafe;
 #[cfg(test)]
@@ -21,7 +24,9 @@ mod tests;
 
 pub use bind::Lwp;
 pub use buf::Buf;
+pub use engine::OverflowPolicy;
 pub use error::{CpcError, ErrorHandler, Subcode};
 pub use handle::{Cpc, SOFTWARE_NPIC};
-pub use overflow::{Overflow, OverflowHandler, OverflowPolicy, Overflows};
+pub use handler::OverflowHandler;
+pub use overflow::{Overflow, Overflows};
 pub use set::{Attr, Request, Set};
