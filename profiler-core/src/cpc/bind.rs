@@ -13,7 +13,7 @@ use super::{
     buf::Buf,
     engine::Engine,
     error::{CpcError, Subcode},
-    group::{Group, Reading, scale},
+    group::{Group, scale},
     sampling::period_for,
     sigsafe::Blocked,
 };
@@ -173,8 +173,7 @@ impl Live {
 
 impl Binding {
     pub(crate) fn new(kind: BindKind, live: Live) -> Self {
-        // SAFETY: gettid has no preconditions.
-        let binder_tid = unsafe { libc::gettid() };
+        let binder_tid = crate::host::gettid();
         Self {
             kind,
             binder_tid,
@@ -214,23 +213,15 @@ impl Binding {
                 "context invalidated by a CPU binding",
             ));
         }
-        let guard = self.lock();
+        let mut guard = self.lock();
         let live = guard
-            .as_ref()
+            .as_mut()
             .ok_or_else(|| CpcError::new(func, libc::EINVAL, "set is not bound"))?;
-        let n = live.presets.len();
-        let mut counts = vec![0u64; n];
-        let mut scaled = vec![0u64; n];
-        let (mut tick, mut enabled, mut running) = (0u64, 0u64, 0u64);
-        for g in &live.groups {
-            let Reading {
-                counts: c,
-                tick: t,
-                enabled: e,
-                running: r,
-            } = match g.read() {
-                Ok(Some(r)) => r,
-                Ok(None) => {
+        // Every group is read before `buf` changes: a failed sample leaves it as it was.
+        for g in &mut live.groups {
+            match g.read() {
+                Ok(true) => {}
+                Ok(false) => {
                     return Err(CpcError::new(
                         func,
                         libc::EAGAIN,
@@ -238,18 +229,27 @@ impl Binding {
                     ));
                 }
                 Err(e) => return Err(perf_error(func, e, None)),
-            };
-            for i in 0..n {
-                counts[i] = counts[i].wrapping_add(c[i]);
-                scaled[i] = scaled[i].wrapping_add(scale(c[i], e, r));
             }
-            tick = tick.wrapping_add(scale(t, e, r));
-            enabled += e;
-            running += r;
         }
-        for i in 0..n {
-            buf.values[i] = live.presets[i].wrapping_add(counts[i]);
-            buf.scaled[i] = live.presets[i].wrapping_add(scaled[i]);
+        let n = live.presets.len();
+        let starts = buf.values[..n].iter_mut().zip(&mut buf.scaled[..n]);
+        for ((v, s), &p) in starts.zip(&live.presets) {
+            (*v, *s) = (p, p);
+        }
+        let (mut tick, mut enabled, mut running) = (0u64, 0u64, 0u64);
+        for g in &live.groups {
+            // Every group was read completely just above.
+            let Some(r) = g.last() else { continue };
+            let (e, run, t) = (r.enabled(), r.running(), r.tick());
+            let sums = buf.values[..n].iter_mut().zip(&mut buf.scaled[..n]);
+            for (i, (v, s)) in sums.enumerate() {
+                let c = g.count(i);
+                *v = v.wrapping_add(c);
+                *s = s.wrapping_add(scale(c, e, run));
+            }
+            tick = tick.wrapping_add(scale(t, e, run));
+            enabled += e;
+            running += run;
         }
         buf.tick = match live.tick_scale {
             Some(f) => (tick as f64 * f) as u64,

@@ -38,8 +38,7 @@ const SCHED_SW_CONFIGS: [u64; 3] = [
 ];
 
 fn gettid() -> i32 {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::gettid() }
+    crate::host::gettid()
 }
 
 impl Cpc {

@@ -17,17 +17,22 @@ pub(crate) const READ_FORMAT: u64 = (PERF_FORMAT_GROUP
     | PERF_FORMAT_TOTAL_TIME_RUNNING
     | PERF_FORMAT_ID) as u64;
 
-/// One context's group: `events[..nreq]` are the requests (`order[k]` is the request index
-/// of `events[k]`: the leader may be any request), then the tick member if it could be opened
-/// (a host may refuse it, e.g. kernel-mode cycles to an unprivileged user; the set still
-/// counts, with a tick of 0).
+/// One context's group: `events[..nreq]` are the requests (in the order `open` chose: the
+/// leader may be any request), then the tick member if it could be opened (a host may refuse
+/// it, e.g. kernel-mode cycles to an unprivileged user; the set still counts, with a tick of
+/// 0).
 pub(crate) struct Group {
     events: Vec<PerfEvent>,
-    order: Vec<usize>,
+    /// `position[i]`: where request `i` sits in `events`.
+    position: Vec<usize>,
     nreq: usize,
+    /// The last read of the group, sized for it at open: sampling allocates nothing.
+    last: Vec<u8>,
+    last_len: usize,
 }
 
 /// One read of a group.
+#[cfg(test)]
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Reading {
     pub counts: Vec<u64>,
@@ -75,9 +80,15 @@ impl Group {
         if let Ok(event) = tick {
             events.push(event);
         }
+        let mut position = vec![0; requests.len()];
+        for (k, &i) in order.iter().enumerate() {
+            position[i] = k;
+        }
         Ok(Group {
+            last: vec![0; 8 * (3 + 2 * events.len())],
+            last_len: 0,
             events,
-            order,
+            position,
             nreq: requests.len(),
         })
     }
@@ -100,52 +111,86 @@ impl Group {
 
     /// The event counting request `index`.
     pub fn event(&self, index: usize) -> &PerfEvent {
-        let k = self
-            .order
-            .iter()
-            .position(|&i| i == index)
-            .expect("request index in group");
-        &self.events[k]
+        &self.events[self.position[index]]
     }
 
-    /// Reads the group. `Ok(None)` means the kernel returned no data: the group is in error
-    /// state (it could never be scheduled).
-    pub fn read(&self) -> Result<Option<Reading>, PerfError> {
-        let mut buf = vec![0u8; 8 * (3 + 2 * self.events.len())];
-        let n = self.leader().read_into(&mut buf)?;
-        if n == 0 {
-            return Ok(None);
-        }
-        let Some(mut r) = parse(&buf[..n], self.nreq, self.events.len() > self.nreq) else {
-            return Ok(None);
-        };
-        // Back from group order to request order.
-        let mut counts = vec![0; self.nreq];
-        for (k, &i) in self.order.iter().enumerate() {
-            counts[i] = r.counts[k];
-        }
-        r.counts = counts;
-        Ok(Some(r))
+    /// Reads the group (one read(2) of the leader) into its buffer. `Ok(false)` means the
+    /// kernel returned no data: the group is in error state (it could never be scheduled).
+    pub fn read(&mut self) -> Result<bool, PerfError> {
+        self.last_len = self.events[0].read_into(&mut self.last)?;
+        Ok(self.last().is_some())
+    }
+
+    /// The last read, if it was complete.
+    pub fn last(&self) -> Option<GroupRead<'_>> {
+        let has_tick = self.events.len() > self.nreq;
+        GroupRead::new(&self.last[..self.last_len], self.nreq, has_tick)
+    }
+
+    /// The last read's value of request `index` (call after a successful `read`).
+    pub fn count(&self, index: usize) -> u64 {
+        word(&self.last, 3 + 2 * self.position[index]).unwrap_or(0)
     }
 }
 
-/// Parses `{nr, time_enabled, time_running, {value, id}[nr]}`.
-pub(crate) fn parse(bytes: &[u8], nreq: usize, has_tick: bool) -> Option<Reading> {
-    let word = |i: usize| -> Option<u64> {
-        bytes
-            .get(i * 8..i * 8 + 8)
-            .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
-    };
-    let nr = word(0)? as usize;
-    if nr != nreq + usize::from(has_tick) {
-        return None;
+fn word(bytes: &[u8], i: usize) -> Option<u64> {
+    let b = bytes.get(i * 8..i * 8 + 8)?;
+    Some(u64::from_ne_bytes(b.try_into().ok()?))
+}
+
+/// A checked view of `{nr, time_enabled, time_running, {value, id}[nr]}`: the member count
+/// matches the group and every value is there.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GroupRead<'a> {
+    bytes: &'a [u8],
+    nreq: usize,
+    has_tick: bool,
+}
+
+impl<'a> GroupRead<'a> {
+    pub fn new(bytes: &'a [u8], nreq: usize, has_tick: bool) -> Option<Self> {
+        let members = nreq + usize::from(has_tick);
+        if word(bytes, 0)? as usize != members || bytes.len() < 8 * (3 + 2 * members) {
+            return None;
+        }
+        Some(Self {
+            bytes,
+            nreq,
+            has_tick,
+        })
     }
-    let value = |k: usize| word(3 + 2 * k);
+
+    /// The value of the `k`-th member in group order.
+    pub fn value(&self, k: usize) -> u64 {
+        word(self.bytes, 3 + 2 * k).unwrap_or(0)
+    }
+
+    pub fn tick(&self) -> u64 {
+        if self.has_tick {
+            self.value(self.nreq)
+        } else {
+            0
+        }
+    }
+
+    pub fn enabled(&self) -> u64 {
+        word(self.bytes, 1).unwrap_or(0)
+    }
+
+    pub fn running(&self) -> u64 {
+        word(self.bytes, 2).unwrap_or(0)
+    }
+}
+
+/// Parses `{nr, time_enabled, time_running, {value, id}[nr]}` into an owned reading.
+#[cfg(test)]
+pub(crate) fn parse(bytes: &[u8], nreq: usize, has_tick: bool) -> Option<Reading> {
+    let r = GroupRead::new(bytes, nreq, has_tick)?;
     Some(Reading {
-        counts: (0..nreq).map(value).collect::<Option<_>>()?,
-        tick: if has_tick { value(nreq)? } else { 0 },
-        enabled: word(1)?,
-        running: word(2)?,
+        counts: (0..nreq).map(|k| r.value(k)).collect(),
+        tick: r.tick(),
+        enabled: r.enabled(),
+        running: r.running(),
     })
 }
 

@@ -13,6 +13,7 @@ pub(crate) struct SignalBlock {
 
 impl SignalBlock {
     /// Blocks `signal` (nothing for `None`).
+    #[inline]
     pub fn new(signal: Option<i32>) -> Self {
         let Some(sig) = signal else {
             return Self { old: None };
@@ -51,6 +52,7 @@ pub(crate) struct Blocked<G> {
 
 impl<G> Blocked<G> {
     /// Blocks `signal`, then takes the lock with `lock`.
+    #[inline]
     pub fn lock(signal: Option<i32>, lock: impl FnOnce() -> G) -> Self {
         let block = SignalBlock::new(signal);
         Self {
