@@ -9,5 +9,5 @@ mod ring;
 
 pub use cgcount::{CgroupCountStats, CgroupCounter};
 pub use loader::{BpfError, Sampler, SamplerStats};
-pub use privilege::{Privilege, check_privileges};
+pub use privilege::{Privilege, PrivilegeError, check_privileges};
 pub use ring::{MAX_BATCH_TIME, Records};

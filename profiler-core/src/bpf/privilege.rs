@@ -30,9 +30,9 @@ fn parse_cap_eff(status: &str) -> Option<u64> {
 }
 
 impl Privilege {
-    /// `Err` with a message naming the missing capability and the sysctl involved.
-    pub fn require_bpf_and_perfmon(self) -> Result<(), String> {
-        let missing: Vec<&str> = [(!self.bpf, "CAP_BPF"), (!self.perfmon, "CAP_PERFMON")]
+    /// `Err` naming the missing capabilities and the sysctl involved.
+    pub fn require_bpf_and_perfmon(self) -> Result<(), PrivilegeError> {
+        let missing: Vec<&'static str> = [(!self.bpf, "CAP_BPF"), (!self.perfmon, "CAP_PERFMON")]
             .into_iter()
             .filter_map(|(m, name)| m.then_some(name))
             .collect();
@@ -42,13 +42,22 @@ impl Privilege {
         let paranoid = fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
             .map(|s| s.trim().to_string())
             .unwrap_or_else(|_| "?".into());
-        Err(format!(
-            "needs root or {} (missing: {}); kernel.perf_event_paranoid is {paranoid}, which \
-             does not allow unprivileged system-wide profiling",
-            "CAP_BPF + CAP_PERFMON",
-            missing.join(", ")
-        ))
+        Err(PrivilegeError { missing, paranoid })
     }
+}
+
+/// BPF and perf_event_open for every task on every CPU need both capabilities.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "needs root or CAP_BPF + CAP_PERFMON (missing: {}); kernel.perf_event_paranoid is \
+     {paranoid}, which does not allow unprivileged system-wide profiling",
+    missing.join(", ")
+)]
+pub struct PrivilegeError {
+    /// The capabilities this process lacks.
+    pub missing: Vec<&'static str>,
+    /// `kernel.perf_event_paranoid` as read (`?` when unreadable).
+    pub paranoid: String,
 }
 
 #[cfg(test)]
@@ -71,7 +80,7 @@ mod tests {
             bpf: true,
             perfmon: false,
         };
-        let msg = p.require_bpf_and_perfmon().unwrap_err();
+        let msg = p.require_bpf_and_perfmon().unwrap_err().to_string();
         assert!(msg.contains("missing: CAP_PERFMON"), "{msg}");
         assert!(msg.contains("kernel.perf_event_paranoid"), "{msg}");
         assert!(

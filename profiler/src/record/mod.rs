@@ -4,6 +4,7 @@
 
 mod aggregate;
 mod collect;
+mod error;
 mod pidfd;
 mod status;
 mod workload;
@@ -15,12 +16,13 @@ use profiler_common::{RequestConfig, SamplerConfig, capture, filter, request_fla
 use tokio::signal::unix::{SignalKind, signal};
 
 pub use collect::Collector;
+pub use error::{RecordError, SampleEventError, UsageError};
 pub use workload::{Workload, WorkloadError, resolve_command};
 
 use crate::{
     bpf::{BpfError, Sampler, SamplerStats, check_privileges},
     cpc::events::{Catalog, Event, EventError, EventKind},
-    perf::{PerfError, PerfEvent, SamplePolicy, Scope},
+    perf::{PerfEvent, SamplePolicy, Scope},
     profile::{Profile, RunInfo},
 };
 use aggregate::AggregateReader;
@@ -98,31 +100,6 @@ impl RecordOptions {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum RecordError {
-    #[error("{0}")]
-    Usage(String),
-    #[error("process {0} does not exist")]
-    NoSuchProcess(u32),
-    #[error("thread {0} does not exist")]
-    NoSuchThread(u32),
-    #[error("{0}")]
-    Event(String),
-    #[error("{0}")]
-    Privilege(String),
-    #[error(transparent)]
-    Bpf(#[from] BpfError),
-    #[error(transparent)]
-    Perf(#[from] PerfError),
-    #[error(transparent)]
-    Workload(#[from] WorkloadError),
-    #[error("{what}: {source}")]
-    Io {
-        what: &'static str,
-        source: std::io::Error,
-    },
-}
-
 /// Why the recording ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stop {
@@ -142,19 +119,20 @@ pub struct RecordOutcome {
 /// Checks that can fail before anything is attached: ranges, privileges, targets.
 pub fn validate(opts: &RecordOptions) -> Result<(), RecordError> {
     if opts.frequency_hz == 0 {
-        return Err(RecordError::Usage("frequency must be at least 1 Hz".into()));
+        return Err(UsageError::ZeroFrequency.into());
     }
     if let Some(max) = max_sample_rate()
         && opts.frequency_hz > max
     {
-        return Err(RecordError::Usage(format!(
-            "frequency {} Hz is above kernel.perf_event_max_sample_rate ({max}); use -F {max} or less",
-            opts.frequency_hz
-        )));
+        return Err(UsageError::FrequencyAboveLimit {
+            hz: opts.frequency_hz,
+            max,
+        }
+        .into());
     }
     if let Target::Pids(pids) = &opts.target {
         if pids.is_empty() {
-            return Err(RecordError::Usage("no process id given".into()));
+            return Err(UsageError::NoProcess.into());
         }
         for &pid in pids {
             if pid == 0 || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
@@ -172,37 +150,26 @@ pub fn validate(opts: &RecordOptions) -> Result<(), RecordError> {
     if let Target::Cgroup(path) = &opts.target
         && !path.join("cgroup.procs").exists()
     {
-        return Err(RecordError::Usage(format!(
-            "{} is not a cgroup v2 directory (no cgroup.procs)",
-            path.display()
-        )));
+        return Err(UsageError::NotACgroup(path.clone()).into());
     }
     if let Some(cpus) = &opts.cpus {
         let online = online_cpus()?;
         if let Some(cpu) = cpus.iter().find(|c| !online.contains(c)) {
-            return Err(RecordError::Usage(format!(
-                "cpu {cpu} is not online (online: {online:?})"
-            )));
+            return Err(UsageError::CpuOffline { cpu: *cpu, online }.into());
         }
     }
     match opts.period {
-        Some(0) => return Err(RecordError::Usage("period must be at least 1".into())),
+        Some(0) => return Err(UsageError::ZeroPeriod.into()),
         // perf_event_open refuses sample periods with the top bit set (EINVAL).
         Some(n) if n > i64::MAX as u64 => {
-            return Err(RecordError::Usage(format!(
-                "period {n} is above the kernel's limit ({}); use -c {} or less",
-                i64::MAX,
-                i64::MAX
-            )));
+            return Err(UsageError::PeriodAboveLimit(n).into());
         }
         _ => {}
     }
     if let Target::Command(argv) = &opts.target {
         resolve_command(&argv[0])?;
     }
-    check_privileges()
-        .require_bpf_and_perfmon()
-        .map_err(RecordError::Privilege)
+    Ok(check_privileges().require_bpf_and_perfmon()?)
 }
 
 /// Resolves event names through the catalogue; events this host cannot count are an error
@@ -213,9 +180,7 @@ fn resolve_events(catalog: &Catalog, names: &[String]) -> Result<Vec<Event>, Rec
         .enumerate()
         .find_map(|(i, n)| names[..i].contains(n).then_some(n))
     {
-        return Err(RecordError::Usage(format!(
-            "event '{n}' is given twice; name each event once"
-        )));
+        return Err(UsageError::DuplicateEvent(n.clone()).into());
     }
     names
         .iter()
@@ -223,21 +188,19 @@ fn resolve_events(catalog: &Catalog, names: &[String]) -> Result<Vec<Event>, Rec
             // A name that is not an event (unknown, malformed) is a usage error, with the
             // catalogue's suggestions; one this host cannot count is a runtime error below.
             let event = catalog.resolve(n).map_err(|e| match e {
-                EventError::Unavailable { .. } => RecordError::Event(e.to_string()),
-                _ if perf_modifier(catalog, n) => RecordError::Usage(format!(
-                    "malformed event '{n}': perf's :u/:k modifiers are not part of event \
-                     names; sample one mode with --user or --kernel"
-                )),
-                _ => RecordError::Usage(e.to_string()),
+                EventError::Unavailable { .. } => SampleEventError::Unavailable(e).into(),
+                _ if perf_modifier(catalog, n) => UsageError::PerfModifier(n.clone()).into(),
+                _ => RecordError::from(UsageError::NotAnEvent(e)),
             })?;
             if let Some(reason) = catalog.unavailable_reason(&event) {
-                return Err(RecordError::Event(format!("cannot sample '{n}': {reason}")));
+                return Err(SampleEventError::Unsupported {
+                    event: n.clone(),
+                    reason,
+                }
+                .into());
             }
             if event.kind == EventKind::Tracepoint {
-                return Err(RecordError::Event(format!(
-                    "cannot sample tracepoint '{n}' with record yet (tracepoints take tracepoint \
-                     programs, not perf_event ones)"
-                )));
+                return Err(SampleEventError::Tracepoint(n.clone()).into());
             }
             Ok(event)
         })
@@ -562,7 +525,10 @@ mod tests {
         ] {
             opts.period = Some(period);
             match validate(&opts) {
-                Err(RecordError::Usage(msg)) => assert!(msg.contains(text), "{msg}"),
+                Err(RecordError::Usage(e)) => {
+                    let msg = e.to_string();
+                    assert!(msg.contains(text), "{msg}")
+                }
                 other => panic!("{period}: {:?}", other.err()),
             }
         }
@@ -578,7 +544,10 @@ mod tests {
         ] {
             let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
             match resolve_events(&catalog, &names) {
-                Err(RecordError::Usage(msg)) => assert!(msg.contains(text), "{msg}"),
+                Err(RecordError::Usage(e)) => {
+                    let msg = e.to_string();
+                    assert!(msg.contains(text), "{msg}")
+                }
                 other => panic!("{names:?}: {:?}", other.err()),
             }
         }
