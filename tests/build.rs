@@ -8,6 +8,7 @@ const FIXTURES: &[(&str, &[&str])] = &[
     ("idle", &["-O1", "-g"]),
     ("spin", &["-O1", "-g", "-pthread"]),
     ("jit", &["-O1", "-g"]),
+    ("crowd", &["-O1", "-g", "-pthread"]),
 ];
 
 fn main() {

@@ -118,8 +118,11 @@ pub mod stat {
     /// Stacks the stack-trace map could not store because another stack holds their hash
     /// slot (their samples are still counted, under a collision marker).
     pub const COLLISIONS: u32 = 6;
+    /// Children of targets that could not join the `TGIDS` filter (the map was full): their
+    /// samples are filtered out, so each is reported as an untracked process.
+    pub const FOLLOW_FAILED: u32 = 7;
     /// Number of slots.
-    pub const COUNT: u32 = 7;
+    pub const COUNT: u32 = 8;
 }
 
 /// Most other requests' values one record carries (`SampleRecord::siblings`).
@@ -182,7 +185,16 @@ pub struct SamplerConfig {
     /// Offset of `child_pid` in the `sched:sched_process_fork` record (it differs between
     /// kernels, so user space reads it from tracefs).
     pub fork_child_offset: u32,
+    /// Offset of `group_dead` in the `sched:sched_process_exit` record, or
+    /// [`NO_GROUP_DEAD`] on kernels whose record has no such field (before 6.16).
+    pub exit_group_dead_offset: u32,
+    /// Explicit padding.
+    pub _pad: u32,
 }
+
+/// [`SamplerConfig::exit_group_dead_offset`] when the exit record has no `group_dead`: a
+/// process then leaves the filter when its main thread exits.
+pub const NO_GROUP_DEAD: u32 = u32::MAX;
 
 /// One sample, as written to the ring buffer by the perf_event program.
 #[repr(C)]
@@ -237,7 +249,7 @@ pub struct SampleRecord {
     pub user_stack: [u64; MAX_STACK_DEPTH],
 }
 
-const _: () = assert!(core::mem::size_of::<SamplerConfig>() == 24);
+const _: () = assert!(core::mem::size_of::<SamplerConfig>() == 32);
 const _: () = assert!(core::mem::size_of::<SampleRecord>() == 176 + 2 * 8 * MAX_STACK_DEPTH);
 const _: () = assert!(core::mem::align_of::<SampleRecord>() == 8);
 const _: () = assert!(core::mem::size_of::<RequestConfig>() == 32);

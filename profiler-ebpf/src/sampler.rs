@@ -126,7 +126,7 @@ pub fn sample(ctx: *mut core::ffi::c_void) -> u32 {
 }
 
 #[inline(always)]
-fn bump(slot: u32) {
+pub(crate) fn bump(slot: u32) {
     if let Some(counter) = STATS.get_ptr_mut(slot) {
         // SAFETY: per-CPU slot, and perf_event programs do not nest on one CPU.
         unsafe { *counter += 1 };

@@ -27,3 +27,4 @@ pub mod record;
 mod stream;
 pub mod symbolize;
 pub mod tools;
+pub mod untrusted;

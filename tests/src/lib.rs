@@ -117,11 +117,17 @@ pub fn settle_programs(done: impl Fn(&BTreeSet<u32>) -> bool) -> BTreeSet<u32> {
     our_programs()
 }
 
-/// Ids of the loaded BPF programs named like ours (`sample`, `on_fork`, `cg_switch`).
+/// Ids of the loaded BPF programs named like ours (`sample`, `on_fork`, `on_exit`,
+/// `cg_switch`).
 pub fn our_programs() -> BTreeSet<u32> {
     aya::programs::loaded_programs()
         .filter_map(Result::ok)
-        .filter(|p| matches!(p.name_as_str(), Some("sample" | "on_fork" | "cg_switch")))
+        .filter(|p| {
+            matches!(
+                p.name_as_str(),
+                Some("sample" | "on_fork" | "on_exit" | "cg_switch")
+            )
+        })
         .map(|p| p.id())
         .collect()
 }
@@ -449,4 +455,66 @@ impl Drop for Churn {
         unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
         let _ = self.0.wait();
     }
+}
+
+/// Polls `cond` every 10 ms until it gives a value, for at most `secs` seconds (then panics
+/// naming `what`): tests wait for a condition, never for a fixed time, so a slow or busy
+/// machine only makes them slower.
+pub fn wait_for<T>(what: &str, secs: u64, mut cond: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Some(v) = cond() {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {secs} s waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// A child's stdout, read on a thread as it is written, so a test can wait for a line.
+pub struct StdoutLines {
+    text: std::sync::Arc<Mutex<String>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl StdoutLines {
+    /// Takes `child`'s piped stdout.
+    pub fn of(child: &mut std::process::Child) -> StdoutLines {
+        use std::io::BufRead;
+        let out = child.stdout.take().expect("stdout is piped");
+        let text = std::sync::Arc::new(Mutex::new(String::new()));
+        let t = text.clone();
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                let mut t = t.lock().unwrap();
+                t.push_str(&line);
+                t.push('\n');
+            }
+        });
+        StdoutLines { text, reader }
+    }
+
+    /// What was written so far.
+    pub fn now(&self) -> String {
+        self.text.lock().unwrap().clone()
+    }
+
+    /// Everything, once the child closed its stdout.
+    pub fn finish(self) -> String {
+        let _ = self.reader.join();
+        self.text.lock().unwrap().clone()
+    }
+}
+
+/// The number of threads of process `pid` (0 once it is gone).
+pub fn thread_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
+}
+
+/// Whether process `pid` has exec'd `comm` (its command name is that).
+pub fn runs(pid: u32, comm: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm)
 }

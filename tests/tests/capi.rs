@@ -104,6 +104,26 @@ fn c_test_of_every_function_and_errno_case_passes() {
     );
 }
 
+/// The first overflow arrives while the bind is still returning (a 20 us first period):
+/// the handler must find the set bound and restart it, in every one of 200 binds.
+#[test]
+fn an_overflow_during_the_bind_restarts_the_set_every_time() {
+    if !privileged() {
+        return;
+    }
+    let _s = serial();
+    let dir = scratch("capi-bind-race");
+    let exe = dir.join("bind_race");
+    compile("tests/bind_race.c", &exe, &[]);
+    let (out, _) = run(&mut Command::new(&exe));
+    let summary = out.lines().last().unwrap_or_default();
+    assert!(
+        summary.starts_with("bind_race: 200 binds, 0 failed, handler "),
+        "{out}"
+    );
+    eprintln!("{summary}");
+}
+
 #[test]
 fn example_1_counts_exactly_the_pages_each_iteration_touches() {
     if !privileged() {

@@ -46,6 +46,13 @@ fn collector(
     (seen, h)
 }
 
+/// Waits until at least `n` overflows were handled (the handler runs on its own thread).
+fn wait_seen(seen: &Arc<Mutex<Vec<Overflow>>>, n: usize) {
+    wait_for(&format!("{n} overflow notifications"), 10, || {
+        (seen.lock().unwrap().len() >= n).then_some(())
+    });
+}
+
 #[test]
 fn every_thousandth_fault_of_touch_is_notified_inside_its_loop() {
     if !privileged() {
@@ -71,9 +78,9 @@ fn every_thousandth_fault_of_touch_is_notified_inside_its_loop() {
     }
     let mut buf = cpc.buf_create(&set).unwrap();
     cpc.set_sample(&set, &mut buf).unwrap();
-    thread::sleep(Duration::from_millis(100));
-    drop(handler);
     let faults = buf.values()[1];
+    wait_seen(&seen, (faults / 1000) as usize);
+    drop(handler);
     let seen = seen.lock().unwrap();
     eprintln!("{faults} faults, {} notifications", seen.len());
     assert!(faults >= 10_000);
@@ -134,7 +141,7 @@ fn freeze_until_restart_then_new_preset_every_5000() {
     touch_pages(20000);
     cpc.set_sample(&set, &mut buf).unwrap();
     assert_eq!(buf.values(), &[5000, 0], "frozen again after exactly 5000");
-    thread::sleep(Duration::from_millis(100));
+    wait_seen(&seen, 2);
     drop(handler);
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), 2, "one notification per freeze: {seen:?}");
@@ -158,13 +165,13 @@ fn continue_policy_notifies_every_period_after_restart() {
     cpc.bind_curlwp(&mut set, 0).unwrap();
     let (seen, handler) = collector(&cpc, &set);
     touch_pages(3000);
-    thread::sleep(Duration::from_millis(100));
+    wait_seen(&seen, 3);
     let before = seen.lock().unwrap().len();
     assert_eq!(before, 3);
     cpc.request_preset(0, u64::MAX - 4999).unwrap();
     cpc.set_restart(&set).unwrap();
     touch_pages(20000);
-    thread::sleep(Duration::from_millis(100));
+    wait_seen(&seen, before + 4);
     drop(handler);
     let seen = seen.lock().unwrap();
     let after: Vec<u64> = seen[before..].iter().map(|o| o.value).collect();
@@ -335,7 +342,7 @@ fn signal_mode_interrupts_the_overflowing_thread_with_its_pc() {
         cpc.bind_curlwp(&mut set, 0).unwrap();
         let (seen, handler) = collector(&cpc, &set);
         touch_pages(5000);
-        thread::sleep(Duration::from_millis(100));
+        wait_seen(&seen, 5);
         drop(handler);
         cpc.unbind(&mut set).unwrap();
         let last = seen
@@ -402,7 +409,7 @@ fn overflow_records_carry_the_whole_sets_values_when_asked() {
     cpc.bind_curlwp(&mut set, 0).unwrap();
     let (seen, handler) = collector(&cpc, &set);
     touch_pages(3000);
-    thread::sleep(Duration::from_millis(100));
+    wait_seen(&seen, 3);
     drop(handler);
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), 3);

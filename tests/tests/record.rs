@@ -1,10 +1,6 @@
 //! `profiler record` end to end: real perf events, the real eBPF program, real workloads.
 
-use std::{
-    process::{Command, Stdio},
-    thread,
-    time::Duration,
-};
+use std::process::{Command, Stdio};
 
 use profiler_tests::*;
 
@@ -133,7 +129,9 @@ fn running_process_by_pid_only_that_process() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    thread::sleep(Duration::from_millis(200));
+    wait_for("both chains to run", 10, || {
+        (runs(target.id(), "chain") && runs(other.id(), "chain")).then_some(())
+    });
     let pid = target.id().to_string();
     let out = profiler(&[
         "record",
@@ -209,12 +207,9 @@ fn sigint_still_reports_and_detaches() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    thread::sleep(Duration::from_millis(1500));
-    assert_eq!(
-        our_programs().len(),
-        before.len() + 1,
-        "the program should be loaded while recording"
-    );
+    wait_for("the program to be loaded while recording", 20, || {
+        (our_programs().len() == before.len() + 1).then_some(())
+    });
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let out = child.wait_with_output().unwrap();
@@ -319,7 +314,9 @@ fn tid_and_cgroup_targets_sample_only_their_tasks() {
         .args(["-c", "while :; do :; done"])
         .spawn()
         .unwrap();
-    thread::sleep(Duration::from_millis(200));
+    wait_for("chain and sh to run", 10, || {
+        (runs(chain.id(), "chain") && runs(other.id(), "sh")).then_some(())
+    });
     let check = |args: &[&str], name: &str| {
         let folded = dir.join(format!("{name}.folded"));
         let mut all = args.to_vec();
@@ -405,7 +402,9 @@ fn cpu_list_samples_only_those_cpus() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    thread::sleep(Duration::from_millis(300));
+    wait_for("chain to run", 10, || {
+        runs(chain.id(), "chain").then_some(())
+    });
     let run = |cpu: &str| {
         let folded = dir.join(format!("cpu{cpu}.folded"));
         let out = profiler(&[

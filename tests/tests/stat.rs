@@ -1,10 +1,6 @@
 //! `profiler stat` (cpustat) and `profiler list` end to end, on real per-CPU counters.
 
-use std::{
-    process::{Command, Stdio},
-    thread,
-    time::Duration,
-};
+use std::process::{Command, Stdio};
 
 use profiler_tests::*;
 
@@ -59,17 +55,24 @@ fn sigint_ends_the_run_with_totals() {
         return;
     }
     let _guard = serial();
-    let child = Command::new(profiler_bin())
+    let mut child = Command::new(profiler_bin())
         .args(["stat", "-c", "cpu-clock", "0.2"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    thread::sleep(Duration::from_millis(700));
+    let lines = StdoutLines::of(&mut child);
+    wait_for("two rounds of every CPU", 20, || {
+        let rounds = table(&lines.now())
+            .iter()
+            .filter(|r| r.is(2, "tick"))
+            .count();
+        (rounds >= 2 * online_cpus()).then_some(())
+    });
     // SAFETY: kill sends a signal to the child we spawned.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(0));
-    let rows = table(&String::from_utf8_lossy(&out.stdout));
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let rows = table(&lines.finish());
     let ticks = rows.iter().filter(|r| r.is(2, "tick")).count();
     assert!(ticks >= 2 * online_cpus(), "rounds before the signal");
     let total = rows.last().expect("rows");

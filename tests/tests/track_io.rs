@@ -1,10 +1,6 @@
 //! `profiler track` attached to a running process, its output options, and its errors.
 
-use std::{
-    process::{Command, Stdio},
-    thread,
-    time::Duration,
-};
+use std::process::{Command, Stdio};
 
 use profiler_tests::*;
 
@@ -18,19 +14,32 @@ fn attach_with_p_and_detach_on_sigint_leaves_the_target_running() {
         .args(["2", "10"])
         .spawn()
         .unwrap();
-    thread::sleep(Duration::from_millis(200));
+    wait_for("spin's main thread and two spinners", 10, || {
+        (thread_count(target.id()) == 3).then_some(())
+    });
     let pid = target.id().to_string();
-    let tracker = Command::new(profiler_bin())
+    let mut tracker = Command::new(profiler_bin())
         .args(["track", "-T", "0.2", "-c", "task-clock", "-p", &pid])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    thread::sleep(Duration::from_millis(900));
+    let lines = StdoutLines::of(&mut tracker);
+    // Rows of all three threads, and a spinner's CPU time in one of them.
+    wait_for(
+        "tick rows of three threads with the spinners' time",
+        30,
+        || {
+            let rows = table(&lines.now());
+            let ticks: Vec<_> = rows.iter().filter(|r| r.is(2, "tick")).collect();
+            let threads: std::collections::BTreeSet<i64> = ticks.iter().map(|r| r.num(1)).collect();
+            (threads.len() == 3 && ticks.iter().any(|r| r.num(3) > 10_000_000)).then_some(())
+        },
+    );
     // SAFETY: kill sends a signal to the tracker we spawned.
     unsafe { libc::kill(tracker.id() as i32, libc::SIGINT) };
-    let out = tracker.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(0));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let status = tracker.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let stdout = lines.finish();
     let ticks: Vec<TableRow> = table(&stdout)
         .into_iter()
         .filter(|r| r.is(2, "tick"))

@@ -3,6 +3,7 @@
 mod bench;
 mod fuzz;
 mod install;
+mod packages;
 mod setup;
 mod test;
 mod util;

@@ -9,6 +9,7 @@ use crate::{
 
 pub fn test(extra: &[String]) -> anyhow::Result<()> {
     setup()?;
+    crate::packages::ensure(crate::packages::TEST)?;
     cargo(&["fmt", "--all", "--check"])?;
     // Host crates. The eBPF crate is not a default member and builds only for BPF.
     cargo(&[

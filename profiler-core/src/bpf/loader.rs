@@ -8,8 +8,8 @@ use aya::{
     programs::{PerfEvent as PerfEventProgram, ProgramError},
 };
 use profiler_common::{
-    AGGREGATE_ENTRIES, AGGREGATE_STACKS, AggregateKey, AggregateValue, MAX_SIBLINGS, RequestConfig,
-    SamplerConfig, capture, stat,
+    AGGREGATE_ENTRIES, AGGREGATE_STACKS, AggregateKey, AggregateValue, MAX_SIBLINGS, NO_GROUP_DEAD,
+    RequestConfig, SamplerConfig, capture, stat,
 };
 
 use super::{attach::Attachments, ring::Records};
@@ -75,6 +75,8 @@ pub struct SamplerStats {
     pub aggregated: u64,
     /// Stacks that lost their stack-map slot to another with the same hash.
     pub collisions: u64,
+    /// Children of targets that could not join the in-kernel filter (it was full).
+    pub follow_failed: u64,
 }
 
 /// The loaded sampling program and everything attached to it. Dropping it closes the perf
@@ -211,23 +213,36 @@ impl Sampler {
         Ok(program.info()?.run_count())
     }
 
-    /// Makes children of target processes targets too: loads the fork tracepoint program and
-    /// attaches it to `sched:sched_process_fork`, whose `child_pid` is at `child_offset`.
-    pub fn follow_forks(&mut self, child_offset: u32) -> Result<(), BpfError> {
+    /// Makes children of target processes targets too, and takes exited tasks out of the
+    /// filter: loads the fork and exit tracepoint programs and attaches them to
+    /// `sched:sched_process_fork` (whose `child_pid` is at `child_offset`) and
+    /// `sched:sched_process_exit` (whose `group_dead` is at `group_dead_offset`, if any).
+    pub fn follow_forks(
+        &mut self,
+        child_offset: u32,
+        group_dead_offset: Option<u32>,
+    ) -> Result<(), BpfError> {
         let mut cfg: Array<_, SamplerConfig> =
             Array::try_from(self.map("CONFIG")?).map_err(map_err("CONFIG"))?;
         let mut config = cfg.get(&0, 0).map_err(map_err("CONFIG"))?;
         config.follow_forks = 1;
         config.fork_child_offset = child_offset;
+        config.exit_group_dead_offset = group_dead_offset.unwrap_or(NO_GROUP_DEAD);
         cfg.set(0, config, 0).map_err(map_err("CONFIG"))?;
-        let program: &mut aya::programs::TracePoint = self
-            .ebpf
-            .program_mut("on_fork")
-            .ok_or(BpfError::Missing("program `on_fork`"))?
-            .try_into()?;
-        program.load()?;
-        // The link belongs to the program, which the sampler owns: detached on drop.
-        program.attach("sched", "sched_process_fork")?;
+        // Exit first: a task must never join the filter without a way out of it.
+        for (name, tracepoint) in [
+            ("on_exit", "sched_process_exit"),
+            ("on_fork", "sched_process_fork"),
+        ] {
+            let program: &mut aya::programs::TracePoint = self
+                .ebpf
+                .program_mut(name)
+                .ok_or(BpfError::Missing(name))?
+                .try_into()?;
+            program.load()?;
+            // The link belongs to the program, which the sampler owns: detached on drop.
+            program.attach("sched", tracepoint)?;
+        }
         Ok(())
     }
 
@@ -260,6 +275,7 @@ impl Sampler {
             unconfigured: slot(stat::UNCONFIGURED)?,
             aggregated: slot(stat::AGGREGATED)?,
             collisions: slot(stat::COLLISIONS)?,
+            follow_failed: slot(stat::FOLLOW_FAILED)?,
         })
     }
 

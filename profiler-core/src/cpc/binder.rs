@@ -182,8 +182,8 @@ impl Cpc {
         attr
     }
 
-    /// Opens one group per scope, attaches the overflow engine to notifying requests, and
-    /// only then enables counting, so no overflow can precede its handler.
+    /// Opens one group per scope (disabled) and attaches the overflow engine to notifying
+    /// requests. Counting starts in `start`, once the binding is published.
     #[allow(clippy::too_many_arguments)]
     fn open_groups(
         &self,
@@ -246,11 +246,41 @@ impl Cpc {
             tick_scale: self.tick_scale,
             _claim: claim,
         };
-        live.enable(func)?;
         Ok(live)
     }
 
-    fn register(&self, set: &mut Set, kind: BindKind, live: Live) {
+    /// Publishes the binding (on the set and, for the calling thread, in the thread map),
+    /// then starts counting. The order matters: with a short period the first overflow
+    /// signal arrives as soon as counting starts, and its handler must already find the set
+    /// bound to restart it, as on Solaris. Enabling happens under the binding's lock, which
+    /// blocks the overflow signal, so the handler runs only once the set is fully started.
+    fn start(
+        &self,
+        func: &'static str,
+        set: &mut Set,
+        kind: BindKind,
+        live: Live,
+    ) -> Result<(), CpcError> {
+        let binding = self.register(set, kind, live);
+        // The handler reads `set.binding` on this thread: the store must not move past the
+        // enable below.
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+        let started = {
+            let guard = binding.lock();
+            match guard.as_ref() {
+                Some(live) => live.enable(func),
+                None => Err(CpcError::new(func, libc::EINVAL, "set is not bound")),
+            }
+        };
+        if let Err(e) = started {
+            binding.release();
+            set.binding = None;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn register(&self, set: &mut Set, kind: BindKind, live: Live) -> Arc<Binding> {
         let binding = Arc::new(Binding::new(kind.clone(), live));
         let mut all = self.all.lock().unwrap_or_else(|p| p.into_inner());
         all.retain(|w| w.strong_count() > 0);
@@ -265,7 +295,8 @@ impl Cpc {
                 old.release();
             }
         }
-        set.binding = Some(binding);
+        set.binding = Some(binding.clone());
+        binding
     }
 
     /// `cpc_bind_curlwp`: counts on behalf of the calling thread. `flags` may hold
@@ -287,8 +318,7 @@ impl Cpc {
         }
         let tick = self.tick_attr(true, inherit);
         let live = self.open_groups(F, set, prepared, &[Scope::Thread(0)], &tick, inherit, None)?;
-        self.register(set, BindKind::CurLwp { tid: gettid() }, live);
-        Ok(())
+        self.start(F, set, BindKind::CurLwp { tid: gettid() }, live)
     }
 
     /// `cpc_bind_pctx`: binds to thread `lwp` of process `pid`, or to all its threads.
@@ -330,8 +360,7 @@ impl Cpc {
         let scopes: Vec<Scope> = tids.into_iter().map(Scope::Thread).collect();
         let tick = self.tick_attr(true, inherit);
         let live = self.open_groups(F, set, prepared, &scopes, &tick, inherit, None)?;
-        self.register(set, BindKind::Pctx { pid, lwp }, live);
-        Ok(())
+        self.start(F, set, BindKind::Pctx { pid, lwp }, live)
     }
 
     /// `cpc_bind_cpu`: counts everything on CPU `cpu`. `flags` must be 0. EINVAL for a CPU
@@ -369,8 +398,7 @@ impl Cpc {
             false,
             Some(claim),
         )?;
-        self.register(set, BindKind::Cpu(cpu), live);
-        Ok(())
+        self.start(F, set, BindKind::Cpu(cpu), live)
     }
 
     /// Extension: counts the tasks of a cgroup v2 directory on every online CPU. `flags`
@@ -402,8 +430,7 @@ impl Cpc {
             .collect();
         let tick = self.tick_attr(false, false);
         let live = self.open_groups(F, set, prepared, &scopes, &tick, false, None)?;
-        self.register(set, BindKind::Cgroup(path.to_path_buf()), live);
-        Ok(())
+        self.start(F, set, BindKind::Cgroup(path.to_path_buf()), live)
     }
 
     /// `cpc_unbind`: EINVAL if the set is foreign or not bound. Buffers survive.

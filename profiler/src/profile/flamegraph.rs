@@ -22,8 +22,12 @@ fn options(title: &str, subtitle: String) -> flamegraph::Options<'static> {
 
 /// The run's totals for the subtitle: what was delivered, and what the kernel lost.
 fn totals(profile: &Profile) -> String {
+    let untracked = match profile.info.untracked {
+        0 => String::new(),
+        n => format!("; {n} children not followed"),
+    };
     format!(
-        "{} samples of {}; lost {}",
+        "{} samples of {}; lost {}{untracked}",
         profile.total(),
         if profile.info.event.is_empty() {
             "samples"

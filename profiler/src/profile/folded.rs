@@ -37,6 +37,9 @@ pub fn folded_lines(profile: &Profile) -> BTreeMap<String, u64> {
 
 /// The stack under which lost samples appear, so every flame graph shows the loss.
 pub const LOST_STACK: &str = "[lost samples]";
+/// The line giving the number of children of targets that could not be followed (its count
+/// is processes, not samples: their samples are missing).
+pub const UNTRACKED_STACK: &str = "[children not followed]";
 
 /// Writes folded lines; samples the kernel lost get a line of their own ([`LOST_STACK`]).
 pub fn write_folded(profile: &Profile, out: &mut impl io::Write) -> io::Result<()> {
@@ -45,6 +48,9 @@ pub fn write_folded(profile: &Profile, out: &mut impl io::Write) -> io::Result<(
     }
     if profile.info.lost > 0 {
         writeln!(out, "{LOST_STACK} {}", profile.info.lost)?;
+    }
+    if profile.info.untracked > 0 {
+        writeln!(out, "{UNTRACKED_STACK} {}", profile.info.untracked)?;
     }
     Ok(())
 }
@@ -63,6 +69,10 @@ pub fn profile_from_folded(text: &str) -> Result<Profile, String> {
     for (names, count) in lines {
         if names.len() == 1 && names[0] == LOST_STACK {
             profile.info.lost += count;
+            continue;
+        }
+        if names.len() == 1 && names[0] == UNTRACKED_STACK {
+            profile.info.untracked += count;
             continue;
         }
         let mut names = names.into_iter();

@@ -59,6 +59,12 @@ pub struct RunInfo {
     /// In-kernel aggregation: stacks counted without frames because another stack held
     /// their hash slot in the stack map.
     pub collisions: u64,
+    /// Children of target processes that could not be followed (the in-kernel filter was
+    /// full): their samples are missing from the profile.
+    pub untracked: u64,
+    /// Files of targets that were not read (a perf map or ELF file that was a FIFO, a
+    /// symlink, a device, too large, foreign or replaced): their frames stay unnamed.
+    pub refused: u64,
 }
 
 #[derive(Clone, Debug, Default)]

@@ -43,6 +43,12 @@ pub fn summary_line(profile: &Profile) -> String {
     if info.collisions > 0 {
         errors += &format!("; stack hash collisions {}", info.collisions);
     }
+    if info.refused > 0 {
+        errors += &format!("; files refused {}", info.refused);
+    }
+    if info.untracked > 0 {
+        errors += &format!("; children not followed {}", info.untracked);
+    }
     format!(
         "{} samples of {event}{rate} in {:.2} s; lost {}; filtered in kernel {}{errors}\n",
         info.samples,

@@ -51,7 +51,7 @@ fn speedscope(profile: &Profile) -> Value {
         let total: u64 = weights.iter().sum();
         profiles.push(json!({
             "type": "sampled",
-            "name": format!("{event}: {total} samples, {} lost", profile.info.lost),
+            "name": format!("{event}: {total} samples, {} lost{}", profile.info.lost, untracked(profile)),
             "unit": "none",
             "startValue": 0,
             "endValue": total,
@@ -63,13 +63,24 @@ fn speedscope(profile: &Profile) -> Value {
         "$schema": "https://www.speedscope.app/file-format-schema.json",
         "exporter": concat!("profiler ", env!("CARGO_PKG_VERSION")),
         "name": format!(
-            "{} samples of {}; lost {}",
-            profile.info.samples, profile.info.event, profile.info.lost
+            "{} samples of {}; lost {}{}",
+            profile.info.samples,
+            profile.info.event,
+            profile.info.lost,
+            untracked(profile)
         ),
         "activeProfileIndex": 0,
         "shared": { "frames": frames },
         "profiles": profiles,
     })
+}
+
+/// "; N children not followed", when children of targets could not be followed.
+fn untracked(profile: &Profile) -> String {
+    match profile.info.untracked {
+        0 => String::new(),
+        n => format!("; {n} children not followed"),
+    }
 }
 
 #[cfg(test)]

@@ -140,7 +140,12 @@ impl Collector {
         self.all_samples += info.samples;
         let stacks = std::mem::take(&mut self.stacks);
         self.stacks.shrink_to_fit();
-        let profile = symbolize(&mut self.symbolizer, stacks, info, events);
+        let mut profile = symbolize(&mut self.symbolizer, stacks, info, events);
+        // Each refused file once, on stderr, and their number in the summary.
+        for refusal in self.symbolizer.take_refusals() {
+            eprintln!("profiler: warning: not read: {refusal}");
+            profile.info.refused += 1;
+        }
         // The stacks of exited processes are symbolized now: their maps can go.
         self.symbolizer.forget_exited();
         profile

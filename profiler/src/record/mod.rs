@@ -217,21 +217,27 @@ fn perf_modifier(catalog: &Catalog, name: &str) -> bool {
 /// Adds children of the filtered processes to the filter as they fork; a warning if the
 /// kernel lacks what that needs (the run goes on without it).
 fn follow_children(catalog: &Catalog, sampler: &mut Sampler, whose: &str) {
-    let followed = fork_child_offset(catalog)
+    let group_dead = tracepoint_field_offset(catalog, "sched_process_exit", "group_dead");
+    let followed = tracepoint_field_offset(catalog, "sched_process_fork", "child_pid")
         .ok_or_else(|| "sched:sched_process_fork is not in tracefs".to_string())
-        .and_then(|off| sampler.follow_forks(off).map_err(|e| e.to_string()));
+        .and_then(|off| {
+            sampler
+                .follow_forks(off, group_dead)
+                .map_err(|e| e.to_string())
+        });
     if let Err(e) = followed {
         eprintln!("profiler: warning: not following {whose} children: {e}");
     }
 }
 
-/// The offset of `child_pid` in `sched:sched_process_fork` records, from its tracefs format
-/// (6.18 has `__data_loc` comms and puts it at 20; older kernels at 44).
-fn fork_child_offset(catalog: &Catalog) -> Option<u32> {
+/// The offset of `field` in `sched:EVENT` records, from its tracefs format. Offsets differ
+/// between kernels (6.18 has `__data_loc` comms and puts fork's `child_pid` at 20, older
+/// kernels at 44); exit's `group_dead` exists from 6.16 on.
+fn tracepoint_field_offset(catalog: &Catalog, event: &str, field: &str) -> Option<u32> {
     let format = catalog
         .tracing_root()?
-        .join("events/sched/sched_process_fork/format");
-    parse_field_offset(&std::fs::read_to_string(format).ok()?, "child_pid")
+        .join(format!("events/sched/{event}/format"));
+    parse_field_offset(&std::fs::read_to_string(format).ok()?, field)
 }
 
 /// `offset:N` of field `name` in a tracefs `format` file.
@@ -439,6 +445,8 @@ pub async fn record_with(
             filtered: stats.filtered - reported.filtered,
             stack_errors: stats.stack_errors - reported.stack_errors,
             collisions: stats.collisions - reported.collisions,
+            untracked: stats.follow_failed - reported.follow_failed,
+            refused: 0,
         };
         *reported = *stats;
         info

@@ -13,6 +13,10 @@ pub struct MapEntry {
     pub path: Option<Arc<str>>,
     /// Short name: the file name, or the kernel's label (`[vdso]`, `[heap]`), or `[anon]`.
     pub name: Arc<str>,
+    /// Device (as `st_dev` encodes it) and inode of the backing file: what a file opened
+    /// later must still be to be read for this mapping.
+    pub dev: u64,
+    pub inode: u64,
 }
 
 /// Executable mappings of one process, sorted by start address.
@@ -51,8 +55,8 @@ fn parse_line(line: &str) -> Option<MapEntry> {
     let (start, end) = fields.next()?.split_once('-')?;
     let perms = fields.next()?;
     let offset = fields.next()?;
-    let _dev = fields.next()?;
-    let _inode = fields.next()?;
+    let dev = fields.next()?;
+    let inode = fields.next()?;
     // The path may contain spaces; it is the rest of the line.
     let rest: Vec<&str> = fields.collect();
     let path = rest.join(" ");
@@ -65,6 +69,12 @@ fn parse_line(line: &str) -> Option<MapEntry> {
     if end <= start {
         return None;
     }
+    let (major, minor) = dev.split_once(':')?;
+    let dev = libc::makedev(
+        u32::from_str_radix(major, 16).ok()?,
+        u32::from_str_radix(minor, 16).ok()?,
+    );
+    let inode = inode.parse().ok()?;
     let (path, name): (Option<Arc<str>>, Arc<str>) = if path.starts_with('/') {
         let clean = path.strip_suffix(" (deleted)").unwrap_or(&path);
         let name = clean.rsplit('/').next().unwrap_or(clean);
@@ -80,6 +90,8 @@ fn parse_line(line: &str) -> Option<MapEntry> {
         offset,
         path,
         name,
+        dev,
+        inode,
     })
 }
 

@@ -5,12 +5,16 @@
 //! symbolized. Kernel addresses go through kallsyms. A miss is a value (`[unknown]` or the
 //! module's name), never an error.
 
+mod elf_files;
 mod frame;
 mod leaf;
 mod maps;
 mod perfmap;
 
-use std::{collections::HashMap, path::PathBuf, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use blazesym::{
     MaybeDefault,
@@ -20,6 +24,7 @@ use blazesym::{
     },
 };
 
+use elf_files::ElfFiles;
 pub use frame::{Frame, FrameKind};
 pub use maps::{MapEntry, ProcessMaps};
 pub use perfmap::PerfMap;
@@ -54,6 +59,14 @@ pub struct Symbolizer {
     /// JIT symbols per process (`/tmp/perf-PID.map`), read while it lives.
     perf_maps: HashMap<u32, PerfMap>,
     jit_cache: HashMap<(u32, u64), Arc<[Frame]>>,
+    /// The ELF files blazesym reads, opened and checked by us.
+    elf: ElfFiles,
+    /// Each process's uid, read when it was first seen: who may own its perf map.
+    uids: HashMap<u32, u32>,
+    /// Processes whose perf map was refused (not read again).
+    refused_maps: HashSet<u32>,
+    /// Refused perf maps, one line each, until taken.
+    refusals: Vec<String>,
 }
 
 impl Default for Symbolizer {
@@ -78,6 +91,34 @@ impl Symbolizer {
             call_cache: HashMap::new(),
             perf_maps: HashMap::new(),
             jit_cache: HashMap::new(),
+            elf: ElfFiles::default(),
+            uids: HashMap::new(),
+            refused_maps: HashSet::new(),
+            refusals: Vec::new(),
+        }
+    }
+
+    /// The files refused since the last call (perf maps and ELF files of targets that were
+    /// FIFOs, symlinks, devices, too large, foreign or replaced), one line each, once each.
+    pub fn take_refusals(&mut self) -> Vec<String> {
+        let mut out = std::mem::take(&mut self.refusals);
+        out.extend(self.elf.take_refusals());
+        out
+    }
+
+    /// Reads `pid`'s perf map under the untrusted-file rules; a refusal is noted once.
+    fn read_perf_map(&mut self, pid: u32) -> Option<PerfMap> {
+        if self.refused_maps.contains(&pid) {
+            return None;
+        }
+        match PerfMap::read(pid, self.uids.get(&pid).copied()) {
+            Ok(map) => map,
+            Err(why) => {
+                self.refusals
+                    .push(format!("perf map of process {pid}: {why}"));
+                self.refused_maps.insert(pid);
+                None
+            }
         }
     }
 
@@ -110,8 +151,13 @@ impl Symbolizer {
             Err(_) => last.unwrap_or_default(),
         };
         images.snaps.push((comm.unwrap_or_default(), maps));
-        if first && let Ok(Some(map)) = PerfMap::read(pid) {
-            self.perf_maps.insert(pid, map);
+        if first {
+            if let Some(uid) = crate::untrusted::process_uid(pid) {
+                self.uids.insert(pid, uid);
+            }
+            if let Some(map) = self.read_perf_map(pid) {
+                self.perf_maps.insert(pid, map);
+            }
         }
     }
 
@@ -127,10 +173,14 @@ impl Symbolizer {
         // blazesym keeps every ELF file it parsed (and its fd) open; start afresh, so files
         // no longer sampled are let go. Resolved addresses stay in our own caches.
         self.inner = Self::new().inner;
+        // blazesym named the files by our descriptors: they go with it.
+        self.elf.clear();
         let alive = |pid: &u32| std::path::Path::new(&format!("/proc/{pid}")).exists();
         self.maps.retain(|pid, _| alive(pid));
         self.perf_maps.retain(|pid, _| alive(pid));
         self.jit_cache.retain(|(pid, _), _| alive(pid));
+        self.uids.retain(|pid, _| alive(pid));
+        self.refused_maps.retain(|pid| alive(pid));
         self.maps.shrink_to_fit();
         self.perf_maps.shrink_to_fit();
         self.jit_cache.shrink_to_fit();
@@ -144,7 +194,7 @@ impl Symbolizer {
         }
         let mut name = self.perf_maps.get(&pid).and_then(|m| m.find(addr)).cloned();
         if name.is_none()
-            && let Ok(Some(map)) = PerfMap::read(pid)
+            && let Some(map) = self.read_perf_map(pid)
         {
             name = map.find(addr).cloned();
             self.perf_maps.insert(pid, map);
@@ -222,7 +272,11 @@ impl Symbolizer {
         if let Some(frames) = self.user_cache.get(&key) {
             return frames.clone();
         }
-        let file = resolve_path(pid, &path);
+        let Some(file) = self.elf.path_for(pid, &entry) else {
+            let frames: Arc<[Frame]> = unknown();
+            self.user_cache.insert(key, frames.clone());
+            return frames;
+        };
         let mut src = Elf::new(file);
         src.debug_syms = true;
         let frames: Arc<[Frame]> = match self
@@ -252,13 +306,13 @@ impl Symbolizer {
         if walked == Some(sp_word) {
             return None;
         }
-        let (path, offset) = self.file_offset(pid, comm, ip)?;
-        let key = (path.clone(), offset);
+        let (entry, offset) = self.file_offset(pid, comm, ip)?;
+        let key = (entry.path.clone()?, offset);
         let known = self.prologue_cache.get(&key).copied();
         let (prologue, offset_in_fn) = match known {
             Some(v) => v?,
             None => {
-                let file = resolve_path(pid, &path);
+                let file = self.elf.path_for(pid, &entry)?;
                 let mut src = Elf::new(file.clone());
                 src.debug_syms = false;
                 let found = match self
@@ -279,12 +333,12 @@ impl Symbolizer {
         if !leaf::return_address_at_sp(prologue, offset_in_fn) {
             return None;
         }
-        let (ret_path, ret_offset) = self.file_offset(pid, comm, sp_word)?;
-        let key = (ret_path.clone(), ret_offset);
+        let (ret_entry, ret_offset) = self.file_offset(pid, comm, sp_word)?;
+        let key = (ret_entry.path.clone()?, ret_offset);
         let is_call = match self.call_cache.get(&key) {
             Some(&v) => v,
             None => {
-                let file = resolve_path(pid, &ret_path);
+                let file = self.elf.path_for(pid, &ret_entry)?;
                 let v = ret_offset >= 7
                     && leaf::read_bytes::<7>(&file, ret_offset - 7)
                         .is_some_and(|b| leaf::preceded_by_call(&b));
@@ -295,10 +349,11 @@ impl Symbolizer {
         is_call.then_some(sp_word)
     }
 
-    /// (file, file offset) of a user address of `pid`, from the captured maps.
-    fn file_offset(&self, pid: u32, comm: Option<&[u8; 16]>, addr: u64) -> Option<(Arc<str>, u64)> {
+    /// (mapping, file offset) of a user address of `pid` in a file, from the captured maps.
+    fn file_offset(&self, pid: u32, comm: Option<&[u8; 16]>, addr: u64) -> Option<(MapEntry, u64)> {
         let e = self.maps_of(pid, comm)?.find(addr)?;
-        Some((e.path.clone()?, addr - e.start + e.offset))
+        e.path.as_ref()?;
+        Some((e.clone(), addr - e.start + e.offset))
     }
 
     /// Frames for one kernel address.
@@ -324,16 +379,6 @@ impl Symbolizer {
         self.kernel_cache.insert(lookup, frames.clone());
         frames
     }
-}
-
-/// The file behind a mapping as this process can open it: the plain path when it exists,
-/// else through the target's root (a process in another mount namespace, a container).
-fn resolve_path(pid: u32, path: &str) -> PathBuf {
-    let plain = PathBuf::from(path);
-    if plain.exists() {
-        return plain;
-    }
-    PathBuf::from(format!("/proc/{pid}/root{path}"))
 }
 
 #[cfg(test)]

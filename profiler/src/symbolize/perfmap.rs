@@ -2,7 +2,9 @@
 //! LuaJIT, .NET, CPython 3.12's perf trampolines) write for perf: one `START SIZE NAME` line
 //! per generated function, addresses in hex.
 
-use std::{io, path::PathBuf, sync::Arc};
+use std::{path::Path, sync::Arc};
+
+use crate::untrusted::{self, MAX_PERF_MAP_BYTES, Refusal, Rules};
 
 /// One process's JIT symbols, sorted by start address.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -11,17 +13,43 @@ pub struct PerfMap {
 }
 
 impl PerfMap {
-    /// The map `pid` wrote, looked up as the process sees /tmp (its mount namespace and pid
-    /// namespace), then in ours. Not found is `Ok(None)`.
-    pub fn read(pid: u32) -> io::Result<Option<Self>> {
-        for path in candidates(pid) {
-            match std::fs::read(&path) {
-                Ok(bytes) => return Ok(Some(Self::parse(&String::from_utf8_lossy(&bytes)))),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
-            }
+    /// The map `pid` wrote, looked up as the process sees /tmp (through its root, with its
+    /// own pid in its pid namespace), then, once it is gone, in ours. Opened as an untrusted
+    /// file: never a symlink, FIFO or device, owned by `owner` (the process's uid) or root,
+    /// at most 64 MiB, and read on a thread of its own for at most a second, so a hostile
+    /// map can neither hang nor fool the recording. Not found is `Ok(None)`.
+    pub fn read(pid: u32, owner: Option<u32>) -> Result<Option<Self>, Refusal> {
+        // An unknown owner (the process went before its uid was read): only root's file.
+        let rules = Rules {
+            max_bytes: MAX_PERF_MAP_BYTES,
+            owner: Some(owner.unwrap_or(0)),
+            identity: None,
+        };
+        // Most processes have no map: an lstat (which neither follows nor opens anything)
+        // saves them the reading thread.
+        let nspid = namespace_pid(pid);
+        let may_exist = |p: String| std::fs::symlink_metadata(p).is_ok();
+        if !nspid.is_some_and(|n| may_exist(format!("/proc/{pid}/root/tmp/perf-{n}.map")))
+            && !may_exist(format!("/tmp/perf-{pid}.map"))
+        {
+            return Ok(None);
         }
-        Ok(None)
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("perf-map".into())
+            .spawn(move || {
+                let _ = tx.send(read_checked(pid, &rules));
+            })
+            .map_err(|source| Refusal::Io {
+                call: "spawn",
+                source,
+            })?;
+        match rx.recv_timeout(std::time::Duration::from_millis(READ_TIMEOUT_MS)) {
+            Ok(result) => result,
+            // The reader stays blocked (a file system that never answers); it holds nothing
+            // the recording needs.
+            Err(_) => Err(Refusal::Slow(READ_TIMEOUT_MS)),
+        }
     }
 
     /// Parses the map text; lines that are not `HEX HEX NAME` are skipped (a JIT may be
@@ -69,16 +97,32 @@ impl PerfMap {
     }
 }
 
-/// Where `pid`'s map may be: through its root with its own pid (a container), then ours.
-fn candidates(pid: u32) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    if let Some(nspid) = namespace_pid(pid) {
-        out.push(PathBuf::from(format!(
-            "/proc/{pid}/root/tmp/perf-{nspid}.map"
-        )));
-    }
-    out.push(PathBuf::from(format!("/tmp/perf-{pid}.map")));
-    out
+/// Longest a perf map read may take.
+const READ_TIMEOUT_MS: u64 = 1000;
+
+fn read_checked(pid: u32, rules: &Rules) -> Result<Option<PerfMap>, Refusal> {
+    let opened = match namespace_pid(pid) {
+        Some(nspid) => untrusted::open(
+            Some(Path::new(&format!("/proc/{pid}/root"))),
+            Path::new(&format!("/tmp/perf-{nspid}.map")),
+            rules,
+        ),
+        None => Err(Refusal::NotFound),
+    };
+    let opened = match opened {
+        // Gone, or not there as it sees /tmp: ours (a process that exited already).
+        Err(Refusal::NotFound) => {
+            untrusted::open(None, Path::new(&format!("/tmp/perf-{pid}.map")), rules)
+        }
+        other => other,
+    };
+    let file = match opened {
+        Ok(f) => f,
+        Err(Refusal::NotFound) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let bytes = untrusted::read_bounded(file, rules.max_bytes)?;
+    Ok(Some(PerfMap::parse(&String::from_utf8_lossy(&bytes))))
 }
 
 /// The pid of `pid` inside its own pid namespace (the last NSpid field).
@@ -128,6 +172,6 @@ mod tests {
 
     #[test]
     fn missing_map_is_none() {
-        assert_eq!(PerfMap::read(u32::MAX - 7).unwrap(), None);
+        assert_eq!(PerfMap::read(u32::MAX - 7, None).unwrap(), None);
     }
 }

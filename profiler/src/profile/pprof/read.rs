@@ -200,6 +200,8 @@ fn run_info(l: &Lookup<'_>, p: &proto::Profile, total: u64) -> Result<RunInfo, P
             ("filtered", Some(n)) => info.filtered = n,
             ("stack_errors", Some(n)) => info.stack_errors = n,
             ("collisions", Some(n)) => info.collisions = n,
+            ("untracked", Some(n)) => info.untracked = n,
+            ("refused", Some(n)) => info.refused = n,
             _ => {}
         }
     }

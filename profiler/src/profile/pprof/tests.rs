@@ -60,6 +60,8 @@ fn sample_profile() -> Profile {
             filtered: 3,
             stack_errors: 1,
             collisions: 2,
+            untracked: 4,
+            refused: 5,
             period: None,
         },
         ..Default::default()
@@ -109,6 +111,8 @@ fn inlined_frames_share_one_location_innermost_first() {
         "no CPU-time weight for a mix of clock and non-clock events"
     );
     assert!(msg.comment.iter().any(|&c| s(c) == "profiler.lost=7"));
+    assert!(msg.comment.iter().any(|&c| s(c) == "profiler.untracked=4"));
+    assert!(msg.comment.iter().any(|&c| s(c) == "profiler.refused=5"));
 }
 
 #[test]

@@ -214,6 +214,8 @@ pub fn encode(profile: &Profile) -> proto::Profile {
         ("filtered", info.filtered),
         ("stack_errors", info.stack_errors),
         ("collisions", info.collisions),
+        ("untracked", info.untracked),
+        ("refused", info.refused),
     ] {
         comments.push((key, value.to_string()));
     }
@@ -283,7 +285,16 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn elf_build_id(path: &str) -> Option<String> {
-    let id = blazesym::helper::read_elf_build_id(path).ok()??;
+    // The path came from a target's maps: open it as untrusted (no FIFO, device or symlink),
+    // then let blazesym read the opened file.
+    let rules = crate::untrusted::Rules {
+        max_bytes: crate::untrusted::MAX_ELF_BYTES,
+        owner: None,
+        identity: None,
+    };
+    let file = crate::untrusted::open(None, std::path::Path::new(path), &rules).ok()?;
+    let fd_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file));
+    let id = blazesym::helper::read_elf_build_id(&fd_path).ok()??;
     Some(hex(&id))
 }
 

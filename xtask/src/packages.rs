@@ -1,0 +1,102 @@
+//! Debian packages the tests and the bench need, checked and installed by the commands that
+//! need them (`cargo xtask test`, `bench`), so the README's commands work on a fresh machine
+//! without `.ci/run`. Each need is a probe (does it work here?) and the package providing it.
+
+use std::process::Command;
+
+use anyhow::{Context as _, bail};
+
+use crate::util::{output, run};
+
+/// One thing a command needs, the probe that tells whether this machine has it, and the
+/// Debian package that provides it.
+pub struct Need {
+    pub what: &'static str,
+    pub package: &'static str,
+    probe: fn() -> bool,
+}
+
+fn runs(program: &str, args: &[&str]) -> bool {
+    output(Command::new(program).args(args)).is_ok_and(|o| o.status.success())
+}
+
+/// Google's protobuf runtime for some python3 (the pprof tests decode with it, independently
+/// of our reader). pyenv's python3 may shadow Debian's, so Debian's is probed as well.
+fn protobuf() -> bool {
+    ["python3", "/usr/bin/python3"]
+        .iter()
+        .any(|py| runs(py, &["-c", "import google.protobuf"]))
+}
+
+/// What `cargo xtask test` needs besides the BPF toolchain.
+pub const TEST: &[Need] = &[
+    Need {
+        what: "a C compiler (the test fixtures, the C tests of libcpc)",
+        package: "gcc",
+        probe: || runs("cc", &["--version"]),
+    },
+    Need {
+        what: "perf (the reference the counting tests compare with)",
+        package: "linux-perf",
+        probe: || runs("perf", &["--version"]),
+    },
+    Need {
+        what: "python3 protobuf (an independent pprof decoder)",
+        package: "python3-protobuf",
+        probe: protobuf,
+    },
+    Need {
+        what: "pkg-config (reads the installed libcpc.pc)",
+        package: "pkg-config",
+        probe: || runs("pkg-config", &["--version"]),
+    },
+];
+
+/// Installs the packages of `needs` this machine lacks (one `apt-get install`), printing what
+/// it installed or that everything was present.
+pub fn ensure(needs: &[Need]) -> anyhow::Result<()> {
+    let missing: Vec<&Need> = needs.iter().filter(|n| !(n.probe)()).collect();
+    if missing.is_empty() {
+        eprintln!(
+            "setup: test packages present ({})",
+            names(&needs.iter().collect::<Vec<_>>())
+        );
+        return Ok(());
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!(
+            "missing {}: run `sudo apt-get install {}` (or run this as root)",
+            missing
+                .iter()
+                .map(|n| n.what)
+                .collect::<Vec<_>>()
+                .join(", "),
+            names(&missing)
+        );
+    }
+    let packages: Vec<&str> = missing.iter().map(|n| n.package).collect();
+    run(Command::new("apt-get")
+        .args(["update", "-q"])
+        .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-q"])
+        .args(&packages)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+    .with_context(|| format!("installing {}", packages.join(" ")))?;
+    for n in &missing {
+        if !(n.probe)() {
+            bail!("{} is still missing after installing {}", n.what, n.package);
+        }
+        eprintln!("setup: installed {} for {}", n.package, n.what);
+    }
+    Ok(())
+}
+
+fn names(needs: &[&Need]) -> String {
+    needs
+        .iter()
+        .map(|n| n.package)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
