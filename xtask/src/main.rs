@@ -1,8 +1,9 @@
-//! Project automation: `cargo xtask setup | test | run | install | fuzz | bench`.
+//! Project automation: `cargo xtask setup | test | run | install | fuzz | bench | layers`.
 
 mod bench;
 mod fuzz;
 mod install;
+mod layers;
 mod packages;
 mod setup;
 mod test;
@@ -40,6 +41,8 @@ enum Command {
         #[arg(long)]
         quick: bool,
     },
+    /// Print each host crate's module imports and fail on any import cycle.
+    Layers,
     /// Set up, build (release) and run the profiler with ARGS, e.g. `-- record -a -d 5`.
     Run {
         #[arg(last = true)]
@@ -70,6 +73,7 @@ fn main() -> ExitCode {
         Command::Install { prefix } => install::install(&prefix),
         Command::Fuzz { secs, targets } => fuzz::fuzz(secs, &targets),
         Command::Bench { quick } => bench::bench(quick),
+        Command::Layers => layers::report(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
