@@ -1,5 +1,6 @@
 //! Facts about this host the whole crate reads the same way: online CPUs, a process's
-//! threads, the calling thread's id, and the monotonic clock (libcpc's `gethrtime`).
+//! threads, perf's sample-rate limit, the calling thread's id, and the monotonic clock
+//! (libcpc's `gethrtime`).
 
 use std::{cell::Cell, io, sync::Once};
 
@@ -17,6 +18,16 @@ pub fn threads(pid: i32) -> io::Result<Vec<i32>> {
         .collect();
     tids.sort_unstable();
     Ok(tids)
+}
+
+/// `kernel.perf_event_max_sample_rate`: the highest sampling frequency perf accepts (it
+/// lowers it under load); `None` when unreadable.
+pub fn max_sample_rate() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 thread_local! {

@@ -14,14 +14,16 @@ use super::{
     consts::{MAX_REQUESTS, bind, caps, request},
     engine::{Engine, OverflowPolicy},
     error::{CpcError, Subcode},
-    events::EventKind,
     group::Group,
     handle::Cpc,
     sampling::{hw_sampling_attr, max_precise, period_for},
     set::Set,
     sigsafe::Blocked,
 };
-use crate::perf::{EventAttr, SamplePolicy, Scope, SoftwareEvent};
+use crate::{
+    events::EventKind,
+    perf::{EventAttr, SamplePolicy, Scope, SoftwareEvent},
+};
 
 /// A set ready to open: each request's attributes, and which requests notify.
 pub(crate) struct Prepared {

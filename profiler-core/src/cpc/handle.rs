@@ -14,9 +14,9 @@ use super::{
     bind::Binding,
     consts::{VER_CURRENT, caps},
     error::{CpcError, ErrorHandler, default_handler},
-    events::Catalog,
 };
 use crate::{
+    events::Catalog,
     kernel::{self, Kernel},
     perf::{EventAttr, SoftwareEvent},
 };

@@ -10,7 +10,8 @@ mod buf;
 pub mod consts;
 mod engine;
 mod error;
-pub mod events;
+/// The event catalogue (`crate::events`), where libcpc's API has always shown it.
+pub use crate::events;
 mod group;
 mod handle;
 mod handler;

@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use super::{bind::Binding, events::Event};
+use super::bind::Binding;
+use crate::events::Event;
 
 /// A request's attribute (`cpc_attr_t`).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -129,7 +129,7 @@ fn deposit(mut value: u64, mask: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpc::events::EventKind;
+    use crate::events::EventKind;
 
     fn blank() -> Event {
         Event {

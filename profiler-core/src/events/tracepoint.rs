@@ -187,7 +187,7 @@ fn mount_tracefs(target: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpc::events::testutil::FakeTree;
+    use crate::events::testutil::FakeTree;
 
     fn fake() -> FakeTree {
         let tree = FakeTree::new("tracing");

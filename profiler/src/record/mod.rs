@@ -121,7 +121,7 @@ pub fn validate(opts: &RecordOptions) -> Result<(), RecordError> {
     if opts.frequency_hz == 0 {
         return Err(UsageError::ZeroFrequency.into());
     }
-    if let Some(max) = max_sample_rate()
+    if let Some(max) = crate::host::max_sample_rate()
         && opts.frequency_hz > max
     {
         return Err(UsageError::FrequencyAboveLimit {
@@ -261,14 +261,6 @@ fn cgroup_id(path: &std::path::Path) -> Result<u64, RecordError> {
             what: "reading the cgroup directory",
             source,
         })
-}
-
-fn max_sample_rate() -> Option<u64> {
-    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
 }
 
 fn online_cpus() -> Result<Vec<u32>, RecordError> {

@@ -7,8 +7,8 @@ use crate::{
     cpc::{
         Cpc, CpcError,
         consts::{VER_CURRENT, request},
-        events::{Catalog, testutil::FakeTree},
     },
+    events::{Catalog, testutil::FakeTree},
     kernel::{
         FLAG_FD_CLOEXEC, FLAG_PID_CGROUP, Ioctl,
         fake::{Call, Fake},
