@@ -78,6 +78,7 @@ impl Drop for CpuClaim {
     }
 }
 
+#[inline]
 pub(crate) fn cpu_epoch() -> u64 {
     CPU_EPOCH.load(Ordering::SeqCst)
 }
@@ -185,6 +186,7 @@ impl Binding {
 
     /// The live part, locked with the overflow signal blocked on this thread, so a handler
     /// calling `set_restart` can never wait for a lock its own thread holds.
+    #[inline]
     pub(crate) fn lock(&self) -> Blocked<MutexGuard<'_, Option<Live>>> {
         Blocked::lock(self.signal, || {
             self.live.lock().unwrap_or_else(|p| p.into_inner())

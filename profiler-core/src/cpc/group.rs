@@ -27,8 +27,8 @@ pub(crate) struct Group {
     position: Vec<usize>,
     nreq: usize,
     /// The last read of the group, sized for it at open: sampling allocates nothing.
-    last: Vec<u8>,
-    last_len: usize,
+    last: Vec<u64>,
+    last_words: usize,
 }
 
 /// One read of a group.
@@ -85,8 +85,8 @@ impl Group {
             position[i] = k;
         }
         Ok(Group {
-            last: vec![0; 8 * (3 + 2 * events.len())],
-            last_len: 0,
+            last: vec![0; 3 + 2 * events.len()],
+            last_words: 0,
             events,
             position,
             nreq: requests.len(),
@@ -116,55 +116,56 @@ impl Group {
 
     /// Reads the group (one read(2) of the leader) into its buffer. `Ok(false)` means the
     /// kernel returned no data: the group is in error state (it could never be scheduled).
+    #[inline]
     pub fn read(&mut self) -> Result<bool, PerfError> {
-        self.last_len = self.events[0].read_into(&mut self.last)?;
+        self.last_words = self.events[0].read_into(&mut self.last)? / 8;
         Ok(self.last().is_some())
     }
 
     /// The last read, if it was complete.
+    #[inline]
     pub fn last(&self) -> Option<GroupRead<'_>> {
         let has_tick = self.events.len() > self.nreq;
-        GroupRead::new(&self.last[..self.last_len], self.nreq, has_tick)
+        GroupRead::new(&self.last[..self.last_words], self.nreq, has_tick)
     }
 
     /// The last read's value of request `index` (call after a successful `read`).
+    #[inline]
     pub fn count(&self, index: usize) -> u64 {
-        word(&self.last, 3 + 2 * self.position[index]).unwrap_or(0)
+        self.last[3 + 2 * self.position[index]]
     }
-}
-
-fn word(bytes: &[u8], i: usize) -> Option<u64> {
-    let b = bytes.get(i * 8..i * 8 + 8)?;
-    Some(u64::from_ne_bytes(b.try_into().ok()?))
 }
 
 /// A checked view of `{nr, time_enabled, time_running, {value, id}[nr]}`: the member count
 /// matches the group and every value is there.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct GroupRead<'a> {
-    bytes: &'a [u8],
+    words: &'a [u64],
     nreq: usize,
     has_tick: bool,
 }
 
 impl<'a> GroupRead<'a> {
-    pub fn new(bytes: &'a [u8], nreq: usize, has_tick: bool) -> Option<Self> {
+    #[inline]
+    pub fn new(words: &'a [u64], nreq: usize, has_tick: bool) -> Option<Self> {
         let members = nreq + usize::from(has_tick);
-        if word(bytes, 0)? as usize != members || bytes.len() < 8 * (3 + 2 * members) {
+        if *words.first()? as usize != members || words.len() < 3 + 2 * members {
             return None;
         }
         Some(Self {
-            bytes,
+            words,
             nreq,
             has_tick,
         })
     }
 
     /// The value of the `k`-th member in group order.
+    #[inline]
     pub fn value(&self, k: usize) -> u64 {
-        word(self.bytes, 3 + 2 * k).unwrap_or(0)
+        self.words[3 + 2 * k]
     }
 
+    #[inline]
     pub fn tick(&self) -> u64 {
         if self.has_tick {
             self.value(self.nreq)
@@ -173,19 +174,25 @@ impl<'a> GroupRead<'a> {
         }
     }
 
+    #[inline]
     pub fn enabled(&self) -> u64 {
-        word(self.bytes, 1).unwrap_or(0)
+        self.words[1]
     }
 
+    #[inline]
     pub fn running(&self) -> u64 {
-        word(self.bytes, 2).unwrap_or(0)
+        self.words[2]
     }
 }
 
 /// Parses `{nr, time_enabled, time_running, {value, id}[nr]}` into an owned reading.
 #[cfg(test)]
 pub(crate) fn parse(bytes: &[u8], nreq: usize, has_tick: bool) -> Option<Reading> {
-    let r = GroupRead::new(bytes, nreq, has_tick)?;
+    let words: Vec<u64> = bytes
+        .chunks_exact(8)
+        .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+        .collect();
+    let r = GroupRead::new(&words, nreq, has_tick)?;
     Some(Reading {
         counts: (0..nreq).map(|k| r.value(k)).collect(),
         tick: r.tick(),
@@ -195,6 +202,7 @@ pub(crate) fn parse(bytes: &[u8], nreq: usize, has_tick: bool) -> Option<Reading
 }
 
 /// `count × enabled / running`, perf stat's estimate for a multiplexed counter.
+#[inline]
 pub(crate) fn scale(count: u64, enabled: u64, running: u64) -> u64 {
     if running == 0 || running >= enabled {
         return count;

@@ -150,7 +150,7 @@ impl Kernel for Fake {
         Ok(())
     }
 
-    fn perf_read(&self, fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    fn perf_read(&self, fd: BorrowedFd<'_>, buf: &mut [u64]) -> io::Result<usize> {
         let mut s = self.state();
         let fd = fd.as_raw_fd();
         s.calls.push(Call::Read { fd });
@@ -165,12 +165,11 @@ impl Kernel for Fake {
         for k in 0..members {
             words.extend([Fake::count(k, n), k as u64]);
         }
-        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
-        if buf.len() < bytes.len() {
+        if buf.len() < words.len() {
             return Err(io::Error::from_raw_os_error(libc::ENOSPC));
         }
-        buf[..bytes.len()].copy_from_slice(&bytes);
-        Ok(bytes.len())
+        buf[..words.len()].copy_from_slice(&words);
+        Ok(8 * words.len())
     }
 
     fn bpf_link_perf_event(

@@ -62,8 +62,9 @@ pub trait Kernel: Send + Sync + std::fmt::Debug {
     /// One perf ioctl on an event fd.
     fn perf_ioctl(&self, fd: BorrowedFd<'_>, op: Ioctl) -> io::Result<()>;
 
-    /// read(2) of an event fd (a counter or a whole group) into `buf`; the byte count.
-    fn perf_read(&self, fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize>;
+    /// read(2) of an event fd (a counter or a whole group: perf returns u64 words) into
+    /// `buf`; the byte count.
+    fn perf_read(&self, fd: BorrowedFd<'_>, buf: &mut [u64]) -> io::Result<usize>;
 
     /// bpf(BPF_LINK_CREATE) of `prog` to a perf event, with an attach cookie.
     fn bpf_link_perf_event(
@@ -112,7 +113,8 @@ impl Kernel for Linux {
         perf::ioctl(fd, op)
     }
 
-    fn perf_read(&self, fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    #[inline]
+    fn perf_read(&self, fd: BorrowedFd<'_>, buf: &mut [u64]) -> io::Result<usize> {
         perf::read(fd, buf)
     }
 

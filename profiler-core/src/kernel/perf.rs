@@ -58,10 +58,19 @@ pub(super) fn ioctl(fd: BorrowedFd<'_>, op: Ioctl) -> io::Result<()> {
     }
 }
 
-/// read(2) of an event fd into `buf`; returns the byte count.
-pub(super) fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: `buf` is valid writable memory of `buf.len()` bytes for the duration of the call.
-    let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+/// read(2) of an event fd into `buf` (perf's read formats are u64 words); returns the byte
+/// count.
+#[inline]
+pub(super) fn read(fd: BorrowedFd<'_>, buf: &mut [u64]) -> io::Result<usize> {
+    // SAFETY: `buf` is valid writable memory of `size_of_val(buf)` bytes for the duration of
+    // the call, and any bytes the kernel writes form valid u64s.
+    let n = unsafe {
+        libc::read(
+            fd.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            std::mem::size_of_val(buf),
+        )
+    };
     if n < 0 {
         Err(io::Error::last_os_error())
     } else {

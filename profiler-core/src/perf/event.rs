@@ -186,8 +186,10 @@ impl PerfEvent {
         self.ioctl(Ioctl::SetBpf(prog_fd.as_raw_fd() as u32))
     }
 
-    /// Reads the event (its `read_format` decides the layout) into `buf`.
-    pub fn read_into(&self, buf: &mut [u8]) -> Result<usize, PerfError> {
+    /// Reads the event (its `read_format` decides the layout of the u64 words) into `buf`;
+    /// the byte count.
+    #[inline]
+    pub fn read_into(&self, buf: &mut [u64]) -> Result<usize, PerfError> {
         self.kernel
             .perf_read(self.fd.as_fd(), buf)
             .map_err(|source| PerfError::Read {
