@@ -8,8 +8,16 @@ const FIXTURES: &[(&str, &[&str])] = &[
     ("idle", &["-O1", "-g"]),
     ("spin", &["-O1", "-g", "-pthread"]),
     ("jit", &["-O1", "-g"]),
+    ("nofp", &["-O2", "-g", "-fomit-frame-pointer"]),
+    (
+        "nofplib",
+        &["-O2", "-g", "-fomit-frame-pointer", "-fPIC", "-shared"],
+    ),
     ("crowd", &["-O1", "-g", "-pthread"]),
 ];
+
+/// Rust fixtures, built as `cargo build --release` builds (no frame pointers).
+const RUST_FIXTURES: &[(&str, &[&str])] = &[("chain_rs", &["-O"])];
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
@@ -26,6 +34,20 @@ fn main() {
             .arg(&src)
             .status()
             .unwrap_or_else(|e| panic!("cannot run the C compiler for {name}: {e}"));
+        assert!(status.success(), "compiling fixture {name} failed");
+    }
+    let rustc = env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    for (name, flags) in RUST_FIXTURES {
+        let src = dir.join(format!("{name}.rs"));
+        println!("cargo:rerun-if-changed={}", src.display());
+        let status = std::process::Command::new(&rustc)
+            .args(*flags)
+            .arg("--edition=2021")
+            .arg("-o")
+            .arg(out.join(name))
+            .arg(&src)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run rustc for {name}: {e}"));
         assert!(status.success(), "compiling fixture {name} failed");
     }
 }

@@ -5,6 +5,9 @@
 //! time. No `usize`, `bool` or `Option` may appear in these structs.
 #![no_std]
 
+pub mod stack;
+pub mod unwind;
+
 /// Deepest stack captured per sample, per side (user and kernel). perf's default is 127 too.
 pub const MAX_STACK_DEPTH: usize = 127;
 
@@ -37,6 +40,9 @@ pub mod capture {
     /// Count samples per (process, event, stacks, cgroup) in the `AGGREGATE` map instead of
     /// writing one ring-buffer record per sample (`record --aggregate`).
     pub const AGGREGATE: u32 = 1 << 2;
+    /// Walk user stacks with the unwind tables of `UNWIND_PROCS`/`UNWIND_ROWS` (frame
+    /// pointers where a process or mapping has none); ring-buffer records only.
+    pub const UNWIND_TABLES: u32 = 1 << 3;
 }
 
 /// Entries of the in-kernel aggregation map: distinct (process, event, stacks, cgroup) keys.
@@ -121,8 +127,15 @@ pub mod stat {
     /// Children of targets that could not join the `TGIDS` filter (the map was full): their
     /// samples are filtered out, so each is reported as an untracked process.
     pub const FOLLOW_FAILED: u32 = 7;
+    /// Table-unwound user stacks that did not reach the outermost frame (a frame without a
+    /// rule, an unreadable stack, the depth limit); the record is marked
+    /// [`super::record_flags::UNWIND_PARTIAL`].
+    pub const UNWIND_PARTIAL: u32 = 8;
+    /// Samples of processes without unwind tables yet (walked with frame pointers, marked
+    /// [`super::record_flags::UNWIND_NO_PROCESS`] so user space loads them).
+    pub const UNWIND_NO_PROCESS: u32 = 9;
     /// Number of slots.
-    pub const COUNT: u32 = 8;
+    pub const COUNT: u32 = 10;
 }
 
 /// Most other requests' values one record carries (`SampleRecord::siblings`).
@@ -167,6 +180,17 @@ pub struct RequestConfig {
 pub mod record_flags {
     /// `leaf_ret` holds the word at the user stack pointer.
     pub const LEAF_RET: u32 = 1 << 0;
+    /// The user stack was walked with unwind tables.
+    pub const UNWIND_TABLES: u32 = 1 << 1;
+    /// The process has no unwind tables loaded: user space should load them.
+    pub const UNWIND_NO_PROCESS: u32 = 1 << 2;
+    /// A frame's address was in no mapping the tables know (JIT code, or a library mapped
+    /// after the tables were loaded): walked on with the frame pointer.
+    pub const UNWIND_NO_MAPPING: u32 = 1 << 3;
+    /// The walk stopped before the outermost frame.
+    pub const UNWIND_PARTIAL: u32 = 1 << 4;
+    /// Some frame was found through the frame pointer (no table row for it).
+    pub const UNWIND_FP: u32 = 1 << 5;
 }
 
 /// Run-time configuration of the sampling program, slot 0 of the `CONFIG` array.
@@ -196,7 +220,8 @@ pub struct SamplerConfig {
 /// process then leaves the filter when its main thread exits.
 pub const NO_GROUP_DEAD: u32 = u32::MAX;
 
-/// One sample, as written to the ring buffer by the perf_event program.
+/// One overflow, as written to the ring buffer by the libcpc overflow program (`record`'s
+/// samples are [`stack::StackSampleHeader`]s with their frames).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct SampleRecord {
@@ -214,10 +239,6 @@ pub struct SampleRecord {
     /// Data address of the sample (`bpf_perf_event_data.addr`): the faulting address for
     /// page-fault events, the PMU's data address for precise sampling (PEBS loads), else 0.
     pub addr: u64,
-    /// The user word at the stack pointer, for user-mode samples ([`record_flags::LEAF_RET`]):
-    /// the return address of a function that set up no frame pointer, which a frame-pointer
-    /// walk would otherwise skip.
-    pub leaf_ret: u64,
     /// Process id (tgid).
     pub pid: u32,
     /// Thread id.
@@ -226,14 +247,6 @@ pub struct SampleRecord {
     pub cpu: u32,
     /// Index of the request (event) that overflowed.
     pub request: u32,
-    /// Valid frames in `kernel_stack`.
-    pub kernel_frames: u32,
-    /// Valid frames in `user_stack`.
-    pub user_frames: u32,
-    /// [`record_flags`] bits.
-    pub flags: u32,
-    /// Explicit padding to keep the arrays 8-byte aligned.
-    pub _pad0: u32,
     /// Thread name (`comm`), NUL padded.
     pub comm: [u8; 16],
     /// Virtual values (preset + count) of the set's requests at the overflow, by index, when
@@ -243,14 +256,10 @@ pub struct SampleRecord {
     pub sibling_count: u32,
     /// Explicit padding.
     pub _pad1: u32,
-    /// Kernel frames, innermost first.
-    pub kernel_stack: [u64; MAX_STACK_DEPTH],
-    /// User frames, innermost first (frame 0 is the user IP).
-    pub user_stack: [u64; MAX_STACK_DEPTH],
 }
 
 const _: () = assert!(core::mem::size_of::<SamplerConfig>() == 32);
-const _: () = assert!(core::mem::size_of::<SampleRecord>() == 176 + 2 * 8 * MAX_STACK_DEPTH);
+const _: () = assert!(core::mem::size_of::<SampleRecord>() == 152);
 const _: () = assert!(core::mem::align_of::<SampleRecord>() == 8);
 const _: () = assert!(core::mem::size_of::<RequestConfig>() == 32);
 const _: () = assert!(core::mem::size_of::<AggregateKey>() == 24);
@@ -264,6 +273,9 @@ unsafe impl aya::Pod for SamplerConfig {}
 // SAFETY: as above.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for SampleRecord {}
+// SAFETY: as above.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for stack::StackSampleHeader {}
 // SAFETY: as above.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for RequestConfig {}
@@ -289,15 +301,5 @@ impl SampleRecord {
             .position(|&b| b == 0)
             .unwrap_or(self.comm.len());
         &self.comm[..end]
-    }
-
-    /// Valid user frames (clamped to the array, whatever the kernel reported).
-    pub fn user_frames(&self) -> &[u64] {
-        &self.user_stack[..(self.user_frames as usize).min(MAX_STACK_DEPTH)]
-    }
-
-    /// Valid kernel frames (clamped to the array).
-    pub fn kernel_frames(&self) -> &[u64] {
-        &self.kernel_stack[..(self.kernel_frames as usize).min(MAX_STACK_DEPTH)]
     }
 }

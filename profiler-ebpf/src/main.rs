@@ -9,7 +9,9 @@
 
 mod cgcount;
 mod follow;
+mod record;
 mod sampler;
+mod unwind;
 
 #[cfg(not(test))]
 #[panic_handler]

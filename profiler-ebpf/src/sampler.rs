@@ -1,30 +1,24 @@
-//! The overflow engine: one perf_event program for `record` and for libcpc overflow
-//! notification. At each overflow it finds the request by the BPF link's attach cookie,
-//! filters by target in the kernel, computes libcpc's virtual value (preset + count), writes
-//! one record (ids, time, IP, value, optionally stacks) into the ring buffer, optionally
-//! signals the overflowing thread, and counts every drop.
+//! The libcpc overflow engine: at each overflow it finds the request by the BPF link's
+//! attach cookie, filters by target in the kernel, computes libcpc's virtual value (preset +
+//! count), writes one record (ids, time, IP, values) into the ring buffer, optionally signals
+//! the overflowing thread, and counts every drop. `record`'s sampling program is
+//! `crate::record`, which shares the target filters, requests and counters.
 
 use aya_ebpf::{
     EbpfContext,
-    bindings::{
-        BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP,
-        bpf_perf_event_value, pt_regs,
-    },
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, bpf_perf_event_value},
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_cgroup_id, bpf_get_current_comm,
-        bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_get_smp_processor_id,
-        bpf_get_stack, bpf_ktime_get_ns, bpf_perf_event_read_value, bpf_perf_prog_read_value,
-        bpf_probe_read_kernel, bpf_probe_read_user, bpf_send_signal_thread, bpf_task_pt_regs,
+        bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+        bpf_perf_event_read_value, bpf_perf_prog_read_value, bpf_send_signal_thread,
     },
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, PerfEventArray, RingBuf, StackTrace},
-    programs::{PerfEventContext, tracing::StackIdContext as _},
+    maps::{Array, HashMap, PerCpuArray, PerfEventArray, RingBuf},
+    programs::PerfEventContext,
 };
 use profiler_common::{
-    AGGREGATE_ENTRIES, AGGREGATE_STACKS, AggregateKey, AggregateValue, DEFAULT_RING_BYTES,
-    MAX_REQUESTS, MAX_SIBLINGS, MAX_STACK_DEPTH, MAX_TARGET_CGROUPS, MAX_TARGET_TGIDS,
-    MAX_TARGET_TIDS, RequestConfig, SampleRecord, SamplerConfig, capture, filter, record_flags,
-    request_flags, stack_id, stat,
+    DEFAULT_RING_BYTES, MAX_REQUESTS, MAX_SIBLINGS, MAX_TARGET_CGROUPS, MAX_TARGET_TGIDS,
+    MAX_TARGET_TIDS, RequestConfig, SampleRecord, SamplerConfig, filter, request_flags, stat,
 };
 
 #[map]
@@ -43,7 +37,7 @@ static CGROUPS: HashMap<u64, u8> = HashMap::with_max_entries(MAX_TARGET_CGROUPS,
 pub(crate) static CONFIG: Array<SamplerConfig> = Array::with_max_entries(1, 0);
 
 #[map]
-static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
+pub(crate) static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
 
 // The events of a notifying set, so a record can carry the whole set's values: request k of
 // context c is at SIBk[c] (readable for events of the current task or CPU). One array per
@@ -103,15 +97,8 @@ pub(crate) fn read_counter(k: usize, index: u64) -> Option<u64> {
 }
 
 #[map]
-static REQUESTS: HashMap<u64, RequestConfig> = HashMap::with_max_entries(MAX_REQUESTS, 0);
-
-// In-kernel aggregation (`record --aggregate`): sample counts per key, stacks by id.
-#[map]
-static AGGREGATE: HashMap<AggregateKey, AggregateValue> =
-    HashMap::with_max_entries(AGGREGATE_ENTRIES, 0);
-
-#[map]
-static STACK_TRACES: StackTrace = StackTrace::with_max_entries(AGGREGATE_STACKS, 0);
+pub(crate) static REQUESTS: HashMap<u64, RequestConfig> =
+    HashMap::with_max_entries(MAX_REQUESTS, 0);
 
 /// Returns 0 (the sample is fully handled here: perf writes nothing and sends no signal, and
 /// on Linux 6.10+ the IOC_REFRESH budget is untouched), except for a request that freezes on
@@ -133,6 +120,16 @@ pub(crate) fn bump(slot: u32) {
     }
 }
 
+/// Whether the current task passes the configured target filters.
+#[inline(always)]
+pub(crate) fn targeted(config: &SamplerConfig, tgid: u32, tid: u32) -> bool {
+    // SAFETY (all three): plain map lookups; the values are only tested for presence.
+    !((config.filter & filter::TGID != 0 && unsafe { TGIDS.get(tgid) }.is_none())
+        || (config.filter & filter::TID != 0 && unsafe { TIDS.get(tid) }.is_none())
+        || (config.filter & filter::CGROUP != 0
+            && unsafe { CGROUPS.get(bpf_get_current_cgroup_id()) }.is_none()))
+}
+
 #[inline(always)]
 fn on_sample(ctx: &PerfEventContext) -> u32 {
     let Some(config) = CONFIG.get(0) else {
@@ -148,12 +145,7 @@ fn on_sample(ctx: &PerfEventContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     let tid = pid_tgid as u32;
-    // SAFETY (all three): plain map lookups; the values are only tested for presence.
-    let dropped = (config.filter & filter::TGID != 0 && unsafe { TGIDS.get(tgid) }.is_none())
-        || (config.filter & filter::TID != 0 && unsafe { TIDS.get(tid) }.is_none())
-        || (config.filter & filter::CGROUP != 0
-            && unsafe { CGROUPS.get(bpf_get_current_cgroup_id()) }.is_none());
-    if dropped {
+    if !targeted(config, tgid, tid) {
         bump(stat::FILTERED);
         return 0;
     }
@@ -165,10 +157,6 @@ fn on_sample(ctx: &PerfEventContext) -> u32 {
     if request.flags & request_flags::SIGNAL != 0 {
         // SAFETY: signals the current (overflowing) thread; no memory is passed.
         unsafe { bpf_send_signal_thread(request.signal) };
-    }
-    if config.capture & capture::AGGREGATE != 0 {
-        aggregate(ctx, config, &request, tgid);
-        return freeze;
     }
     let mut count = bpf_perf_event_value {
         counter: 0,
@@ -206,53 +194,11 @@ fn on_sample(ctx: &PerfEventContext) -> u32 {
         (*rec).tid = tid;
         (*rec).cpu = bpf_get_smp_processor_id();
         (*rec).request = request.index;
-        (*rec).flags = 0;
-        (*rec)._pad0 = 0;
-        (*rec).leaf_ret = 0;
-        let stacks = request.flags & request_flags::STACKS != 0;
-        // Keep the word at the user stack pointer: user space uses it to recover the caller
-        // of a function without a frame-pointer prologue (see symbolize::leaf).
-        if stacks
-            && let Some(sp) = user_sp(ctx)
-            && let Ok(word) = bpf_probe_read_user(sp as *const u64)
-        {
-            (*rec).leaf_ret = word;
-            (*rec).flags = record_flags::LEAF_RET;
-        }
         (*rec).comm = bpf_get_current_comm().unwrap_or([0; 16]);
         (*rec).addr = (*data).addr;
         (*rec).sibling_count = 0;
         (*rec)._pad1 = 0;
         read_siblings(&request, cookie, &mut *rec);
-        (*rec).kernel_frames = 0;
-        (*rec).user_frames = 0;
-        const STACK_BYTES: u32 = (MAX_STACK_DEPTH * 8) as u32;
-        if stacks && config.capture & capture::KERNEL_STACK != 0 {
-            let n = bpf_get_stack(
-                ctx.as_ptr(),
-                (*rec).kernel_stack.as_mut_ptr().cast(),
-                STACK_BYTES,
-                0,
-            );
-            if n >= 0 {
-                (*rec).kernel_frames = (n as u32) / 8;
-            } else {
-                bump(stat::STACK_ERRORS);
-            }
-        }
-        if stacks && config.capture & capture::USER_STACK != 0 {
-            let n = bpf_get_stack(
-                ctx.as_ptr(),
-                (*rec).user_stack.as_mut_ptr().cast(),
-                STACK_BYTES,
-                BPF_F_USER_STACK as u64,
-            );
-            if n >= 0 {
-                (*rec).user_frames = (n as u32) / 8;
-            } else {
-                bump(stat::STACK_ERRORS);
-            }
-        }
     }
     // Batch wake-ups: only wake the reader once enough is pending; it also polls on a timer.
     let pending = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
@@ -264,77 +210,6 @@ fn on_sample(ctx: &PerfEventContext) -> u32 {
     entry.submit(wake as u64);
     bump(stat::SUBMITTED);
     freeze
-}
-
-/// Counts the sample in `AGGREGATE` under (process, event, stack ids, cgroup). Every sample
-/// ends in `AGGREGATED` or, when the map is full, `LOST`; stacks that lose a hash slot are
-/// counted under [`stack_id::COLLISION`], so the totals stay exact.
-#[inline(always)]
-fn aggregate(ctx: &PerfEventContext, config: &SamplerConfig, request: &RequestConfig, tgid: u32) {
-    let stacks = request.flags & request_flags::STACKS != 0;
-    let walk = |wanted: u32, flags: u64| -> i32 {
-        if !stacks || config.capture & wanted == 0 {
-            return stack_id::NONE;
-        }
-        match ctx.get_stackid(&STACK_TRACES, flags) {
-            Ok(id) => id as i32,
-            Err(-17) => {
-                // -EEXIST: the slot holds another stack with the same hash.
-                bump(stat::COLLISIONS);
-                stack_id::COLLISION
-            }
-            // -EFAULT: no stack of that kind (a user-mode sample's kernel stack, a kernel
-            // thread's user stack), as bpf_get_stack's empty result in ring mode.
-            Err(-14) => stack_id::NONE,
-            Err(_) => {
-                bump(stat::STACK_ERRORS);
-                stack_id::NONE
-            }
-        }
-    };
-    let key = AggregateKey {
-        pid: tgid,
-        request: request.index,
-        kernel_stack: walk(capture::KERNEL_STACK, 0),
-        user_stack: walk(capture::USER_STACK, BPF_F_USER_STACK as u64),
-        // SAFETY: the helper only reads the current task's cgroup id.
-        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
-    };
-    if add_one(&key) {
-        bump(stat::AGGREGATED);
-        return;
-    }
-    let value = AggregateValue {
-        count: 1,
-        comm: bpf_get_current_comm().unwrap_or([0; 16]),
-    };
-    // BPF_NOEXIST: if another CPU inserted the key meanwhile, add to its entry instead.
-    let counted = match AGGREGATE.insert(key, value, 1) {
-        Ok(()) => true,
-        Err(_) => add_one(&key),
-    };
-    bump(if counted {
-        stat::AGGREGATED
-    } else {
-        stat::LOST
-    });
-}
-
-/// Adds one to the count of an existing `AGGREGATE` entry; false if there is none.
-#[inline(always)]
-fn add_one(key: &AggregateKey) -> bool {
-    match AGGREGATE.get_ptr_mut(key) {
-        Some(value) => {
-            use core::intrinsics::{AtomicOrdering, atomic_xadd};
-            // SAFETY: the pointer is to a live map value; CPUs share it, so the add is atomic
-            // (its result is unused, so LLVM emits the plain BPF atomic add).
-            unsafe {
-                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*value).count, 1)
-            };
-            true
-        }
-        None => false,
-    }
 }
 
 /// Reads the virtual values of the set's requests (up to `MAX_SIBLINGS`) into the record.
@@ -353,28 +228,5 @@ fn read_siblings(request: &RequestConfig, cookie: u64, rec: &mut SampleRecord) {
         let preset = unsafe { REQUESTS.get(context | k as u64) }.map_or(0, |c| c.preset);
         rec.siblings[k] = preset.wrapping_add(counter);
         rec.sibling_count = k as u32 + 1;
-    }
-}
-
-/// The user stack pointer of the sampled task: from the sample's registers when it was
-/// taken in user mode (CPL 3), else from the user registers saved on kernel entry.
-#[inline(always)]
-fn user_sp(ctx: &PerfEventContext) -> Option<u64> {
-    // SAFETY: the context is readable; the saved user registers are read with
-    // bpf_probe_read_kernel, which tolerates any pointer.
-    unsafe {
-        let regs = &(*ctx.ctx).regs;
-        if regs.cs & 3 == 3 {
-            return Some(regs.rsp);
-        }
-        let user_regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs;
-        if user_regs.is_null() {
-            return None;
-        }
-        let cs = bpf_probe_read_kernel(core::ptr::addr_of!((*user_regs).cs)).ok()?;
-        if cs & 3 != 3 {
-            return None; // a kernel thread: no user context
-        }
-        bpf_probe_read_kernel(core::ptr::addr_of!((*user_regs).rsp)).ok()
     }
 }

@@ -21,6 +21,7 @@ pub mod cpc {
 
 pub mod cgroup;
 pub mod cli;
+pub mod modules;
 pub mod output;
 pub mod profile;
 pub mod record;

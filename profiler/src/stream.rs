@@ -30,14 +30,30 @@ impl RecordStream {
         self.ring.get_mut().drain(f)
     }
 
+    /// Hands every pending item's bytes to `f` (records of any layout); returns how many.
+    pub fn drain_bytes(&mut self, f: impl FnMut(&[u8])) -> usize {
+        self.ring.get_mut().drain_bytes(f)
+    }
+
     /// Waits until the kernel signals data or `poll` passes, then drains for at most
     /// `MAX_BATCH_TIME` (see [`Records::next_batch`]).
     pub async fn next_batch(&mut self, poll: Duration, f: impl FnMut(&SampleRecord)) -> usize {
+        self.wait(poll).await;
+        let deadline = std::time::Instant::now() + MAX_BATCH_TIME;
+        self.ring.get_mut().drain_until(Some(deadline), f)
+    }
+
+    /// [`RecordStream::next_batch`] for records of any layout, as bytes.
+    pub async fn next_batch_bytes(&mut self, poll: Duration, f: impl FnMut(&[u8])) -> usize {
+        self.wait(poll).await;
+        let deadline = std::time::Instant::now() + MAX_BATCH_TIME;
+        self.ring.get_mut().drain_bytes_until(Some(deadline), f)
+    }
+
+    async fn wait(&mut self, poll: Duration) {
         if let Ok(Ok(mut guard)) = tokio::time::timeout(poll, self.ring.readable_mut()).await {
             guard.clear_ready();
         }
-        let deadline = std::time::Instant::now() + MAX_BATCH_TIME;
-        self.ring.get_mut().drain_until(Some(deadline), f)
     }
 }
 

@@ -117,19 +117,47 @@ pub fn settle_programs(done: impl Fn(&BTreeSet<u32>) -> bool) -> BTreeSet<u32> {
     our_programs()
 }
 
-/// Ids of the loaded BPF programs named like ours (`sample`, `on_fork`, `on_exit`,
-/// `cg_switch`).
+/// Programs `record` loads by default: its sampler, and the unwinder's exec and exit hooks.
+pub const RECORD_PROGRAMS: usize = 3;
+
+/// Ids of the loaded BPF programs named like ours (`sample`, `record_sample`, `record_fp`,
+/// `on_fork`, `on_exit`, `cg_switch`, `unwind_exec`, `unwind_exit`).
 pub fn our_programs() -> BTreeSet<u32> {
     aya::programs::loaded_programs()
         .filter_map(Result::ok)
         .filter(|p| {
             matches!(
                 p.name_as_str(),
-                Some("sample" | "on_fork" | "on_exit" | "cg_switch")
+                Some(
+                    "sample"
+                        | "record_sample"
+                        | "record_fp"
+                        | "on_fork"
+                        | "on_exit"
+                        | "cg_switch"
+                        | "unwind_exec"
+                        | "unwind_exit"
+                )
             )
         })
         .map(|p| p.id())
         .collect()
+}
+
+/// Records the loaded sampling programs have written to their ring buffers so far (the
+/// `STATS` maps' `SUBMITTED` slot, summed over CPUs and over every loaded copy): a test can
+/// wait for this to grow instead of sleeping and hoping samples arrived.
+pub fn kernel_records_submitted() -> u64 {
+    use aya::maps::{Map, MapData, PerCpuArray, loaded_maps};
+    loaded_maps()
+        .filter_map(Result::ok)
+        .filter(|m| m.name_as_str() == Some("STATS"))
+        .filter_map(|m| MapData::from_id(m.id()).ok())
+        .filter_map(|d| Map::from_map_data(d).ok())
+        .filter_map(|m| PerCpuArray::<_, u64>::try_from(m).ok())
+        .filter_map(|a| a.get(&profiler_common::stat::SUBMITTED, 0).ok())
+        .map(|v| v.iter().sum::<u64>())
+        .sum()
 }
 
 /// Maps and touches `pages` fresh pages: exactly `pages` page faults, nothing else. Not

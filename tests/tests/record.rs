@@ -201,6 +201,11 @@ fn sigint_still_reports_and_detaches() {
     }
     let _guard = serial();
     let before = our_programs();
+    // Something to sample on an otherwise idle machine.
+    let mut busy = Command::new(fixture("spin"))
+        .args(["1", "30"])
+        .spawn()
+        .unwrap();
     let child = Command::new(profiler_bin())
         .args(["record", "-a", "-F", "99", "-d", "30"])
         .stdout(Stdio::piped())
@@ -208,7 +213,10 @@ fn sigint_still_reports_and_detaches() {
         .spawn()
         .unwrap();
     wait_for("the program to be loaded while recording", 20, || {
-        (our_programs().len() == before.len() + 1).then_some(())
+        (our_programs().len() == before.len() + RECORD_PROGRAMS).then_some(())
+    });
+    wait_for("the kernel to submit a few samples", 20, || {
+        (kernel_records_submitted() >= 5).then_some(())
     });
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
@@ -219,6 +227,8 @@ fn sigint_still_reports_and_detaches() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let _ = busy.kill();
+    let _ = busy.wait();
     assert!(reported_samples(&String::from_utf8_lossy(&out.stdout)) > 0);
     assert_eq!(
         our_programs(),

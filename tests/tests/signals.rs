@@ -36,9 +36,15 @@ fn each_stop_signal_writes_the_report_and_leaves_nothing_attached() {
             .spawn()
             .unwrap();
         let h = wait_attached(&mut child);
-        assert_eq!(our_programs().len(), programs.len() + 1, "{h:?}");
+        assert_eq!(
+            our_programs().len(),
+            programs.len() + RECORD_PROGRAMS,
+            "{h:?}"
+        );
         // Some samples first: the report must hold what was collected.
-        thread::sleep(Duration::from_millis(500));
+        wait_for("the kernel to submit a few samples", 20, || {
+            (kernel_records_submitted() >= 5).then_some(())
+        });
         // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(child.id() as i32, sig) };
         let pid = child.id();
@@ -178,20 +184,25 @@ fn the_counting_tools_end_on_each_stop_signal_with_their_totals() {
         assert!(rows.last().is_some_and(|r| r.is(2, "total")), "{rows:?}");
 
         // cputrack: the command it started gets the signal too; its rows are printed.
-        let track = Command::new(profiler_bin())
+        let mut track = Command::new(profiler_bin())
             .args(["track", "-c", "task-clock", "-T", "0.2", "--"])
             .arg(fixture("spin"))
             .args(["1", "600"])
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        wait_counting(track.id());
-        thread::sleep(Duration::from_millis(500));
+        let lines = StdoutLines::of(&mut track);
+        wait_for("cputrack's first tick row", 60, || {
+            table(&lines.now())
+                .iter()
+                .any(|r| r.is(2, "tick"))
+                .then_some(())
+        });
         // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(track.id() as i32, sig) };
-        let out = track.wait_with_output().unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(out.status.code(), Some(0), "track, signal {sig}: {stdout}");
+        let status = track.wait().unwrap();
+        let stdout = lines.finish();
+        assert_eq!(status.code(), Some(0), "track, signal {sig}: {stdout}");
         let rows = table(&stdout);
         let ticks: Vec<&TableRow> = rows.iter().filter(|r| r.is(2, "tick")).collect();
         assert!(!ticks.is_empty(), "ticks before the signal:\n{stdout}");

@@ -34,12 +34,17 @@ enum Command {
         args: Vec<String>,
     },
     /// Measure this project against perf (overhead, per-sample cost, loss, post-processing,
-    /// counting, memory) and write BENCHMARKS.md and bench/results.json.
+    /// counting, memory, stacks without frame pointers) and write BENCHMARKS.md and
+    /// bench/results.json.
     Bench {
         /// One small round of each measurement, into target/bench/ (CI:
         /// checks that every measurement can be taken; asserts nothing about speed).
         #[arg(long)]
         quick: bool,
+        /// Only the measurements whose name contains this (e.g. `frame pointers`); the
+        /// report goes to target/bench/, as with --quick.
+        #[arg(long, value_name = "NAME")]
+        only: Option<String>,
     },
     /// Print each host crate's module imports and fail on any import cycle.
     Layers,
@@ -72,7 +77,7 @@ fn main() -> ExitCode {
         Command::Run { args } => run(&args),
         Command::Install { prefix } => install::install(&prefix),
         Command::Fuzz { secs, targets } => fuzz::fuzz(secs, &targets),
-        Command::Bench { quick } => bench::bench(quick),
+        Command::Bench { quick, only } => bench::bench(quick, only.as_deref()),
         Command::Layers => layers::report(),
     };
     match result {

@@ -22,7 +22,16 @@ use crate::{
 pub(super) static OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
+/// The libcpc overflow program and its ring.
 const PROGRAM: &str = "sample";
+const RING: &str = "EVENTS";
+/// `record`'s sampling programs (with unwind tables, and frame pointers only) and their ring
+/// (`Sampler::load_record`).
+const RECORD_PROGRAM: &str = "record_sample";
+const RECORD_FP_PROGRAM: &str = "record_fp";
+const RECORD_RING: &str = "RECORD_EVENTS";
+/// The size of the ring a sampler does not use (the smallest the kernel takes).
+const UNUSED_RING_BYTES: u32 = 4096;
 
 /// The per-request perf event arrays (`SIB0`..`SIB7`): the values of a set's other requests
 /// for the sampler, the counters for per-cgroup counting.
@@ -39,7 +48,7 @@ pub enum BpfError {
     Stub,
     #[error("loading the eBPF object: {0}")]
     Load(#[from] EbpfError),
-    #[error("eBPF program `{PROGRAM}`: {0}")]
+    #[error("eBPF program: {0}")]
     Program(#[from] ProgramError),
     #[error("eBPF map `{name}`: {source}")]
     Map {
@@ -85,10 +94,14 @@ pub struct Sampler {
     // Declared first: links detach before the events and the program they join close.
     attached: Attachments,
     ebpf: Ebpf,
+    /// The perf_event program attached, and the ring it writes.
+    program: &'static str,
+    ring: &'static str,
 }
 
 impl Sampler {
-    /// Loads the object with a ring buffer of `ring_bytes` and the given configuration.
+    /// Loads the object with a ring buffer of `ring_bytes` and the given configuration, for
+    /// libcpc overflow records ([`profiler_common::SampleRecord`]).
     pub fn load(config: SamplerConfig, ring_bytes: u32) -> Result<Self, BpfError> {
         Self::load_in(kernel::linux(), config, ring_bytes)
     }
@@ -98,6 +111,27 @@ impl Sampler {
         kernel: &'static dyn Kernel,
         config: SamplerConfig,
         ring_bytes: u32,
+    ) -> Result<Self, BpfError> {
+        Self::load_program(kernel, config, ring_bytes, PROGRAM, RING)
+    }
+
+    /// As [`Sampler::load`], for `record`'s samples (`profiler_common::stack` records, or
+    /// in-kernel aggregation).
+    pub fn load_record(config: SamplerConfig, ring_bytes: u32) -> Result<Self, BpfError> {
+        let program = if config.capture & capture::UNWIND_TABLES != 0 {
+            RECORD_PROGRAM
+        } else {
+            RECORD_FP_PROGRAM
+        };
+        Self::load_program(kernel::linux(), config, ring_bytes, program, RECORD_RING)
+    }
+
+    fn load_program(
+        kernel: &'static dyn Kernel,
+        config: SamplerConfig,
+        ring_bytes: u32,
+        program_name: &'static str,
+        ring: &'static str,
     ) -> Result<Self, BpfError> {
         if OBJECT.is_empty() {
             return Err(BpfError::Stub);
@@ -110,25 +144,50 @@ impl Sampler {
         } else {
             (1, 1)
         };
+        // Unwind tables (32 MiB of rows at full size): only when record walks with them.
+        let unwind_rows = if config.capture & capture::UNWIND_TABLES != 0 {
+            profiler_common::unwind::DEFAULT_UNWIND_ROWS
+        } else {
+            1
+        };
+        let (events, record_events) = if ring == RING {
+            (ring_bytes, UNUSED_RING_BYTES)
+        } else {
+            (UNUSED_RING_BYTES, ring_bytes)
+        };
         let mut ebpf = EbpfLoader::new()
-            .map_max_entries("EVENTS", ring_bytes)
+            .map_max_entries(RING, events)
+            .map_max_entries(RECORD_RING, record_events)
+            .map_max_entries("UNWIND_ROWS", unwind_rows)
             .map_max_entries("AGGREGATE", entries)
             .map_max_entries("STACK_TRACES", stacks)
             .map_max_entries("CG_COUNTS", 1)
             .load(OBJECT)?;
         let program: &mut PerfEventProgram = ebpf
-            .program_mut(PROGRAM)
-            .ok_or(BpfError::Missing("program `sample`"))?
+            .program_mut(program_name)
+            .ok_or(BpfError::Missing("the perf_event program"))?
             .try_into()?;
         program.load()?;
         let mut sampler = Self {
             attached: Attachments::new(kernel),
             ebpf,
+            program: program_name,
+            ring,
         };
         let mut cfg: Array<_, SamplerConfig> =
             Array::try_from(sampler.map("CONFIG")?).map_err(map_err("CONFIG"))?;
         cfg.set(0, config, 0).map_err(map_err("CONFIG"))?;
         Ok(sampler)
+    }
+
+    /// The name of the perf_event program loaded.
+    pub fn program_name(&self) -> &'static str {
+        self.program
+    }
+
+    /// The loaded object, for the unwinder's maps (`super::unwind`).
+    pub(super) fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
     }
 
     fn map(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, BpfError> {
@@ -154,14 +213,14 @@ impl Sampler {
     /// Runs the program on every overflow of `event` (cookie `cookie`) and keeps `event`
     /// alive with the sampler.
     pub fn attach(&mut self, event: PerfEvent, cookie: u64) -> Result<(), BpfError> {
-        let prog = sample_program(&self.ebpf)?.fd()?;
+        let prog = perf_program(&self.ebpf, self.program)?.fd()?;
         self.attached.attach(prog.as_fd(), event, cookie)
     }
 
     /// Runs the program on every overflow of an event someone else owns. The link (kept by
     /// the sampler) holds the event open: drop the sampler with the event's owner.
     pub fn link(&mut self, event: BorrowedFd<'_>, cookie: u64) -> Result<(), BpfError> {
-        let prog = sample_program(&self.ebpf)?.fd()?;
+        let prog = perf_program(&self.ebpf, self.program)?.fd()?;
         self.attached.link(prog.as_fd(), event, cookie)
     }
 
@@ -197,9 +256,9 @@ impl Sampler {
     pub fn take_records(&mut self) -> Result<Records, BpfError> {
         let map = self
             .ebpf
-            .take_map("EVENTS")
-            .ok_or(BpfError::Missing("map `EVENTS`"))?;
-        let ring: RingBuf<MapData> = RingBuf::try_from(map).map_err(map_err("EVENTS"))?;
+            .take_map(self.ring)
+            .ok_or(BpfError::Missing("the ring buffer map"))?;
+        let ring: RingBuf<MapData> = RingBuf::try_from(map).map_err(map_err("ring buffer"))?;
         Ok(Records::new(ring))
     }
 
@@ -208,8 +267,8 @@ impl Sampler {
     pub fn run_count(&self) -> Result<u64, BpfError> {
         let program = self
             .ebpf
-            .program(PROGRAM)
-            .ok_or(BpfError::Missing("program `sample`"))?;
+            .program(self.program)
+            .ok_or(BpfError::Missing("the perf_event program"))?;
         Ok(program.info()?.run_count())
     }
 
@@ -298,10 +357,11 @@ impl Sampler {
     }
 }
 
-fn sample_program(ebpf: &Ebpf) -> Result<&PerfEventProgram, BpfError> {
+/// The loaded perf_event program called `name`.
+fn perf_program<'a>(ebpf: &'a Ebpf, name: &str) -> Result<&'a PerfEventProgram, BpfError> {
     Ok(ebpf
-        .program(PROGRAM)
-        .ok_or(BpfError::Missing("program `sample`"))?
+        .program(name)
+        .ok_or(BpfError::Missing("the perf_event program"))?
         .try_into()?)
 }
 

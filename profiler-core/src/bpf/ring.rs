@@ -31,17 +31,43 @@ impl Records {
         self.drain_until(None, f)
     }
 
+    /// Hands every pending item's bytes to `f` (records of any layout); returns how many.
+    pub fn drain_bytes(&mut self, f: impl FnMut(&[u8])) -> usize {
+        self.drain_bytes_until(None, f)
+    }
+
     /// Hands pending records to `f` until the ring is empty or `deadline` passes.
     pub fn drain_until(
         &mut self,
         deadline: Option<Instant>,
         mut f: impl FnMut(&SampleRecord),
     ) -> usize {
+        self.drain_items(deadline, |b| parse(b).map(|r| f(&r)).is_some())
+    }
+
+    /// [`Records::drain_until`] for records of any layout, as bytes.
+    pub fn drain_bytes_until(
+        &mut self,
+        deadline: Option<Instant>,
+        mut f: impl FnMut(&[u8]),
+    ) -> usize {
+        self.drain_items(deadline, |b| {
+            f(b);
+            true
+        })
+    }
+
+    /// Hands pending items to `f` until the ring is empty or `deadline` passes; counts those
+    /// `f` accepted.
+    fn drain_items(
+        &mut self,
+        deadline: Option<Instant>,
+        mut f: impl FnMut(&[u8]) -> bool,
+    ) -> usize {
         let mut n = 0;
         let mut items = 0u32;
         while let Some(item) = self.ring.next() {
-            if let Some(record) = parse(&item) {
-                f(&record);
+            if f(&item) {
                 n += 1;
             }
             // Checked after the record is handed over (a taken item is consumed); the clock
@@ -72,6 +98,12 @@ impl Records {
         // A failed poll leaves nothing to wait for; the drain still takes what is there.
         let _ = self.wait(poll);
         self.drain_until(Some(Instant::now() + MAX_BATCH_TIME), f)
+    }
+
+    /// [`Records::next_batch`] for records of any layout, as bytes.
+    pub fn next_batch_bytes(&mut self, poll: Duration, f: impl FnMut(&[u8])) -> usize {
+        let _ = self.wait(poll);
+        self.drain_bytes_until(Some(Instant::now() + MAX_BATCH_TIME), f)
     }
 }
 

@@ -9,8 +9,17 @@ use super::{EXIT_USAGE, fail};
 use crate::{
     output::AtomicFile,
     profile::{By, Format, Profile, ReportOptions, Sort, render_report},
-    record::{Mode, RecordError, RecordOptions, Stop, Target, record_with},
+    record::{CallGraph, Mode, RecordError, RecordOptions, Stop, Target, record_with},
 };
+
+/// `--call-graph` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CallGraphArg {
+    /// Frame pointers only.
+    Fp,
+    /// Unwind tables (.eh_frame) where available, frame pointers elsewhere.
+    Dwarf,
+}
 
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["pid", "tid", "all_cpus", "cgroup", "command"])))]
@@ -94,6 +103,18 @@ pub struct RecordArgs {
     /// Walk no stacks in the kernel (benchmarks: the eBPF program's cost without them).
     #[arg(long, hide = true)]
     pub no_stacks: bool,
+    /// How user stacks are walked: `dwarf` (unwind tables from .eh_frame where a module
+    /// has them, frame pointers elsewhere) or `fp` (frame pointers only).
+    #[arg(
+        long = "call-graph",
+        value_enum,
+        default_value = "dwarf",
+        value_name = "MODE"
+    )]
+    pub call_graph: CallGraphArg,
+    /// Print the unwinder's and the ring's totals on stderr at the end (benchmarks).
+    #[arg(long, hide = true)]
+    pub unwind_stats: bool,
     /// Print no report (the output file is still written).
     #[arg(short, long)]
     pub quiet: bool,
@@ -138,6 +159,11 @@ impl RecordArgs {
         opts.status_line = std::io::stderr().is_terminal();
         opts.aggregate = self.aggregate;
         opts.stacks = !self.no_stacks;
+        opts.unwind_stats = self.unwind_stats;
+        opts.call_graph = match self.call_graph {
+            CallGraphArg::Fp => CallGraph::FramePointer,
+            CallGraphArg::Dwarf => CallGraph::Dwarf,
+        };
         if let Some(pages) = self.mmap_pages {
             let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
                 .ok()

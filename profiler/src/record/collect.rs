@@ -7,7 +7,10 @@ use std::{
     sync::Arc,
 };
 
-use profiler_common::{SampleRecord, record_flags};
+use profiler_common::{
+    record_flags,
+    stack::{StackSampleHeader, frame_at},
+};
 
 use crate::{
     profile::{Profile, RunInfo, StackCount},
@@ -51,11 +54,14 @@ impl Collector {
         self.all_samples + self.samples
     }
 
-    /// Counts one record. The process's maps are captured on first sight, while it lives.
-    pub fn add(&mut self, rec: &SampleRecord) {
+    /// Counts one record (its header, and its frames' bytes: kernel, then user). The
+    /// process's maps are captured on first sight, while it lives.
+    pub fn add(&mut self, rec: &StackSampleHeader, frames: &[u8]) {
         self.samples += 1;
         self.symbolizer.observe(rec.pid, Some(rec.comm));
-        let mut user: Vec<u64> = rec.user_frames().to_vec();
+        let nk = usize::from(rec.kernel_frames);
+        let nu = usize::from(rec.user_frames);
+        let mut user: Vec<u64> = (nk..nk + nu).map(|i| frame_at(frames, i)).collect();
         if rec.flags & record_flags::LEAF_RET != 0
             && let Some(&ip) = user.first()
             && let Some(caller) = self.symbolizer.missing_leaf_caller(
@@ -69,7 +75,7 @@ impl Collector {
             user.insert(1, caller);
         }
         let mut user: Box<[u64]> = user.into();
-        let mut kernel: Box<[u64]> = rec.kernel_frames().into();
+        let mut kernel: Box<[u64]> = (0..nk).map(|i| frame_at(frames, i)).collect();
         if kernel.is_empty() && user.is_empty() {
             // No stack could be walked: keep at least the sampled instruction.
             if rec.ip >= KERNEL_SPACE {
@@ -90,6 +96,11 @@ impl Collector {
             missing: None,
         };
         *self.stacks.entry(key).or_default() += 1;
+    }
+
+    /// Merges `pid`'s current maps into what was captured (a library was mapped since).
+    pub fn refresh_maps(&mut self, pid: u32) {
+        self.symbolizer.merge_current_maps(pid);
     }
 
     /// Captures `pid`'s maps now, while it lives (in-kernel aggregation sees pids before

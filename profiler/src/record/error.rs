@@ -1,11 +1,11 @@
 //! What can go wrong in `record`, by domain: the command line asked for something impossible
 //! (usage), an event this host cannot sample, missing privileges, or the layers below (BPF,
-//! perf events, the workload, the system calls `record` makes itself).
+//! perf events, the workload, the unwinder's maps, the system calls `record` makes itself).
 
 use std::path::PathBuf;
 
 use crate::{
-    bpf::{BpfError, PrivilegeError},
+    bpf::{BpfError, PrivilegeError, UnwindMapError},
     cpc::events::EventError,
     perf::PerfError,
 };
@@ -30,6 +30,8 @@ pub enum RecordError {
     Perf(#[from] PerfError),
     #[error(transparent)]
     Workload(#[from] WorkloadError),
+    #[error(transparent)]
+    Unwind(#[from] UnwindMapError),
     #[error("{what}: {source}")]
     Io {
         what: &'static str,

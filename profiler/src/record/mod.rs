@@ -7,16 +7,20 @@ mod collect;
 mod error;
 mod pidfd;
 mod status;
+mod unwind;
 mod workload;
 
 use std::{ffi::OsString, future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use nix::sys::wait::WaitStatus;
-use profiler_common::{RequestConfig, SamplerConfig, capture, filter, request_flags};
+use profiler_common::{
+    RequestConfig, SamplerConfig, capture, filter, request_flags, stack::StackSampleHeader,
+};
 use tokio::signal::unix::{SignalKind, signal};
 
 pub use collect::Collector;
 pub use error::{RecordError, SampleEventError, UsageError};
+pub use unwind::{TableLoader, TableStats};
 pub use workload::{Workload, WorkloadError, resolve_command};
 
 use crate::{
@@ -43,6 +47,16 @@ pub enum Target {
     Cgroup(std::path::PathBuf),
     /// A command started by the profiler, profiled until it exits.
     Command(Vec<OsString>),
+}
+
+/// How user stacks are walked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CallGraph {
+    /// Frame pointers only (`bpf_get_stack`), with the leaf-caller heuristic.
+    FramePointer,
+    /// Unwind tables from `.eh_frame` where a module has them, frame pointers elsewhere.
+    #[default]
+    Dwarf,
 }
 
 /// Which privilege levels to sample.
@@ -78,6 +92,10 @@ pub struct RecordOptions {
     /// Walk stacks in the eBPF program (false only to measure the program's cost without
     /// them: every sample then has an empty stack).
     pub stacks: bool,
+    /// How user stacks are walked.
+    pub call_graph: CallGraph,
+    /// Print the unwinder's and the ring's totals to stderr at the end (benchmarks).
+    pub unwind_stats: bool,
 }
 
 impl RecordOptions {
@@ -96,6 +114,8 @@ impl RecordOptions {
             status_line: false,
             aggregate: false,
             stacks: true,
+            call_graph: CallGraph::default(),
+            unwind_stats: false,
         }
     }
 }
@@ -311,16 +331,48 @@ pub async fn record_with(
         wakeup_bytes: u64::from(opts.ring_bytes / 4),
         ..Default::default()
     };
+    // Unwind tables serve ring-buffer records of user stacks (in-kernel aggregation keys
+    // stacks by the kernel's stack map, which only frame pointers fill).
+    let tables = opts.call_graph == CallGraph::Dwarf
+        && !opts.aggregate
+        && opts.stacks
+        && config.capture & capture::USER_STACK != 0;
     let config = SamplerConfig {
         capture: config.capture
             | if opts.aggregate {
                 capture::AGGREGATE
             } else {
                 0
-            },
+            }
+            | if tables { capture::UNWIND_TABLES } else { 0 },
         ..config
     };
-    let mut sampler = Sampler::load(config, opts.ring_bytes)?;
+    let mut sampler = match Sampler::load_record(config, opts.ring_bytes) {
+        // The unwinder needs bpf_loop (Linux 5.17); older kernels walk frame pointers.
+        Err(BpfError::Program(e)) if config.capture & capture::UNWIND_TABLES != 0 => {
+            eprintln!(
+                "profiler: warning: the kernel refused the unwind-table program (it needs \
+                 Linux 5.17 or newer for bpf_loop); walking stacks with frame pointers: {e}"
+            );
+            let config = SamplerConfig {
+                capture: config.capture & !capture::UNWIND_TABLES,
+                ..config
+            };
+            Sampler::load_record(config, opts.ring_bytes)?
+        }
+        other => other?,
+    };
+    let tables = tables && sampler.program_name() == "record_sample";
+    let mut tables = if tables {
+        let mut loader = TableLoader::new(sampler.take_unwind_maps()?);
+        loader.preload_own()?;
+        if let Err(e) = sampler.hook_unwind_lifecycle() {
+            eprintln!("profiler: warning: exec and exit do not refresh unwind tables: {e}");
+        }
+        Some(loader)
+    } else {
+        None
+    };
     for i in 0..events.len() {
         let config = RequestConfig {
             index: i as u32,
@@ -338,6 +390,9 @@ pub async fn record_with(
         (Target::Pids(pids), _) => {
             for &pid in pids {
                 sampler.add_tgid(pid)?;
+                if let Some(t) = tables.as_mut() {
+                    t.load(pid, true)?;
+                }
                 // A target that is already gone is not an error: it simply contributes nothing.
                 if let Ok(fd) = PidFd::open(pid) {
                     pidfds.push(fd);
@@ -391,12 +446,18 @@ pub async fn record_with(
     let exit_watch = match workload.as_mut() {
         Some(w) => {
             w.start()?;
+            // The exec has happened: the program and its loader are mapped.
+            if let Some(t) = tables.as_mut() {
+                t.load(w.pid(), true)?;
+            }
             Some(w.pidfd().map_err(io("pidfd_open"))?)
         }
         None => None,
     };
 
     let mut collector = Collector::default();
+    // Bytes of records read from the ring (for `unwind_stats`).
+    let mut ring_bytes = 0u64;
     let deadline: Pin<Box<dyn Future<Output = ()>>> = match opts.duration {
         Some(d) => Box::pin(tokio::time::sleep(d)),
         None => Box::pin(std::future::pending()),
@@ -480,7 +541,21 @@ pub async fn record_with(
             _ = observe_ticks.tick(), if opts.aggregate => {
                 aggregated.observe(&mut sampler, &mut collector)?;
             }
-            _ = records.next_batch(opts.poll, |r| collector.add(r)) => {}
+            _ = records.next_batch_bytes(opts.poll, |bytes| {
+                ring_bytes += bytes.len() as u64;
+                if let Some((header, frames)) = StackSampleHeader::parse(bytes) {
+                    collector.add(&header, frames);
+                    if let Some(t) = tables.as_mut() {
+                        t.note(&header);
+                    }
+                }
+            }) => {
+                if let Some(t) = tables.as_mut() {
+                    for pid in t.load_pending()? {
+                        collector.refresh_maps(pid);
+                    }
+                }
+            }
         }
     };
     status.clear();
@@ -492,11 +567,33 @@ pub async fn record_with(
     }
     let ended = std::time::Instant::now();
     sampler.detach_all();
-    records.drain(|r| collector.add(r));
+    records.drain_bytes(|bytes| {
+        ring_bytes += bytes.len() as u64;
+        if let Some((header, frames)) = StackSampleHeader::parse(bytes) {
+            collector.add(&header, frames);
+        }
+    });
     if opts.aggregate {
         aggregated.read(&mut sampler, &mut collector)?;
     }
     let stats = sampler.stats()?;
+    if opts.unwind_stats {
+        let (partial, no_process) = sampler.unwind_counts()?;
+        let t = tables.as_ref().map(|t| t.stats()).unwrap_or_default();
+        eprintln!(
+            "unwind-stats samples={} ring_bytes={ring_bytes} partial={partial} \
+             no_process={no_process} modules={} processes={} loads={} \
+             modules_without_table={} row_bytes={} reserved_bytes={} user_bytes={}",
+            stats.submitted,
+            t.modules,
+            t.processes,
+            t.loads,
+            t.modules_without_table,
+            t.row_bytes,
+            t.reserved_bytes,
+            t.user_bytes
+        );
+    }
     drop(sampler);
     let command_status = workload.as_mut().and_then(|w| w.try_reap());
     let since = if opts.interval.is_some() {

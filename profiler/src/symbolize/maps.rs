@@ -48,6 +48,21 @@ impl ProcessMaps {
     pub fn entries(&self) -> &[MapEntry] {
         &self.entries
     }
+
+    /// `newer`'s mappings, plus those of `self` that none of them overlaps: a library mapped
+    /// since is added, and addresses sampled before an unmap still resolve.
+    pub fn merged(&self, newer: &ProcessMaps) -> ProcessMaps {
+        let overlaps = |e: &MapEntry| {
+            newer
+                .entries
+                .iter()
+                .any(|n| n.start < e.end && e.start < n.end)
+        };
+        let mut entries = newer.entries.clone();
+        entries.extend(self.entries.iter().filter(|e| !overlaps(e)).cloned());
+        entries.sort_by_key(|e| e.start);
+        ProcessMaps { entries }
+    }
 }
 
 fn parse_line(line: &str) -> Option<MapEntry> {
@@ -129,6 +144,25 @@ garbage line
         );
         assert!(maps.find(0x10).is_none());
         assert!(maps.find(u64::MAX).is_none());
+    }
+
+    #[test]
+    fn merging_adds_new_mappings_and_keeps_unreplaced_old_ones() {
+        let old = ProcessMaps::parse(MAPS);
+        let newer = ProcessMaps::parse(
+            "55d0a0e01000-55d0a0e02000 r-xp 00001000 fe:01 1234 /work/chain\n\
+             7f00ac000000-7f00ac001000 r-xp 00001000 fe:01 5 /tmp/plugin.so\n",
+        );
+        let merged = old.merged(&newer);
+        assert_eq!(merged.entries().len(), 6);
+        assert_eq!(
+            merged.find(0x7f00ac000010).unwrap().name.as_ref(),
+            "plugin.so"
+        );
+        assert_eq!(
+            merged.find(0x7f00aa028000).unwrap().name.as_ref(),
+            "libc.so.6"
+        );
     }
 
     #[test]

@@ -161,6 +161,20 @@ impl Symbolizer {
         }
     }
 
+    /// Reads `pid`'s maps again (a library was mapped since they were captured) and merges
+    /// them into its latest snapshot.
+    pub fn merge_current_maps(&mut self, pid: u32) {
+        let Some(last) = self.maps.get_mut(&pid).and_then(|i| i.snaps.last_mut()) else {
+            return self.observe(pid, None);
+        };
+        match ProcessMaps::read(pid) {
+            Ok(now) if !now.entries().is_empty() && *last.1 != now => {
+                last.1 = Arc::new(last.1.merged(&now));
+            }
+            _ => {}
+        }
+    }
+
     /// The maps of `pid` when it ran `comm` (else its latest image).
     fn maps_of(&self, pid: u32, comm: Option<&[u8; 16]>) -> Option<&ProcessMaps> {
         self.maps.get(&pid)?.get(comm)

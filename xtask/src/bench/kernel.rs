@@ -148,7 +148,7 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
 }
 
 /// Sums run_time_ns and run_cnt over `pid`'s perf_event programs.
-fn prog_stats(pid: i32) -> anyhow::Result<(u64, u64)> {
+pub(super) fn prog_stats(pid: i32) -> anyhow::Result<(u64, u64)> {
     let (mut ns, mut cnt, mut progs) = (0, 0, 0);
     for fd in fds_of(pid, "anon_inode:bpf-prog") {
         let info = fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}"))?;

@@ -13,6 +13,7 @@ mod overhead;
 mod post;
 mod proc;
 mod report;
+mod unwind;
 
 use std::{
     ffi::OsStr,
@@ -123,7 +124,7 @@ impl Ctx {
     }
 }
 
-pub fn bench(quick: bool) -> anyhow::Result<()> {
+pub fn bench(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
     let started = Instant::now();
     setup()?;
     let root = workspace_root();
@@ -142,28 +143,32 @@ pub fn bench(quick: bool) -> anyhow::Result<()> {
         runs: 0,
     };
     type Measure = fn(&mut Ctx) -> anyhow::Result<Section>;
-    let measures: [(&str, Measure); 6] = [
+    let measures: [(&str, Measure); 7] = [
         ("overhead", overhead::measure),
         ("kernel cost", kernel::measure),
         ("loss", loss::measure),
         ("post-processing", post::measure),
         ("counting", counting::measure),
         ("memory", memory::measure),
+        ("stacks without frame pointers", unwind::measure),
     ];
     let mut sections = Vec::new();
     for (name, measure) in measures {
+        if only.is_some_and(|o| !name.contains(o)) {
+            continue;
+        }
         let t = Instant::now();
         eprintln!("bench: {name}...");
         let section = measure(&mut ctx).map_err(|e| e.context(format!("measuring {name}")))?;
         eprintln!("bench: {name} done in {:.0} s", t.elapsed().as_secs_f64());
         sections.push(section);
     }
-    let (md, json) = if quick {
+    let (md, json) = if quick || only.is_some() {
         (ctx.dir.join("BENCHMARKS.md"), ctx.dir.join("results.json"))
     } else {
         (root.join("BENCHMARKS.md"), root.join("bench/results.json"))
     };
-    report::write(&md, &json, &machine, &sections, quick)?;
+    report::write(&md, &json, &machine, &sections, quick || only.is_some())?;
     eprintln!(
         "bench: wrote {} and {} in {:.0} s",
         md.display(),

@@ -1,0 +1,310 @@
+//! `record`'s sampling program: at each sample of a target it writes a record of only the
+//! frames walked (kernel, then user; see `profiler_common::stack`), user stacks walked with
+//! unwind tables where the process has them (`crate::unwind`), else with frame pointers; or,
+//! with `capture::AGGREGATE`, counts the sample in a kernel map instead.
+
+use aya_ebpf::{
+    EbpfContext,
+    bindings::{
+        BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, pt_regs,
+    },
+    helpers::{
+        bpf_get_attach_cookie, bpf_get_current_cgroup_id, bpf_get_current_comm,
+        bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_get_smp_processor_id,
+        bpf_get_stack, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
+        bpf_task_pt_regs, generated,
+    },
+    macros::map,
+    maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
+    programs::{PerfEventContext, tracing::StackIdContext as _},
+};
+use profiler_common::{
+    AGGREGATE_ENTRIES, AGGREGATE_STACKS, AggregateKey, AggregateValue, DEFAULT_RING_BYTES,
+    MAX_STACK_DEPTH, RequestConfig, SamplerConfig, capture, record_flags, request_flags,
+    stack::{MAX_RECORD_FRAMES, STACK_HEADER_SIZE, StackSampleBuf},
+    stack_id, stat,
+};
+
+use crate::{
+    sampler::{CONFIG, REQUESTS, bump, targeted},
+    unwind::{Walked, wake_for_tables, walk_user},
+};
+
+#[map]
+static RECORD_EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
+
+/// The record being assembled on this CPU (up to 2 KiB: too large for the BPF stack).
+#[map]
+static RECORD_BUF: PerCpuArray<StackSampleBuf> = PerCpuArray::with_max_entries(1, 0);
+
+// In-kernel aggregation (`record --aggregate`): sample counts per key, stacks by id.
+#[map]
+static AGGREGATE: HashMap<AggregateKey, AggregateValue> =
+    HashMap::with_max_entries(AGGREGATE_ENTRIES, 0);
+
+#[map]
+static STACK_TRACES: StackTrace = StackTrace::with_max_entries(AGGREGATE_STACKS, 0);
+
+const STACK_BYTES: u32 = (MAX_STACK_DEPTH * 8) as u32;
+
+/// With unwind tables (needs `bpf_loop`, Linux 5.17). Always returns 0: perf writes
+/// nothing itself.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "perf_event")]
+pub fn record_sample(ctx: *mut core::ffi::c_void) -> u32 {
+    on_sample::<true>(&PerfEventContext::new(ctx.cast()));
+    0
+}
+
+/// Frame pointers only (`--call-graph fp`, and kernels without `bpf_loop`): the same
+/// program without the unwinder's code.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "perf_event")]
+pub fn record_fp(ctx: *mut core::ffi::c_void) -> u32 {
+    on_sample::<false>(&PerfEventContext::new(ctx.cast()));
+    0
+}
+
+#[inline(always)]
+fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
+    let Some(config) = CONFIG.get(0) else {
+        return;
+    };
+    // SAFETY: the helper only reads the running program's attach cookie.
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    // SAFETY: a plain map lookup; the value is copied out.
+    let Some(request) = (unsafe { REQUESTS.get(cookie) }).copied() else {
+        bump(stat::UNCONFIGURED);
+        return;
+    };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if !targeted(config, tgid, pid_tgid as u32) {
+        bump(stat::FILTERED);
+        return;
+    }
+    if config.capture & capture::AGGREGATE != 0 {
+        aggregate(ctx, config, &request, tgid);
+        return;
+    }
+    let Some(buf) = RECORD_BUF.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: this CPU's buffer (perf_event programs do not nest on one CPU); `ctx.ctx` is
+    // the program's context, which the verifier lets us read.
+    let (flags, frames) = unsafe {
+        let h = &mut (*buf).header;
+        h.time_ns = bpf_ktime_get_ns();
+        h.cgroup_id = bpf_get_current_cgroup_id();
+        h.ip = (*ctx.ctx).regs.rip;
+        h.leaf_ret = 0;
+        h.pid = tgid;
+        h.tid = pid_tgid as u32;
+        h.cpu = bpf_get_smp_processor_id();
+        h.request = request.index;
+        h.flags = 0;
+        h.comm = bpf_get_current_comm().unwrap_or([0; 16]);
+        let stacks = request.flags & request_flags::STACKS != 0;
+        let mut k = 0usize;
+        if stacks && config.capture & capture::KERNEL_STACK != 0 {
+            let n = bpf_get_stack(
+                ctx.as_ptr(),
+                (*buf).frames.as_mut_ptr().cast(),
+                STACK_BYTES,
+                0,
+            );
+            if n >= 0 {
+                k = (n as usize / 8).min(MAX_STACK_DEPTH);
+            } else {
+                bump(stat::STACK_ERRORS);
+            }
+        }
+        let mut u = 0usize;
+        if stacks && config.capture & capture::USER_STACK != 0 {
+            u = user_stack::<TABLES>(ctx, config, tgid, buf, k);
+        }
+        (*buf).header.kernel_frames = k as u16;
+        (*buf).header.user_frames = u as u16;
+        ((*buf).header.flags, k + u)
+    };
+    let frames = frames.min(MAX_RECORD_FRAMES);
+    let size = (STACK_HEADER_SIZE + 8 * frames) as u64;
+    // Batch wake-ups: only wake the reader once enough is pending (it also polls on a
+    // timer), or at once when tables are missing, so it loads them promptly.
+    let pending = RECORD_EVENTS.query(BPF_RB_AVAIL_DATA as u64);
+    let wake = if pending + size >= config.wakeup_bytes
+        || (TABLES && wake_for_tables(flags, unsafe { (*buf).header.time_ns }))
+    {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    // SAFETY: copies `size` bytes (at most the whole buffer, which the bound above and the
+    // buffer's size guarantee) of our per-CPU buffer into the ring.
+    let rc = unsafe {
+        generated::bpf_ringbuf_output(
+            (&raw const RECORD_EVENTS).cast_mut().cast(),
+            buf.cast(),
+            size,
+            wake as u64,
+        )
+    };
+    bump(if rc == 0 { stat::SUBMITTED } else { stat::LOST });
+}
+
+/// Walks the user stack into `frames[k..]` of the buffer; returns the frames written.
+///
+/// # Safety
+/// `buf` is this CPU's record buffer and `k <= MAX_STACK_DEPTH`.
+#[inline(always)]
+unsafe fn user_stack<const TABLES: bool>(
+    ctx: &PerfEventContext,
+    config: &SamplerConfig,
+    tgid: u32,
+    buf: *mut StackSampleBuf,
+    k: usize,
+) -> usize {
+    // The verifier needs the bound spelled out: frames[k..k + MAX_STACK_DEPTH] is in bounds.
+    let k = k & 0x7f;
+    let tables = TABLES && config.capture & capture::UNWIND_TABLES != 0;
+    // SAFETY: the buffer is ours; every write is of MAX_STACK_DEPTH words from word k <= 127
+    // of `frames`, which has MAX_RECORD_FRAMES = 127 + MAX_STACK_DEPTH words.
+    unsafe {
+        let dst = (*buf).frames.as_mut_ptr().add(k);
+        if tables {
+            match walk_user(ctx, tgid) {
+                Walked::Done(walk) => {
+                    // A constant size the verifier accepts; frames past `n` are ignored.
+                    generated::bpf_probe_read_kernel(
+                        dst.cast(),
+                        STACK_BYTES,
+                        walk.frames.as_ptr().cast(),
+                    );
+                    (*buf).header.flags |= walk.flags;
+                    if walk.flags & record_flags::UNWIND_PARTIAL != 0 {
+                        bump(stat::UNWIND_PARTIAL);
+                    }
+                    return (walk.n as usize).min(MAX_STACK_DEPTH);
+                }
+                Walked::NoProcess => {
+                    (*buf).header.flags |= record_flags::UNWIND_NO_PROCESS;
+                    bump(stat::UNWIND_NO_PROCESS);
+                }
+                Walked::NoUser => {}
+            }
+        }
+        // Frame pointers: keep the word at the user stack pointer, which user space uses to
+        // recover the caller of a function without a frame-pointer prologue.
+        if let Some(sp) = user_sp(ctx)
+            && let Ok(word) = bpf_probe_read_user(sp as *const u64)
+        {
+            (*buf).header.leaf_ret = word;
+            (*buf).header.flags |= record_flags::LEAF_RET;
+        }
+        let n = bpf_get_stack(
+            ctx.as_ptr(),
+            dst.cast(),
+            STACK_BYTES,
+            BPF_F_USER_STACK as u64,
+        );
+        if n >= 0 {
+            (n as usize / 8).min(MAX_STACK_DEPTH)
+        } else {
+            bump(stat::STACK_ERRORS);
+            0
+        }
+    }
+}
+/// Counts the sample in `AGGREGATE` under (process, event, stack ids, cgroup). Every sample
+/// ends in `AGGREGATED` or, when the map is full, `LOST`; stacks that lose a hash slot are
+/// counted under [`stack_id::COLLISION`], so the totals stay exact.
+#[inline(always)]
+fn aggregate(ctx: &PerfEventContext, config: &SamplerConfig, request: &RequestConfig, tgid: u32) {
+    let stacks = request.flags & request_flags::STACKS != 0;
+    let walk = |wanted: u32, flags: u64| -> i32 {
+        if !stacks || config.capture & wanted == 0 {
+            return stack_id::NONE;
+        }
+        match ctx.get_stackid(&STACK_TRACES, flags) {
+            Ok(id) => id as i32,
+            Err(-17) => {
+                // -EEXIST: the slot holds another stack with the same hash.
+                bump(stat::COLLISIONS);
+                stack_id::COLLISION
+            }
+            // -EFAULT: no stack of that kind (a user-mode sample's kernel stack, a kernel
+            // thread's user stack), as bpf_get_stack's empty result in ring mode.
+            Err(-14) => stack_id::NONE,
+            Err(_) => {
+                bump(stat::STACK_ERRORS);
+                stack_id::NONE
+            }
+        }
+    };
+    let key = AggregateKey {
+        pid: tgid,
+        request: request.index,
+        kernel_stack: walk(capture::KERNEL_STACK, 0),
+        user_stack: walk(capture::USER_STACK, BPF_F_USER_STACK as u64),
+        // SAFETY: the helper only reads the current task's cgroup id.
+        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+    };
+    if add_one(&key) {
+        bump(stat::AGGREGATED);
+        return;
+    }
+    let value = AggregateValue {
+        count: 1,
+        comm: bpf_get_current_comm().unwrap_or([0; 16]),
+    };
+    // BPF_NOEXIST: if another CPU inserted the key meanwhile, add to its entry instead.
+    let counted = match AGGREGATE.insert(key, value, 1) {
+        Ok(()) => true,
+        Err(_) => add_one(&key),
+    };
+    bump(if counted {
+        stat::AGGREGATED
+    } else {
+        stat::LOST
+    });
+}
+
+/// Adds one to the count of an existing `AGGREGATE` entry; false if there is none.
+#[inline(always)]
+fn add_one(key: &AggregateKey) -> bool {
+    match AGGREGATE.get_ptr_mut(key) {
+        Some(value) => {
+            use core::intrinsics::{AtomicOrdering, atomic_xadd};
+            // SAFETY: the pointer is to a live map value; CPUs share it, so the add is atomic
+            // (its result is unused, so LLVM emits the plain BPF atomic add).
+            unsafe {
+                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*value).count, 1)
+            };
+            true
+        }
+        None => false,
+    }
+}
+
+/// The user stack pointer of the sampled task: from the sample's registers when it was
+/// taken in user mode (CPL 3), else from the user registers saved on kernel entry.
+#[inline(always)]
+fn user_sp(ctx: &PerfEventContext) -> Option<u64> {
+    // SAFETY: the context is readable; the saved user registers are read with
+    // bpf_probe_read_kernel, which tolerates any pointer.
+    unsafe {
+        let regs = &(*ctx.ctx).regs;
+        if regs.cs & 3 == 3 {
+            return Some(regs.rsp);
+        }
+        let user_regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs;
+        if user_regs.is_null() {
+            return None;
+        }
+        let cs = bpf_probe_read_kernel(core::ptr::addr_of!((*user_regs).cs)).ok()?;
+        if cs & 3 != 3 {
+            return None; // a kernel thread: no user context
+        }
+        bpf_probe_read_kernel(core::ptr::addr_of!((*user_regs).rsp)).ok()
+    }
+}

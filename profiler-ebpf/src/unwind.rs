@@ -1,0 +1,346 @@
+//! User stacks walked with unwind tables built from `.eh_frame` (see
+//! `profiler_common::unwind`): one `bpf_loop` iteration per frame finds the frame's mapping
+//! and row by binary search, computes the CFA, and reads the return address and saved rbp
+//! with `bpf_probe_read_user`. Where there is no table (no mapping: JIT code; a module
+//! without `.eh_frame`; an address no FDE covers), that frame is walked with the frame
+//! pointer, as `bpf_get_stack` would.
+
+use aya_ebpf::{
+    bindings::pt_regs,
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_probe_read_kernel,
+        bpf_probe_read_user, bpf_task_pt_regs, generated::bpf_loop,
+    },
+    macros::{map, tracepoint},
+    maps::{Array, HashMap, PerCpuArray},
+    programs::{PerfEventContext, TracePointContext},
+};
+use profiler_common::{
+    MAX_STACK_DEPTH, record_flags,
+    unwind::{
+        DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, MAX_UNWIND_PROCS, ProcUnwind, UnwindMapping,
+        UnwindRow, cfa,
+    },
+};
+
+/// Every module's rows, each module a sorted run (user space sizes the array at load).
+#[map]
+static UNWIND_ROWS: Array<UnwindRow> =
+    Array::with_max_entries(DEFAULT_UNWIND_ROWS, aya_ebpf::bindings::BPF_F_MMAPABLE);
+
+/// Per process (tgid): its executable mappings and where their tables are.
+#[map]
+static UNWIND_PROCS: HashMap<u32, ProcUnwind> =
+    HashMap::with_max_entries(MAX_UNWIND_PROCS, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
+
+/// The walk in progress on this CPU (the frames are too large for the BPF stack).
+#[repr(C)]
+pub(crate) struct Walk {
+    pc: u64,
+    sp: u64,
+    bp: u64,
+    /// Frames written to `frames`.
+    pub(crate) n: u32,
+    /// Non-zero: `pc` is an interrupted instruction (the first frame, or the frame a signal
+    /// interrupted), not a return address, so its row is looked up at `pc`, not `pc - 1`.
+    exact: u32,
+    /// `record_flags` bits.
+    pub(crate) flags: u32,
+    _pad: u32,
+    pub(crate) frames: [u64; MAX_STACK_DEPTH],
+}
+
+#[map]
+static WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
+
+/// When this CPU last woke the reader for a frame in an unknown mapping (ns).
+#[map]
+static WOKE_AT: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// Least time between two wake-ups for unknown mappings on one CPU: JIT code is in no
+/// mapping for good, and must not wake the reader at every sample.
+const MAPPING_WAKEUP_NS: u64 = 10_000_000;
+
+/// Whether a record with these `record_flags` should wake the reader at once, so that it
+/// loads the tables it lacks: always for a process without tables, at most every
+/// `MAPPING_WAKEUP_NS` per CPU for a frame in an unknown mapping (a library just loaded).
+#[inline(always)]
+pub(crate) fn wake_for_tables(flags: u32, now: u64) -> bool {
+    if flags & record_flags::UNWIND_NO_PROCESS != 0 {
+        return true;
+    }
+    if flags & record_flags::UNWIND_NO_MAPPING == 0 {
+        return false;
+    }
+    let Some(last) = WOKE_AT.get_ptr_mut(0) else {
+        return false;
+    };
+    // SAFETY: this CPU's slot; perf_event programs do not nest on one CPU.
+    unsafe {
+        if now.wrapping_sub(*last) < MAPPING_WAKEUP_NS {
+            return false;
+        }
+        *last = now;
+    }
+    true
+}
+
+/// What a `bpf_loop` iteration needs, on the caller's stack.
+#[repr(C)]
+struct LoopCtx {
+    walk: *mut Walk,
+    proc_: *const ProcUnwind,
+}
+
+/// Byte offsets in the `ucontext` the rt_sigreturn trampoline's rsp points at: 40 to
+/// `uc_mcontext`, then `struct sigcontext`'s rbp, rsp and rip.
+const UC_RBP: u64 = 40 + 80;
+const UC_RSP: u64 = 40 + 120;
+const UC_RIP: u64 = 40 + 128;
+
+/// The outcome of [`walk_user`].
+pub(crate) enum Walked {
+    Done(&'static Walk),
+    /// The process has no tables yet: the caller walks with `bpf_get_stack`.
+    NoProcess,
+    /// No user context (a kernel thread).
+    NoUser,
+}
+
+/// Walks the current task's user stack into this CPU's [`Walk`].
+#[inline(always)]
+pub(crate) fn walk_user(ctx: &PerfEventContext, tgid: u32) -> Walked {
+    let Some((pc, sp, bp)) = user_regs(ctx) else {
+        return Walked::NoUser;
+    };
+    // SAFETY: a plain map lookup; the value is only read.
+    let Some(proc_) = (unsafe { UNWIND_PROCS.get(tgid) }) else {
+        return Walked::NoProcess;
+    };
+    let Some(walk) = WALK.get_ptr_mut(0) else {
+        return Walked::NoUser;
+    };
+    // SAFETY: this CPU's slot; perf_event programs do not nest on one CPU.
+    unsafe {
+        (*walk).pc = pc;
+        (*walk).sp = sp;
+        (*walk).bp = bp;
+        (*walk).n = 0;
+        (*walk).exact = 1;
+        (*walk).flags = record_flags::UNWIND_TABLES;
+    }
+    let mut lctx = LoopCtx {
+        walk,
+        proc_: proc_ as *const ProcUnwind,
+    };
+    // SAFETY: `step` is a BPF callback taking (index, ctx); `lctx` outlives the call.
+    unsafe {
+        bpf_loop(
+            MAX_STACK_DEPTH as u32,
+            step as *mut core::ffi::c_void,
+            (&raw mut lctx).cast(),
+            0,
+        );
+    }
+    // SAFETY: as above.
+    Walked::Done(unsafe { &*walk })
+}
+
+/// The user rip, rsp and rbp of the sampled task: from the sample's registers when it was
+/// taken in user mode, else from those saved on kernel entry.
+#[inline(always)]
+fn user_regs(ctx: &PerfEventContext) -> Option<(u64, u64, u64)> {
+    // SAFETY: the context is readable; the saved user registers are read with
+    // bpf_probe_read_kernel, which tolerates any pointer.
+    unsafe {
+        let regs = &(*ctx.ctx).regs;
+        if regs.cs & 3 == 3 {
+            return Some((regs.rip, regs.rsp, regs.rbp));
+        }
+        let user = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs;
+        if user.is_null() {
+            return None;
+        }
+        let saved: pt_regs = bpf_probe_read_kernel(user).ok()?;
+        if saved.cs & 3 != 3 {
+            return None; // a kernel thread: no user context
+        }
+        Some((saved.rip, saved.rsp, saved.rbp))
+    }
+}
+
+/// One frame: record `pc`, then find the caller's pc, sp and bp. Returns 1 to stop.
+extern "C" fn step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
+    // SAFETY: `ctx` is the LoopCtx `walk_user` passed, whose pointers are to map values.
+    let (w, p) = unsafe {
+        let c = &*(ctx as *const LoopCtx);
+        (&mut *c.walk, &*c.proc_)
+    };
+    let n = w.n as usize;
+    if n >= MAX_STACK_DEPTH {
+        w.flags |= record_flags::UNWIND_PARTIAL;
+        return 1;
+    }
+    w.frames[n] = w.pc;
+    w.n += 1;
+    if w.pc == 0 {
+        return 1;
+    }
+    let at = if w.exact != 0 { w.pc } else { w.pc - 1 };
+    w.exact = 0;
+    let Some(m) = find_mapping(p, at) else {
+        w.flags |= record_flags::UNWIND_NO_MAPPING;
+        return frame_pointer_step(w);
+    };
+    if m.rows_len == 0 || at < m.bias || at - m.bias > u64::from(u32::MAX) {
+        return frame_pointer_step(w);
+    }
+    let Some(row) = find_row(m.rows_start, m.rows_len, (at - m.bias) as u32) else {
+        return frame_pointer_step(w);
+    };
+    let cfa_addr = match row.cfa {
+        cfa::RSP => w.sp + u64::from(row.cfa_offset),
+        cfa::RBP => w.bp + u64::from(row.cfa_offset),
+        cfa::PLT => w.sp + u64::from(row.cfa_offset) + if w.pc & 15 >= 11 { 8 } else { 0 },
+        cfa::END => return 1,
+        cfa::SIGNAL => return signal_step(w),
+        _ => return frame_pointer_step(w),
+    };
+    // The caller's stack is above this frame's: anything else is a corrupt walk.
+    if cfa_addr <= w.sp {
+        w.flags |= record_flags::UNWIND_PARTIAL;
+        return 1;
+    }
+    let Some(ra) = read(cfa_addr - 8) else {
+        w.flags |= record_flags::UNWIND_PARTIAL;
+        return 1;
+    };
+    if row.rbp != 0 {
+        let at = cfa_addr.wrapping_add_signed(i64::from(row.rbp) * 8);
+        match read(at) {
+            Some(bp) => w.bp = bp,
+            None => {
+                w.flags |= record_flags::UNWIND_PARTIAL;
+                return 1;
+            }
+        }
+    }
+    w.sp = cfa_addr;
+    w.pc = ra;
+    // A zero return address ends the chain (what `_start`'s caller slot holds).
+    if ra == 0 { 1 } else { 0 }
+}
+
+/// The rt_sigreturn trampoline: the interrupted frame's registers are in the ucontext at sp.
+#[inline(always)]
+fn signal_step(w: &mut Walk) -> i64 {
+    let (Some(bp), Some(sp), Some(pc)) = (
+        read(w.sp + UC_RBP),
+        read(w.sp + UC_RSP),
+        read(w.sp + UC_RIP),
+    ) else {
+        w.flags |= record_flags::UNWIND_PARTIAL;
+        return 1;
+    };
+    w.bp = bp;
+    w.sp = sp;
+    w.pc = pc;
+    w.exact = 1;
+    0
+}
+
+/// A frame without a table row: its caller through the frame pointer. A zero rbp is the
+/// outermost frame of frame-pointer code; one below the stack pointer is not a frame.
+#[inline(always)]
+fn frame_pointer_step(w: &mut Walk) -> i64 {
+    w.flags |= record_flags::UNWIND_FP;
+    if w.bp == 0 {
+        return 1;
+    }
+    if w.bp < w.sp {
+        w.flags |= record_flags::UNWIND_PARTIAL;
+        return 1;
+    }
+    let (Some(next_bp), Some(ra)) = (read(w.bp), read(w.bp + 8)) else {
+        w.flags |= record_flags::UNWIND_PARTIAL;
+        return 1;
+    };
+    w.sp = w.bp + 16;
+    w.bp = next_bp;
+    w.pc = ra;
+    if ra == 0 { 1 } else { 0 }
+}
+
+#[inline(always)]
+fn read(addr: u64) -> Option<u64> {
+    // SAFETY: bpf_probe_read_user tolerates any address.
+    unsafe { bpf_probe_read_user(addr as *const u64) }.ok()
+}
+
+/// The mapping holding `addr` (mappings are sorted and disjoint).
+#[inline(always)]
+fn find_mapping(p: &ProcUnwind, addr: u64) -> Option<&UnwindMapping> {
+    let mut lo = 0u32;
+    let mut hi = p.count.min(MAX_PROC_MAPPINGS as u32);
+    // log2(MAX_PROC_MAPPINGS) + 1 halvings find any entry.
+    for _ in 0..9 {
+        if lo >= hi {
+            return None;
+        }
+        let mid = (lo + hi) / 2;
+        let m = &p.mappings[mid as usize & (MAX_PROC_MAPPINGS - 1)];
+        if addr < m.start {
+            hi = mid;
+        } else if addr >= m.end {
+            lo = mid + 1;
+        } else {
+            return Some(m);
+        }
+    }
+    None
+}
+
+/// The last row at or before `pc` in `UNWIND_ROWS[start..start + len]`.
+#[inline(always)]
+fn find_row(start: u32, len: u32, pc: u32) -> Option<UnwindRow> {
+    let first = *UNWIND_ROWS.get(start)?;
+    if first.pc > pc {
+        return None;
+    }
+    // Invariant: rows[lo].pc <= pc, and the answer is below hi.
+    let mut lo = start;
+    let mut hi = start.saturating_add(len);
+    for _ in 0..25 {
+        if hi - lo <= 1 {
+            break;
+        }
+        let mid = lo + (hi - lo) / 2;
+        let row = UNWIND_ROWS.get(mid)?;
+        if row.pc <= pc {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    UNWIND_ROWS.get(lo).copied()
+}
+
+/// `sched:sched_process_exec`: the process's old mappings are gone, so are its tables; its
+/// next sample asks user space for the new image's.
+#[tracepoint]
+pub fn unwind_exec(_ctx: TracePointContext) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let _ = UNWIND_PROCS.remove(tgid);
+    0
+}
+
+/// `sched:sched_process_exit`: a process's entry goes when its leader exits (other threads
+/// exiting leave it alone).
+#[tracepoint]
+pub fn unwind_exit(_ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if pid_tgid >> 32 == pid_tgid & 0xffff_ffff {
+        let _ = UNWIND_PROCS.remove((pid_tgid >> 32) as u32);
+    }
+    0
+}

@@ -1,0 +1,124 @@
+//! The executable mappings of a process, with what identifies their files.
+
+use std::{fs, io, sync::Arc};
+
+use super::elf::{self, ElfError, ElfInfo};
+
+/// One executable mapping from /proc/PID/maps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    /// File offset of `start`.
+    pub offset: u64,
+    /// Device (as `st_dev` encodes it) and inode; 0 for anonymous memory.
+    pub dev: u64,
+    pub ino: u64,
+    /// The path, or the kernel's label (`[vdso]`), or empty for anonymous memory.
+    pub name: Arc<str>,
+}
+
+impl Mapping {
+    /// (device, inode) of a file mapping.
+    pub fn inode(&self) -> Option<(u64, u64)> {
+        (self.ino != 0).then_some((self.dev, self.ino))
+    }
+
+    pub fn is_vdso(&self) -> bool {
+        &*self.name == "[vdso]"
+    }
+
+    /// Whether a module can back it: a file, or the vDSO (not anonymous or JIT memory).
+    pub fn has_module(&self) -> bool {
+        self.ino != 0 || self.is_vdso()
+    }
+}
+
+/// The executable mappings of `pid`, sorted by start.
+pub fn exec_mappings(pid: u32) -> io::Result<Vec<Mapping>> {
+    Ok(parse(&fs::read_to_string(format!("/proc/{pid}/maps"))?))
+}
+
+/// Parses the maps format; malformed lines are skipped.
+pub fn parse(text: &str) -> Vec<Mapping> {
+    let mut out: Vec<Mapping> = text.lines().filter_map(parse_line).collect();
+    out.sort_by_key(|m| m.start);
+    out
+}
+
+fn parse_line(line: &str) -> Option<Mapping> {
+    let mut fields = line.splitn(6, ' ');
+    let (start, end) = fields.next()?.split_once('-')?;
+    let perms = fields.next()?;
+    let offset = fields.next()?;
+    let (major, minor) = fields.next()?.split_once(':')?;
+    let ino = fields.next()?;
+    let name = fields.next().unwrap_or("").trim_start();
+    if perms.as_bytes().get(2) != Some(&b'x') {
+        return None;
+    }
+    let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+    let (start, end) = (hex(start)?, hex(end)?);
+    if end <= start {
+        return None;
+    }
+    let name = name.strip_suffix(" (deleted)").unwrap_or(name);
+    Some(Mapping {
+        start,
+        end,
+        offset: hex(offset)?,
+        dev: libc::makedev(
+            u32::try_from(hex(major)?).ok()?,
+            u32::try_from(hex(minor)?).ok()?,
+        ),
+        ino: ino.parse().ok()?,
+        name: Arc::from(name),
+    })
+}
+
+/// The vDSO, read from this process's own (the kernel maps the same image into every
+/// process of our architecture).
+pub fn read_vdso() -> Result<ElfInfo, ElfError> {
+    let own = exec_mappings(std::process::id()).unwrap_or_default();
+    let vdso = own.iter().find(|m| m.is_vdso());
+    // SAFETY: getauxval has no preconditions; AT_SYSINFO_EHDR is the vDSO's address or 0.
+    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
+    match vdso {
+        Some(m) if base == m.start => {
+            // SAFETY: the kernel maps the vDSO readable for the life of the process, and
+            // [start, end) is its mapping as /proc/self/maps reports it.
+            let image = unsafe {
+                std::slice::from_raw_parts(m.start as *const u8, (m.end - m.start) as usize)
+            };
+            elf::read_bytes(image)
+        }
+        _ => Err(ElfError::Refused {
+            path: "[vdso]".into(),
+            source: crate::untrusted::Refusal::NotFound,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_exec_lines_with_identity() {
+        let text = "\
+55d0c0000000-55d0c0001000 r--p 00000000 08:01 1234  /usr/bin/x
+55d0c0001000-55d0c0005000 r-xp 00001000 08:01 1234  /usr/bin/x
+7f0000000000-7f0000001000 r-xp 00000000 00:00 0 
+7ffd1000a000-7ffd1000c000 r-xp 00000000 00:00 0  [vdso]
+7f0000002000-7f0000003000 r-xp 00000000 fd:02 99  /tmp/lib with space.so (deleted)
+";
+        let maps = parse(text);
+        assert_eq!(maps.len(), 4);
+        assert_eq!(maps[0].offset, 0x1000);
+        assert_eq!(maps[0].inode(), Some((libc::makedev(8, 1), 1234)));
+        assert_eq!(&*maps[0].name, "/usr/bin/x");
+        assert!(!maps[1].has_module());
+        assert_eq!(&*maps[2].name, "/tmp/lib with space.so");
+        assert!(maps[3].is_vdso() && maps[3].has_module());
+    }
+}

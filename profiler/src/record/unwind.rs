@@ -1,0 +1,317 @@
+//! Keeping the sampler's unwind tables in step with the processes it samples. The program
+//! marks records of processes it has no tables for (and wakes the reader at once), and those
+//! with a frame in no known mapping (a library loaded since, or JIT code); this loads the
+//! former and rescans the latter's mappings, backing off while they do not change.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use profiler_common::{record_flags, stack::StackSampleHeader, unwind::UnwindMapping};
+
+use crate::{
+    bpf::{UnwindMapError, UnwindMaps},
+    modules::{Mapping, ModuleError, ModuleId, Registry, TableJob, UnwindTable, exec_mappings},
+};
+
+/// Modules with more CFI than this have their tables built on a worker thread (rustc's
+/// driver library has 6 MiB), so that a big module does not hold up the reader and every
+/// other process's tables; smaller ones (libc has 150 KiB) are built at once.
+const SYNC_CFI_BYTES: usize = 512 << 10;
+
+type Built = (ModuleId, Result<UnwindTable, ModuleError>);
+
+/// The thread that builds big modules' tables, one after another.
+struct Worker {
+    jobs: mpsc::Sender<(ModuleId, TableJob)>,
+    done: mpsc::Receiver<Built>,
+}
+
+impl Worker {
+    fn start() -> Option<Self> {
+        let (jobs, rx) = mpsc::channel::<(ModuleId, TableJob)>();
+        let (tx, done) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("unwind-tables".into())
+            .spawn(move || {
+                for (id, job) in rx {
+                    if tx.send((id, job.build())).is_err() {
+                        break;
+                    }
+                }
+            })
+            .ok()?;
+        Some(Self { jobs, done })
+    }
+}
+
+/// Quickest retry of a process whose tables could not be loaded.
+const RETRY: Duration = Duration::from_millis(10);
+/// First and longest wait between rescans of a process whose frames miss its mappings.
+const RESCAN_MIN: Duration = Duration::from_millis(5);
+const RESCAN_MAX: Duration = Duration::from_secs(1);
+/// Module errors printed per run (the rest are counted).
+const MAX_WARNINGS: usize = 5;
+
+/// What the loader did (for the run's summary and the benchmark).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TableStats {
+    /// Process table loads (first loads and reloads after a change).
+    pub loads: u64,
+    /// Mappings whose module has no usable table (walked with frame pointers).
+    pub modules_without_table: u64,
+    /// Bytes of rows in the kernel's table array, and of the array.
+    pub row_bytes: u64,
+    pub reserved_bytes: u64,
+    /// Bytes of tables user space holds (the rows, before they are placed).
+    pub user_bytes: u64,
+    /// Processes with tables.
+    pub processes: u64,
+    /// Modules in the registry.
+    pub modules: u64,
+}
+
+struct ProcState {
+    scanned: Instant,
+    /// Wait before the next rescan prompted by an unknown mapping.
+    backoff: Duration,
+    mappings: Vec<Mapping>,
+}
+
+pub struct TableLoader {
+    registry: Registry,
+    maps: UnwindMaps,
+    procs: HashMap<u32, ProcState>,
+    /// Processes to (re)load, and whether the kernel had no entry at all.
+    pending: HashMap<u32, bool>,
+    warned: HashSet<std::sync::Arc<str>>,
+    stats: TableStats,
+    worker: Option<Worker>,
+    /// Processes to publish again when a module's table is built.
+    waiting: HashMap<ModuleId, HashSet<u32>>,
+}
+
+impl TableLoader {
+    pub fn new(maps: UnwindMaps) -> Self {
+        Self {
+            registry: Registry::new(),
+            maps,
+            procs: HashMap::new(),
+            pending: HashMap::new(),
+            warned: HashSet::new(),
+            stats: TableStats::default(),
+            worker: Worker::start(),
+            waiting: HashMap::new(),
+        }
+    }
+
+    /// Builds and places the tables of this process's own modules (the C library, the
+    /// dynamic loader, the vDSO), which most targets share, so a new process's first
+    /// samples do not wait for them.
+    pub fn preload_own(&mut self) -> Result<(), UnwindMapError> {
+        let pid = std::process::id();
+        let Ok(mappings) = exec_mappings(pid) else {
+            return Ok(());
+        };
+        let shared: Vec<Mapping> = mappings
+            .into_iter()
+            .filter(|m| m.is_vdso() || m.name.contains(".so"))
+            .collect();
+        self.entries(pid, &shared).map(drop)
+    }
+
+    /// Looks at one record's unwind marks.
+    pub fn note(&mut self, rec: &StackSampleHeader) {
+        let now = Instant::now();
+        if rec.flags & record_flags::UNWIND_NO_PROCESS != 0 {
+            let due = self
+                .procs
+                .get(&rec.pid)
+                .is_none_or(|p| now.duration_since(p.scanned) >= RETRY);
+            if due {
+                self.pending.insert(rec.pid, true);
+            }
+        } else if rec.flags & record_flags::UNWIND_NO_MAPPING != 0 {
+            let due = self
+                .procs
+                .get(&rec.pid)
+                .is_none_or(|p| now.duration_since(p.scanned) >= p.backoff);
+            if due {
+                self.pending.entry(rec.pid).or_insert(false);
+            }
+        }
+    }
+
+    /// Loads what `note` found missing; returns the processes whose mappings changed since
+    /// they were last loaded (their symbolization maps need refreshing too).
+    pub fn load_pending(&mut self) -> Result<Vec<u32>, UnwindMapError> {
+        self.collect_built();
+        let pending: Vec<(u32, bool)> = self.pending.drain().collect();
+        let mut changed = Vec::new();
+        for (pid, absent) in pending {
+            if self.load(pid, absent)? {
+                changed.push(pid);
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Loads (or refreshes) the tables of `pid`'s mappings. `absent`: the kernel has no
+    /// entry for it (new, or exec'ed since), so it is written even if the mappings look the
+    /// same as last time. Returns whether a process loaded before had new mappings.
+    pub fn load(&mut self, pid: u32, absent: bool) -> Result<bool, UnwindMapError> {
+        let now = Instant::now();
+        let Ok(mappings) = exec_mappings(pid) else {
+            // Gone (or not ours to read): remember the attempt so it is not retried at once.
+            self.procs.insert(
+                pid,
+                ProcState {
+                    scanned: now,
+                    backoff: RESCAN_MAX,
+                    mappings: Vec::new(),
+                },
+            );
+            return Ok(false);
+        };
+        if !absent
+            && let Some(state) = self.procs.get_mut(&pid)
+            && state.mappings == mappings
+        {
+            state.scanned = now;
+            state.backoff = (state.backoff * 2).min(RESCAN_MAX);
+            return Ok(false);
+        }
+        let changed = self
+            .procs
+            .get(&pid)
+            .is_some_and(|p| !p.mappings.is_empty() && p.mappings != mappings);
+        let entries = self.entries(pid, &mappings)?;
+        self.maps.set_process(pid, &entries)?;
+        self.stats.loads += 1;
+        self.procs.insert(
+            pid,
+            ProcState {
+                scanned: now,
+                backoff: RESCAN_MIN,
+                mappings,
+            },
+        );
+        Ok(changed)
+    }
+
+    /// The kernel's view of `mappings`: each file-backed one with its module's rows (none
+    /// where the module has no table); anonymous memory is left out (frame pointers).
+    fn entries(
+        &mut self,
+        pid: u32,
+        mappings: &[Mapping],
+    ) -> Result<Vec<UnwindMapping>, UnwindMapError> {
+        let mut entries = Vec::with_capacity(mappings.len());
+        for m in mappings.iter().filter(|m| m.has_module()) {
+            let mut entry = UnwindMapping {
+                start: m.start,
+                end: m.end,
+                ..Default::default()
+            };
+            let table = match self.registry.register(pid, m) {
+                Ok((id, bias)) => match self.table(pid, id) {
+                    Some(Ok(t)) => Ok(Some((id, bias, t))),
+                    Some(Err(e)) => Err(e),
+                    None => Ok(None),
+                },
+                Err(e) => Err(std::sync::Arc::new(e)),
+            };
+            match table {
+                Ok(Some((id, bias, table)))
+                    if !table.rows.is_empty() || self.maps.is_placed(id) =>
+                {
+                    match self.maps.place(id, &table.rows) {
+                        Ok(range) => {
+                            entry.bias = bias.wrapping_add(table.base);
+                            entry.rows_start = range.start;
+                            entry.rows_len = range.len;
+                            // The kernel's copy is the one used from now on.
+                            self.registry.release_rows(id);
+                        }
+                        Err(e @ UnwindMapError::Full { .. }) => self.warn(&m.name, &e),
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(_) => {}
+                Err(e) if e.process_gone() => {}
+                Err(e) => self.warn(&m.name, &e),
+            }
+            if entry.rows_len == 0 {
+                self.stats.modules_without_table += 1;
+            }
+            entries.push(entry);
+        }
+        Ok(entries)
+    }
+
+    /// Module `id`'s table: built now if small, else handed to the worker (`None` until it
+    /// is done; `pid` is published again then).
+    fn table(
+        &mut self,
+        pid: u32,
+        id: ModuleId,
+    ) -> Option<Result<std::sync::Arc<UnwindTable>, std::sync::Arc<ModuleError>>> {
+        if let Some(t) = self.registry.table(id) {
+            return Some(t);
+        }
+        if self.registry.building(id) {
+            self.waiting.entry(id).or_default().insert(pid);
+            return None;
+        }
+        if self.registry.cfi_bytes(id) <= SYNC_CFI_BYTES || self.worker.is_none() {
+            return Some(self.registry.unwind_table(id));
+        }
+        if let (Some(job), Some(w)) = (self.registry.table_job(id), &self.worker)
+            && let Err(mpsc::SendError((_, job))) = w.jobs.send((id, job))
+        {
+            // The worker is gone: build here.
+            self.registry.finish_table(id, job.build());
+            return self.registry.table(id);
+        }
+        self.waiting.entry(id).or_default().insert(pid);
+        None
+    }
+
+    /// Stores the tables the worker finished and queues their processes for publishing.
+    fn collect_built(&mut self) {
+        let Some(w) = &self.worker else { return };
+        let built: Vec<Built> = w.done.try_iter().collect();
+        for (id, table) in built {
+            self.registry.finish_table(id, table);
+            for pid in self.waiting.remove(&id).unwrap_or_default() {
+                self.pending.insert(pid, true);
+            }
+        }
+    }
+
+    fn warn(&mut self, name: &std::sync::Arc<str>, e: &dyn std::fmt::Display) {
+        if self.warned.len() < MAX_WARNINGS && self.warned.insert(name.clone()) {
+            eprintln!("profiler: warning: {name}: no unwind table, frame pointers used: {e}");
+        }
+    }
+
+    /// Forgets a process that exited.
+    pub fn forget(&mut self, pid: u32) {
+        if self.procs.remove(&pid).is_some() {
+            self.maps.remove_process(pid);
+        }
+    }
+
+    pub fn stats(&self) -> TableStats {
+        TableStats {
+            row_bytes: self.maps.row_bytes() as u64,
+            reserved_bytes: self.maps.reserved_bytes() as u64,
+            user_bytes: self.registry.table_bytes() as u64,
+            processes: self.procs.len() as u64,
+            modules: self.registry.len() as u64,
+            ..self.stats
+        }
+    }
+}
