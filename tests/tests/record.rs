@@ -320,10 +320,13 @@ fn tid_and_cgroup_targets_sample_only_their_tasks() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let mut other = Command::new("sh")
-        .args(["-c", "while :; do :; done"])
-        .spawn()
-        .unwrap();
+    // Never ends by itself: killed on drop, also when an assertion below fails.
+    let mut other = KillOnDrop(
+        Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .unwrap(),
+    );
     wait_for("chain and sh to run", 10, || {
         (runs(chain.id(), "chain") && runs(other.id(), "sh")).then_some(())
     });
