@@ -2,7 +2,7 @@
 
 use std::{ffi::c_int, ptr};
 
-use profiler::cpc::Cpc;
+use profiler_core::cpc::Cpc;
 
 use crate::{CBuf, CSet, Handle, fail, handle, set_errno, status};
 

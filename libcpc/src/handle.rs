@@ -6,7 +6,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use profiler::cpc::{Cpc, OverflowPolicy};
+use profiler_core::cpc::{Cpc, OverflowPolicy};
 
 use crate::{CBuf, CSet, Handle, cstring, handle, set_errno, signal::sigemt};
 

@@ -1,5 +1,5 @@
 //! libcpc(3LIB) for C programs: `libcpc.so` and `include/libcpc.h`, a C ABI over
-//! `profiler::cpc`. Only the ABI lives here: handles become opaque pointers, `Result`
+//! `profiler_core::cpc`. Only the ABI lives here: handles become opaque pointers, `Result`
 //! becomes -1 (or NULL) with errno, callbacks and strings cross the boundary; every rule
 //! of libcpc is the Rust module's. The header documents each difference from Solaris.
 
@@ -14,7 +14,7 @@ use std::{
     sync::{Mutex, MutexGuard},
 };
 
-use profiler::cpc::{Buf, Cpc, CpcError, Set};
+use profiler_core::cpc::{Buf, Cpc, CpcError, Set};
 
 /// `cpc_t`: the Rust handle, the strings C holds pointers to, and every set and buffer
 /// created through it (freed by `cpc_close`, and used to refuse foreign pointers to the
@@ -99,7 +99,7 @@ fn errno() -> c_int {
 
 #[cfg(test)]
 mod tests {
-    use profiler::cpc::{
+    use profiler_core::cpc::{
         Subcode,
         consts::{MAX_ATTR_LEN, MAX_EVENT_LEN, VER_CURRENT, bind, caps, request},
     };

@@ -1,14 +1,14 @@
 //! Sets, requests, binding and sampling: `cpc_set_*`, `cpc_bind_*`, `cpc_unbind`,
 //! `cpc_enable`/`cpc_disable`, and the overflow calls `cpc_request_preset` and
 //! `cpc_set_restart`, which run in signal handlers: their path takes no lock a handler could
-//! wait on and allocates nothing on success (see `profiler::cpc`'s `sigsafe`).
+//! wait on and allocates nothing on success (see `profiler_core::cpc`'s `sigsafe`).
 
 use std::{
     ffi::{CString, c_char, c_int, c_uint, c_void},
     ptr,
 };
 
-use profiler::cpc::{Attr, Lwp};
+use profiler_core::cpc::{Attr, Lwp};
 
 use crate::{CBuf, CSet, Handle, cstring, fail, handle, set_errno, signal::Pctx, status, text};
 

@@ -1,18 +1,32 @@
 //! profiler: an eBPF-assisted CPU performance profiler for Linux with the libcpc model.
 //!
-//! Layers, one way: `cli` → `record` → (`perf`, `bpf`) → kernel → ring buffer → `profile`
-//! → writers. `symbolize` turns addresses into frames between the ring buffer and `profile`.
+//! Layers, one way: `cli` → `record` → `profiler_core` (`perf`, `bpf`, `cpc`) → kernel → ring
+//! buffer → `profile` → writers. `symbolize` turns addresses into frames between the ring
+//! buffer and `profile`; `modules` (the ELF module registry) builds the unwind tables
+//! `record` puts into the kernel. The counting model lives in `profiler-core` (which
+//! `libcpc.so` also links); its modules are re-exported here under their own names.
 
-pub mod bpf;
+pub use profiler_core::{host, perf};
+
+/// The eBPF engine (`profiler_core::bpf`), plus its ring buffer read through tokio.
+pub mod bpf {
+    pub use crate::stream::RecordStream;
+    pub use profiler_core::bpf::*;
+}
+
+/// libcpc's model (`profiler_core::cpc`), plus overflows read through tokio.
+pub mod cpc {
+    pub use crate::stream::OverflowStream;
+    pub use profiler_core::cpc::*;
+}
+
 pub mod cgroup;
 pub mod cli;
-pub mod cpc;
-pub mod host;
 pub mod modules;
 pub mod output;
-pub mod perf;
 pub mod profile;
 pub mod record;
+mod stream;
 pub mod symbolize;
 pub mod tools;
 pub mod untrusted;

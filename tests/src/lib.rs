@@ -469,6 +469,30 @@ pub fn watch(mut child: std::process::Child, every: std::time::Duration) -> (Out
     (child.wait_with_output().expect("output"), samples)
 }
 
+/// A child killed and reaped when dropped, so a test that fails midway leaves no busy
+/// process behind (a leaked spinner starves every later test of CPU).
+pub struct KillOnDrop(pub std::process::Child);
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A process-churn generator: a shell that runs `forker 20` (20 children, each exec'ing
 /// /bin/true) every 50 ms until dropped (hundreds of processes a second, leaving the CPUs
 /// to the profiler); its own process group, killed as one.
@@ -547,16 +571,6 @@ impl StdoutLines {
     pub fn finish(self) -> String {
         let _ = self.reader.join();
         self.text.lock().unwrap().clone()
-    }
-}
-
-/// A child killed (and reaped) when dropped, so a failing test leaves no busy process behind.
-pub struct KillOnDrop(pub std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

@@ -12,7 +12,7 @@ use std::{
 };
 
 use profiler::{
-    bpf::Sampler,
+    bpf::{RecordStream, Sampler},
     cpc::{
         Cpc, Lwp, Overflow, OverflowPolicy,
         consts::{VER_CURRENT, request},
@@ -214,7 +214,7 @@ fn shared_per_cpu_events_deliver_only_the_selected_process() {
         .build()
         .unwrap();
     let (pids, stats) = rt.block_on(async {
-        let mut records = sampler.take_records().unwrap();
+        let mut records = RecordStream::new(sampler.take_records().unwrap()).unwrap();
         for e in sampler.events() {
             e.enable(false).unwrap();
         }
@@ -277,7 +277,7 @@ fn overload_loss_matches_the_records_that_did_not_arrive() {
         .build()
         .unwrap();
     let (received, stats, runs) = rt.block_on(async {
-        let mut records = sampler.take_records().unwrap();
+        let mut records = RecordStream::new(sampler.take_records().unwrap()).unwrap();
         sampler.events()[0].enable(false).unwrap();
         touch_pages(20000);
         sampler.events()[0].disable(false).unwrap();

@@ -1,8 +1,9 @@
-//! Project automation: `cargo xtask setup | test | run | install | fuzz | bench`.
+//! Project automation: `cargo xtask setup | test | run | install | fuzz | bench | layers`.
 
 mod bench;
 mod fuzz;
 mod install;
+mod layers;
 mod packages;
 mod setup;
 mod test;
@@ -45,6 +46,8 @@ enum Command {
         #[arg(long, value_name = "NAME")]
         only: Option<String>,
     },
+    /// Print each host crate's module imports and fail on any import cycle.
+    Layers,
     /// Set up, build (release) and run the profiler with ARGS, e.g. `-- record -a -d 5`.
     Run {
         #[arg(last = true)]
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
         Command::Install { prefix } => install::install(&prefix),
         Command::Fuzz { secs, targets } => fuzz::fuzz(secs, &targets),
         Command::Bench { quick, only } => bench::bench(quick, only.as_deref()),
+        Command::Layers => layers::report(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

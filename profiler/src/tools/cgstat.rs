@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use super::{signals::Signals, spec::SetSpec};
 use crate::{
-    bpf::{BpfError, CgroupCounter, check_privileges},
+    bpf::{BpfError, CgroupCounter, PrivilegeError, check_privileges},
     cgroup,
     cpc::{Cpc, CpcError},
 };
@@ -31,8 +31,8 @@ pub enum CgroupStatError {
     NoMatch(String, String),
     #[error("cgroup {0} does not exist")]
     NoCgroup(String),
-    #[error("{0}")]
-    Privilege(String),
+    #[error(transparent)]
+    Privilege(#[from] PrivilegeError),
     #[error("{0}")]
     Cpc(#[from] CpcError),
     #[error("per-cgroup counting: {0}")]

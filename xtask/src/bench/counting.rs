@@ -98,15 +98,16 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
         rows,
         commands,
         goal: Goal {
-            target: "set_sample within 1.3x of a bare read()",
+            target: "set_sample within 1.1x of a bare read()",
             measured: format!("{ratio:.2}x ({set_sample:.0} ns vs {read:.0} ns)"),
-            met: ratio <= 1.3,
-            why: if ratio <= 1.3 {
+            met: ratio <= 1.1,
+            why: if ratio <= 1.1 {
                 String::new()
             } else {
-                "set_sample allocates the read buffer and the per-request vectors on every call \
-                 and takes the binding's mutex; a buffer kept in the binding would bring it to \
-                 the read's cost."
+                "set_sample's fast path is one read(2) of the group into a buffer the binding \
+                 keeps (no allocation; the binding's mutex is uncontended); what remains above \
+                 the read is checking the call and unpacking the values and the tick: look \
+                 for a regression there, or for other work on the machine."
                     .into()
             },
         },

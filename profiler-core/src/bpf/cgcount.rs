@@ -1,0 +1,187 @@
+//! Per-cgroup counting: one counting perf event per CPU per event, shared by all cgroups,
+//! and the `cg_switch` program on `sched_switch` that adds each CPU's counter deltas to the
+//! cgroup of the task switched out (see profiler-ebpf's cgcount.rs). The number of perf
+//! events is CPUs × events, whatever the number of cgroups.
+
+use std::{
+    collections::BTreeMap,
+    os::fd::{AsFd, OwnedFd},
+};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, PerCpuArray, PerCpuHashMap},
+    programs::RawTracePoint,
+};
+use profiler_common::{CgroupCounts, MAX_CGROUP_EVENTS, cg_stat};
+
+use super::{
+    BpfError,
+    loader::{OBJECT, SIBLING_MAPS},
+};
+use crate::{
+    kernel,
+    perf::{EventAttr, PerfEvent, Scope},
+};
+
+const PROGRAM: &str = "cg_switch";
+
+/// Totals the program kept besides the counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CgroupCountStats {
+    pub switches: u64,
+    /// Deltas lost because the per-cgroup map was full.
+    pub dropped: u64,
+    pub read_errors: u64,
+}
+
+pub struct CgroupCounter {
+    // Declared first: the program detaches (with the object) before the events close.
+    ebpf: Ebpf,
+    events: Vec<PerfEvent>,
+    cpus: Vec<u32>,
+    nevents: usize,
+}
+
+fn map_err(name: &'static str) -> impl FnOnce(aya::maps::MapError) -> BpfError {
+    move |source| BpfError::Map { name, source }
+}
+
+impl CgroupCounter {
+    /// Opens `events` (counting, as `Cpc::request_attrs` builds them) on each of `cpus`,
+    /// attaches the program, then starts the counters.
+    pub fn start(events: &[(EventAttr, String)], cpus: &[u32]) -> Result<Self, BpfError> {
+        if OBJECT.is_empty() {
+            return Err(BpfError::Stub);
+        }
+        if events.is_empty() || events.len() > MAX_CGROUP_EVENTS {
+            return Err(BpfError::Missing(
+                "room for that many events (1 to 8 per-cgroup counters)",
+            ));
+        }
+        // Only the counting maps are needed at size; the sampler's stay minimal.
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries("EVENTS", page_size())
+            .map_max_entries("AGGREGATE", 1)
+            .map_max_entries("STACK_TRACES", 1)
+            .load(OBJECT)?;
+        {
+            let mut config: Array<_, u32> = Array::try_from(
+                ebpf.map_mut("CG_CONFIG")
+                    .ok_or(BpfError::Missing("CG_CONFIG"))?,
+            )
+            .map_err(map_err("CG_CONFIG"))?;
+            config
+                .set(0, events.len() as u32, 0)
+                .map_err(map_err("CG_CONFIG"))?;
+        }
+        let mut opened = Vec::with_capacity(events.len() * cpus.len());
+        for (k, (attr, name)) in events.iter().enumerate() {
+            let mut attr = *attr;
+            attr.set_disabled(true)
+                .set_inherit(false)
+                .set_inherit_thread(false);
+            let map_fd: OwnedFd = match ebpf.map(SIBLING_MAPS[k]) {
+                Some(aya::maps::Map::PerfEventArray(data)) => data
+                    .fd()
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .map_err(BpfError::Sibling)?,
+                _ => return Err(BpfError::Missing("a SIB perf event array")),
+            };
+            for &cpu in cpus {
+                let ev = PerfEvent::open(&attr, Scope::Cpu(cpu), None, || name.clone())?;
+                kernel::linux()
+                    .bpf_perf_event_array_set(map_fd.as_fd(), cpu, ev.as_fd())
+                    .map_err(BpfError::Sibling)?;
+                opened.push(ev);
+            }
+        }
+        let program: &mut RawTracePoint = ebpf
+            .program_mut(PROGRAM)
+            .ok_or(BpfError::Missing("program `cg_switch`"))?
+            .try_into()?;
+        program.load()?;
+        // The link belongs to the program, which this value owns: detached on drop.
+        program.attach("sched_switch")?;
+        for ev in &opened {
+            ev.enable(false)?;
+        }
+        Ok(Self {
+            ebpf,
+            events: opened,
+            cpus: cpus.to_vec(),
+            nevents: events.len(),
+        })
+    }
+
+    /// Perf events this counter holds open (CPUs × events).
+    pub fn perf_events(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Forces a context switch on every counted CPU (this thread visits each in turn), so
+    /// the deltas of the tasks running there now are attributed before a read.
+    pub fn flush(&self) {
+        use nix::{sched::CpuSet, unistd::Pid};
+        let me = Pid::from_raw(0);
+        let Ok(saved) = nix::sched::sched_getaffinity(me) else {
+            return;
+        };
+        for &cpu in &self.cpus {
+            let mut only = CpuSet::new();
+            if only.set(cpu as usize).is_ok() && nix::sched::sched_setaffinity(me, &only).is_ok() {
+                // Running here switched the previous task out; a short sleep switches this
+                // thread out too, so even the CPU's idle time is accounted.
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
+        let _ = nix::sched::sched_setaffinity(me, &saved);
+    }
+
+    /// Totals per cgroup id so far (summed over CPUs), one value per event.
+    pub fn read(&mut self) -> Result<BTreeMap<u64, Vec<u64>>, BpfError> {
+        let map: PerCpuHashMap<_, u64, CgroupCounts> = PerCpuHashMap::try_from(
+            self.ebpf
+                .map_mut("CG_COUNTS")
+                .ok_or(BpfError::Missing("CG_COUNTS"))?,
+        )
+        .map_err(map_err("CG_COUNTS"))?;
+        let mut out = BTreeMap::new();
+        for entry in map.iter() {
+            let (cgroup, per_cpu) = entry.map_err(map_err("CG_COUNTS"))?;
+            let mut sum = vec![0u64; self.nevents];
+            for counts in per_cpu.iter() {
+                for (k, v) in sum.iter_mut().enumerate() {
+                    *v = v.wrapping_add(counts.values[k]);
+                }
+            }
+            out.insert(cgroup, sum);
+        }
+        Ok(out)
+    }
+
+    pub fn stats(&mut self) -> Result<CgroupCountStats, BpfError> {
+        let stats: PerCpuArray<_, u64> = PerCpuArray::try_from(
+            self.ebpf
+                .map_mut("CG_STATS")
+                .ok_or(BpfError::Missing("CG_STATS"))?,
+        )
+        .map_err(map_err("CG_STATS"))?;
+        let slot = |i: u32| -> Result<u64, BpfError> {
+            Ok(stats.get(&i, 0).map_err(map_err("CG_STATS"))?.iter().sum())
+        };
+        Ok(CgroupCountStats {
+            switches: slot(cg_stat::SWITCHES)?,
+            dropped: slot(cg_stat::DROPPED)?,
+            read_errors: slot(cg_stat::READ_ERRORS)?,
+        })
+    }
+}
+
+fn page_size() -> u32 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .unwrap_or(4096) as u32
+}

@@ -1,0 +1,16 @@
+//! Loading the embedded eBPF object, configuring its maps, attaching its perf_event programs to
+//! perf events we opened ourselves, reading their ring buffers and loss counters, and the
+//! unwinder's maps (module tables and process mappings) that `record` fills.
+
+mod attach;
+mod cgcount;
+mod loader;
+mod privilege;
+mod ring;
+mod unwind;
+
+pub use cgcount::{CgroupCountStats, CgroupCounter};
+pub use loader::{BpfError, Sampler, SamplerStats};
+pub use privilege::{Privilege, PrivilegeError, check_privileges};
+pub use ring::{MAX_BATCH_TIME, Records};
+pub use unwind::{RowRange, UnwindMapError, UnwindMaps};

@@ -1,0 +1,242 @@
+//! The sampler's unwind maps, from user space: module tables are written into the
+//! memory-mapped `UNWIND_ROWS` array (one contiguous run per module, placed once and shared
+//! by every process mapping it), and each process's mappings into `UNWIND_PROCS`.
+
+use std::{
+    collections::HashMap as StdHashMap,
+    os::fd::{AsFd as _, AsRawFd},
+    ptr::NonNull,
+};
+
+use aya::maps::{HashMap, Map, MapData};
+use profiler_common::unwind::{
+    DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, ProcUnwind, UnwindMapping, UnwindRow,
+};
+
+use super::loader::{BpfError, Sampler};
+
+/// Where a module's rows are in `UNWIND_ROWS`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowRange {
+    pub start: u32,
+    pub len: u32,
+}
+
+/// `UNWIND_ROWS` mapped into our memory, and `UNWIND_PROCS`.
+pub struct UnwindMaps {
+    rows: NonNull<UnwindRow>,
+    capacity: u32,
+    used: u32,
+    /// Keeps the array's fd (and so the mapping's map) alive.
+    _rows_map: Map,
+    procs: HashMap<MapData, u32, ProcUnwind>,
+    placed: StdHashMap<u32, RowRange>,
+}
+
+// SAFETY: the mapping is plain shared memory owned by this value; nothing else in this
+// process aliases it.
+unsafe impl Send for UnwindMaps {}
+
+impl Sampler {
+    /// Takes the unwind maps out of the object (the program keeps using them). The sampler
+    /// must have been loaded with `capture::UNWIND_TABLES`, which sizes `UNWIND_ROWS`.
+    pub fn take_unwind_maps(&mut self) -> Result<UnwindMaps, UnwindMapError> {
+        let ebpf = self.ebpf_mut();
+        let rows_map = ebpf
+            .take_map("UNWIND_ROWS")
+            .ok_or(BpfError::Missing("map `UNWIND_ROWS`"))?;
+        let procs = ebpf
+            .take_map("UNWIND_PROCS")
+            .ok_or(BpfError::Missing("map `UNWIND_PROCS`"))?;
+        let procs = HashMap::try_from(procs).map_err(|source| BpfError::Map {
+            name: "UNWIND_PROCS",
+            source,
+        })?;
+        let Map::Array(data) = &rows_map else {
+            return Err(BpfError::Missing("array map `UNWIND_ROWS`").into());
+        };
+        // The loader sized the array (DEFAULT_UNWIND_ROWS when tables are on).
+        let capacity = data
+            .info()
+            .map(|i| i.max_entries())
+            .unwrap_or(DEFAULT_UNWIND_ROWS);
+        let bytes = capacity as usize * size_of::<UnwindRow>();
+        // SAFETY: mmap of a BPF_F_MMAPABLE array's fd, shared and writable, of exactly the
+        // array's size; the result is checked before use and unmapped on drop.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                data.fd().as_fd().as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(UnwindMapError::Mmap(std::io::Error::last_os_error()));
+        }
+        let rows = NonNull::new(ptr.cast::<UnwindRow>())
+            .ok_or_else(|| UnwindMapError::Mmap(std::io::ErrorKind::InvalidData.into()))?;
+        Ok(UnwindMaps {
+            rows,
+            capacity,
+            used: 0,
+            _rows_map: rows_map,
+            procs,
+            placed: StdHashMap::new(),
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum UnwindMapError {
+    #[error(transparent)]
+    Bpf(#[from] BpfError),
+    #[error("mmap of the UNWIND_ROWS array: {0}")]
+    Mmap(std::io::Error),
+    #[error(
+        "the unwind row array is full ({capacity} rows); this module walks with frame pointers"
+    )]
+    Full { capacity: u32 },
+    #[error("bpf(BPF_MAP_UPDATE_ELEM) of UNWIND_PROCS: {}", errno_text(.0))]
+    Update(aya::maps::MapError),
+}
+
+/// A map error with the errno the syscall returned, when it was a syscall that failed.
+fn errno_text(e: &aya::maps::MapError) -> String {
+    match e {
+        aya::maps::MapError::SyscallError(s) => format!("{}: {}", s.call, s.io_error),
+        other => other.to_string(),
+    }
+}
+
+impl UnwindMaps {
+    /// The rows of module `id`, written on first call.
+    pub fn place(&mut self, id: u32, rows: &[UnwindRow]) -> Result<RowRange, UnwindMapError> {
+        if let Some(r) = self.placed.get(&id) {
+            return Ok(*r);
+        }
+        let len = rows.len() as u32;
+        if u64::from(self.used) + u64::from(len) > u64::from(self.capacity) {
+            return Err(UnwindMapError::Full {
+                capacity: self.capacity,
+            });
+        }
+        // SAFETY: [used, used + len) is inside the mapping (checked above) and no one else in
+        // this process writes it; the kernel reads rows concurrently, but a range is only
+        // published (through UNWIND_PROCS) after it is written.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                rows.as_ptr(),
+                self.rows.as_ptr().add(self.used as usize),
+                rows.len(),
+            );
+        }
+        let range = RowRange {
+            start: self.used,
+            len,
+        };
+        self.used += len;
+        self.placed.insert(id, range);
+        Ok(range)
+    }
+
+    /// Whether module `id`'s rows are in the array.
+    pub fn is_placed(&self, id: u32) -> bool {
+        self.placed.contains_key(&id)
+    }
+
+    /// Publishes a process's mappings (at most `MAX_PROC_MAPPINGS`, the rest dropped).
+    pub fn set_process(
+        &mut self,
+        pid: u32,
+        mappings: &[UnwindMapping],
+    ) -> Result<(), UnwindMapError> {
+        let mut value = ProcUnwind::default();
+        let n = mappings.len().min(MAX_PROC_MAPPINGS);
+        value.mappings[..n].copy_from_slice(&mappings[..n]);
+        value.count = n as u32;
+        self.procs
+            .insert(pid, value, 0)
+            .map_err(UnwindMapError::Update)
+    }
+
+    /// Forgets a process (it exited).
+    pub fn remove_process(&mut self, pid: u32) {
+        let _ = self.procs.remove(&pid);
+    }
+
+    /// Bytes of rows written.
+    pub fn row_bytes(&self) -> usize {
+        self.used as usize * size_of::<UnwindRow>()
+    }
+
+    /// Bytes of the row array (allocated whole by the kernel when the map is created).
+    pub fn reserved_bytes(&self) -> usize {
+        self.capacity as usize * size_of::<UnwindRow>()
+    }
+}
+
+impl Drop for UnwindMaps {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `take_unwind_maps`, of that size, unmapped once.
+        unsafe {
+            libc::munmap(
+                self.rows.as_ptr().cast(),
+                self.capacity as usize * size_of::<UnwindRow>(),
+            );
+        }
+    }
+}
+
+impl Sampler {
+    /// Drops a process's tables in the kernel when it execs or exits (the exec'ed image's
+    /// are loaded on its next sample).
+    pub fn hook_unwind_lifecycle(&mut self) -> Result<(), BpfError> {
+        for (name, event) in [
+            ("unwind_exec", "sched_process_exec"),
+            ("unwind_exit", "sched_process_exit"),
+        ] {
+            let program: &mut aya::programs::TracePoint = self
+                .ebpf_mut()
+                .program_mut(name)
+                .ok_or(BpfError::Missing("an unwind tracepoint program"))?
+                .try_into()?;
+            program.load()?;
+            // The link belongs to the program, which the sampler owns: detached on drop.
+            program.attach("sched", event)?;
+        }
+        Ok(())
+    }
+}
+
+impl Sampler {
+    /// (table walks that stopped short, samples of processes without tables), summed over
+    /// CPUs.
+    pub fn unwind_counts(&mut self) -> Result<(u64, u64), BpfError> {
+        let map = self
+            .ebpf_mut()
+            .map_mut("STATS")
+            .ok_or(BpfError::Missing("map `STATS`"))?;
+        let stats: aya::maps::PerCpuArray<_, u64> =
+            aya::maps::PerCpuArray::try_from(map).map_err(|source| BpfError::Map {
+                name: "STATS",
+                source,
+            })?;
+        let slot = |i: u32| -> Result<u64, BpfError> {
+            Ok(stats
+                .get(&i, 0)
+                .map_err(|source| BpfError::Map {
+                    name: "STATS",
+                    source,
+                })?
+                .iter()
+                .sum())
+        };
+        Ok((
+            slot(profiler_common::stat::UNWIND_PARTIAL)?,
+            slot(profiler_common::stat::UNWIND_NO_PROCESS)?,
+        ))
+    }
+}

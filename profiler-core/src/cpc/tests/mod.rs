@@ -1,0 +1,3 @@
+//! Unit tests of `cpc` against the fake syscall seam (no kernel, no privileges).
+
+mod binder;

@@ -1,0 +1,120 @@
+//! Facts about this host the whole crate reads the same way: online CPUs, a process's
+//! threads, perf's sample-rate limit, the calling thread's id, and the monotonic clock
+//! (libcpc's `gethrtime`).
+
+use std::{cell::Cell, io, sync::Once};
+
+/// The online CPUs, ascending.
+pub fn online_cpus() -> io::Result<Vec<u32>> {
+    let mut cpus = aya::util::online_cpus().map_err(|(_, e)| e)?;
+    cpus.sort_unstable();
+    Ok(cpus)
+}
+
+/// The threads of a process (from /proc/PID/task), ascending.
+pub fn threads(pid: i32) -> io::Result<Vec<i32>> {
+    let mut tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    Ok(tids)
+}
+
+/// `kernel.perf_event_max_sample_rate`: the highest sampling frequency perf accepts (it
+/// lowers it under load); `None` when unreadable.
+pub fn max_sample_rate() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+thread_local! {
+    /// This thread's id once asked (0: not yet). gettid(2) costs a syscall, and
+    /// `set_sample` asks on every call.
+    static TID: Cell<i32> = const { Cell::new(0) };
+}
+
+/// The child of a fork is a new thread with the forking thread's thread-locals.
+extern "C" fn forget_tid() {
+    // `try_with`: nothing to forget if this thread never asked.
+    let _ = TID.try_with(|t| t.set(0));
+}
+
+/// The calling thread's id (gettid(2)), remembered per thread and forgotten across fork.
+pub fn gettid() -> i32 {
+    TID.with(|t| {
+        let cached = t.get();
+        if cached != 0 {
+            return cached;
+        }
+        static AT_FORK: Once = Once::new();
+        AT_FORK.call_once(|| {
+            // SAFETY: registers a handler that only writes a thread-local Cell; it stays
+            // valid for the life of the process (a plain function).
+            unsafe { libc::pthread_atfork(None, None, Some(forget_tid)) };
+        });
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        t.set(tid);
+        tid
+    })
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (libcpc's `gethrtime`, the clock of `Buf::hrtime`).
+/// Called on every `set_sample`: straight to the vDSO, without a wrapper's error mapping.
+#[inline]
+pub fn hrtime() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only the timespec we pass; CLOCK_MONOTONIC always exists.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) } != 0 {
+        return 0;
+    }
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_and_its_cpus() {
+        let me = std::process::id() as i32;
+        assert!(threads(me).unwrap().contains(&me));
+        let cpus = online_cpus().unwrap();
+        assert!(!cpus.is_empty() && cpus.windows(2).all(|w| w[0] < w[1]));
+        let (a, b) = (hrtime(), hrtime());
+        assert!(a > 0 && b >= a);
+    }
+
+    #[test]
+    fn thread_ids_are_per_thread_and_renewed_in_a_forked_child() {
+        // SAFETY: gettid has no preconditions.
+        let real = || unsafe { libc::gettid() };
+        assert_eq!(gettid(), real());
+        assert_eq!(gettid(), real(), "the remembered id");
+        let other = std::thread::spawn(move || (gettid(), real()))
+            .join()
+            .unwrap();
+        assert_eq!(other.0, other.1);
+        assert_ne!(other.0, gettid());
+        // SAFETY: the child only reads a thread-local, calls getpid and gettid (through the
+        // atfork-cleared cache), and leaves with _exit: all async-signal-safe.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: as above; the child's only thread is its process's main thread.
+            unsafe { libc::_exit(if gettid() == libc::getpid() { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child's id is its own"
+        );
+    }
+}

@@ -1,0 +1,493 @@
+//! One recording as a value: [`Session::setup`] loads the program, attaches it and starts
+//! sampling (and the command, if there is one); [`Session::run`] reads samples until a stop
+//! condition; [`Session::finish`] detaches, drains the ring and returns the profile with the
+//! run's statistics. Everything attached is owned here and detaches on drop.
+
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use profiler_common::{
+    RequestConfig, SamplerConfig, capture, filter, request_flags, stack::StackSampleHeader,
+};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+use super::{
+    CallGraph, Mode, RecordError, RecordOptions, RecordOutcome, Stop, Target,
+    aggregate::AggregateReader, cgroup_id, collect::Collector, follow_children, online_cpus,
+    pidfd::PidFd, resolve_events, status::StatusLine, symbolizing::SymbolizeWorker,
+    unwind::TableLoader, validate, workload::Workload,
+};
+use crate::{
+    bpf::{BpfError, RecordStream, Sampler, SamplerStats},
+    cpc::events::{Catalog, Event},
+    perf::{PerfEvent, SamplePolicy, Scope},
+    profile::{Profile, RunInfo},
+};
+
+/// The signals that end a recording in an orderly report.
+struct StopSignals {
+    int: Signal,
+    term: Signal,
+    hup: Signal,
+}
+
+impl StopSignals {
+    fn hook() -> Result<Self, RecordError> {
+        Ok(Self {
+            int: signal(SignalKind::interrupt()).map_err(io("installing SIGINT handler"))?,
+            term: signal(SignalKind::terminate()).map_err(io("installing SIGTERM handler"))?,
+            hup: signal(SignalKind::hangup()).map_err(io("installing SIGHUP handler"))?,
+        })
+    }
+}
+
+/// A recording in progress.
+pub struct Session<'a> {
+    opts: &'a RecordOptions,
+    signals: StopSignals,
+    names: Vec<Arc<str>>,
+    // Dropped in this order: the program and its events, then the command (as before the
+    // split: the command outlives the sampling of it).
+    sampler: Sampler,
+    records: RecordStream,
+    /// Unwind tables kept in step with the sampled processes (`--call-graph dwarf`).
+    tables: Option<TableLoader>,
+    /// The given processes (their exits end the run).
+    pidfds: Vec<PidFd>,
+    /// The started command's exit ends the run.
+    exit_watch: Option<PidFd>,
+    collector: Collector,
+    /// Symbolizes finished intervals on a thread of its own.
+    symbolizer: SymbolizeWorker,
+    aggregated: AggregateReader,
+    status: StatusLine,
+    /// What the kernel counted up to the last interval (continuous mode reports deltas).
+    reported: SamplerStats,
+    /// Bytes of records read from the ring (for `unwind_stats`).
+    ring_bytes: u64,
+    started: Instant,
+    interval_started: Instant,
+    workload: Option<Workload>,
+}
+
+fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> RecordError {
+    move |source| RecordError::Io { what, source }
+}
+
+impl<'a> Session<'a> {
+    /// Validates the options, loads and configures the program, attaches it to one event per
+    /// CPU per requested event, enables them and starts the command.
+    pub fn setup(opts: &'a RecordOptions) -> Result<Self, RecordError> {
+        validate(opts)?;
+        // Signals are hooked first, so a Ctrl-C during set-up still ends in an orderly report.
+        let signals = StopSignals::hook()?;
+
+        // Events are resolved before a command is started: a bad name starts nothing.
+        let catalog = Catalog::load();
+        let events = resolve_events(&catalog, &opts.events)?;
+        let mut workload = match &opts.target {
+            Target::Command(argv) => Some(Workload::prepare(argv)?),
+            _ => None,
+        };
+        let (mut sampler, mut tables) = load_sampler(opts)?;
+        for i in 0..events.len() {
+            let config = RequestConfig {
+                index: i as u32,
+                flags: if opts.stacks {
+                    request_flags::STACKS
+                } else {
+                    0
+                },
+                ..Default::default()
+            };
+            sampler.set_request(i as u64, config)?;
+        }
+        let pidfds = add_targets(
+            opts,
+            &catalog,
+            &mut sampler,
+            tables.as_mut(),
+            workload.as_ref(),
+        )?;
+        attach_events(opts, &events, &mut sampler)?;
+        let records = RecordStream::new(sampler.take_records()?).map_err(BpfError::Ring)?;
+        for event in sampler.events() {
+            event.enable(false)?;
+        }
+        // The run's duration is the time sampled: from here, not from before the set-up
+        // (loading and attaching take a tenth of a second, which would inflate short runs'
+        // durations).
+        let started = Instant::now();
+        let exit_watch = match workload.as_mut() {
+            Some(w) => {
+                w.start()?;
+                // The exec has happened: the program and its loader are mapped.
+                if let Some(t) = tables.as_mut() {
+                    t.load(w.pid(), true)?;
+                }
+                Some(w.pidfd().map_err(io("pidfd_open"))?)
+            }
+            None => None,
+        };
+        Ok(Session {
+            opts,
+            signals,
+            names: events.iter().map(|e| Arc::from(e.name.as_str())).collect(),
+            sampler,
+            records,
+            tables,
+            pidfds,
+            exit_watch,
+            collector: Collector::default(),
+            symbolizer: SymbolizeWorker::start(opts.debug_dirs.clone(), opts.symbolize_user)
+                .map_err(io("starting the symbolizing thread"))?,
+            aggregated: AggregateReader::default(),
+            status: StatusLine::new(opts.status_line),
+            reported: SamplerStats::default(),
+            ring_bytes: 0,
+            started,
+            interval_started: Instant::now(),
+            workload,
+        })
+    }
+
+    /// Reads samples until a signal, the duration, the command's or the targets' exit; hands
+    /// `on_interval` the profile of each interval in continuous mode.
+    pub async fn run(&mut self, on_interval: &mut dyn FnMut(Profile)) -> Result<Stop, RecordError> {
+        let opts = self.opts;
+        let deadline: Pin<Box<dyn Future<Output = ()>>> = match opts.duration {
+            Some(d) => Box::pin(tokio::time::sleep(d)),
+            None => Box::pin(std::future::pending()),
+        };
+        tokio::pin!(deadline);
+        let pidfds = &self.pidfds;
+        let all_targets_exited = async {
+            if pidfds.is_empty() {
+                std::future::pending::<()>().await;
+            }
+            for fd in pidfds {
+                fd.exited().await;
+            }
+        };
+        tokio::pin!(all_targets_exited);
+        let exit_watch = &self.exit_watch;
+        let command_exited = async {
+            match exit_watch {
+                Some(fd) => fd.exited().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(command_exited);
+        let every = |d: Option<Duration>| {
+            let d = d.unwrap_or(Duration::from_secs(3600));
+            tokio::time::interval_at(tokio::time::Instant::now() + d, d)
+        };
+        let mut intervals = every(opts.interval);
+        let mut status_ticks = every(Some(Duration::from_secs(1)));
+        // In aggregate mode, new processes are looked for once a second (to capture their
+        // maps).
+        let mut observe_ticks = every(Some(Duration::from_secs(1)));
+        let signals = &mut self.signals;
+        let sampler = &mut self.sampler;
+        let collector = &mut self.collector;
+        let symbolizer = &mut self.symbolizer;
+        let aggregated = &mut self.aggregated;
+        let records = &mut self.records;
+        let tables = &mut self.tables;
+        let ring_bytes = &mut self.ring_bytes;
+        let status = &mut self.status;
+        let reported = &mut self.reported;
+        let interval_started = &mut self.interval_started;
+        let stop = loop {
+            tokio::select! {
+                biased;
+                _ = signals.int.recv() => break Stop::Signal(libc::SIGINT),
+                _ = signals.term.recv() => break Stop::Signal(libc::SIGTERM),
+                _ = signals.hup.recv() => break Stop::Signal(libc::SIGHUP),
+                _ = &mut deadline => break Stop::Duration,
+                _ = &mut command_exited => break Stop::CommandExited,
+                _ = &mut all_targets_exited => break Stop::TargetsExited,
+                _ = intervals.tick(), if opts.interval.is_some() => {
+                    if opts.aggregate {
+                        aggregated.read(sampler, collector)?;
+                    }
+                    let stats = sampler.stats()?;
+                    let now = Instant::now();
+                    let info = run_info(opts, &stats, reported, *interval_started, now);
+                    *interval_started = Instant::now();
+                    // Symbolized on the worker's thread; the profile comes back below.
+                    symbolizer.submit(collector.take_batch(info, &self.names));
+                }
+                Some(profile) = symbolizer.next(), if symbolizer.busy() => on_interval(profile),
+                _ = status_ticks.tick(), if status.enabled() => {
+                    let stats = sampler.stats()?;
+                    status.show(
+                        self.started.elapsed(),
+                        stats.submitted + stats.aggregated,
+                        stats.lost,
+                    );
+                }
+                _ = observe_ticks.tick(), if opts.aggregate => {
+                    aggregated.observe(sampler, collector)?;
+                }
+                _ = records.next_batch_bytes(opts.poll, |bytes| {
+                    *ring_bytes += bytes.len() as u64;
+                    if let Some((header, frames)) = StackSampleHeader::parse(bytes) {
+                        collector.add(&header, frames);
+                        if let Some(t) = tables.as_mut() {
+                            t.note(&header);
+                        }
+                    }
+                }) => {
+                    if let Some(t) = tables.as_mut() {
+                        for pid in t.load_pending()? {
+                            collector.refresh_maps(pid);
+                        }
+                    }
+                }
+            }
+        };
+        Ok(stop)
+    }
+
+    /// Stops sampling, detaches, takes what is still in the ring and returns the profile
+    /// (handing `on_interval` the profiles of intervals still being symbolized).
+    pub async fn finish(
+        mut self,
+        stop: Stop,
+        on_interval: &mut dyn FnMut(Profile),
+    ) -> Result<RecordOutcome, RecordError> {
+        self.status.clear();
+        // Close the events first so nothing new arrives, then take what is still in the
+        // ring. Disabling is immediate on every CPU (detaching waits for RCU grace periods,
+        // event by event), so the duration ends where sampling really ended.
+        for event in self.sampler.events() {
+            let _ = event.disable(false);
+        }
+        let ended = Instant::now();
+        self.sampler.detach_all();
+        let collector = &mut self.collector;
+        let ring_bytes = &mut self.ring_bytes;
+        self.records.drain_bytes(|bytes| {
+            *ring_bytes += bytes.len() as u64;
+            if let Some((header, frames)) = StackSampleHeader::parse(bytes) {
+                collector.add(&header, frames);
+            }
+        });
+        if self.opts.aggregate {
+            self.aggregated.read(&mut self.sampler, collector)?;
+        }
+        let stats = self.sampler.stats()?;
+        if self.opts.unwind_stats {
+            self.print_unwind_stats(&stats)?;
+        }
+        drop(self.sampler);
+        let command_status = self.workload.as_mut().and_then(|w| w.try_reap());
+        let since = if self.opts.interval.is_some() {
+            self.interval_started
+        } else {
+            self.started
+        };
+        let info = run_info(self.opts, &stats, &mut self.reported, since, ended);
+        let last = self.collector.take_batch(info, &self.names);
+        let (earlier, last) = self.symbolizer.finish(last).await;
+        for profile in earlier {
+            on_interval(profile);
+        }
+        Ok(RecordOutcome {
+            profile: last.ok_or(RecordError::Io {
+                what: "symbolizing the profile",
+                source: std::io::Error::other("the symbolizing thread stopped"),
+            })?,
+            stop,
+            command_status,
+        })
+    }
+
+    /// The unwinder's and the ring's totals, one line on stderr (for the benchmark).
+    fn print_unwind_stats(&mut self, stats: &SamplerStats) -> Result<(), RecordError> {
+        let (partial, no_process) = self.sampler.unwind_counts()?;
+        let t = self.tables.as_ref().map(|t| t.stats()).unwrap_or_default();
+        eprintln!(
+            "unwind-stats samples={} ring_bytes={} partial={partial} \
+             no_process={no_process} modules={} processes={} loads={} \
+             modules_without_table={} row_bytes={} reserved_bytes={} user_bytes={}",
+            stats.submitted,
+            self.ring_bytes,
+            t.modules,
+            t.processes,
+            t.loads,
+            t.modules_without_table,
+            t.row_bytes,
+            t.reserved_bytes,
+            t.user_bytes
+        );
+        Ok(())
+    }
+}
+
+/// What the program is told: which filter, which stacks (and whether user stacks are walked
+/// with unwind tables), when to wake the reader.
+fn sampler_config(opts: &RecordOptions) -> SamplerConfig {
+    let stacks = match opts.mode {
+        Mode::Both => capture::USER_STACK | capture::KERNEL_STACK,
+        Mode::User => capture::USER_STACK,
+        Mode::Kernel => capture::KERNEL_STACK,
+    };
+    // Unwind tables serve ring-buffer records of user stacks (in-kernel aggregation keys
+    // stacks by the kernel's stack map, which only frame pointers fill).
+    let tables = opts.call_graph == CallGraph::Dwarf
+        && !opts.aggregate
+        && opts.stacks
+        && stacks & capture::USER_STACK != 0;
+    SamplerConfig {
+        filter: match &opts.target {
+            Target::SystemWide => 0,
+            Target::Tids(_) => filter::TID,
+            Target::Cgroup(_) => filter::CGROUP,
+            Target::Pids(_) | Target::Command(_) => filter::TGID,
+        },
+        capture: stacks
+            | if opts.aggregate {
+                capture::AGGREGATE
+            } else {
+                0
+            }
+            | if tables { capture::UNWIND_TABLES } else { 0 },
+        wakeup_bytes: u64::from(opts.ring_bytes / 4),
+        ..Default::default()
+    }
+}
+
+/// Loads `record`'s program; with unwind tables, also their loader (our own libraries'
+/// tables built) and the exec and exit hooks that drop a process's tables.
+fn load_sampler(opts: &RecordOptions) -> Result<(Sampler, Option<TableLoader>), RecordError> {
+    let config = sampler_config(opts);
+    let wants_tables = config.capture & capture::UNWIND_TABLES != 0;
+    let sampler = match Sampler::load_record(config, opts.ring_bytes) {
+        // The unwinder needs bpf_loop (Linux 5.17); older kernels walk frame pointers.
+        Err(BpfError::Program(e)) if wants_tables => {
+            eprintln!(
+                "profiler: warning: the kernel refused the unwind-table program (it needs \
+                 Linux 5.17 or newer for bpf_loop); walking stacks with frame pointers: {e}"
+            );
+            let config = SamplerConfig {
+                capture: config.capture & !capture::UNWIND_TABLES,
+                ..config
+            };
+            Sampler::load_record(config, opts.ring_bytes)?
+        }
+        other => other?,
+    };
+    let mut sampler = sampler;
+    if !(wants_tables && sampler.program_name() == "record_sample") {
+        return Ok((sampler, None));
+    }
+    let mut loader = TableLoader::new(sampler.take_unwind_maps()?);
+    loader.preload_own()?;
+    if let Err(e) = sampler.hook_unwind_lifecycle() {
+        eprintln!("profiler: warning: exec and exit do not refresh unwind tables: {e}");
+    }
+    Ok((sampler, Some(loader)))
+}
+
+/// Puts the targets into the program's filter (and their tables into the unwinder's maps);
+/// returns pidfds of the given processes, whose exits end the run.
+fn add_targets(
+    opts: &RecordOptions,
+    catalog: &Catalog,
+    sampler: &mut Sampler,
+    mut tables: Option<&mut TableLoader>,
+    workload: Option<&Workload>,
+) -> Result<Vec<PidFd>, RecordError> {
+    let mut pidfds = Vec::new();
+    match (&opts.target, workload) {
+        (Target::Pids(pids), _) => {
+            for &pid in pids {
+                sampler.add_tgid(pid)?;
+                if let Some(t) = tables.as_deref_mut() {
+                    t.load(pid, true)?;
+                }
+                // A target that is already gone is not an error: it simply contributes
+                // nothing.
+                if let Ok(fd) = PidFd::open(pid) {
+                    pidfds.push(fd);
+                }
+            }
+            // Children the targets start while profiled are profiled too (as perf's
+            // inherited events do); the run still ends when the given processes exit.
+            follow_children(catalog, sampler, "the processes'");
+        }
+        (Target::Tids(tids), _) => {
+            for &tid in tids {
+                sampler.add_tid(tid)?;
+            }
+        }
+        (Target::Cgroup(path), _) => sampler.add_cgroup(cgroup_id(path)?)?,
+        (Target::Command(_), Some(w)) => {
+            sampler.add_tgid(w.pid())?;
+            // Children of the command are profiled too (a shell script's commands, say).
+            follow_children(catalog, sampler, "the command's");
+        }
+        _ => {}
+    }
+    Ok(pidfds)
+}
+
+/// One event per CPU per requested event, shared by all targets: the program filters in the
+/// kernel and labels each sample with its event (the link's cookie).
+fn attach_events(
+    opts: &RecordOptions,
+    events: &[Event],
+    sampler: &mut Sampler,
+) -> Result<(), RecordError> {
+    let policy = match opts.period {
+        Some(n) => SamplePolicy::Period(n),
+        None => SamplePolicy::Frequency(opts.frequency_hz),
+    };
+    let cpus = match &opts.cpus {
+        Some(c) => c.clone(),
+        None => online_cpus()?,
+    };
+    for (i, event) in events.iter().enumerate() {
+        let mut attr = event.attr();
+        attr.set_sample_policy(policy);
+        attr.set_exclude_user(opts.mode == Mode::Kernel);
+        attr.set_exclude_kernel(opts.mode == Mode::User);
+        for &cpu in &cpus {
+            let ev = PerfEvent::open(&attr, Scope::Cpu(cpu), None, || event.name.clone())?;
+            sampler.attach(ev, i as u64)?;
+        }
+    }
+    Ok(())
+}
+
+/// The run's (or interval's) statistics: counts since the last report.
+fn run_info(
+    opts: &RecordOptions,
+    stats: &SamplerStats,
+    reported: &mut SamplerStats,
+    since: Instant,
+    until: Instant,
+) -> RunInfo {
+    let info = RunInfo {
+        event: opts.events.join(","),
+        frequency_hz: opts.frequency_hz,
+        period: opts.period,
+        duration_ms: until.duration_since(since).as_millis() as u64,
+        samples: 0,
+        lost: stats.lost - reported.lost,
+        filtered: stats.filtered - reported.filtered,
+        stack_errors: stats.stack_errors - reported.stack_errors,
+        collisions: stats.collisions - reported.collisions,
+        untracked: stats.follow_failed - reported.follow_failed,
+        refused: 0,
+        unsymbolized: 0,
+    };
+    *reported = *stats;
+    info
+}
