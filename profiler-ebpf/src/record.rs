@@ -70,6 +70,11 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
     let Some(config) = CONFIG.get(0) else {
         return;
     };
+    // The test-only `broken` feature: a loop the verifier cannot prove ends, so that
+    // `cargo xtask kernels --broken` shows a refusal is reported with the verifier's log.
+    #[cfg(feature = "broken")]
+    // SAFETY: a volatile read of the map value `config` borrows.
+    while unsafe { core::ptr::read_volatile(&config.capture) } != 0 {}
     // SAFETY: the helper only reads the running program's attach cookie.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
     // SAFETY: a plain map lookup; the value is copied out.
