@@ -1,6 +1,6 @@
 //! The sampler: the embedded eBPF object, its maps, and the perf events it is attached to.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use aya::{
     Ebpf, EbpfError, EbpfLoader,
@@ -12,7 +12,7 @@ use profiler_common::{
     RequestConfig, SamplerConfig, capture, stat,
 };
 
-use super::ring::RecordStream;
+use super::{KernelFeatures, ring::RecordStream};
 use crate::perf::{PerfError, PerfEvent};
 
 /// The eBPF object built from `profiler-ebpf` by `build.rs` (empty under `AYA_BUILD_SKIP=1`).
@@ -62,6 +62,13 @@ pub enum BpfError {
     Link(std::io::Error),
     #[error("bpf(BPF_MAP_UPDATE_ELEM) of a perf event array: {0}")]
     Sibling(std::io::Error),
+    #[error("ioctl(PERF_EVENT_IOC_SET_BPF): {0}")]
+    SetBpf(std::io::Error),
+    #[error(
+        "{what} needs BPF attach cookies (bpf_get_attach_cookie, Linux 5.15 or newer); \
+         this kernel ({release}) has none"
+    )]
+    NoAttachCookies { what: &'static str, release: String },
 }
 
 fn map_err(name: &'static str) -> impl FnOnce(MapError) -> BpfError {
@@ -150,6 +157,8 @@ impl Sampler {
             .map_max_entries("AGGREGATE", entries)
             .map_max_entries("STACK_TRACES", stacks)
             .map_max_entries("CG_COUNTS", 1)
+            // The helpers this kernel has: the verifier drops the branches of the others.
+            .override_global("KERNEL_FEATURES", &KernelFeatures::get().ebpf_bits(), true)
             .load(OBJECT)?;
         let program: &mut PerfEventProgram = ebpf
             .program_mut(program_name)
@@ -215,6 +224,28 @@ impl Sampler {
             .program(self.program)
             .ok_or(BpfError::Missing("the perf_event program"))?
             .try_into()?;
+        if !KernelFeatures::get().attach_cookies() {
+            // Before 5.15: no perf links and no cookies. The program takes every overflow
+            // for request 0 (`DEFAULT_COOKIE`); the event's fd holds the attachment.
+            if cookie != 0 {
+                return Err(BpfError::NoAttachCookies {
+                    what: concat!(
+                        "telling events apart (record with several events, libcpc overflow ",
+                        "notification of a request other than the first)"
+                    ),
+                    release: super::features::kernel_release(),
+                });
+            }
+            let prog_fd = program.fd()?.as_fd().as_raw_fd();
+            // SAFETY: PERF_EVENT_IOC_SET_BPF on a perf event fd we borrow, with the fd of
+            // our loaded program, which the kernel takes its own reference to.
+            let rc =
+                unsafe { perf_event_open_sys::ioctls::SET_BPF(event.as_raw_fd(), prog_fd as u32) };
+            if rc < 0 {
+                return Err(BpfError::SetBpf(std::io::Error::last_os_error()));
+            }
+            return Ok(());
+        }
         let link = super::link::perf_event_link(program.fd()?.as_fd(), event, cookie)
             .map_err(BpfError::Link)?;
         self.links.push(link);

@@ -142,14 +142,28 @@ pub fn kernels(opts: &Options) -> anyhow::Result<()> {
                 .as_ref()
                 .map(|o| format!("profiler.only={o}"))
                 .unwrap_or_default();
-            let suite = boot::boot(
-                &k.label,
-                &img.vmlinuz,
-                &initramfs.cpio,
-                &append,
-                &dir.join("console.log"),
-                Duration::from_secs(opts.limit),
-            )?;
+            let boot = |log: &str| {
+                boot::boot(
+                    &k.label,
+                    &img.vmlinuz,
+                    &initramfs.cpio,
+                    &append,
+                    &dir.join(log),
+                    Duration::from_secs(opts.limit),
+                )
+            };
+            let mut suite = boot("console.log")?;
+            if suite.release.is_none() {
+                // The kernel did not reach the suite (a boot-time panic of a starved TCG
+                // vCPU): once more, the first console kept.
+                eprintln!(
+                    "kernels: {} did not start (see {}); booting it again",
+                    k.label,
+                    dir.join("console-first-boot.log").display()
+                );
+                fs::rename(dir.join("console.log"), dir.join("console-first-boot.log"))?;
+                suite = boot("console.log")?;
+            }
             (img.package, suite)
         };
         let wall = start.elapsed().as_secs_f64();
@@ -416,7 +430,7 @@ fn json(results: &[KernelResult]) -> serde_json::Value {
 
 /// The guest side: `xtask kernels-guest --root DIR --scratch DIR [--only NAME]`.
 pub fn guest(root: &Path, scratch: &Path, only: Option<&str>) -> anyhow::Result<()> {
-    let layout = guest::Layout::under(root, scratch);
+    let mut layout = guest::Layout::under(root, scratch);
     guest::check_layout(&layout)?;
     // In a guest, `--only` comes on the kernel command line (`profiler.only=NAME`).
     let cmdline = fs::read_to_string("/proc/cmdline").unwrap_or_default();
@@ -424,7 +438,7 @@ pub fn guest(root: &Path, scratch: &Path, only: Option<&str>) -> anyhow::Result<
         .split_whitespace()
         .find_map(|w| w.strip_prefix("profiler.only="));
     let only = only.or(from_cmdline);
-    let failed = guest::run_suite(&layout, only);
+    let failed = guest::run_suite(&mut layout, only);
     if failed > 0 {
         bail!("{failed} checks failed");
     }
