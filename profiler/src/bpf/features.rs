@@ -85,6 +85,11 @@ impl KernelFeatures {
         self.has("attach cookies")
     }
 
+    /// `bpf_loop` (5.17): the unwind-table program can load.
+    pub fn bpf_loop(&self) -> bool {
+        self.has("bpf_loop")
+    }
+
     /// The `KERNEL_FEATURES` constant of the eBPF object.
     pub fn ebpf_bits(&self) -> u32 {
         let mut bits = 0;

@@ -380,10 +380,19 @@ pub async fn record_with(
     };
     // Unwind tables serve ring-buffer records of user stacks (in-kernel aggregation keys
     // stacks by the kernel's stack map, which only frame pointers fill).
-    let tables = opts.call_graph == CallGraph::Dwarf
+    let mut tables = opts.call_graph == CallGraph::Dwarf
         && !opts.aggregate
         && opts.stacks
         && config.capture & capture::USER_STACK != 0;
+    if tables && !crate::bpf::KernelFeatures::get().bpf_loop() {
+        // Known from the kernel's BTF: no failed load, one line.
+        eprintln!(
+            "profiler: this kernel ({}) has no bpf_loop (Linux 5.17): walking user stacks \
+             with frame pointers",
+            crate::bpf::kernel_release()
+        );
+        tables = false;
+    }
     let config = SamplerConfig {
         capture: config.capture
             | if opts.aggregate {

@@ -460,6 +460,9 @@ fn record_two_events(l: &Layout) -> CheckResult {
         "--user",
         "--by",
         "event",
+        // Frame pointers: on kernels without bpf_loop, no line about unwind tables.
+        "--call-graph",
+        "fp",
         "--",
         &touch,
         "20000",

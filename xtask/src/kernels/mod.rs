@@ -371,11 +371,8 @@ fn summary(results: &[KernelResult], out: &Path, expected: usize) -> String {
 fn markdown(results: &[KernelResult]) -> String {
     let mut s = String::from("| check |");
     for r in results {
-        let _ = write!(
-            s,
-            " {} |",
-            r.suite.release.as_deref().unwrap_or(&r.kernel.label)
-        );
+        let release = r.suite.release.as_deref().unwrap_or("did not start");
+        let _ = write!(s, " {} (`{release}`) |", r.kernel.label);
     }
     s.push_str("\n|---|");
     s.push_str(&"---|".repeat(results.len()));
@@ -390,6 +387,9 @@ fn markdown(results: &[KernelResult]) -> String {
         let _ = write!(s, "| {name} |");
         for r in results {
             match r.suite.checks.iter().find(|c| c.name == name) {
+                Some(c) if c.passed && c.summary.starts_with("refused as documented") => {
+                    let _ = write!(s, " refused, as documented ({:.1} s) |", c.secs);
+                }
                 Some(c) if c.passed => {
                     let _ = write!(s, " pass ({:.1} s) |", c.secs);
                 }
@@ -401,6 +401,18 @@ fn markdown(results: &[KernelResult]) -> String {
         }
         s.push('\n');
     }
+    s.push_str("| boot, and all in all |");
+    for r in results {
+        match r.suite.boot_secs.filter(|_| !r.kernel.is_host()) {
+            Some(b) => {
+                let _ = write!(s, " {b:.0} s, {:.0} s |", r.wall);
+            }
+            None => {
+                let _ = write!(s, " native, {:.0} s |", r.wall);
+            }
+        }
+    }
+    s.push('\n');
     s
 }
 
