@@ -69,7 +69,7 @@ impl KernelFeatures {
         let mut has = [false; FEATURES.len()];
         for (h, f) in has.iter_mut().zip(&FEATURES) {
             let needle = [b"\0", f.helper.as_bytes(), b"\0"].concat();
-            *h = btf.windows(needle.len()).any(|w| w == needle);
+            *h = memchr::memmem::find(btf, &needle).is_some();
         }
         Self { has }
     }
