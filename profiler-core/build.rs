@@ -31,10 +31,17 @@ fn main() -> anyhow::Result<()> {
         .manifest_path
         .parent()
         .ok_or_else(|| anyhow!("profiler-ebpf has no manifest directory"))?;
+    // The test-only `broken-ebpf` feature builds the eBPF crate's `broken` program.
+    let features: &[&str] = if env::var_os("CARGO_FEATURE_BROKEN_EBPF").is_some() {
+        &["broken"]
+    } else {
+        &[]
+    };
     aya_build::build_ebpf(
         [aya_build::Package {
             name: ebpf.name.as_str(),
             root_dir: root_dir.as_str(),
+            features,
             ..Default::default()
         }],
         aya_build::Toolchain::default(),

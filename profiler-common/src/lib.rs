@@ -45,6 +45,20 @@ pub mod capture {
     pub const UNWIND_TABLES: u32 = 1 << 3;
 }
 
+/// Bits of the eBPF object's `KERNEL_FEATURES` constant: the helpers this kernel has, set by
+/// the loader before the programs load. It lives in the read-only data the verifier knows, so
+/// the branches that call a missing helper are dead code it never checks.
+pub mod kernel_features {
+    /// `bpf_get_attach_cookie` (Linux 5.15): requests told apart by the link's cookie.
+    /// Without it every overflow is of the request whose cookie is `DEFAULT_COOKIE`.
+    pub const ATTACH_COOKIE: u32 = 1 << 0;
+    /// `bpf_get_current_task_btf` and `bpf_task_pt_regs` (Linux 5.15): the user registers of
+    /// a sample taken in kernel mode (for the frameless-caller recovery).
+    pub const TASK_PT_REGS: u32 = 1 << 1;
+    /// Everything (the default of the object, for the newest kernels).
+    pub const ALL: u32 = ATTACH_COOKIE | TASK_PT_REGS;
+}
+
 /// Entries of the in-kernel aggregation map: distinct (process, event, stacks, cgroup) keys.
 pub const AGGREGATE_ENTRIES: u32 = 65536;
 /// Distinct stacks the aggregation's stack-trace map holds.

@@ -9,10 +9,9 @@ use aya_ebpf::{
         BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, pt_regs,
     },
     helpers::{
-        bpf_get_attach_cookie, bpf_get_current_cgroup_id, bpf_get_current_comm,
-        bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_get_smp_processor_id,
-        bpf_get_stack, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
-        bpf_task_pt_regs, generated,
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_get_current_task_btf, bpf_get_smp_processor_id, bpf_get_stack, bpf_ktime_get_ns,
+        bpf_probe_read_kernel, bpf_probe_read_user, bpf_task_pt_regs, generated,
     },
     macros::map,
     maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
@@ -20,13 +19,14 @@ use aya_ebpf::{
 };
 use profiler_common::{
     AGGREGATE_ENTRIES, AGGREGATE_STACKS, AggregateKey, AggregateValue, DEFAULT_RING_BYTES,
-    MAX_STACK_DEPTH, RequestConfig, SamplerConfig, capture, record_flags, request_flags,
+    MAX_STACK_DEPTH, RequestConfig, SamplerConfig, capture, kernel_features, record_flags,
+    request_flags,
     stack::{MAX_RECORD_FRAMES, STACK_HEADER_SIZE, StackSampleBuf},
     stack_id, stat,
 };
 
 use crate::{
-    sampler::{CONFIG, REQUESTS, bump, targeted},
+    sampler::{CONFIG, REQUESTS, bump, kernel_has, request_cookie, targeted},
     unwind::{Walked, wake_for_tables, walk_user},
 };
 
@@ -70,8 +70,12 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
     let Some(config) = CONFIG.get(0) else {
         return;
     };
-    // SAFETY: the helper only reads the running program's attach cookie.
-    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    // The test-only `broken` feature: a loop the verifier cannot prove ends, so that
+    // `cargo xtask kernels --broken` shows a refusal is reported with the verifier's log.
+    #[cfg(feature = "broken")]
+    // SAFETY: a volatile read of the map value `config` borrows.
+    while unsafe { core::ptr::read_volatile(&config.capture) } != 0 {}
+    let cookie = request_cookie(ctx);
     // SAFETY: a plain map lookup; the value is copied out.
     let Some(request) = (unsafe { REQUESTS.get(cookie) }).copied() else {
         bump(stat::UNCONFIGURED);
@@ -296,6 +300,9 @@ fn user_sp(ctx: &PerfEventContext) -> Option<u64> {
         let regs = &(*ctx.ctx).regs;
         if regs.cs & 3 == 3 {
             return Some(regs.rsp);
+        }
+        if !kernel_has(kernel_features::TASK_PT_REGS) {
+            return None;
         }
         let user_regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs;
         if user_regs.is_null() {

@@ -18,7 +18,8 @@ use aya_ebpf::{
 };
 use profiler_common::{
     DEFAULT_RING_BYTES, MAX_REQUESTS, MAX_SIBLINGS, MAX_TARGET_CGROUPS, MAX_TARGET_TGIDS,
-    MAX_TARGET_TIDS, RequestConfig, SampleRecord, SamplerConfig, filter, request_flags, stat,
+    MAX_TARGET_TIDS, RequestConfig, SampleRecord, SamplerConfig, filter, kernel_features,
+    request_flags, stat,
 };
 
 #[map]
@@ -96,6 +97,36 @@ pub(crate) fn read_counter(k: usize, index: u64) -> Option<u64> {
     (rc == 0).then_some(v.counter)
 }
 
+/// What this kernel offers ([`kernel_features`]), set by the loader: a constant in read-only
+/// data, so the verifier removes the branches calling helpers the kernel lacks unchecked.
+#[unsafe(no_mangle)]
+static KERNEL_FEATURES: u32 = kernel_features::ALL;
+
+/// The request of every overflow where the kernel has no attach cookies (set by the loader).
+#[unsafe(no_mangle)]
+static DEFAULT_COOKIE: u64 = 0;
+
+/// Whether the kernel has `feature` ([`kernel_features`]).
+#[inline(always)]
+pub(crate) fn kernel_has(feature: u32) -> bool {
+    // SAFETY: a volatile read of our own constant, so that it is read from the map the
+    // loader filled rather than folded at compile time.
+    unsafe { core::ptr::read_volatile(&raw const KERNEL_FEATURES) & feature != 0 }
+}
+
+/// The `REQUESTS` key of this overflow: the link's attach cookie, or `DEFAULT_COOKIE` on
+/// kernels without cookies (before 5.15), where the loader allows one request.
+#[inline(always)]
+pub(crate) fn request_cookie(ctx: &PerfEventContext) -> u64 {
+    if kernel_has(kernel_features::ATTACH_COOKIE) {
+        // SAFETY: the helper only reads the running program's attach cookie.
+        unsafe { bpf_get_attach_cookie(ctx.as_ptr()) }
+    } else {
+        // SAFETY: as in `kernel_has`.
+        unsafe { core::ptr::read_volatile(&raw const DEFAULT_COOKIE) }
+    }
+}
+
 #[map]
 pub(crate) static REQUESTS: HashMap<u64, RequestConfig> =
     HashMap::with_max_entries(MAX_REQUESTS, 0);
@@ -135,8 +166,7 @@ fn on_sample(ctx: &PerfEventContext) -> u32 {
     let Some(config) = CONFIG.get(0) else {
         return 0;
     };
-    // SAFETY: the helper only reads the running program's attach cookie.
-    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    let cookie = request_cookie(ctx);
     // SAFETY: a plain map lookup; the value is copied out.
     let Some(request) = (unsafe { REQUESTS.get(cookie) }).copied() else {
         bump(stat::UNCONFIGURED);

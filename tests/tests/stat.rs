@@ -146,11 +146,39 @@ fn list_shows_the_interface_events_and_reasons() {
         "cpu-clock",
         "page-faults",
         "PAPI_tot_cyc",
+        "kernel features: ring buffer (5.8) yes, attach cookies (5.15) ",
     ] {
         assert!(text.contains(needle), "{needle} missing:\n{text}");
     }
     let out = profiler(&["list", "--json"]);
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let features = doc["kernel_features"].as_array().expect("kernel_features");
+    let names: Vec<&str> = features
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["ring buffer", "attach cookies", "task pt_regs", "bpf_loop"]
+    );
+    // The release this test runs on: every feature from its version on.
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let version: Vec<u32> = release
+        .split(|c: char| !c.is_ascii_digit())
+        .take(2)
+        .map(|n| n.parse().unwrap())
+        .collect();
+    for f in features {
+        let since: Vec<u32> = f["since"]
+            .as_str()
+            .unwrap()
+            .split('.')
+            .map(|n| n.parse().unwrap())
+            .collect();
+        if version >= since && std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+            assert_eq!(f["available"], true, "{f} on {release}");
+        }
+    }
     let events = doc["events"].as_array().unwrap();
     let find = |name: &str| events.iter().find(|e| e["name"] == name).cloned();
     assert_eq!(find("task-clock").unwrap()["available"], true);

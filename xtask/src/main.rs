@@ -1,8 +1,9 @@
-//! Project automation: `cargo xtask setup | test | run | install | fuzz | bench | layers`.
+//! Project automation: `cargo xtask setup | test | run | install | fuzz | bench | layers | kernels`.
 
 mod bench;
 mod fuzz;
 mod install;
+mod kernels;
 mod layers;
 mod packages;
 mod setup;
@@ -67,6 +68,36 @@ enum Command {
         /// Targets to run (default: all).
         targets: Vec<String>,
     },
+    /// Boot Debian's kernels (xtask/kernels.txt: 5.10, 6.1, 6.12, 7.x) under qemu and run the
+    /// guest suite in each, and natively on this machine's (`host`); one line per kernel and
+    /// check, evidence and verifier logs in target/kernels/.
+    Kernels {
+        /// Kernels to run, by label or its start (`5.10`, `7`, `host`); default: all.
+        labels: Vec<String>,
+        /// Re-resolve the newest packages and fetch them again.
+        #[arg(long)]
+        refresh: bool,
+        /// Only the checks whose name contains this.
+        #[arg(long, value_name = "CHECK")]
+        only: Option<String>,
+        /// Build the profiler with a deliberately unverifiable eBPF program (the
+        /// `broken-ebpf` feature): the run must fail with the verifier's message.
+        #[arg(long)]
+        broken: bool,
+        /// Seconds each kernel may take, boot and suite.
+        #[arg(long, default_value_t = kernels::DEFAULT_LIMIT_SECS, value_name = "SECS")]
+        limit: u64,
+    },
+    /// Inside a guest (or natively for `host`): run the suite against the tree under ROOT.
+    #[command(hide = true)]
+    KernelsGuest {
+        #[arg(long)]
+        root: std::path::PathBuf,
+        #[arg(long)]
+        scratch: std::path::PathBuf,
+        #[arg(long)]
+        only: Option<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -79,6 +110,24 @@ fn main() -> ExitCode {
         Command::Fuzz { secs, targets } => fuzz::fuzz(secs, &targets),
         Command::Bench { quick, only } => bench::bench(quick, only.as_deref()),
         Command::Layers => layers::report(),
+        Command::Kernels {
+            labels,
+            refresh,
+            only,
+            broken,
+            limit,
+        } => kernels::kernels(&kernels::Options {
+            labels,
+            refresh,
+            only,
+            broken,
+            limit,
+        }),
+        Command::KernelsGuest {
+            root,
+            scratch,
+            only,
+        } => kernels::guest(&root, &scratch, only.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -10,6 +10,7 @@ use crate::util::{output, run};
 
 /// One thing a command needs, the probe that tells whether this machine has it, and the
 /// Debian package that provides it.
+#[derive(Clone, Copy)]
 pub struct Need {
     pub what: &'static str,
     pub package: &'static str,
@@ -67,13 +68,59 @@ pub const TEST: &[Need] = &[
     },
 ];
 
+/// A statically linked busybox (the guests' shell and tools).
+fn static_busybox() -> bool {
+    output(Command::new("ldd").arg("/bin/busybox"))
+        .is_ok_and(|o| !o.status.success() && std::path::Path::new("/bin/busybox").exists())
+}
+
+/// What `cargo xtask kernels` needs to build its initramfs (the `host` row alone).
+pub const KERNELS_HOST: &[Need] = &[
+    Need {
+        what: "a C compiler (the fixtures and libcpc's examples)",
+        package: "gcc",
+        probe: || runs("cc", &["--version"]),
+    },
+    Need {
+        what: "a static busybox (the guests' shell)",
+        package: "busybox-static",
+        probe: static_busybox,
+    },
+    Need {
+        what: "cpio (the initramfs)",
+        package: "cpio",
+        probe: || runs("cpio", &["--version"]),
+    },
+];
+
+/// What `cargo xtask kernels` needs to boot other kernels.
+pub const KERNELS: &[Need] = &[
+    KERNELS_HOST[0],
+    KERNELS_HOST[1],
+    KERNELS_HOST[2],
+    Need {
+        what: "qemu (boots the kernels, TCG)",
+        package: "qemu-system-x86",
+        probe: || runs("qemu-system-x86_64", &["--version"]),
+    },
+];
+
 /// Installs the packages of `needs` this machine lacks (one `apt-get install`), printing what
 /// it installed or that everything was present.
 pub fn ensure(needs: &[Need]) -> anyhow::Result<()> {
+    install(needs, false)
+}
+
+/// As [`ensure`], without the packages' recommendations (qemu recommends a desktop's worth).
+pub fn ensure_minimal(needs: &[Need]) -> anyhow::Result<()> {
+    install(needs, true)
+}
+
+fn install(needs: &[Need], minimal: bool) -> anyhow::Result<()> {
     let missing: Vec<&Need> = needs.iter().filter(|n| !(n.probe)()).collect();
     if missing.is_empty() {
         eprintln!(
-            "setup: test packages present ({})",
+            "setup: packages present ({})",
             names(&needs.iter().collect::<Vec<_>>())
         );
         return Ok(());
@@ -96,6 +143,7 @@ pub fn ensure(needs: &[Need]) -> anyhow::Result<()> {
         .env("DEBIAN_FRONTEND", "noninteractive"))?;
     run(Command::new("apt-get")
         .args(["install", "-y", "-q"])
+        .args(minimal.then_some("--no-install-recommends"))
         .args(&packages)
         .env("DEBIAN_FRONTEND", "noninteractive"))
     .with_context(|| format!("installing {}", packages.join(" ")))?;

@@ -4,7 +4,10 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::BpfError;
-use crate::{kernel::Kernel, perf::PerfEvent};
+use crate::{
+    kernel::{Ioctl, Kernel},
+    perf::PerfEvent,
+};
 
 /// Links and events of one program. The links are declared first: they detach before the
 /// events they join close.
@@ -38,6 +41,15 @@ impl Attachments {
             .map_err(BpfError::Link)?;
         self.links.push(link);
         Ok(())
+    }
+
+    /// Attaches `prog` to `event` with PERF_EVENT_IOC_SET_BPF (kernels before 5.15 have no
+    /// perf links): the event's fd holds the attachment, there is no cookie.
+    pub fn set_bpf(&mut self, prog: BorrowedFd<'_>, event: BorrowedFd<'_>) -> Result<(), BpfError> {
+        use std::os::fd::AsRawFd as _;
+        self.kernel
+            .perf_ioctl(event, Ioctl::SetBpf(prog.as_raw_fd() as u32))
+            .map_err(BpfError::SetBpf)
     }
 
     /// Links `prog` to `event` and keeps the event; on failure the event is closed.

@@ -12,7 +12,7 @@ use profiler_common::{
     RequestConfig, SamplerConfig, capture, stat,
 };
 
-use super::{attach::Attachments, ring::Records};
+use super::{KernelFeatures, attach::Attachments, ring::Records};
 use crate::{
     kernel::{self, Kernel},
     perf::{PerfError, PerfEvent},
@@ -65,6 +65,13 @@ pub enum BpfError {
     Link(std::io::Error),
     #[error("bpf(BPF_MAP_UPDATE_ELEM) of a perf event array: {0}")]
     Sibling(std::io::Error),
+    #[error("ioctl(PERF_EVENT_IOC_SET_BPF): {0}")]
+    SetBpf(std::io::Error),
+    #[error(
+        "{what} needs BPF attach cookies (bpf_get_attach_cookie, Linux 5.15 or newer); \
+         this kernel ({release}) has none"
+    )]
+    NoAttachCookies { what: &'static str, release: String },
 }
 
 fn map_err(name: &'static str) -> impl FnOnce(MapError) -> BpfError {
@@ -162,6 +169,8 @@ impl Sampler {
             .map_max_entries("AGGREGATE", entries)
             .map_max_entries("STACK_TRACES", stacks)
             .map_max_entries("CG_COUNTS", 1)
+            // The helpers this kernel has: the verifier drops the branches of the others.
+            .override_global("KERNEL_FEATURES", &KernelFeatures::get().ebpf_bits(), true)
             .load(OBJECT)?;
         let program: &mut PerfEventProgram = ebpf
             .program_mut(program_name)
@@ -221,6 +230,20 @@ impl Sampler {
     /// the sampler) holds the event open: drop the sampler with the event's owner.
     pub fn link(&mut self, event: BorrowedFd<'_>, cookie: u64) -> Result<(), BpfError> {
         let prog = perf_program(&self.ebpf, self.program)?.fd()?;
+        if !KernelFeatures::get().attach_cookies() {
+            // Before 5.15: no perf links and no cookies. The program takes every overflow
+            // for request 0 (`DEFAULT_COOKIE`); the event's fd holds the attachment.
+            if cookie != 0 {
+                return Err(BpfError::NoAttachCookies {
+                    what: concat!(
+                        "telling events apart (record with several events, libcpc overflow ",
+                        "notification of a request other than the first)"
+                    ),
+                    release: super::features::kernel_release(),
+                });
+            }
+            return self.attached.set_bpf(prog.as_fd(), event);
+        }
         self.attached.link(prog.as_fd(), event, cookie)
     }
 

@@ -4,12 +4,14 @@
 
 mod attach;
 mod cgcount;
+mod features;
 mod loader;
 mod privilege;
 mod ring;
 mod unwind;
 
 pub use cgcount::{CgroupCountStats, CgroupCounter};
+pub use features::{Feature, KernelFeatures, kernel_release};
 pub use loader::{BpfError, Sampler, SamplerStats};
 pub use privilege::{Privilege, PrivilegeError, check_privileges};
 pub use ring::{MAX_BATCH_TIME, Records};

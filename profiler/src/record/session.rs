@@ -340,10 +340,19 @@ fn sampler_config(opts: &RecordOptions) -> SamplerConfig {
     };
     // Unwind tables serve ring-buffer records of user stacks (in-kernel aggregation keys
     // stacks by the kernel's stack map, which only frame pointers fill).
-    let tables = opts.call_graph == CallGraph::Dwarf
+    let mut tables = opts.call_graph == CallGraph::Dwarf
         && !opts.aggregate
         && opts.stacks
         && stacks & capture::USER_STACK != 0;
+    if tables && !crate::bpf::KernelFeatures::get().bpf_loop() {
+        // Known from the kernel's BTF: no failed load, one line.
+        eprintln!(
+            "profiler: this kernel ({}) has no bpf_loop (Linux 5.17): walking user stacks \
+             with frame pointers",
+            crate::bpf::kernel_release()
+        );
+        tables = false;
+    }
     SamplerConfig {
         filter: match &opts.target {
             Target::SystemWide => 0,

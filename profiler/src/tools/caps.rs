@@ -120,6 +120,15 @@ struct Event {
     note: Option<String>,
 }
 
+/// A BPF feature of the running kernel the programs use (`bpf::KernelFeatures`).
+#[derive(Serialize)]
+struct KernelFeature {
+    name: &'static str,
+    since: &'static str,
+    available: bool,
+    needed_for: &'static str,
+}
+
 #[derive(Serialize)]
 struct Generic {
     name: &'static str,
@@ -139,6 +148,8 @@ struct Listing {
     attributes: Vec<String>,
     events: Vec<Event>,
     generic_events: Vec<Generic>,
+    kernel: String,
+    kernel_features: Vec<KernelFeature>,
 }
 
 fn listing(cpc: &Cpc) -> Listing {
@@ -170,6 +181,16 @@ fn listing(cpc: &Cpc) -> Listing {
                 reason: g.reason,
             })
             .collect(),
+        kernel: crate::bpf::kernel_release(),
+        kernel_features: crate::bpf::KernelFeatures::get()
+            .iter()
+            .map(|(f, available)| KernelFeature {
+                name: f.name,
+                since: f.since,
+                available,
+                needed_for: f.needed_for,
+            })
+            .collect(),
     }
 }
 
@@ -196,6 +217,22 @@ fn list_lines(cpc: &Cpc) -> String {
     s += &format!("capabilities: {}\n", l.caps.join(" "));
     s += &format!("tick (-t column): {}\n", l.tick);
     s += &format!("attributes: {}\n", l.attributes.join(" "));
+    s += &format!("kernel: {}\n", l.kernel);
+    let features: Vec<String> = l
+        .kernel_features
+        .iter()
+        .map(|f| {
+            let yes = if f.available { "yes" } else { "no" };
+            format!("{} ({}) {yes}", f.name, f.since)
+        })
+        .collect();
+    s += &format!("kernel features: {}\n", features.join(", "));
+    for f in l.kernel_features.iter().filter(|f| !f.available) {
+        s += &format!(
+            "  without {} (Linux {}): no {}\n",
+            f.name, f.since, f.needed_for
+        );
+    }
     let mut by_kind: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     let mut unavailable: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     let mut notes = Vec::new();

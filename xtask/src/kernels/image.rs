@@ -1,0 +1,218 @@
+//! The initramfs every kernel boots: static busybox, the release profiler and libcpc.so
+//! (installed under /opt/profiler as `cargo xtask install` lays them out), the fixtures and
+//! libcpc's C examples compiled against it, this xtask binary (the guest suite), their shared
+//! libraries, and an /init that mounts what the profiler needs and runs the suite.
+
+use std::{
+    fs,
+    io::Write as _,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use anyhow::{Context as _, anyhow, bail, ensure};
+
+use crate::util::{output, run, show, workspace_root};
+
+/// Where the profiler is installed inside the guest.
+pub const PREFIX: &str = "/opt/profiler";
+
+/// The fixtures the suite runs (their flags are in each file's first line).
+const FIXTURES: &[&str] = &["chain", "touch"];
+/// libcpc's C programs the suite runs.
+const EXAMPLES: &[&str] = &["example1", "example2"];
+
+/// PID 1: mounts, the suite, power off. The suite's output goes to the console (ttyS0).
+const INIT: &str = r#"#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+mount -t bpf bpf /sys/fs/bpf
+mount -t debugfs debugfs /sys/kernel/debug
+mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+ip link set lo up 2>/dev/null
+# Debian's kernels back big anonymous mappings with huge pages ("always"): the fixtures'
+# known counts are of 4 KiB pages, as on the development machine ("madvise").
+echo madvise > /sys/kernel/mm/transparent_hugepage/enabled
+echo "KUP kernel=$(uname -r) uptime=$(cut -d' ' -f1 /proc/uptime)"
+/opt/profiler/bin/xtask kernels-guest --root /opt/profiler --scratch /tmp/suite
+echo "KEND uptime=$(cut -d' ' -f1 /proc/uptime)"
+sync
+poweroff -f
+"#;
+
+/// The built tree: `dir/root` (the files) and `dir/initramfs.cpio`.
+pub struct Initramfs {
+    pub cpio: PathBuf,
+    /// `root/opt/profiler`, for running the suite natively (the host's kernel).
+    pub prefix: PathBuf,
+}
+
+/// Builds the image from the release build in `built` into `dir`.
+pub fn build(built: &Path, dir: &Path) -> anyhow::Result<Initramfs> {
+    let root = dir.join("root");
+    let _ = fs::remove_dir_all(&root);
+    let prefix = root.join(PREFIX.trim_start_matches('/'));
+    let ws = workspace_root();
+    crate::install::install_files(built, &ws, &prefix)?;
+    let fixtures = prefix.join("fixtures");
+    fs::create_dir_all(&fixtures)?;
+    for name in FIXTURES {
+        let src = ws.join(format!("tests/fixtures/{name}.c"));
+        let text =
+            fs::read_to_string(&src).with_context(|| format!("reading {}", src.display()))?;
+        let flags = header_flags(&text)
+            .ok_or_else(|| anyhow!("{} has no `/* cc FLAGS -o NAME` first line", src.display()))?;
+        run(Command::new("cc")
+            .args(&flags)
+            .arg("-o")
+            .arg(fixtures.join(name))
+            .arg(&src))?;
+    }
+    let lib = prefix.join("lib");
+    for name in EXAMPLES {
+        run(Command::new("cc")
+            .args(["-Wall", "-Wextra", "-Werror", "-O1", "-g", "-pthread", "-I"])
+            .arg(ws.join("libcpc/include"))
+            .arg("-o")
+            .arg(fixtures.join(name))
+            .arg(ws.join(format!("libcpc/examples/{name}.c")))
+            .arg("-L")
+            .arg(&lib)
+            .arg(format!("-Wl,-rpath,{PREFIX}/lib"))
+            .arg("-lcpc"))?;
+    }
+    let xtask = std::env::current_exe().context("locating the xtask binary")?;
+    fs::copy(&xtask, prefix.join("bin/xtask")).context("copying the xtask binary")?;
+    let busybox = busybox()?;
+    for d in [
+        "bin", "sbin", "usr/bin", "usr/sbin", "proc", "sys", "dev", "tmp", "run", "etc", "root",
+    ] {
+        fs::create_dir_all(root.join(d))?;
+    }
+    fs::copy(&busybox, root.join("bin/busybox"))?;
+    // Shared libraries of every ELF file in the tree, at their host paths.
+    let mut elves = vec![
+        prefix.join("bin/profiler"),
+        prefix.join("bin/xtask"),
+        lib.join(crate::install::SONAME),
+    ];
+    elves.extend(FIXTURES.iter().chain(EXAMPLES).map(|n| fixtures.join(n)));
+    for elf in &elves {
+        for dep in shared_libraries(elf)? {
+            let to = root.join(dep.strip_prefix("/").unwrap_or(&dep));
+            if !to.exists() {
+                fs::create_dir_all(to.parent().unwrap_or(&root))?;
+                fs::copy(&dep, &to).with_context(|| format!("copying {}", dep.display()))?;
+            }
+        }
+    }
+    write_executable(&root.join("init"), INIT)?;
+    fs::write(root.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n")?;
+    fs::write(root.join("etc/group"), "root:x:0:\n")?;
+    let cpio = dir.join("initramfs.cpio");
+    write_cpio(&root, &cpio)?;
+    Ok(Initramfs { cpio, prefix })
+}
+
+/// The compiler flags of a fixture's first line, `/* cc FLAGS -o NAME NAME.c`.
+pub fn header_flags(source: &str) -> Option<Vec<String>> {
+    let first = source.lines().next()?.strip_prefix("/* cc ")?;
+    let (flags, _) = first.split_once(" -o ")?;
+    Some(flags.split_whitespace().map(str::to_string).collect())
+}
+
+/// A statically linked busybox (Debian's busybox-static).
+fn busybox() -> anyhow::Result<PathBuf> {
+    for p in ["/bin/busybox", "/usr/bin/busybox"] {
+        let p = PathBuf::from(p);
+        if p.exists() && shared_libraries(&p)?.is_empty() {
+            return Ok(p);
+        }
+    }
+    bail!("no static busybox (/bin/busybox from busybox-static)")
+}
+
+/// The absolute paths `ldd` resolves for `elf` (none for a static binary).
+fn shared_libraries(elf: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let out = output(Command::new("ldd").arg(elf))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        // "not a dynamic executable"
+        return Ok(Vec::new());
+    }
+    Ok(text
+        .lines()
+        .filter(|l| !l.contains("not found") && !l.contains("libcpc.so"))
+        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with('/')))
+        .map(PathBuf::from)
+        .collect())
+}
+
+fn write_executable(path: &Path, text: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    fs::write(path, text)?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o755))?;
+    Ok(())
+}
+
+/// `cpio -o -H newc` of everything under `root` (paths relative to it).
+fn write_cpio(root: &Path, out: &Path) -> anyhow::Result<()> {
+    let mut names = Vec::new();
+    collect(root, Path::new("."), &mut names)?;
+    let file = fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut cmd = Command::new("cpio");
+    cmd.args(["-o", "-H", "newc", "--quiet"])
+        .current_dir(root)
+        .stdin(Stdio::piped())
+        .stdout(file);
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", show(&cmd)))?;
+    {
+        let mut stdin = child.stdin.take().context("cpio stdin")?;
+        for n in &names {
+            writeln!(stdin, "{}", n.display())?;
+        }
+    }
+    let status = child.wait()?;
+    ensure!(status.success(), "`{}` failed ({status})", show(&cmd));
+    Ok(())
+}
+
+fn collect(root: &Path, rel: &Path, names: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    names.push(rel.to_path_buf());
+    let path = root.join(rel);
+    if fs::symlink_metadata(&path)?.is_dir() {
+        let mut entries: Vec<_> = fs::read_dir(&path)?.filter_map(Result::ok).collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            collect(root, &rel.join(e.file_name()), names)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixture_flags_come_from_their_first_line() {
+        for (name, expected) in [
+            ("chain", &["-O1", "-g", "-fno-omit-frame-pointer"][..]),
+            ("touch", &["-O1", "-g", "-pthread"]),
+        ] {
+            let text =
+                fs::read_to_string(workspace_root().join(format!("tests/fixtures/{name}.c")))
+                    .unwrap();
+            assert_eq!(header_flags(&text).unwrap(), expected, "{name}");
+        }
+        assert_eq!(header_flags("int main;"), None);
+    }
+}

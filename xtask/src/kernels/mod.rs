@@ -1,0 +1,496 @@
+//! `cargo xtask kernels [LABEL..]`: the eBPF programs on the kernels users run. Each kernel
+//! of `xtask/kernels.txt` (Debian's images, fetched and cached) boots under qemu with an
+//! initramfs holding the release profiler, libcpc.so and the compiled fixtures, and runs the
+//! guest suite (`guest.rs`); `host` runs the same suite natively on this machine's kernel.
+//! One line per kernel and check; the consoles, failure evidence and verifier logs go to
+//! target/kernels/, with results.md (the README's table) and results.json.
+
+mod boot;
+mod fetch;
+pub mod guest;
+mod image;
+
+use std::{
+    fmt::Write as _,
+    fs,
+    io::{BufRead, BufReader},
+    path::Path,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::util::{cargo, workspace_root};
+use boot::{CheckOutcome, SuiteOutput};
+
+/// One line of `kernels.txt`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kernel {
+    pub label: String,
+    /// The Debian suite and package pattern; none for `host`.
+    pub suite: Option<String>,
+    pub package: Option<String>,
+}
+
+impl Kernel {
+    fn is_host(&self) -> bool {
+        self.suite.is_none()
+    }
+}
+
+/// Parses the kernel list (see `xtask/kernels.txt`).
+pub fn parse_list(text: &str) -> anyhow::Result<Vec<Kernel>> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let kernel = match f[..] {
+            ["host"] => Kernel {
+                label: "host".into(),
+                suite: None,
+                package: None,
+            },
+            [label, suite, package] => Kernel {
+                label: label.into(),
+                suite: Some(suite.into()),
+                package: Some(package.into()),
+            },
+            _ => bail!(
+                "kernels.txt line {}: expected `LABEL SUITE PACKAGE` or `host`",
+                n + 1
+            ),
+        };
+        out.push(kernel);
+    }
+    Ok(out)
+}
+
+/// Options of `cargo xtask kernels`.
+pub struct Options {
+    /// Labels (or their prefixes) to run; all when empty.
+    pub labels: Vec<String>,
+    /// Re-resolve and re-fetch the images even when cached.
+    pub refresh: bool,
+    /// Only the checks whose name contains this.
+    pub only: Option<String>,
+    /// Build the deliberately broken eBPF program (the harness must fail with the verifier's
+    /// message).
+    pub broken: bool,
+    /// Seconds allowed per kernel (boot and suite).
+    pub limit: u64,
+}
+
+/// The time a kernel may take, boot and suite (the suite itself takes under a minute).
+pub const DEFAULT_LIMIT_SECS: u64 = 240;
+
+pub fn kernels(opts: &Options) -> anyhow::Result<()> {
+    let root = workspace_root();
+    let all = parse_list(&fs::read_to_string(root.join("xtask/kernels.txt"))?)?;
+    let selected: Vec<Kernel> = if opts.labels.is_empty() {
+        all.clone()
+    } else {
+        opts.labels
+            .iter()
+            .map(|want| {
+                all.iter()
+                    .find(|k| &k.label == want)
+                    .or_else(|| all.iter().find(|k| k.label.starts_with(want.as_str())))
+                    .cloned()
+                    .with_context(|| format!("no kernel {want} in xtask/kernels.txt"))
+            })
+            .collect::<anyhow::Result<_>>()?
+    };
+    crate::setup::setup()?;
+    let needs_qemu = selected.iter().any(|k| !k.is_host());
+    crate::packages::ensure_minimal(if needs_qemu {
+        crate::packages::KERNELS
+    } else {
+        crate::packages::KERNELS_HOST
+    })?;
+    let mut build = vec!["build", "--release", "-p", "profiler", "-p", "libcpc"];
+    if opts.broken {
+        build.extend(["--features", "profiler/broken-ebpf"]);
+    }
+    cargo(&build)?;
+    let out = root.join("target/kernels");
+    fs::create_dir_all(&out)?;
+    let initramfs = image::build(&root.join("target/release"), &out)?;
+    // The suites the list names, for the private apt sources.
+    let mut suites: Vec<&str> = all.iter().filter_map(|k| k.suite.as_deref()).collect();
+    suites.sort_unstable();
+    suites.dedup();
+    let mut results = Vec::new();
+    for k in &selected {
+        let dir = out.join(&k.label);
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir)?;
+        let mut start = Instant::now();
+        let (source, suite) = if k.is_host() {
+            let _lock = TestLock::take()?;
+            // The time is the suite's, not the wait for other checkouts' tests.
+            start = Instant::now();
+            (
+                "this machine, natively".to_string(),
+                run_native(&initramfs.prefix, &dir, opts)?,
+            )
+        } else {
+            let img = fetch::image(k, &suites, opts.refresh)?;
+            // The guest reads `--only` from its command line.
+            let append = opts
+                .only
+                .as_ref()
+                .map(|o| format!("profiler.only={o}"))
+                .unwrap_or_default();
+            let boot = |log: &str| {
+                boot::boot(
+                    &k.label,
+                    &img.vmlinuz,
+                    &initramfs.cpio,
+                    &append,
+                    &dir.join(log),
+                    Duration::from_secs(opts.limit),
+                )
+            };
+            let mut suite = boot("console.log")?;
+            if suite.release.is_none() {
+                // The kernel did not reach the suite (a boot-time panic of a starved TCG
+                // vCPU): once more, the first console kept.
+                eprintln!(
+                    "kernels: {} did not start (see {}); booting it again",
+                    k.label,
+                    dir.join("console-first-boot.log").display()
+                );
+                fs::rename(dir.join("console.log"), dir.join("console-first-boot.log"))?;
+                suite = boot("console.log")?;
+            }
+            (img.package, suite)
+        };
+        let wall = start.elapsed().as_secs_f64();
+        save_evidence(&dir, &suite.checks)?;
+        results.push(KernelResult {
+            kernel: k.clone(),
+            source,
+            suite,
+            wall,
+        });
+    }
+    let expected = guest::check_names()
+        .into_iter()
+        .filter(|c| opts.only.as_deref().is_none_or(|o| c.contains(o)))
+        .count();
+    let table = summary(&results, &out, expected);
+    eprint!("{table}");
+    fs::write(out.join("results.md"), markdown(&results))?;
+    fs::write(out.join("results.json"), json(&results).to_string())?;
+    let failed: Vec<String> = results
+        .iter()
+        .filter(|r| !r.ok(expected))
+        .map(|r| r.kernel.label.clone())
+        .collect();
+    if !failed.is_empty() {
+        bail!(
+            "kernels failing: {} (consoles and evidence in {})",
+            failed.join(", "),
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+/// The suite run natively on this machine's kernel; the caller holds the lock the
+/// privileged tests share (they measure the same CPUs and look at system-wide state).
+fn run_native(prefix: &Path, dir: &Path, opts: &Options) -> anyhow::Result<SuiteOutput> {
+    let scratch = std::env::temp_dir().join(format!("profiler-kernels-{}", std::process::id()));
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.arg("kernels-guest")
+        .arg("--root")
+        .arg(prefix)
+        .arg("--scratch")
+        .arg(&scratch)
+        .env("LD_LIBRARY_PATH", prefix.join("lib"))
+        .stdout(Stdio::piped());
+    if let Some(only) = &opts.only {
+        cmd.args(["--only", only]);
+    }
+    let start = Instant::now();
+    let mut child = cmd.spawn().context("starting the suite")?;
+    let mut suite = SuiteOutput::default();
+    let mut log = String::new();
+    for line in BufReader::new(child.stdout.take().context("suite stdout")?).lines() {
+        let line = line?;
+        let before = suite.checks.len();
+        suite.line(&line, start.elapsed().as_secs_f64());
+        if suite.checks.len() > before
+            && let Some(c) = suite.checks.last()
+        {
+            eprintln!(
+                "kernels: host  {:<17} {} {:>5.1}s  {}",
+                c.name,
+                if c.passed { "PASS" } else { "FAIL" },
+                c.secs,
+                c.summary
+            );
+        }
+        log.push_str(&line);
+        log.push('\n');
+    }
+    child.wait()?;
+    let _ = fs::remove_dir_all(&scratch);
+    fs::write(dir.join("console.log"), log)?;
+    Ok(suite)
+}
+
+/// flock on /tmp/profiler-tests.lock, released when the file closes (on drop).
+struct TestLock {
+    _file: fs::File,
+}
+
+impl TestLock {
+    fn take() -> anyhow::Result<Self> {
+        use std::os::fd::AsRawFd as _;
+        let file = fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(std::env::temp_dir().join("profiler-tests.lock"))?;
+        // SAFETY: flock on a descriptor we own; released when it closes.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+        if rc != 0 {
+            bail!("flock: {}", std::io::Error::last_os_error());
+        }
+        Ok(Self { _file: file })
+    }
+}
+
+struct KernelResult {
+    kernel: Kernel,
+    /// The package booted, or "this machine, natively".
+    source: String,
+    suite: SuiteOutput,
+    wall: f64,
+}
+
+impl KernelResult {
+    fn ok(&self, expected: usize) -> bool {
+        self.suite.done
+            && self.suite.checks.len() == expected
+            && self.suite.checks.iter().all(|c| c.passed)
+    }
+}
+
+/// Each failing check's evidence as `CHECK.log`, and its verifier log (the profiler's
+/// message from `Verifier output` on) as `CHECK.verifier.log`.
+fn save_evidence(dir: &Path, checks: &[CheckOutcome]) -> anyhow::Result<()> {
+    for c in checks.iter().filter(|c| !c.passed) {
+        fs::write(dir.join(format!("{}.log", c.name)), c.detail.join("\n"))?;
+        if let Some(log) = verifier_log(&c.detail) {
+            fs::write(dir.join(format!("{}.verifier.log", c.name)), log.join("\n"))?;
+        }
+    }
+    Ok(())
+}
+
+/// The verifier's log in a failure's evidence: from the line with `Verifier output` to the
+/// end of the stderr section.
+fn verifier_log(detail: &[String]) -> Option<Vec<String>> {
+    let start = detail.iter().position(|l| l.contains("Verifier output"))?;
+    Some(
+        detail[start..]
+            .iter()
+            .take_while(|l| l.as_str() != "stdout:")
+            .cloned()
+            .collect(),
+    )
+}
+
+/// The verifier's verdict: the last line of its log that is not a statistic.
+fn verifier_verdict(log: &[String]) -> Option<&str> {
+    log.iter().map(|l| l.trim()).rev().find(|l| {
+        !l.is_empty()
+            && !l.starts_with("processed ")
+            && !l.starts_with("verification time")
+            && !l.starts_with("stack depth")
+            && !l.starts_with("-- END PROG LOAD LOG --")
+    })
+}
+
+/// One line per kernel and check, then where the evidence is.
+fn summary(results: &[KernelResult], out: &Path, expected: usize) -> String {
+    let mut s = String::from("\n");
+    for r in results {
+        let release = r.suite.release.as_deref().unwrap_or("did not start");
+        let boot = r
+            .suite
+            .boot_secs
+            .filter(|_| !r.kernel.is_host())
+            .map(|b| format!(", booted in {b:.1} s"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "{:<5} {release} ({}){boot}, {:.0} s in all: {}",
+            r.kernel.label,
+            r.source,
+            r.wall,
+            if r.ok(expected) { "ok" } else { "FAILED" }
+        );
+        for c in &r.suite.checks {
+            let verdict = if c.passed { "ok  " } else { "FAIL" };
+            let mut line = format!(
+                "  {:<5} {:<17} {verdict} {:>5.1} s  {}",
+                r.kernel.label, c.name, c.secs, c.summary
+            );
+            if let Some(v) = verifier_log(&c.detail)
+                .as_deref()
+                .and_then(verifier_verdict)
+            {
+                let _ = write!(
+                    line,
+                    "\n        verifier: {v} (log: {})",
+                    out.join(&r.kernel.label)
+                        .join(format!("{}.verifier.log", c.name))
+                        .display()
+                );
+            }
+            let _ = writeln!(s, "{line}");
+        }
+        if !r.suite.done {
+            let _ = writeln!(
+                s,
+                "  {:<5} the suite did not finish: see {}",
+                r.kernel.label,
+                out.join(&r.kernel.label).join("console.log").display()
+            );
+        }
+    }
+    s
+}
+
+/// The README's table: one row per check, one column per kernel.
+fn markdown(results: &[KernelResult]) -> String {
+    let mut s = String::from("| check |");
+    for r in results {
+        let release = r.suite.release.as_deref().unwrap_or("did not start");
+        let _ = write!(s, " {} (`{release}`) |", r.kernel.label);
+    }
+    s.push_str("\n|---|");
+    s.push_str(&"---|".repeat(results.len()));
+    s.push('\n');
+    for name in guest::check_names() {
+        if results
+            .iter()
+            .all(|r| r.suite.checks.iter().all(|c| c.name != name))
+        {
+            continue;
+        }
+        let _ = write!(s, "| {name} |");
+        for r in results {
+            match r.suite.checks.iter().find(|c| c.name == name) {
+                Some(c) if c.passed && c.summary.starts_with("refused as documented") => {
+                    let _ = write!(s, " refused, as documented ({:.1} s) |", c.secs);
+                }
+                Some(c) if c.passed => {
+                    let _ = write!(s, " pass ({:.1} s) |", c.secs);
+                }
+                Some(c) => {
+                    let _ = write!(s, " **FAIL** ({:.1} s) |", c.secs);
+                }
+                None => s.push_str(" not run |"),
+            }
+        }
+        s.push('\n');
+    }
+    s.push_str("| boot, and all in all |");
+    for r in results {
+        match r.suite.boot_secs.filter(|_| !r.kernel.is_host()) {
+            Some(b) => {
+                let _ = write!(s, " {b:.0} s, {:.0} s |", r.wall);
+            }
+            None => {
+                let _ = write!(s, " native, {:.0} s |", r.wall);
+            }
+        }
+    }
+    s.push('\n');
+    s
+}
+
+fn json(results: &[KernelResult]) -> serde_json::Value {
+    serde_json::Value::Array(
+        results
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "label": r.kernel.label,
+                    "release": r.suite.release,
+                    "source": r.source,
+                    "boot_secs": r.suite.boot_secs,
+                    "wall_secs": r.wall,
+                    "finished": r.suite.done,
+                    "checks": r.suite.checks.iter().map(|c| serde_json::json!({
+                        "name": c.name,
+                        "passed": c.passed,
+                        "secs": c.secs,
+                        "summary": c.summary,
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect(),
+    )
+}
+
+/// The guest side: `xtask kernels-guest --root DIR --scratch DIR [--only NAME]`.
+pub fn guest(root: &Path, scratch: &Path, only: Option<&str>) -> anyhow::Result<()> {
+    let mut layout = guest::Layout::under(root, scratch);
+    guest::check_layout(&layout)?;
+    // In a guest, `--only` comes on the kernel command line (`profiler.only=NAME`).
+    let cmdline = fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    let from_cmdline = cmdline
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("profiler.only="));
+    let only = only.or(from_cmdline);
+    let failed = guest::run_suite(&mut layout, only);
+    if failed > 0 {
+        bail!("{failed} checks failed");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_list_in_the_repository_parses() {
+        let text = fs::read_to_string(workspace_root().join("xtask/kernels.txt")).unwrap();
+        let list = parse_list(&text).unwrap();
+        let labels: Vec<&str> = list.iter().map(|k| k.label.as_str()).collect();
+        assert_eq!(labels, ["5.10", "6.1", "6.12", "7.x", "host"]);
+        assert!(list[4].is_host());
+        assert_eq!(list[0].suite.as_deref(), Some("bullseye-security"));
+        assert!(parse_list("6.1 bookworm").is_err());
+    }
+
+    #[test]
+    fn the_verdict_is_the_last_line_of_the_log() {
+        let detail: Vec<String> = [
+            "stderr:",
+            "profiler: loading the eBPF object: the BPF_PROG_LOAD syscall failed. Verifier output: 0: (bf) r6 = r1",
+            "1: (85) call unknown#174",
+            "invalid func unknown#174",
+            "processed 2 insns",
+            "",
+            "stdout:",
+            "nothing",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let log = verifier_log(&detail).unwrap();
+        assert_eq!(log.len(), 5);
+        assert_eq!(verifier_verdict(&log), Some("invalid func unknown#174"));
+    }
+}
