@@ -202,6 +202,8 @@ impl<'a> Session<'a> {
         let status = &mut self.status;
         let reported = &mut self.reported;
         let interval_started = &mut self.interval_started;
+        // The records of one wake-up, kept until the unwind tables they ask for are loaded.
+        let mut batch = Batch::default();
         let stop = loop {
             tokio::select! {
                 biased;
@@ -236,18 +238,26 @@ impl<'a> Session<'a> {
                 }
                 _ = records.next_batch_bytes(opts.poll, |bytes| {
                     *ring_bytes += bytes.len() as u64;
-                    if let Some((header, frames)) = StackSampleHeader::parse(bytes) {
-                        collector.add(&header, frames);
-                        if let Some(t) = tables.as_mut() {
-                            t.note(&header);
-                        }
+                    if let Some(t) = tables.as_mut()
+                        && let Some((header, _)) = StackSampleHeader::parse(bytes)
+                    {
+                        t.note(&header);
                     }
+                    batch.push(bytes);
                 }) => {
+                    // Tables first: a new process's next samples are walked whole as soon as
+                    // they are in the kernel, not after this batch is normalized.
                     if let Some(t) = tables.as_mut() {
                         for pid in t.load_pending()? {
                             collector.refresh_maps(pid);
                         }
                     }
+                    for bytes in batch.records() {
+                        if let Some((header, frames)) = StackSampleHeader::parse(bytes) {
+                            collector.add(&header, frames);
+                        }
+                    }
+                    batch.clear();
                 }
             }
         };
@@ -499,4 +509,30 @@ fn run_info(
     };
     *reported = *stats;
     info
+}
+
+/// Records copied out of the ring in one wake-up, back to back.
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Batch {
+    fn push(&mut self, record: &[u8]) {
+        self.bytes.extend_from_slice(record);
+        self.ends.push(self.bytes.len());
+    }
+
+    fn records(&self) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(self.ends.iter().copied())
+            .map(|(s, e)| &self.bytes[s..e])
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
 }

@@ -52,6 +52,8 @@ const RETRY: Duration = Duration::from_millis(10);
 /// First and longest wait between rescans of a process whose frames miss its mappings.
 const RESCAN_MIN: Duration = Duration::from_millis(5);
 const RESCAN_MAX: Duration = Duration::from_secs(1);
+/// How long after its first load a process is rescanned without backing off.
+const YOUNG: Duration = Duration::from_millis(250);
 /// Module errors printed per run (the rest are counted).
 const MAX_WARNINGS: usize = 5;
 
@@ -87,6 +89,9 @@ fn exited(pid: u32) -> bool {
 
 struct ProcState {
     scanned: Instant,
+    /// When its tables were first written (a young process's mappings are still coming:
+    /// its exec and its loader map them over the first milliseconds).
+    born: Instant,
     /// Wait before the next rescan prompted by an unknown mapping.
     backoff: Duration,
     mappings: Vec<Mapping>,
@@ -181,6 +186,7 @@ impl TableLoader {
                 pid,
                 ProcState {
                     scanned: now,
+                    born: now,
                     backoff: RESCAN_MAX,
                     mappings: Vec::new(),
                 },
@@ -192,7 +198,13 @@ impl TableLoader {
             && state.mappings == mappings
         {
             state.scanned = now;
-            state.backoff = (state.backoff * 2).min(RESCAN_MAX);
+            // Back off only once the process has settled: a young one rescans at the
+            // quickest pace, so its stacks are whole milliseconds after its exec.
+            state.backoff = if now.duration_since(state.born) < YOUNG {
+                RESCAN_MIN
+            } else {
+                (state.backoff * 2).min(RESCAN_MAX)
+            };
             return Ok(false);
         }
         let changed = self
@@ -224,6 +236,10 @@ impl TableLoader {
             pid,
             ProcState {
                 scanned: now,
+                born: match self.procs.get(&pid) {
+                    Some(p) if !absent => p.born,
+                    _ => now,
+                },
                 backoff: RESCAN_MIN,
                 mappings,
             },
