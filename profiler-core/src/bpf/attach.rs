@@ -16,6 +16,8 @@ pub(crate) struct Attachments {
     kernel: &'static dyn Kernel,
     links: Vec<OwnedFd>,
     events: Vec<PerfEvent>,
+    /// The kernel has perf links with attach cookies (5.15); else PERF_EVENT_IOC_SET_BPF.
+    cookies: bool,
 }
 
 impl Attachments {
@@ -24,6 +26,7 @@ impl Attachments {
             kernel,
             links: Vec::new(),
             events: Vec::new(),
+            cookies: super::KernelFeatures::get().attach_cookies(),
         }
     }
 
@@ -35,6 +38,20 @@ impl Attachments {
         event: BorrowedFd<'_>,
         cookie: u64,
     ) -> Result<(), BpfError> {
+        if !self.cookies {
+            // Before 5.15: no perf links and no cookies. The program takes every overflow
+            // for request 0 (`DEFAULT_COOKIE`); the event's fd holds the attachment.
+            if cookie != 0 {
+                return Err(BpfError::NoAttachCookies {
+                    what: concat!(
+                        "telling events apart (record with several events, libcpc overflow ",
+                        "notification of a request other than the first)"
+                    ),
+                    release: super::features::kernel_release(),
+                });
+            }
+            return self.set_bpf(prog, event);
+        }
         let link = self
             .kernel
             .bpf_link_perf_event(prog, event, cookie)

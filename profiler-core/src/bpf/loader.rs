@@ -230,20 +230,6 @@ impl Sampler {
     /// the sampler) holds the event open: drop the sampler with the event's owner.
     pub fn link(&mut self, event: BorrowedFd<'_>, cookie: u64) -> Result<(), BpfError> {
         let prog = perf_program(&self.ebpf, self.program)?.fd()?;
-        if !KernelFeatures::get().attach_cookies() {
-            // Before 5.15: no perf links and no cookies. The program takes every overflow
-            // for request 0 (`DEFAULT_COOKIE`); the event's fd holds the attachment.
-            if cookie != 0 {
-                return Err(BpfError::NoAttachCookies {
-                    what: concat!(
-                        "telling events apart (record with several events, libcpc overflow ",
-                        "notification of a request other than the first)"
-                    ),
-                    release: super::features::kernel_release(),
-                });
-            }
-            return self.attached.set_bpf(prog.as_fd(), event);
-        }
         self.attached.link(prog.as_fd(), event, cookie)
     }
 
