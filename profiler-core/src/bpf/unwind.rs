@@ -16,21 +16,16 @@ use profiler_common::unwind::{
     DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, ProcUnwind, UnwindMapping, UnwindRow,
 };
 
-use super::loader::{BpfError, Sampler};
-
-/// Where a module's rows are in `UNWIND_ROWS`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RowRange {
-    pub start: u32,
-    pub len: u32,
-}
+use super::{
+    loader::{BpfError, Sampler},
+    rowspace::{RowRange, RowSpace},
+};
 
 /// `UNWIND_ROWS` (written through short-lived mappings) and `UNWIND_PROCS`.
 pub struct UnwindMaps {
     /// The array's fd, owned by `_rows_map`.
     rows_fd: RawFd,
-    capacity: u32,
-    used: u32,
+    space: RowSpace,
     /// Keeps the array's fd alive.
     _rows_map: Map,
     procs: HashMap<MapData, u32, ProcUnwind>,
@@ -63,8 +58,7 @@ impl Sampler {
         let rows_fd = data.fd().as_fd().as_raw_fd();
         Ok(UnwindMaps {
             rows_fd,
-            capacity,
-            used: 0,
+            space: RowSpace::new(capacity),
             _rows_map: rows_map,
             procs,
             placed: StdHashMap::new(),
@@ -100,20 +94,29 @@ impl UnwindMaps {
         if let Some(r) = self.placed.get(&id) {
             return Ok(*r);
         }
-        let len = rows.len() as u32;
-        if u64::from(self.used) + u64::from(len) > u64::from(self.capacity) {
-            return Err(UnwindMapError::Full {
-                capacity: self.capacity,
-            });
+        let len = u32::try_from(rows.len()).unwrap_or(u32::MAX);
+        let range = self.space.alloc(len).ok_or(UnwindMapError::Full {
+            capacity: self.space.capacity(),
+        })?;
+        if let Err(e) = self.write_rows(range.start as usize, rows) {
+            self.space.release(range);
+            return Err(e);
         }
-        self.write_rows(self.used as usize, rows)?;
-        let range = RowRange {
-            start: self.used,
-            len,
-        };
-        self.used += len;
         self.placed.insert(id, range);
         Ok(range)
+    }
+
+    /// Gives module `id`'s rows back (no process entry may point at them any more); its
+    /// run is reused by later modules.
+    pub fn evict(&mut self, id: u32) {
+        if let Some(range) = self.placed.remove(&id) {
+            self.space.release(range);
+        }
+    }
+
+    /// The modules whose rows are in the array.
+    pub fn placed(&self) -> impl Iterator<Item = u32> + '_ {
+        self.placed.keys().copied()
     }
 
     /// Copies `rows` to index `first` of the array through a mapping of just the pages they
@@ -131,7 +134,7 @@ impl UnwindMaps {
         let offset = libc::off_t::try_from(map_start)
             .map_err(|_| UnwindMapError::Mmap(std::io::ErrorKind::InvalidInput.into()))?;
         // SAFETY: mmap of a BPF_F_MMAPABLE array's fd, shared and writable, of whole pages
-        // inside the array (place() checked the rows fit); checked before use.
+        // inside the array (the run came from the array's RowSpace); checked before use.
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -184,14 +187,14 @@ impl UnwindMaps {
         let _ = self.procs.remove(&pid);
     }
 
-    /// Bytes of rows written.
+    /// Bytes of rows in use.
     pub fn row_bytes(&self) -> usize {
-        self.used as usize * size_of::<UnwindRow>()
+        self.space.used() as usize * size_of::<UnwindRow>()
     }
 
     /// Bytes of the row array (allocated whole by the kernel when the map is created).
     pub fn reserved_bytes(&self) -> usize {
-        self.capacity as usize * size_of::<UnwindRow>()
+        self.space.capacity() as usize * size_of::<UnwindRow>()
     }
 }
 

@@ -201,6 +201,18 @@ impl Registry {
         })
     }
 
+    /// Forgets module `id` (its rows were evicted from the kernel's array): the next mapping
+    /// of its file resolves to a new module, whose table is built again.
+    pub fn forget(&mut self, id: ModuleId) {
+        let module = &mut self.modules[id as usize];
+        if self.by_key.get(&module.key) == Some(&id) {
+            self.by_key.remove(&module.key);
+        }
+        self.by_inode.retain(|_, m| *m != id);
+        module.table = None;
+        module.info.cfi = Default::default();
+    }
+
     /// Frees the rows of the module's table (its base stays): they were copied where they
     /// are used (the kernel's row array).
     pub fn release_rows(&mut self, id: ModuleId) {

@@ -95,6 +95,8 @@ pub struct RecordOptions {
     pub call_graph: CallGraph,
     /// Print the unwinder's and the ring's totals to stderr at the end (benchmarks).
     pub unwind_stats: bool,
+    /// Rows of the kernel's unwind table array (8 bytes each).
+    pub unwind_rows: u32,
 }
 
 impl RecordOptions {
@@ -117,6 +119,7 @@ impl RecordOptions {
             stacks: true,
             call_graph: CallGraph::default(),
             unwind_stats: false,
+            unwind_rows: profiler_common::unwind::DEFAULT_UNWIND_ROWS,
         }
     }
 }
