@@ -274,9 +274,9 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
     let Some(write) = device_fd(fd) else {
         return call_next!(NEXT_IOCTL, IoctlFn, fd, request, arg);
     };
-    let req = match Request::decode(request as u64) {
+    let req = match Request::decode(request) {
         Some(r) => r,
-        None => return refused("ioctl", &PerfmonError::UnknownRequest(request as u64)),
+        None => return refused("ioctl", &PerfmonError::UnknownRequest(request)),
     };
     // SAFETY: forwarded from our caller's contract above.
     match unsafe { serve(req, write, arg) } {
