@@ -3,7 +3,6 @@
 
 use std::{
     collections::HashMap,
-    fs::File,
     io,
     os::fd::{AsRawFd, BorrowedFd, OwnedFd},
     sync::Mutex,
@@ -52,13 +51,18 @@ impl FakeKernel {
             }
         }
     }
+    /// The fake's event fds still open: each is a memfd named after this fake, so fds
+    /// other tests open (in parallel, maybe at a number this fake used) do not count.
     fn live(&self) -> usize {
-        // Closed fds are not tracked by the fake: count those /dev/null still has.
-        self.state()
-            .events
-            .keys()
-            .filter(|fd| std::fs::read_link(format!("/proc/self/fd/{fd}")).is_ok())
+        let me = self.name();
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|l| l.to_string_lossy().starts_with(&format!("/memfd:{me} ")))
             .count()
+    }
+    fn name(&self) -> String {
+        format!("fake-perf-{:p}", self as *const Self)
     }
 }
 
@@ -75,7 +79,14 @@ impl Kernel for FakeKernel {
         if let Some(errno) = s.fail_open {
             return Err(io::Error::from_raw_os_error(errno));
         }
-        let fd: OwnedFd = File::open("/dev/null")?.into();
+        let name = std::ffi::CString::new(self.name()).unwrap();
+        // SAFETY: memfd_create reads a NUL-terminated name; the fd returned is ours.
+        let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: just created, owned by nobody else.
+        let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
         s.events.insert(fd.as_raw_fd(), (attr.disabled() == 0, 0));
         s.opened.push(Opened {
             type_: attr.type_,
