@@ -35,7 +35,7 @@ fn source(rel: &str) -> PathBuf {
 /// `cc` with only the header directory: nothing of the shim is linked in.
 fn compile(src: &str, out: &Path) {
     let o = Command::new("cc")
-        .args(["-Wall", "-Wextra", "-Werror", "-O1", "-g", "-I"])
+        .args(["-Wall", "-Wextra", "-Werror", "-O1", "-g", "-pthread", "-I"])
         .arg(source("include"))
         .arg("-o")
         .arg(out)
@@ -94,6 +94,33 @@ fn c_test_of_every_request_and_errno_case_passes_in_each_scope() {
         assert!(checks >= 117, "{scope:?}: {checks} checks ran: {out}");
         eprintln!("PERFMON_SCOPE={scope:?}: {summary}");
     }
+}
+
+/// Four threads open, ioctl and close other files and reader descriptors of the device
+/// while the main thread counts its own page faults: every call answers for its own
+/// descriptor, the 20 counts are exact, nothing leaks.
+#[test]
+fn the_descriptor_table_holds_under_threads() {
+    if !privileged() {
+        return;
+    }
+    let _s = serial();
+    let exe = scratch("perfmon-threads").join("threads");
+    compile("tests/threads.c", &exe);
+    let (ok, out, err) = output(&mut preloaded(&exe, Some("process")));
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(ok, "{out}\n{err}");
+    assert_eq!(
+        lines[..lines.len() - 1],
+        ["page faults: 10500 counted, 10500 touched"],
+        "{out}"
+    );
+    let last = lines.last().unwrap();
+    assert!(
+        last.starts_with("threads: ") && last.ends_with(" ops, 0 failed"),
+        "{out}"
+    );
+    eprintln!("{last}");
 }
 
 /// The example's lines: the PMIOGET line, the count line, the tstamp line.
