@@ -54,6 +54,8 @@ impl ScopeMode {
 pub struct Pinned {
     pub cpu: u32,
     tid: libc::pid_t,
+    /// The process that pinned: a forked child's copy restores its own thread instead.
+    pid: libc::pid_t,
     saved: libc::cpu_set_t,
 }
 
@@ -82,6 +84,8 @@ impl Pinned {
         Ok(Self {
             cpu: cpu as u32,
             tid: profiler_core::host::gettid(),
+            // SAFETY: getpid has no preconditions.
+            pid: unsafe { libc::getpid() },
             saved,
         })
     }
@@ -89,15 +93,18 @@ impl Pinned {
 
 impl Drop for Pinned {
     fn drop(&mut self) {
-        // SAFETY: `saved` is the affinity read from this thread; if the thread has exited,
-        // the call fails with ESRCH and changes nothing.
-        unsafe {
-            libc::sched_setaffinity(
-                self.tid,
-                std::mem::size_of::<libc::cpu_set_t>(),
-                &self.saved,
-            )
+        // In a forked child the pinned thread is the calling one (the only thread fork
+        // copies); the parent's pinning is the parent's to undo.
+        // SAFETY: getpid has no preconditions.
+        let tid = if unsafe { libc::getpid() } == self.pid {
+            self.tid
+        } else {
+            0
         };
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        // SAFETY: `saved` is the affinity read from the pinned thread; if that thread has
+        // exited, the call fails with ESRCH and changes nothing.
+        unsafe { libc::sched_setaffinity(tid, size, &self.saved) };
     }
 }
 
