@@ -123,6 +123,43 @@ fn the_descriptor_table_holds_under_threads() {
     eprintln!("{last}");
 }
 
+/// Permissions are perf's: as an unprivileged user under `perf_event_paranoid` ≥ 1, the
+/// CPU-wide default is refused with EACCES at PMIOSETUP, and user-mode counting of the
+/// program itself (`process` scope, PMCF_USR) works, exactly.
+#[test]
+fn an_unprivileged_user_counts_its_own_user_mode_faults_and_no_cpu() {
+    if !privileged() {
+        return;
+    }
+    let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(2);
+    if paranoid < 1 {
+        eprintln!("SKIP: perf_event_paranoid {paranoid} lets anyone count CPU-wide");
+        return;
+    }
+    let _s = serial();
+    let exe = scratch("perfmon-nobody").join("perfmon");
+    compile("examples/perfmon.c", &exe);
+    let nobody = |scope: &str, args: &[&str]| {
+        let mut c = preloaded(&exe, Some(scope));
+        std::os::unix::process::CommandExt::uid(&mut c, 65534);
+        std::os::unix::process::CommandExt::gid(&mut c, 65534);
+        output(c.args(args))
+    };
+    let (ok, out, err) = nobody("process", &["-s", "-u", "-l", "2", "-p", "100", "2"]);
+    assert!(ok, "{out}\n{err}");
+    assert_eq!(
+        out.lines().nth(1),
+        Some("2 x 100 pages: 200 events"),
+        "{out}"
+    );
+    let (ok, _, err) = nobody("cpu", &["-s", "-u", "2"]);
+    assert!(!ok);
+    assert_eq!(err.trim(), "perfmon: PMIOSETUP: Permission denied");
+}
+
 /// The example's lines: the PMIOGET line, the count line, the tstamp line.
 fn example(exe: &Path, scope: Option<&str>, args: &[&str]) -> (i64, String, f64) {
     let (ok, out, err) = output(preloaded(exe, scope).args(args));
