@@ -26,7 +26,10 @@
  * Errors, as the FreeBSD driver gives them: EINVAL a counter number outside 0..NPMC-1;
  * EBUSY a counter not set up (PMIOGET, PMIOSTART, PMIOSTOP, PMIORESET, PMIOREAD) or a second
  * open for writing; EPERM PMIOSETUP/START/STOP/RESET on a descriptor opened read-only; ENOTTY
- * an unknown request; EFAULT a NULL argument.
+ * an unknown request; EFAULT a NULL argument. Beyond the driver: ENXIO a raw event without a
+ * hardware PMU; EACCES where perf refuses the counting (CPU-wide scopes need root or
+ * CAP_PERFMON); EINVAL from open(2) for a PERFMON_SCOPE it does not know.
+ * LIBPERFMON_DEBUG=1 in the environment explains each refusal on stderr.
  */
 #ifndef _MACHINE_PERFMON_H_
 #define _MACHINE_PERFMON_H_

@@ -149,7 +149,7 @@ int main(void) {
 	CHECK(rd64 >= 0);
 	CHECK(close(rd64) == 0);
 
-	int zero = 0, one = 1, two = 2, minus = -1;
+	int zero = 0, one = 1, two = 2;
 	struct pmc pmc = sw(0, PMC_SW_PAGE_FAULTS, PMCF_USR | PMCF_OS);
 	struct pmc_data pd;
 	struct pmc_tstamp ts;
@@ -183,7 +183,6 @@ int main(void) {
 		pd.pmcd_num = bad[i];
 		FAILS(ioctl(fd, PMIOREAD, &pd), EINVAL);
 	}
-	(void)minus;
 
 	/* EINVAL: the software extension with qualifiers, or an event it does not have. */
 	struct pmc q = sw(0, PMC_SW_PAGE_FAULTS, PMCF_USR);
