@@ -67,6 +67,23 @@ fn chain_share(
     (leaf, whole, bad)
 }
 
+/// Samples a process started under a recording may have walked with frame pointers before
+/// its tables were loaded: the reader sees its first record late when it is busy loading
+/// other processes' tables and naming their frames (measured 50 to 80 ms at 999 Hz with a
+/// debug build on a loaded 2-CPU VM; the README's Limits).
+const STARTUP_SAMPLES: u64 = 200;
+
+/// As [`assert_whole`], allowing [`STARTUP_SAMPLES`] partial stacks first.
+fn assert_whole_after_startup(what: &str, (leaf, whole, bad): (u64, u64, Vec<String>)) {
+    assert!(leaf >= 300, "{what}: only {leaf} leaf samples");
+    assert!(
+        (whole + STARTUP_SAMPLES.min(leaf - whole)) * 100 >= leaf * 99,
+        "{what}: {whole} of {leaf} leaf samples carry the whole chain \
+         ({STARTUP_SAMPLES} partial ones allowed for the start); others:\n{}",
+        bad.join("\n")
+    );
+}
+
 fn assert_whole(what: &str, (leaf, whole, bad): (u64, u64, Vec<String>), min_pct: u64) {
     assert!(leaf >= 300, "{what}: only {leaf} leaf samples");
     assert!(
@@ -227,7 +244,7 @@ fn process_started_after_the_recording_began_has_whole_stacks() {
         &["main", "outer", "middle", "leaf"],
         |f, c| f == c,
     );
-    assert_whole("process started during a system-wide recording", share, 99);
+    assert_whole_after_startup("process started during a system-wide recording", share);
 }
 
 /// Share (percent) of samples of `comm` whose stack passes through libc's call of `main`
@@ -436,5 +453,5 @@ fn a_full_row_array_evicts_modules_of_exited_processes() {
         &["main", "outer", "middle", "leaf"],
         |f, c| f == format!("chain_rs::{c}"),
     );
-    assert_whole("chain_rs after python's modules were evicted", share, 99);
+    assert_whole_after_startup("chain_rs after python's modules were evicted", share);
 }
