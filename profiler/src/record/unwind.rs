@@ -17,9 +17,11 @@ use crate::{
 };
 
 /// Modules with more CFI than this have their tables built on a worker thread (rustc's
-/// driver library has 6 MiB), so that a big module does not hold up the reader and every
-/// other process's tables; smaller ones (libc has 150 KiB) are built at once.
-const SYNC_CFI_BYTES: usize = 512 << 10;
+/// driver library has 6 MiB, libc 150 KiB), so that a big module does not hold up the reader
+/// and every other process's tables (their process is published at once, that module's
+/// frames walked with frame pointers until it is built); smaller ones are built at once.
+/// Debian's python3 (about 400 KiB) took 0.4 s on the reader in a debug build.
+const SYNC_CFI_BYTES: usize = 64 << 10;
 
 type Built = (ModuleId, Result<UnwindTable, ModuleError>);
 
