@@ -14,7 +14,7 @@ use profiler_common::unwind::{MAX_MODULE_ROWS, UnwindRow};
 
 pub use cfi::CfiError;
 pub use elf::ElfError;
-pub use maps::{Mapping, exec_mappings};
+pub use maps::{Mapping, exec_mappings, parse as parse_maps};
 
 /// Index of a module in its [`Registry`].
 pub type ModuleId = u32;
