@@ -283,7 +283,7 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             format!("{:.0}", m(&perf_bytes)),
         ],
         vec![
-            "workload end to flame graph, s (recorder after the workload + perf script pipeline)"
+            "workload end to flame graph on disk, s (the profiler's SVG / perf record's end + perf script pipeline)"
                 .into(),
             format!("{:.2}", m(&prof_after)),
             format!("{:.2}", m(&perf_after)),
