@@ -157,6 +157,12 @@ impl Sampler {
         } else {
             1
         };
+        // The off-CPU pending map (~17 MiB at full size): only with `record --off-cpu`.
+        let pending = if config.capture & capture::OFF_CPU != 0 {
+            profiler_common::offcpu::PENDING_ENTRIES
+        } else {
+            1
+        };
         let (events, record_events) = if ring == RING {
             (ring_bytes, UNUSED_RING_BYTES)
         } else {
@@ -169,6 +175,7 @@ impl Sampler {
             .map_max_entries("AGGREGATE", entries)
             .map_max_entries("STACK_TRACES", stacks)
             .map_max_entries("CG_COUNTS", 1)
+            .map_max_entries("OFFCPU_PENDING", pending)
             // The helpers this kernel has: the verifier drops the branches of the others.
             .override_global("KERNEL_FEATURES", &KernelFeatures::get().ebpf_bits(), true)
             .load(OBJECT)?;

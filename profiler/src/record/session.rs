@@ -17,12 +17,12 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::{
     CallGraph, Mode, RecordError, RecordOptions, RecordOutcome, Stop, Target,
-    aggregate::AggregateReader, cgroup_id, collect::Collector, follow_children, online_cpus,
-    pidfd::PidFd, resolve_events, status::StatusLine, symbolizing::SymbolizeWorker,
+    aggregate::AggregateReader, cgroup_id, collect::Collector, follow_children, offcpu,
+    online_cpus, pidfd::PidFd, resolve_events, status::StatusLine, symbolizing::SymbolizeWorker,
     unwind::TableLoader, validate, workload::Workload,
 };
 use crate::{
-    bpf::{BpfError, RecordStream, Sampler, SamplerStats},
+    bpf::{BpfError, OffCpuHook, RecordStream, Sampler, SamplerStats},
     cpc::events::{Catalog, Event},
     perf::{PerfEvent, SamplePolicy, Scope},
     profile::{Profile, RunInfo},
@@ -64,6 +64,8 @@ pub struct Session<'a> {
     /// Symbolizes finished intervals on a thread of its own.
     symbolizer: SymbolizeWorker,
     aggregated: AggregateReader,
+    /// The off-CPU program (`--off-cpu`), detached in `finish`.
+    off_cpu: Option<OffCpuHook>,
     status: StatusLine,
     /// What the kernel counted up to the last interval (continuous mode reports deltas).
     reported: SamplerStats,
@@ -113,6 +115,16 @@ impl<'a> Session<'a> {
             tables.as_mut(),
             workload.as_ref(),
         )?;
+        // Before the events: once they are attached, everything is.
+        let off_cpu = match opts.off_cpu {
+            true => Some(offcpu::start(
+                opts,
+                &catalog,
+                &mut sampler,
+                events.len() as u32,
+            )?),
+            false => None,
+        };
         attach_events(opts, &events, &mut sampler)?;
         let records = RecordStream::new(sampler.take_records()?).map_err(BpfError::Ring)?;
         for event in sampler.events() {
@@ -136,7 +148,10 @@ impl<'a> Session<'a> {
         Ok(Session {
             opts,
             signals,
-            names: events.iter().map(|e| Arc::from(e.name.as_str())).collect(),
+            names: offcpu::event_names(opts)
+                .iter()
+                .map(|e| Arc::from(e.as_str()))
+                .collect(),
             sampler,
             records,
             tables,
@@ -146,6 +161,7 @@ impl<'a> Session<'a> {
             symbolizer: SymbolizeWorker::start(opts.debug_dirs.clone(), opts.symbolize_user)
                 .map_err(io("starting the symbolizing thread"))?,
             aggregated: AggregateReader::default(),
+            off_cpu,
             status: StatusLine::new(opts.status_line),
             reported: SamplerStats::default(),
             ring_bytes: 0,
@@ -253,9 +269,7 @@ impl<'a> Session<'a> {
                         }
                     }
                     for bytes in batch.records() {
-                        if let Some((header, frames)) = StackSampleHeader::parse(bytes) {
-                            collector.add(&header, frames);
-                        }
+                        offcpu::collect(collector, bytes);
                     }
                     batch.clear();
                 }
@@ -280,14 +294,23 @@ impl<'a> Session<'a> {
         }
         let ended = Instant::now();
         self.sampler.detach_all();
-        let collector = &mut self.collector;
         let ring_bytes = &mut self.ring_bytes;
-        self.records.drain_bytes(|bytes| {
-            *ring_bytes += bytes.len() as u64;
-            if let Some((header, frames)) = StackSampleHeader::parse(bytes) {
-                collector.add(&header, frames);
+        let records = &mut self.records;
+        let mut drain = |collector: &mut Collector| {
+            records.drain_bytes(|bytes| {
+                *ring_bytes += bytes.len() as u64;
+                offcpu::collect(collector, bytes);
+            });
+        };
+        let collector = &mut self.collector;
+        match self.off_cpu.take() {
+            Some(hook) => {
+                let min = self.opts.min_block;
+                let stats = offcpu::stop(&mut self.sampler, hook, collector, drain, min)?;
+                offcpu::report(&stats, min);
             }
-        });
+            None => drain(collector),
+        }
         if self.opts.aggregate {
             self.aggregated.read(&mut self.sampler, collector)?;
         }
@@ -376,7 +399,8 @@ fn sampler_config(opts: &RecordOptions) -> SamplerConfig {
             } else {
                 0
             }
-            | if tables { capture::UNWIND_TABLES } else { 0 },
+            | if tables { capture::UNWIND_TABLES } else { 0 }
+            | if opts.off_cpu { capture::OFF_CPU } else { 0 },
         wakeup_bytes: u64::from(opts.ring_bytes / 4),
         ..Default::default()
     }
