@@ -1,6 +1,10 @@
 //! Off-CPU time (`record --off-cpu`): a program on `sched:sched_switch` keeps the stack of a
-//! target thread when it leaves the CPU, and when the thread comes back writes that stack
-//! into `record`'s ring weighted by the nanoseconds it was away.
+//! target thread when it leaves the CPU, and when the thread comes back counts the
+//! nanoseconds it was away under that stack.
+//!
+//! Each wait is added in the kernel to the totals of its (thread, stack) in `OFFCPU_TOTALS`,
+//! which user space reads at the end (and at each interval); where that map is full, the wait
+//! goes through the ring as an off-CPU record.
 //!
 //! An off-CPU record is a `record` sample ([`crate::stack::StackSampleHeader`] and its frames)
 //! with [`OFF_CPU`] in its flags, followed by one more word: the nanoseconds off the CPU. Its
@@ -17,6 +21,9 @@ pub const RUNNABLE: u32 = 1 << 17;
 
 /// Threads that can be off the CPU with a kept stack at once (the pending map's entries).
 pub const PENDING_ENTRIES: u32 = 8192;
+/// Distinct (thread, stack) totals the kernel keeps (`OFFCPU_TOTALS`); waits of further
+/// pairs go through the ring one by one.
+pub const TOTALS_ENTRIES: u32 = 4096;
 
 /// `sched_switch`'s `prev_state` bits that mean the task is exiting (`X`, `Z`): it will not
 /// come back, so its stack is not kept.
@@ -51,6 +58,32 @@ pub struct OffCpuBuf {
     pub frames: [u64; MAX_RECORD_FRAMES + 2],
 }
 
+/// Key of the in-kernel totals: a thread and a hash of its stack (FNV-1a over the frames and
+/// the [`RUNNABLE`] bit), with the frame counts as a check.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TotalKey {
+    pub hash: u64,
+    pub tid: u32,
+    /// Kernel frames, and user frames << 16.
+    pub frames: u32,
+}
+
+/// Value of the in-kernel totals: the time and number of waits of one (thread, stack), and
+/// the record of the first of them (its header and frames name the stack).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Total {
+    /// Nanoseconds off the CPU (added atomically).
+    pub ns: u64,
+    pub waits: u64,
+    pub record: OffCpuBuf,
+}
+
+/// FNV-1a parameters of [`TotalKey::hash`].
+pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+pub const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
 /// Slots of the per-CPU `OFFCPU_STATS` array.
 pub mod stat {
     /// Switch-outs of target threads whose stack was kept.
@@ -67,10 +100,14 @@ pub mod stat {
     pub const FULL: u32 = 5;
     /// Their stack walks that failed (the record is still written).
     pub const STACK_ERRORS: u32 = 6;
-    pub const COUNT: u32 = 7;
+    /// Waits added to the in-kernel totals (the others are `WRITTEN` to the ring).
+    pub const TOTALLED: u32 = 7;
+    pub const COUNT: u32 = 8;
 }
 
 const _: () = assert!(core::mem::size_of::<OffCpuConfig>() == 24);
+const _: () = assert!(core::mem::size_of::<TotalKey>() == 16);
+const _: () = assert!(core::mem::size_of::<Total>() == 16 + core::mem::size_of::<OffCpuBuf>());
 const _: () =
     assert!(core::mem::size_of::<OffCpuBuf>() == STACK_HEADER_SIZE + 8 * (MAX_RECORD_FRAMES + 2));
 
@@ -81,6 +118,12 @@ unsafe impl aya::Pod for OffCpuConfig {}
 // SAFETY: as above.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for OffCpuBuf {}
+// SAFETY: as above.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for TotalKey {}
+// SAFETY: as above.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for Total {}
 
 /// The innermost frame of off-CPU stacks, so every output shows them as such.
 pub const MARKER: &str = "[off-cpu]";

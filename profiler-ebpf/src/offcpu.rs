@@ -19,8 +19,8 @@ use aya_ebpf::{
 use profiler_common::{
     MAX_STACK_DEPTH, SamplerConfig, capture, kernel_features,
     offcpu::{
-        OFF_CPU, OffCpuBuf, OffCpuConfig, PENDING_ENTRIES, RUNNABLE, STATE_BLOCKED, STATE_DEAD,
-        stat,
+        FNV_OFFSET, FNV_PRIME, OFF_CPU, OffCpuBuf, OffCpuConfig, PENDING_ENTRIES, RUNNABLE,
+        STATE_BLOCKED, STATE_DEAD, TOTALS_ENTRIES, Total, TotalKey, stat,
     },
     record_flags,
     stack::{MAX_RECORD_FRAMES, STACK_HEADER_SIZE},
@@ -43,6 +43,14 @@ static OFFCPU_PENDING: HashMap<u32, OffCpuBuf> = HashMap::with_max_entries(PENDI
 /// The record being assembled on this CPU (too large for the BPF stack).
 #[map]
 static OFFCPU_BUF: PerCpuArray<OffCpuBuf> = PerCpuArray::with_max_entries(1, 0);
+
+/// Time off the CPU per (thread, stack), read by user space (sized at load).
+#[map]
+static OFFCPU_TOTALS: HashMap<TotalKey, Total> = HashMap::with_max_entries(TOTALS_ENTRIES, 0);
+
+/// A new total being assembled on this CPU (too large for the BPF stack).
+#[map]
+static OFFCPU_TOTAL_BUF: PerCpuArray<Total> = PerCpuArray::with_max_entries(1, 0);
 
 #[map]
 static OFFCPU_STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
@@ -103,6 +111,8 @@ fn switch_in(tid: u32, now: u64, oc: &OffCpuConfig, config: &SamplerConfig) {
         if away < oc.min_block_ns {
             add(stat::SHORT, 1);
             add(stat::SHORT_NS, away);
+        } else if total(tid, buf, away) {
+            add(stat::TOTALLED, 1);
         } else {
             let n = (usize::from((*buf).header.kernel_frames)
                 + usize::from((*buf).header.user_frames))
@@ -129,6 +139,59 @@ fn switch_in(tid: u32, now: u64, oc: &OffCpuConfig, config: &SamplerConfig) {
         }
     }
     let _ = OFFCPU_PENDING.remove(tid);
+}
+
+/// Adds `away` to the totals of (`tid`, the stack of `buf`); false if the map is full.
+///
+/// # Safety
+/// `buf` is a live value of the pending map.
+#[inline(always)]
+unsafe fn total(tid: u32, buf: *mut OffCpuBuf, away: u64) -> bool {
+    // SAFETY: reads of the caller's map value, within its frames (n is bounded below).
+    let key = unsafe {
+        let (k, u) = ((*buf).header.kernel_frames, (*buf).header.user_frames);
+        let n = (usize::from(k) + usize::from(u)).min(MAX_RECORD_FRAMES);
+        let mut hash = FNV_OFFSET ^ u64::from((*buf).header.flags & RUNNABLE);
+        for i in 0..MAX_RECORD_FRAMES {
+            if i >= n {
+                break;
+            }
+            hash = (hash ^ (*buf).frames[i]).wrapping_mul(FNV_PRIME);
+        }
+        TotalKey {
+            hash,
+            tid,
+            frames: u32::from(k) | u32::from(u) << 16,
+        }
+    };
+    if let Some(t) = OFFCPU_TOTALS.get_ptr_mut(key) {
+        use core::intrinsics::{AtomicOrdering, atomic_xadd};
+        // SAFETY: a live map value; user space reads it concurrently, so the adds are atomic.
+        unsafe {
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*t).ns, away);
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*t).waits, 1);
+        }
+        return true;
+    }
+    let Some(new) = OFFCPU_TOTAL_BUF.get_ptr_mut(0) else {
+        return false;
+    };
+    // SAFETY: this CPU's buffer; the record is copied whole from the pending map's value.
+    unsafe {
+        (*new).ns = away;
+        (*new).waits = 1;
+        generated::bpf_probe_read_kernel(
+            (&raw mut (*new).record).cast(),
+            core::mem::size_of::<OffCpuBuf>() as u32,
+            buf.cast(),
+        );
+    }
+    // BPF_NOEXIST: a thread is switched in on one CPU at a time, so no other CPU adds this
+    // key meanwhile; failing here means the map is full.
+    // SAFETY: the buffer is ours and holds a whole value.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    let added = OFFCPU_TOTALS.insert(key, unsafe { &*new }, 1);
+    added.is_ok()
 }
 
 /// The current task leaves the CPU in `state`: keeps its stack if it is a target.

@@ -260,3 +260,52 @@ fn wall_needs_a_clock_event_and_min_block_needs_off_cpu() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--aggregate"), "{stderr}");
 }
+
+#[test]
+fn waits_past_the_kernel_totals_go_through_the_ring() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("offcpu-crowd");
+    let folded = dir.join("crowd.folded");
+    // 5000 threads waiting on one barrier: 5000 (thread, stack) pairs, more than the 4096
+    // totals the kernel keeps.
+    let out = profiler(&[
+        "record",
+        "--off-cpu",
+        "-o",
+        folded.to_str().unwrap(),
+        "--",
+        &path("crowd"),
+        "5000",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "record failed: {stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("profiler: off-cpu:"))
+        .unwrap_or_else(|| panic!("no off-cpu line: {stderr}"));
+    let number = |after: &str| -> u64 {
+        line.split(after)
+            .next()
+            .and_then(|p| p.rsplit(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no count before {after:?}: {line}"))
+    };
+    let recorded = number(" waits recorded");
+    let through_ring = number(" through the ring");
+    assert!(recorded >= 5000, "{line}");
+    assert!(through_ring > 0 && through_ring < recorded, "{line}");
+    // Every thread's barrier wait is there, whichever way it came.
+    let stacks = read_folded(&folded);
+    let waited: Vec<&(Vec<String>, u64)> = stacks
+        .iter()
+        .filter(|(f, _)| f[0] == "off-cpu" && has(f, "wait_for_all") && off_cpu(f))
+        .collect();
+    assert!(!waited.is_empty(), "{}", folded_text(&stacks));
+    assert!(
+        !stderr.contains("lost") && !stderr.contains("not kept"),
+        "{stderr}"
+    );
+}

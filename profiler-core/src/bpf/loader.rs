@@ -157,11 +157,13 @@ impl Sampler {
         } else {
             1
         };
-        // The off-CPU pending map (~17 MiB at full size): only with `record --off-cpu`.
-        let pending = if config.capture & capture::OFF_CPU != 0 {
-            profiler_common::offcpu::PENDING_ENTRIES
+        // The off-CPU pending and totals maps (~26 MiB at full size): only with
+        // `record --off-cpu`.
+        let (pending, totals) = if config.capture & capture::OFF_CPU != 0 {
+            use profiler_common::offcpu::{PENDING_ENTRIES, TOTALS_ENTRIES};
+            (PENDING_ENTRIES, TOTALS_ENTRIES)
         } else {
-            1
+            (1, 1)
         };
         let (events, record_events) = if ring == RING {
             (ring_bytes, UNUSED_RING_BYTES)
@@ -176,6 +178,7 @@ impl Sampler {
             .map_max_entries("STACK_TRACES", stacks)
             .map_max_entries("CG_COUNTS", 1)
             .map_max_entries("OFFCPU_PENDING", pending)
+            .map_max_entries("OFFCPU_TOTALS", totals)
             // The helpers this kernel has: the verifier drops the branches of the others.
             .override_global("KERNEL_FEATURES", &KernelFeatures::get().ebpf_bits(), true)
             .load(OBJECT)?;

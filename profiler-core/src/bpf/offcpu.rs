@@ -6,7 +6,7 @@ use aya::{
     maps::{Array, HashMap, MapError, PerCpuArray},
     programs::{TracePoint, trace_point::TracePointLinkId},
 };
-use profiler_common::offcpu::{OffCpuBuf, OffCpuConfig, stat};
+use profiler_common::offcpu::{OffCpuBuf, OffCpuConfig, Total, TotalKey, stat};
 
 use super::{BpfError, Sampler};
 
@@ -19,7 +19,9 @@ const FP_PROGRAM: &str = "offcpu_switch_fp";
 pub struct OffCpuStats {
     /// Switch-outs of targets whose stack was kept.
     pub kept: u64,
-    /// Records written (the thread came back).
+    /// Waits added to the in-kernel totals (the thread came back).
+    pub totalled: u64,
+    /// Waits written to the ring one by one (the totals map was full).
     pub written: u64,
     /// Waits shorter than the minimum, dropped, and their nanoseconds.
     pub short: u64,
@@ -96,6 +98,7 @@ impl Sampler {
         };
         Ok(OffCpuStats {
             kept: slot(stat::KEPT)?,
+            totalled: slot(stat::TOTALLED)?,
             written: slot(stat::WRITTEN)?,
             short: slot(stat::SHORT)?,
             short_ns: slot(stat::SHORT_NS)?,
@@ -103,6 +106,21 @@ impl Sampler {
             full: slot(stat::FULL)?,
             stack_errors: slot(stat::STACK_ERRORS)?,
         })
+    }
+
+    /// The in-kernel totals per (thread, stack), as they are now.
+    pub fn off_cpu_totals(&mut self) -> Result<Vec<(TotalKey, Total)>, BpfError> {
+        let map = self
+            .ebpf_mut()
+            .map_mut("OFFCPU_TOTALS")
+            .ok_or(BpfError::Missing("OFFCPU_TOTALS"))?;
+        let totals: HashMap<_, TotalKey, Total> =
+            HashMap::try_from(map).map_err(map_err("OFFCPU_TOTALS"))?;
+        // Entries are never removed while the program runs.
+        totals
+            .iter()
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(map_err("OFFCPU_TOTALS"))
     }
 
     /// The kept records of threads off the CPU now (their `time_ns` is when they left).

@@ -3,10 +3,10 @@
 //! come through `record`'s ring with the samples and are counted in nanoseconds under the
 //! `off-cpu` event; at the end the threads still off the CPU are accounted up to the stop.
 
-use std::time::Duration;
+use std::{collections::HashMap, time::Duration};
 
 use profiler_common::{
-    offcpu::{OffCpuConfig, weight},
+    offcpu::{OffCpuBuf, OffCpuConfig, TotalKey, weight},
     stack::StackSampleHeader,
 };
 
@@ -48,28 +48,116 @@ pub(super) fn ns_per_sample(opts: &RecordOptions) -> u64 {
     }
 }
 
-/// Attaches the off-CPU program (records carry request `request`, the index of the
-/// `off-cpu` event among the profile's events).
-pub(super) fn start(
-    opts: &RecordOptions,
-    catalog: &Catalog,
-    sampler: &mut Sampler,
-    request: u32,
-) -> Result<OffCpuHook, RecordError> {
-    let offset = |field: &'static str| {
-        tracepoint_field_offset(catalog, "sched_switch", field).ok_or(RecordError::Io {
-            what: "reading sched:sched_switch's format in tracefs",
-            source: std::io::Error::other(format!("no field {field}")),
+/// The attached off-CPU program and what has been taken of its in-kernel totals.
+pub(super) struct OffCpu {
+    hook: OffCpuHook,
+    /// Nanoseconds already counted per (thread, stack) key: each read adds what grew.
+    counted: HashMap<TotalKey, u64>,
+    min_block: Duration,
+}
+
+impl OffCpu {
+    /// Attaches the off-CPU program (its stacks carry request `request`, the index of the
+    /// `off-cpu` event among the profile's events).
+    pub(super) fn start(
+        opts: &RecordOptions,
+        catalog: &Catalog,
+        sampler: &mut Sampler,
+        request: u32,
+    ) -> Result<Self, RecordError> {
+        let offset = |field: &'static str| {
+            tracepoint_field_offset(catalog, "sched_switch", field).ok_or(RecordError::Io {
+                what: "reading sched:sched_switch's format in tracefs",
+                source: std::io::Error::other(format!("no field {field}")),
+            })
+        };
+        let config = OffCpuConfig {
+            min_block_ns: nanos(opts.min_block),
+            request,
+            prev_state_offset: offset("prev_state")?,
+            next_pid_offset: offset("next_pid")?,
+            runnable: 1,
+        };
+        Ok(Self {
+            hook: sampler.start_off_cpu(config)?,
+            counted: HashMap::new(),
+            min_block: opts.min_block,
         })
-    };
-    let config = OffCpuConfig {
-        min_block_ns: u64::try_from(opts.min_block.as_nanos()).unwrap_or(u64::MAX),
-        request,
-        prev_state_offset: offset("prev_state")?,
-        next_pid_offset: offset("next_pid")?,
-        runnable: 1,
-    };
-    Ok(sampler.start_off_cpu(config)?)
+    }
+
+    /// Counts what the in-kernel totals gained since the last read.
+    pub(super) fn read_totals(
+        &mut self,
+        sampler: &mut Sampler,
+        collector: &mut Collector,
+    ) -> Result<(), RecordError> {
+        read_totals(&mut self.counted, sampler, collector)
+    }
+
+    /// Detaches the program, then counts its totals and the threads still off the CPU as
+    /// away until now (after `drain` has emptied the ring, so that no wait is counted
+    /// twice). Prints what was kept and dropped on stderr.
+    pub(super) fn stop(
+        self,
+        sampler: &mut Sampler,
+        collector: &mut Collector,
+        drain: impl FnOnce(&mut Collector),
+    ) -> Result<(), RecordError> {
+        let OffCpu {
+            hook,
+            mut counted,
+            min_block,
+        } = self;
+        sampler.stop_off_cpu(hook)?;
+        drain(collector);
+        let now = monotonic_ns();
+        let min = nanos(min_block);
+        let mut stats = sampler.off_cpu_stats()?;
+        read_totals(&mut counted, sampler, collector)?;
+        let mut unfinished = 0;
+        for buf in sampler.off_cpu_pending()? {
+            let away = now.saturating_sub(buf.header.time_ns);
+            if away < min {
+                stats.short += 1;
+                stats.short_ns += away;
+                continue;
+            }
+            add_kept(collector, &buf, away);
+            unfinished += 1;
+        }
+        report(&stats, unfinished, min_block);
+        Ok(())
+    }
+}
+
+/// Counts what the in-kernel totals gained since `counted` was last updated.
+fn read_totals(
+    counted: &mut HashMap<TotalKey, u64>,
+    sampler: &mut Sampler,
+    collector: &mut Collector,
+) -> Result<(), RecordError> {
+    for (key, total) in sampler.off_cpu_totals()? {
+        let seen = counted.entry(key).or_default();
+        let grown = total.ns.saturating_sub(*seen);
+        if grown == 0 {
+            continue;
+        }
+        *seen = total.ns;
+        add_kept(collector, &total.record, grown);
+    }
+    Ok(())
+}
+
+/// Counts `ns` under the stack of a kept record.
+fn add_kept(collector: &mut Collector, buf: &OffCpuBuf, ns: u64) {
+    let n = usize::from(buf.header.kernel_frames) + usize::from(buf.header.user_frames);
+    let frames = &buf.frames[..n.min(buf.frames.len())];
+    let bytes: Vec<u8> = frames.iter().flat_map(|f| f.to_ne_bytes()).collect();
+    collector.add_off_cpu(&buf.header, &bytes, ns);
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Counts one record of `record`'s ring: a sample, or an off-CPU wait in nanoseconds.
@@ -84,40 +172,19 @@ pub(super) fn collect(collector: &mut Collector, bytes: &[u8]) {
     }
 }
 
-/// Detaches the program, then counts the threads still off the CPU as away until now (the
-/// ring must be drained first, so that no thread is counted twice). Returns the program's
-/// totals.
-pub(super) fn stop(
-    sampler: &mut Sampler,
-    hook: OffCpuHook,
-    collector: &mut Collector,
-    drain: impl FnOnce(&mut Collector),
-    min_block: Duration,
-) -> Result<OffCpuStats, RecordError> {
-    sampler.stop_off_cpu(hook)?;
-    drain(collector);
-    let now = monotonic_ns();
-    let min = u64::try_from(min_block.as_nanos()).unwrap_or(u64::MAX);
-    let mut stats = sampler.off_cpu_stats()?;
-    for buf in sampler.off_cpu_pending()? {
-        let away = now.saturating_sub(buf.header.time_ns);
-        if away < min {
-            stats.short += 1;
-            stats.short_ns += away;
-            continue;
-        }
-        let n = usize::from(buf.header.kernel_frames) + usize::from(buf.header.user_frames);
-        let frames = &buf.frames[..n.min(buf.frames.len())];
-        let bytes: Vec<u8> = frames.iter().flat_map(|f| f.to_ne_bytes()).collect();
-        collector.add_off_cpu(&buf.header, &bytes, away);
-        stats.written += 1;
+/// One line on stderr: what off-CPU recording kept and dropped (`unfinished`: threads still
+/// off the CPU at the end, counted up to then).
+fn report(stats: &OffCpuStats, unfinished: u64, min_block: Duration) {
+    let mut line = format!(
+        "profiler: off-cpu: {} waits recorded",
+        stats.totalled + stats.written + unfinished
+    );
+    if stats.written > 0 {
+        line += &format!(
+            "; {} through the ring (the in-kernel totals map was full)",
+            stats.written
+        );
     }
-    Ok(stats)
-}
-
-/// One line on stderr: what off-CPU recording kept and dropped.
-pub(super) fn report(stats: &OffCpuStats, min_block: Duration) {
-    let mut line = format!("profiler: off-cpu: {} waits recorded", stats.written);
     if stats.short > 0 {
         line += &format!(
             "; {} shorter than --min-block {} us dropped ({:.3} s)",

@@ -17,12 +17,22 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::{
     CallGraph, Mode, RecordError, RecordOptions, RecordOutcome, Stop, Target,
-    aggregate::AggregateReader, cgroup_id, collect::Collector, follow_children, offcpu,
-    online_cpus, pidfd::PidFd, resolve_events, status::StatusLine, symbolizing::SymbolizeWorker,
-    unwind::TableLoader, validate, workload::Workload,
+    aggregate::AggregateReader,
+    cgroup_id,
+    collect::Collector,
+    follow_children,
+    offcpu::{self, OffCpu},
+    online_cpus,
+    pidfd::PidFd,
+    resolve_events,
+    status::StatusLine,
+    symbolizing::SymbolizeWorker,
+    unwind::TableLoader,
+    validate,
+    workload::Workload,
 };
 use crate::{
-    bpf::{BpfError, OffCpuHook, RecordStream, Sampler, SamplerStats},
+    bpf::{BpfError, RecordStream, Sampler, SamplerStats},
     cpc::events::{Catalog, Event},
     perf::{PerfEvent, SamplePolicy, Scope},
     profile::{Profile, RunInfo},
@@ -65,7 +75,7 @@ pub struct Session<'a> {
     symbolizer: SymbolizeWorker,
     aggregated: AggregateReader,
     /// The off-CPU program (`--off-cpu`), detached in `finish`.
-    off_cpu: Option<OffCpuHook>,
+    off_cpu: Option<OffCpu>,
     status: StatusLine,
     /// What the kernel counted up to the last interval (continuous mode reports deltas).
     reported: SamplerStats,
@@ -117,7 +127,7 @@ impl<'a> Session<'a> {
         )?;
         // Before the events: once they are attached, everything is.
         let off_cpu = match opts.off_cpu {
-            true => Some(offcpu::start(
+            true => Some(OffCpu::start(
                 opts,
                 &catalog,
                 &mut sampler,
@@ -212,6 +222,7 @@ impl<'a> Session<'a> {
         let collector = &mut self.collector;
         let symbolizer = &mut self.symbolizer;
         let aggregated = &mut self.aggregated;
+        let off_cpu = &mut self.off_cpu;
         let records = &mut self.records;
         let tables = &mut self.tables;
         let ring_bytes = &mut self.ring_bytes;
@@ -232,6 +243,9 @@ impl<'a> Session<'a> {
                 _ = intervals.tick(), if opts.interval.is_some() => {
                     if opts.aggregate {
                         aggregated.read(sampler, collector)?;
+                    }
+                    if let Some(o) = off_cpu.as_mut() {
+                        o.read_totals(sampler, collector)?;
                     }
                     let stats = sampler.stats()?;
                     let now = Instant::now();
@@ -304,11 +318,7 @@ impl<'a> Session<'a> {
         };
         let collector = &mut self.collector;
         match self.off_cpu.take() {
-            Some(hook) => {
-                let min = self.opts.min_block;
-                let stats = offcpu::stop(&mut self.sampler, hook, collector, drain, min)?;
-                offcpu::report(&stats, min);
-            }
+            Some(off_cpu) => off_cpu.stop(&mut self.sampler, collector, drain)?,
             None => drain(collector),
         }
         if self.opts.aggregate {
