@@ -103,6 +103,10 @@ const CHECKS: &[Check] = &[
         run: record_aggregate,
     },
     Check {
+        name: "record-offcpu",
+        run: record_off_cpu,
+    },
+    Check {
         name: "stat-cgroups",
         run: stat_cgroups,
     },
@@ -580,6 +584,44 @@ fn record_aggregate(l: &Layout) -> CheckResult {
         return Err(fail("no main > outer > chain in the report".into(), &out));
     }
     Ok(format!("{samples} samples, leaf {}%", leaf * 100 / total))
+}
+
+/// `record --wall -- waits 3`: the nanosleeps of `sleep_phase` as off-CPU time within 5 %
+/// of what the fixture measured, under its nanosleep frames.
+fn record_off_cpu(l: &Layout) -> CheckResult {
+    let folded = l.out("wall.folded");
+    let waits = l.fixture("waits");
+    let out = profiler(
+        l,
+        &[
+            "record", "-F", "999", "--wall", "-q", "-o", &folded, "--", &waits, "3",
+        ],
+    )?;
+    let truth: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("truth "))
+        .and_then(|t| t.split(' ').find_map(|kv| kv.strip_prefix("sleep_ns=")))
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| fail("no truth line from waits".into(), &out))?;
+    let stacks = read_folded(&folded)?;
+    let slept: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f.iter().any(|x| x == "sleep_phase"))
+        .filter(|(f, _)| f.last().is_some_and(|x| x == "[off-cpu]"))
+        .filter(|(f, _)| f.iter().any(|x| x.contains("nanosleep")))
+        .map(|(_, n)| n)
+        .sum();
+    if slept.abs_diff(truth) * 20 > truth {
+        return Err(fail(
+            format!("{slept} ns off CPU in sleep_phase's nanosleep, the fixture slept {truth} ns"),
+            &out,
+        ));
+    }
+    Ok(format!(
+        "sleep_phase off CPU {:.3} s (measured {:.3} s)",
+        slept as f64 / 1e9,
+        truth as f64 / 1e9
+    ))
 }
 
 /// The cgroup v2 mount point.
