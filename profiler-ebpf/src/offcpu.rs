@@ -263,6 +263,28 @@ fn switch_out<const TABLES: bool>(
         return;
     }
     add(stat::KEPT, 1);
+    // SAFETY: a read of this CPU's buffer.
+    let flags = unsafe { (*buf).header.flags };
+    if TABLES
+        && flags & (record_flags::UNWIND_NO_PROCESS | record_flags::UNWIND_NO_MAPPING) != 0
+        // At most every 10 ms per CPU, whichever is missing.
+        && wake_for_tables(record_flags::UNWIND_NO_MAPPING, now)
+    {
+        // The walk lacked tables (a new process, a library mapped since): a header without
+        // frames or weight tells the reader which process to load (and counts nothing), as a
+        // sample's record would; a process that only waits has no samples to say it.
+        // SAFETY: the first STACK_HEADER_SIZE bytes of this CPU's buffer are its header.
+        unsafe {
+            (*buf).header.kernel_frames = 0;
+            (*buf).header.user_frames = 0;
+            generated::bpf_ringbuf_output(
+                (&raw const RECORD_EVENTS).cast_mut().cast(),
+                buf.cast(),
+                STACK_HEADER_SIZE as u64,
+                BPF_RB_FORCE_WAKEUP as u64,
+            );
+        }
+    }
 }
 
 /// Walks the current task's user stack into `frames[k..]` of the buffer from the registers

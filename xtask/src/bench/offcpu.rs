@@ -186,7 +186,10 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
     let (pc, fc) = (med(&prof, |r| r.own_cpu_s), med(&perf, |r| r.own_cpu_s));
     let (ps, fs_) = (med(&prof, |r| r.stop_s), med(&perf, |r| r.stop_s));
     let col = |i: usize| median(&post.iter().map(|p| p[i]).collect::<Vec<_>>());
-    let perf_to_svg = fs_ + col(0) + col(1) + col(2);
+    // perf's own part (the fold is this harness's code, built for debugging): the recorder
+    // after the end, perf script, the flame graph; and with the fold.
+    let perf_own = fs_ + col(0) + col(2);
+    let perf_to_svg = perf_own + col(1);
     let pct = |x: f64| (x / base - 1.0) * 100.0;
     let share = |u: u64, t: u64| 100.0 * u as f64 / t.max(1) as f64;
     let rows = vec![
@@ -216,10 +219,11 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             format!("{:+.1} %", pct(fw)),
             format!("{fc:.2}"),
             format!(
-                "{perf_to_svg:.2} (record {fs_:.2} + script {:.2} + fold {:.2} + flame graph {:.2})",
+                "{perf_own:.2} (record {fs_:.2} + script {:.2} + flame graph {:.2}); \
+                 {perf_to_svg:.2} with the fold ({:.2})",
                 col(0),
-                col(1),
-                col(2)
+                col(2),
+                col(1)
             ),
             format!(
                 "{:.1} % of {:.2} s",
@@ -228,7 +232,7 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             ),
         ],
     ];
-    let met = pw <= fw && ps <= perf_to_svg;
+    let met = pw <= fw && ps <= perf_own;
     let mut notes = vec![format!(
         "perf.data per run: {:.1} MiB (median); the profiler keeps totals in the kernel and \
          writes no data file.",
@@ -239,8 +243,8 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
         title: "8. Off-CPU time on a switch-heavy workload",
         method: format!(
             "`pingpong {passes}`: two threads pass a byte back and forth over two pipes, so \
-             every pass blocks one thread in read() (about {} context switches per second \
-             here). Alone, under `profiler record --off-cpu` writing the flame graph itself, \
+             every pass blocks one thread in read() (2 x passes / wall time alone: about {} \
+             switches per second here). Alone, under `profiler record --off-cpu` writing the flame graph itself, \
              and under `perf record -a -e sched:sched_switch -g` (what users of Debian's perf \
              6.1, built without `--off-cpu`, can do: system-wide, because a thread's switch-in \
              is recorded in the context of the task it replaces), whose output is turned into \
@@ -250,8 +254,10 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
              rotated; medians. Workload time is the fixture's own wall time; the recorder's \
              CPU time is its rusage minus the workload's CPU time; stop to flame graph is \
              from the workload's end (its CLOCK_MONOTONIC stamp) to the recorder's exit, plus \
-             for perf the post-processing. The last column is the share of the workload's \
-             off-CPU time whose stack has the fixture's `receive()` (where it blocks).",
+             for perf the post-processing (the fold is timed apart: it is this harness's \
+             code, in a debug build). The last column is the share of the workload's blocked \
+             time (not preempted) whose stack has the fixture's `receive()`, where it \
+             blocks in read().",
             (2.0 * passes.parse::<f64>().unwrap_or(0.0) / base) as u64
         ),
         headers: vec![
@@ -269,7 +275,7 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
                      its off-CPU flame graph sooner than perf's pipeline gives one",
             measured: format!(
                 "workload {:+.1} % with the profiler vs {:+.1} % with perf; flame graph \
-                 {ps:.2} s after the end vs {perf_to_svg:.2} s",
+                 {ps:.2} s after the end vs {perf_own:.2} s (without the fold)",
                 pct(pw),
                 pct(fw)
             ),
@@ -386,7 +392,12 @@ fn fold(script: &str, comm: &str) -> BTreeMap<String, u64> {
             })
             .collect();
         frames.reverse();
-        let stack = format!("{comm};{};[off-cpu]", frames.join(";"));
+        // `R` and `R+`: preempted, runnable; any other state blocked (as the profiler marks).
+        let marker = match field("prev_state=").as_deref() {
+            Some(s) if s.starts_with('R') => "[off-cpu:runnable]",
+            _ => "[off-cpu]",
+        };
+        let stack = format!("{comm};{};{marker}", frames.join(";"));
         away.insert(prev, (t, stack));
     }
     out
@@ -399,11 +410,12 @@ fn parse_ns(t: &str) -> Option<u64> {
     Some(s.parse::<u64>().ok()? * 1_000_000_000 + frac.get(..9)?.parse::<u64>().ok()?)
 }
 
-/// Nanoseconds of stacks with `function` among their frames, and of all stacks.
+/// Nanoseconds of blocked stacks (ending in `[off-cpu]`) with `function` among their frames,
+/// and of all blocked stacks.
 fn share_under(stacks: &BTreeMap<String, u64>, function: &str) -> (u64, u64) {
-    let total = stacks.values().sum();
-    let under = stacks
-        .iter()
+    let blocked = stacks.iter().filter(|(s, _)| s.ends_with(";[off-cpu]"));
+    let total = blocked.clone().map(|(_, n)| n).sum();
+    let under = blocked
         .filter(|(s, _)| s.split(';').any(|f| f == function))
         .map(|(_, n)| n)
         .sum();
