@@ -433,7 +433,7 @@ fn bcc_note(ctx: &mut Ctx) -> String {
     }
     match proc::run(Command::new(tool).args(["-f", "1"]), &log, &[0]) {
         Ok(_) => "BCC's offcputime ran but is not compared yet.".into(),
-        Err(e) => {
+        Err(_) => {
             let err = fs::read_to_string(log.with_extension("err")).unwrap_or_default();
             let why = err
                 .lines()
@@ -444,7 +444,7 @@ fn bcc_note(ctx: &mut Ctx) -> String {
                 .to_string();
             format!(
                 "BCC's offcputime (Debian's bpfcc-tools 0.26) does not run on this kernel, so \
-                 it is not compared: `{}` failed ({e}); its last line: \"{why}\" (BCC \
+                 it is not compared: `{}` fails with \"{why}\" (BCC \
                  compiles its program at run time against the kernel's headers, which Debian \
                  has no package of for this kernel, and it attaches a kprobe to \
                  finish_task_switch, while this kernel has no kprobes).",
