@@ -9,7 +9,7 @@ use aya::{
 };
 use profiler_common::{
     AGGREGATE_ENTRIES, AGGREGATE_STACKS, AggregateKey, AggregateValue, MAX_SIBLINGS, NO_GROUP_DEAD,
-    RequestConfig, SamplerConfig, capture, stat,
+    RequestConfig, SamplerConfig, capture, stat, unwind::DEFAULT_UNWIND_ROWS,
 };
 
 use super::{KernelFeatures, attach::Attachments, ring::Records};
@@ -119,18 +119,36 @@ impl Sampler {
         config: SamplerConfig,
         ring_bytes: u32,
     ) -> Result<Self, BpfError> {
-        Self::load_program(kernel, config, ring_bytes, PROGRAM, RING)
+        Self::load_program(kernel, config, ring_bytes, PROGRAM, RING, 1)
     }
 
     /// As [`Sampler::load`], for `record`'s samples (`profiler_common::stack` records, or
     /// in-kernel aggregation).
     pub fn load_record(config: SamplerConfig, ring_bytes: u32) -> Result<Self, BpfError> {
-        let program = if config.capture & capture::UNWIND_TABLES != 0 {
-            RECORD_PROGRAM
+        Self::load_record_sized(config, ring_bytes, DEFAULT_UNWIND_ROWS)
+    }
+
+    /// [`Sampler::load_record`] with a row array of `unwind_rows` rows (8 bytes each) when
+    /// the configuration walks with unwind tables.
+    pub fn load_record_sized(
+        config: SamplerConfig,
+        ring_bytes: u32,
+        unwind_rows: u32,
+    ) -> Result<Self, BpfError> {
+        let tables = config.capture & capture::UNWIND_TABLES != 0;
+        let (program, rows) = if tables {
+            (RECORD_PROGRAM, unwind_rows.max(1))
         } else {
-            RECORD_FP_PROGRAM
+            (RECORD_FP_PROGRAM, 1)
         };
-        Self::load_program(kernel::linux(), config, ring_bytes, program, RECORD_RING)
+        Self::load_program(
+            kernel::linux(),
+            config,
+            ring_bytes,
+            program,
+            RECORD_RING,
+            rows,
+        )
     }
 
     fn load_program(
@@ -139,6 +157,7 @@ impl Sampler {
         ring_bytes: u32,
         program_name: &'static str,
         ring: &'static str,
+        unwind_rows: u32,
     ) -> Result<Self, BpfError> {
         if OBJECT.is_empty() {
             return Err(BpfError::Stub);
@@ -151,12 +170,8 @@ impl Sampler {
         } else {
             (1, 1)
         };
-        // Unwind tables (32 MiB of rows at full size): only when record walks with them.
-        let unwind_rows = if config.capture & capture::UNWIND_TABLES != 0 {
-            profiler_common::unwind::DEFAULT_UNWIND_ROWS
-        } else {
-            1
-        };
+        // Unwind tables (32 MiB of rows at the default size) only when record walks with them:
+        // `unwind_rows` is 1 otherwise.
         // The off-CPU pending and totals maps (~26 MiB at full size): only with
         // `record --off-cpu`.
         let (pending, totals) = if config.capture & capture::OFF_CPU != 0 {

@@ -9,6 +9,7 @@ mod loader;
 mod offcpu;
 mod privilege;
 mod ring;
+mod rowspace;
 mod unwind;
 
 pub use cgcount::{CgroupCountStats, CgroupCounter};
@@ -17,4 +18,5 @@ pub use loader::{BpfError, Sampler, SamplerStats};
 pub use offcpu::{OffCpuHook, OffCpuStats};
 pub use privilege::{Privilege, PrivilegeError, check_privileges};
 pub use ring::{MAX_BATCH_TIME, Records};
-pub use unwind::{RowRange, UnwindMapError, UnwindMaps};
+pub use rowspace::RowRange;
+pub use unwind::{UnwindMapError, UnwindMaps};

@@ -96,6 +96,8 @@ pub struct RecordOptions {
     pub call_graph: CallGraph,
     /// Print the unwinder's and the ring's totals to stderr at the end (benchmarks).
     pub unwind_stats: bool,
+    /// Rows of the kernel's unwind table array (8 bytes each).
+    pub unwind_rows: u32,
     /// Record off-CPU time too: the `off-cpu` event, in nanoseconds (`offcpu`).
     pub off_cpu: bool,
     /// With `off_cpu`: one wall-clock view (on-CPU samples converted to nanoseconds).
@@ -124,6 +126,7 @@ impl RecordOptions {
             stacks: true,
             call_graph: CallGraph::default(),
             unwind_stats: false,
+            unwind_rows: profiler_common::unwind::DEFAULT_UNWIND_ROWS,
             off_cpu: false,
             wall: false,
             min_block: Duration::ZERO,

@@ -358,13 +358,15 @@ impl<'a> Session<'a> {
         eprintln!(
             "unwind-stats samples={} ring_bytes={} partial={partial} \
              no_process={no_process} modules={} processes={} loads={} \
-             modules_without_table={} row_bytes={} reserved_bytes={} user_bytes={}",
+             modules_without_table={} modules_evicted={} row_bytes={} reserved_bytes={} \
+             user_bytes={}",
             stats.submitted,
             self.ring_bytes,
             t.modules,
             t.processes,
             t.loads,
             t.modules_without_table,
+            t.modules_evicted,
             t.row_bytes,
             t.reserved_bytes,
             t.user_bytes
@@ -421,7 +423,7 @@ fn sampler_config(opts: &RecordOptions) -> SamplerConfig {
 fn load_sampler(opts: &RecordOptions) -> Result<(Sampler, Option<TableLoader>), RecordError> {
     let config = sampler_config(opts);
     let wants_tables = config.capture & capture::UNWIND_TABLES != 0;
-    let sampler = match Sampler::load_record(config, opts.ring_bytes) {
+    let sampler = match Sampler::load_record_sized(config, opts.ring_bytes, opts.unwind_rows) {
         // The unwinder needs bpf_loop (Linux 5.17); older kernels walk frame pointers.
         Err(BpfError::Program(e)) if wants_tables => {
             eprintln!(
@@ -432,7 +434,7 @@ fn load_sampler(opts: &RecordOptions) -> Result<(Sampler, Option<TableLoader>), 
                 capture: config.capture & !capture::UNWIND_TABLES,
                 ..config
             };
-            Sampler::load_record(config, opts.ring_bytes)?
+            Sampler::load_record_sized(config, opts.ring_bytes, opts.unwind_rows)?
         }
         other => other?,
     };
