@@ -51,6 +51,48 @@ fn folded_text(stacks: &[(Vec<String>, u64)]) -> String {
         .collect()
 }
 
+/// Whether the unwinder's map of profiler `profiler` has rows for the executable mapping of
+/// `pid` whose path ends in `module` (tables of large modules are built on a worker thread,
+/// after the process joined the filter).
+fn has_tables(profiler: u32, pid: u32, module: &str) -> bool {
+    use aya::maps::{HashMap, Map, MapData, loaded_maps};
+    use profiler_common::unwind::ProcUnwind;
+    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return false;
+    };
+    let Some(start) = maps
+        .lines()
+        .filter(|l| l.ends_with(module) && l.split_whitespace().nth(1) == Some("r-xp"))
+        .find_map(|l| u64::from_str_radix(l.split('-').next()?, 16).ok())
+    else {
+        return false;
+    };
+    let held: std::collections::BTreeSet<u32> =
+        std::fs::read_dir(format!("/proc/{profiler}/fdinfo"))
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .filter_map(|i| {
+                i.lines()
+                    .find_map(|l| l.strip_prefix("map_id:"))
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .collect();
+    loaded_maps()
+        .filter_map(Result::ok)
+        .filter(|m| m.name_as_str() == Some("UNWIND_PROCS") && held.contains(&m.id()))
+        .filter_map(|m| MapData::from_id(m.id()).ok())
+        .filter_map(|d| Map::from_map_data(d).ok())
+        .filter_map(|m| HashMap::<_, u32, ProcUnwind>::try_from(m).ok())
+        .filter_map(|h| h.get(&pid, 0).ok())
+        .any(|p| {
+            p.mappings[..(p.count as usize).min(p.mappings.len())]
+                .iter()
+                .any(|m| m.start == start && m.rows_len > 0)
+        })
+}
+
 #[test]
 fn spin_sleep_and_pipe_read_times_are_in_their_stacks() {
     if !privileged() {
@@ -60,8 +102,8 @@ fn spin_sleep_and_pipe_read_times_are_in_their_stacks() {
     let before = our_programs();
     let dir = scratch("offcpu-wall");
     let folded = dir.join("wall.folded");
-    // Attached to a running process (whose unwind tables are loaded before anything is
-    // attached), started by a signal once the profiler holds its events.
+    // Attached to a running process, started by a signal once the profiler holds its events
+    // and the process's unwind tables.
     let mut waits = Command::new(fixture("waits"))
         .args(["10", "1", "signal"])
         .stdout(Stdio::piped())
@@ -79,6 +121,10 @@ fn spin_sleep_and_pipe_read_times_are_in_their_stacks() {
         .spawn()
         .expect("starting the profiler");
     wait_attached(&mut record);
+    // Started once the unwind tables of libc (whose wrappers keep no frame pointer) are in.
+    wait_for("libc's unwind tables", 60, || {
+        has_tables(record.id(), waits.id(), "/libc.so.6").then_some(())
+    });
     // SAFETY: kill has no memory preconditions; the pid is our child's.
     unsafe { libc::kill(waits.id() as i32, libc::SIGUSR1) };
     assert!(waits.wait().expect("waits").success());
