@@ -5,6 +5,7 @@
 //! time. No `usize`, `bool` or `Option` may appear in these structs.
 #![no_std]
 
+pub mod offcpu;
 pub mod stack;
 pub mod unwind;
 
@@ -43,6 +44,9 @@ pub mod capture {
     /// Walk user stacks with the unwind tables of `UNWIND_PROCS`/`UNWIND_ROWS` (frame
     /// pointers where a process or mapping has none); ring-buffer records only.
     pub const UNWIND_TABLES: u32 = 1 << 3;
+    /// Off-CPU time is recorded too (`record --off-cpu`, see [`crate::offcpu`]): sizes the
+    /// pending map at load.
+    pub const OFF_CPU: u32 = 1 << 8;
 }
 
 /// Bits of the eBPF object's `KERNEL_FEATURES` constant: the helpers this kernel has, set by

@@ -9,6 +9,7 @@
 
 mod cgcount;
 mod follow;
+mod offcpu;
 mod record;
 mod sampler;
 mod unwind;

@@ -10,7 +10,7 @@ use std::{
 };
 
 use profiler_common::{
-    record_flags,
+    offcpu, record_flags,
     stack::{StackSampleHeader, frame_at},
 };
 
@@ -34,7 +34,8 @@ struct RawStack {
     kernel: Box<[u64]>,
     /// Innermost first.
     user: Box<[UserFrame]>,
-    /// Why the stack is missing, when it is (in-kernel aggregation only).
+    /// Why the stack is missing, when it is (in-kernel aggregation), or the off-CPU marker:
+    /// a named frame innermost.
     missing: Option<&'static str>,
 }
 
@@ -71,6 +72,22 @@ impl Collector {
     /// process's maps are captured on first sight, while it lives.
     pub fn add(&mut self, rec: &StackSampleHeader, frames: &[u8]) {
         self.samples += 1;
+        self.add_stack(rec, frames, None, 1);
+    }
+
+    /// Counts one off-CPU record (`record --off-cpu`): `ns` nanoseconds off the CPU, under
+    /// its kept stack with a marker frame innermost ([`offcpu::marker`]).
+    pub fn add_off_cpu(&mut self, rec: &StackSampleHeader, frames: &[u8], ns: u64) {
+        self.add_stack(rec, frames, Some(offcpu::marker(rec.flags)), ns);
+    }
+
+    fn add_stack(
+        &mut self,
+        rec: &StackSampleHeader,
+        frames: &[u8],
+        marker: Option<&'static str>,
+        weight: u64,
+    ) {
         self.symbolizer.observe(rec.pid, Some(rec.comm));
         let nk = usize::from(rec.kernel_frames);
         let nu = usize::from(rec.user_frames);
@@ -114,9 +131,9 @@ impl Collector {
             comm: rec.comm,
             kernel,
             user,
-            missing: None,
+            missing: marker,
         };
-        *self.stacks.entry(key).or_default() += 1;
+        *self.stacks.entry(key).or_default() += weight;
     }
 
     /// Merges `pid`'s current maps into what was captured (a library was mapped since).

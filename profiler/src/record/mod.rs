@@ -5,6 +5,7 @@
 mod aggregate;
 mod collect;
 mod error;
+mod offcpu;
 mod pidfd;
 mod session;
 mod status;
@@ -97,6 +98,12 @@ pub struct RecordOptions {
     pub unwind_stats: bool,
     /// Rows of the kernel's unwind table array (8 bytes each).
     pub unwind_rows: u32,
+    /// Record off-CPU time too: the `off-cpu` event, in nanoseconds (`offcpu`).
+    pub off_cpu: bool,
+    /// With `off_cpu`: one wall-clock view (on-CPU samples converted to nanoseconds).
+    pub wall: bool,
+    /// With `off_cpu`: waits shorter than this are dropped (and counted).
+    pub min_block: Duration,
 }
 
 impl RecordOptions {
@@ -127,6 +134,9 @@ impl RecordOptions {
             call_graph: CallGraph::default(),
             unwind_stats: false,
             unwind_rows: profiler_common::unwind::DEFAULT_UNWIND_ROWS,
+            off_cpu: false,
+            wall: false,
+            min_block: Duration::ZERO,
         }
     }
 }
@@ -217,6 +227,7 @@ pub fn validate(opts: &RecordOptions) -> Result<(), RecordError> {
         }
         _ => {}
     }
+    offcpu::validate(opts)?;
     if let Target::Command(argv) = &opts.target {
         resolve_command(&argv[0])?;
     }
@@ -333,9 +344,18 @@ pub async fn record_with(
     opts: &RecordOptions,
     on_interval: &mut dyn FnMut(Profile),
 ) -> Result<RecordOutcome, RecordError> {
+    // `--wall`: every profile handed over is the wall-clock view.
+    let wall = opts.wall.then(|| offcpu::ns_per_sample(opts));
+    let view = move |p: Profile| match wall {
+        Some(ns) => crate::profile::wall_view(&p, ns),
+        None => p,
+    };
+    let mut on_interval = |p: Profile| on_interval(view(p));
     let mut session = Session::setup(opts)?;
-    let stop = session.run(on_interval).await?;
-    session.finish(stop, on_interval).await
+    let stop = session.run(&mut on_interval).await?;
+    let mut outcome = session.finish(stop, &mut on_interval).await?;
+    outcome.profile = view(outcome.profile);
+    Ok(outcome)
 }
 
 #[cfg(test)]

@@ -17,9 +17,19 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::{
     CallGraph, Detaching, Mode, RecordError, RecordOptions, RecordOutcome, Stop, Target,
-    aggregate::AggregateReader, cgroup_id, collect::Collector, follow_children, online_cpus,
-    pidfd::PidFd, resolve_events, status::StatusLine, symbolizing::SymbolizeWorker,
-    unwind::TableLoader, validate, workload::Workload,
+    aggregate::AggregateReader,
+    cgroup_id,
+    collect::Collector,
+    follow_children,
+    offcpu::{self, OffCpu},
+    online_cpus,
+    pidfd::PidFd,
+    resolve_events,
+    status::StatusLine,
+    symbolizing::SymbolizeWorker,
+    unwind::TableLoader,
+    validate,
+    workload::Workload,
 };
 use crate::{
     bpf::{BpfError, RecordStream, Sampler, SamplerStats},
@@ -64,6 +74,8 @@ pub struct Session<'a> {
     /// Symbolizes finished intervals on a thread of its own.
     symbolizer: SymbolizeWorker,
     aggregated: AggregateReader,
+    /// The off-CPU program (`--off-cpu`), detached in `finish`.
+    off_cpu: Option<OffCpu>,
     status: StatusLine,
     /// What the kernel counted up to the last interval (continuous mode reports deltas).
     reported: SamplerStats,
@@ -113,6 +125,16 @@ impl<'a> Session<'a> {
             tables.as_mut(),
             workload.as_ref(),
         )?;
+        // Before the events: once they are attached, everything is.
+        let off_cpu = match opts.off_cpu {
+            true => Some(OffCpu::start(
+                opts,
+                &catalog,
+                &mut sampler,
+                events.len() as u32,
+            )?),
+            false => None,
+        };
         attach_events(opts, &events, &mut sampler)?;
         let records = RecordStream::new(sampler.take_records()?).map_err(BpfError::Ring)?;
         for event in sampler.events() {
@@ -136,7 +158,10 @@ impl<'a> Session<'a> {
         Ok(Session {
             opts,
             signals,
-            names: events.iter().map(|e| Arc::from(e.name.as_str())).collect(),
+            names: offcpu::event_names(opts)
+                .iter()
+                .map(|e| Arc::from(e.as_str()))
+                .collect(),
             sampler,
             records,
             tables,
@@ -150,6 +175,7 @@ impl<'a> Session<'a> {
             )
             .map_err(io("starting the symbolizing thread"))?,
             aggregated: AggregateReader::default(),
+            off_cpu,
             status: StatusLine::new(opts.status_line),
             reported: SamplerStats::default(),
             ring_bytes: 0,
@@ -200,6 +226,7 @@ impl<'a> Session<'a> {
         let collector = &mut self.collector;
         let symbolizer = &mut self.symbolizer;
         let aggregated = &mut self.aggregated;
+        let off_cpu = &mut self.off_cpu;
         let records = &mut self.records;
         let tables = &mut self.tables;
         let ring_bytes = &mut self.ring_bytes;
@@ -220,6 +247,9 @@ impl<'a> Session<'a> {
                 _ = intervals.tick(), if opts.interval.is_some() => {
                     if opts.aggregate {
                         aggregated.read(sampler, collector)?;
+                    }
+                    if let Some(o) = off_cpu.as_mut() {
+                        o.read_totals(sampler, collector)?;
                     }
                     let stats = sampler.stats()?;
                     let now = Instant::now();
@@ -257,9 +287,7 @@ impl<'a> Session<'a> {
                         }
                     }
                     for bytes in batch.records() {
-                        if let Some((header, frames)) = StackSampleHeader::parse(bytes) {
-                            collector.add(&header, frames);
-                        }
+                        offcpu::collect(collector, bytes);
                     }
                     batch.clear();
                 }
@@ -283,14 +311,19 @@ impl<'a> Session<'a> {
             let _ = event.disable(false);
         }
         let ended = Instant::now();
-        let collector = &mut self.collector;
         let ring_bytes = &mut self.ring_bytes;
-        self.records.drain_bytes(|bytes| {
-            *ring_bytes += bytes.len() as u64;
-            if let Some((header, frames)) = StackSampleHeader::parse(bytes) {
-                collector.add(&header, frames);
-            }
-        });
+        let records = &mut self.records;
+        let mut drain = |collector: &mut Collector| {
+            records.drain_bytes(|bytes| {
+                *ring_bytes += bytes.len() as u64;
+                offcpu::collect(collector, bytes);
+            });
+        };
+        let collector = &mut self.collector;
+        match self.off_cpu.take() {
+            Some(off_cpu) => off_cpu.stop(&mut self.sampler, collector, drain)?,
+            None => drain(collector),
+        }
         if self.opts.aggregate {
             self.aggregated.read(&mut self.sampler, collector)?;
         }
@@ -396,7 +429,8 @@ fn sampler_config(opts: &RecordOptions) -> SamplerConfig {
             } else {
                 0
             }
-            | if tables { capture::UNWIND_TABLES } else { 0 },
+            | if tables { capture::UNWIND_TABLES } else { 0 }
+            | if opts.off_cpu { capture::OFF_CPU } else { 0 },
         wakeup_bytes: u64::from(opts.ring_bytes / 4),
         ..Default::default()
     }

@@ -7,7 +7,7 @@ use prost::Message as _;
 
 use super::{COMMENT_PREFIX, KERNEL_MODULE, proto};
 use crate::{
-    profile::{Profile, StackCount},
+    profile::{Profile, StackCount, is_time_event},
     symbolize::{Frame, FrameKind, Identity},
 };
 
@@ -215,14 +215,23 @@ impl Tables {
 /// sampled by frequency, events for sampling by period.
 fn weight(profile: &Profile) -> Option<(&'static str, &'static str, i64)> {
     let info = &profile.info;
+    // Off-CPU and wall time have nanosecond columns of their own (`time_columns`).
+    let sampled = profile.events();
+    let sampled: Vec<&str> = sampled
+        .iter()
+        .map(|e| e.as_ref())
+        .filter(|e| !is_time_event(e))
+        .collect();
+    if sampled.is_empty() {
+        return None;
+    }
     if let Some(n) = info.period {
         return Some(("events", "count", n as i64));
     }
-    let clocks = profile
-        .events()
+    let clocks = sampled
         .iter()
-        .all(|e| matches!(e.as_ref(), "cpu-clock" | "task-clock"));
-    (clocks && info.frequency_hz > 0 && !profile.stacks.is_empty()).then(|| {
+        .all(|e| matches!(*e, "cpu-clock" | "task-clock"));
+    (clocks && info.frequency_hz > 0).then(|| {
         (
             "cpu",
             "nanoseconds",
@@ -261,13 +270,37 @@ pub fn encode(profile: &Profile) -> proto::Profile {
         period_type = Some(vt);
         period = per_sample;
     }
+    // One nanosecond column per time event (`off-cpu`, `wall`): their stacks count only
+    // there, sampled stacks only in the columns before.
+    let time_columns: Vec<Arc<str>> = profile
+        .events()
+        .into_iter()
+        .filter(|e| is_time_event(e))
+        .collect();
+    for e in &time_columns {
+        sample_type.push(proto::ValueType {
+            r#type: t.strings.get(e),
+            unit: t.strings.get("nanoseconds"),
+        });
+    }
+    // A profile of time only (`--wall`) opens on its time.
+    let default_sample_type = match time_columns.first() {
+        Some(e) if weight.is_none() && time_columns.len() == 1 => t.strings.get(e),
+        _ => 0,
+    };
     let samples = profile
         .stacks
         .iter()
         .map(|s| {
-            let mut value = vec![s.count as i64];
-            if let Some((_, _, per_sample)) = weight {
-                value.push(s.count as i64 * per_sample);
+            let mut value = vec![0; sample_type.len()];
+            match time_columns.iter().position(|e| *e == s.event) {
+                Some(i) => value[sample_type.len() - time_columns.len() + i] = s.count as i64,
+                None => {
+                    value[0] = s.count as i64;
+                    if let Some((_, _, per_sample)) = weight {
+                        value[1] = s.count as i64 * per_sample;
+                    }
+                }
             }
             proto::Sample {
                 location_id: t.stack(&s.frames),
@@ -314,7 +347,7 @@ pub fn encode(profile: &Profile) -> proto::Profile {
         period_type,
         period,
         comment,
-        default_sample_type: 0,
+        default_sample_type,
         string_table: t.strings.table,
     }
 }
