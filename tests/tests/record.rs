@@ -315,9 +315,11 @@ fn tid_and_cgroup_targets_sample_only_their_tasks() {
     }
     let _guard = serial();
     let dir = scratch("targets");
+    // Long enough to outlive both recordings on a loaded machine (a 1.5 s `record -t` took
+    // 3-5 s of wall time there); killed when the test ends.
     let chain = KillOnDrop(
         Command::new(fixture("chain"))
-            .arg("6")
+            .arg("60")
             .stdout(Stdio::null())
             .spawn()
             .unwrap(),
