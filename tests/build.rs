@@ -18,6 +18,10 @@ const FIXTURES: &[(&str, &[&str])] = &[
         &["-O2", "-g", "-fomit-frame-pointer", "-fPIC", "-shared"],
     ),
     ("crowd", &["-O1", "-g", "-pthread"]),
+    (
+        "group",
+        &["-O1", "-g", "-fno-omit-frame-pointer", "-pthread"],
+    ),
 ];
 
 /// Rust fixtures, built as `cargo build --release` builds (no frame pointers).

@@ -9,6 +9,7 @@
 
 mod cgcount;
 mod follow;
+mod group;
 mod record;
 mod sampler;
 mod unwind;

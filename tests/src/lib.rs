@@ -135,6 +135,7 @@ pub fn our_programs() -> BTreeSet<u32> {
                         | "on_fork"
                         | "on_exit"
                         | "cg_switch"
+                        | "group_switch"
                         | "unwind_exec"
                         | "unwind_exit"
                 )

@@ -10,9 +10,9 @@ mod privilege;
 mod ring;
 mod unwind;
 
-pub use cgcount::{CgroupCountStats, CgroupCounter};
+pub use cgcount::{CgroupCountStats, CgroupCounter, switch_every_cpu};
 pub use features::{Feature, KernelFeatures, kernel_release};
-pub use loader::{BpfError, Sampler, SamplerStats};
+pub use loader::{BpfError, GroupTotals, Sampler, SamplerStats};
 pub use privilege::{Privilege, PrivilegeError, check_privileges};
 pub use ring::{MAX_BATCH_TIME, Records};
 pub use unwind::{RowRange, UnwindMapError, UnwindMaps};

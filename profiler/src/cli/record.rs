@@ -55,6 +55,11 @@ pub struct RecordArgs {
         value_name = "EVENT"
     )]
     pub event: Vec<String>,
+    /// Counters to read at each sample of the one -e event (up to 8, comma-separated):
+    /// each stack gets what each counter counted in its thread since the thread's previous
+    /// sample. perf's `-e '{LEADER,EV2,..}:S'` says the same.
+    #[arg(long = "read", value_delimiter = ',', value_name = "EVENT[,EVENT..]")]
+    pub read: Vec<String>,
     /// Profile these threads only (comma-separated tids).
     #[arg(
         short = 't',
@@ -162,7 +167,7 @@ impl RecordArgs {
             .as_deref()
             .map(super::counters::cpu_list)
             .transpose()?;
-        opts.events = self.event.clone();
+        (opts.events, opts.read) = crate::record::split_group(&self.event, &self.read)?;
         opts.mode = match (self.user, self.kernel) {
             (true, _) => Mode::User,
             (_, true) => Mode::Kernel,

@@ -67,6 +67,19 @@ pub struct RunInfo {
     pub refused: u64,
     /// Files whose symbols could not be read (their frames stay `[module]+0xoffset`).
     pub unsymbolized: u64,
+    /// The counters read with the sampled event (a counter group), with their totals; their
+    /// per-stack increases are stacks of an event of the counter's name.
+    pub counters: Vec<CounterTotal>,
+}
+
+/// A counter of a group over the whole run: `total` is what it counted for the targets
+/// (as `stat`/`track` count), of which `unattributed` is on no stack (counted after a
+/// thread's last sample); the stacks of the counter's event carry the rest.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CounterTotal {
+    pub name: String,
+    pub total: u64,
+    pub unattributed: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -102,11 +115,19 @@ impl Profile {
         }
     }
 
-    /// All samples; saturating, as counts read from files may be anything.
+    /// All samples (not counter increases of a group); saturating, as counts read from
+    /// files may be anything.
     pub fn total(&self) -> u64 {
         self.stacks
             .iter()
+            .filter(|s| !self.is_counter(&s.event))
             .fold(0u64, |sum, s| sum.saturating_add(s.count))
+    }
+
+    /// Whether `event` is a counter read with the sampled event (its stacks carry counter
+    /// increases, not samples).
+    pub fn is_counter(&self, event: &str) -> bool {
+        self.info.counters.iter().any(|c| c.name == event)
     }
 
     /// The events the samples came from, in first-seen order.
@@ -140,7 +161,7 @@ impl Profile {
     pub fn hottest(&self) -> Option<StackCount> {
         let mut merged: Vec<StackCount> = Vec::new();
         let mut index: std::collections::HashMap<(&str, &[Frame]), usize> = Default::default();
-        for s in &self.stacks {
+        for s in self.stacks.iter().filter(|s| !self.is_counter(&s.event)) {
             match index.get(&(s.comm.as_ref(), s.frames.as_slice())) {
                 Some(&i) => merged[i].count += s.count,
                 None => {

@@ -52,13 +52,23 @@ pub fn summary_line(profile: &Profile) -> String {
     if info.untracked > 0 {
         errors += &format!("; children not followed {}", info.untracked);
     }
-    format!(
+    let mut line = format!(
         "{} samples of {event}{rate} in {:.2} s; lost {}; filtered in kernel {}{errors}\n",
         info.samples,
         info.duration_ms as f64 / 1000.0,
         info.lost,
         info.filtered,
-    )
+    );
+    for c in &info.counters {
+        line += &format!(
+            "{}: {} counted = {} on stacks + {} unattributed\n",
+            c.name,
+            c.total,
+            c.total - c.unattributed,
+            c.unattributed
+        );
+    }
+    line
 }
 
 /// The whole report as text.

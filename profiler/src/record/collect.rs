@@ -70,6 +70,18 @@ impl Collector {
     /// Counts one record (its header, and its frames' bytes: kernel, then user). The
     /// process's maps are captured on first sight, while it lives.
     pub fn add(&mut self, rec: &StackSampleHeader, frames: &[u8]) {
+        self.add_weighted(rec, frames, 0, &[]);
+    }
+
+    /// [`Collector::add`], and the increase `weights[k]` of each counter of a group on the
+    /// same stack, as samples of event `first_counter + k`.
+    pub fn add_weighted(
+        &mut self,
+        rec: &StackSampleHeader,
+        frames: &[u8],
+        first_counter: u32,
+        weights: &[u64],
+    ) {
         self.samples += 1;
         self.symbolizer.observe(rec.pid, Some(rec.comm));
         let nk = usize::from(rec.kernel_frames);
@@ -116,6 +128,18 @@ impl Collector {
             user,
             missing: None,
         };
+        for (k, &w) in weights.iter().enumerate() {
+            if w != 0 {
+                let counter = RawStack {
+                    event: first_counter + k as u32,
+                    comm: key.comm,
+                    kernel: key.kernel.clone(),
+                    user: key.user.clone(),
+                    ..key
+                };
+                *self.stacks.entry(counter).or_default() += w;
+            }
+        }
         *self.stacks.entry(key).or_default() += 1;
     }
 

@@ -65,6 +65,9 @@ pub enum UsageError {
          mode with --user or --kernel"
     )]
     PerfModifier(String),
+    /// A malformed counter group (`{LEADER,EV2,..}:S`, `--read`).
+    #[error("{0}")]
+    Group(String),
     /// Not an event name at all (unknown, malformed), with the catalogue's suggestions.
     #[error(transparent)]
     NotAnEvent(EventError),

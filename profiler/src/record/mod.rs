@@ -5,6 +5,7 @@
 mod aggregate;
 mod collect;
 mod error;
+mod group;
 mod pidfd;
 mod session;
 mod status;
@@ -18,6 +19,7 @@ use nix::sys::wait::WaitStatus;
 
 pub use collect::Collector;
 pub use error::{RecordError, SampleEventError, UsageError};
+pub use group::split_group;
 pub use session::Session;
 pub use unwind::{TableLoader, TableStats};
 pub use workload::{Workload, WorkloadError, resolve_command};
@@ -95,6 +97,9 @@ pub struct RecordOptions {
     pub call_graph: CallGraph,
     /// Print the unwinder's and the ring's totals to stderr at the end (benchmarks).
     pub unwind_stats: bool,
+    /// Counters read at each sample of the (one) sampled event, attributed per thread to
+    /// the samples' stacks (a counter group; at most `profiler_common::group::MAX_COUNTERS`).
+    pub read: Vec<String>,
 }
 
 impl RecordOptions {
@@ -117,6 +122,7 @@ impl RecordOptions {
             stacks: true,
             call_graph: CallGraph::default(),
             unwind_stats: false,
+            read: Vec::new(),
         }
     }
 }
@@ -186,6 +192,15 @@ pub fn validate(opts: &RecordOptions) -> Result<(), RecordError> {
             return Err(UsageError::PeriodAboveLimit(n).into());
         }
         _ => {}
+    }
+    if !opts.read.is_empty() {
+        group::split_group(&opts.events, &opts.read).map_err(UsageError::Group)?;
+        if opts.aggregate {
+            return Err(UsageError::Group(
+                "counters (an event group or --read) are not read with --aggregate".into(),
+            )
+            .into());
+        }
     }
     if let Target::Command(argv) = &opts.target {
         resolve_command(&argv[0])?;

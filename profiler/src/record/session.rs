@@ -17,7 +17,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::{
     CallGraph, Mode, RecordError, RecordOptions, RecordOutcome, Stop, Target,
-    aggregate::AggregateReader, cgroup_id, collect::Collector, follow_children, online_cpus,
+    aggregate::AggregateReader, cgroup_id, collect::Collector, follow_children, group, online_cpus,
     pidfd::PidFd, resolve_events, status::StatusLine, symbolizing::SymbolizeWorker,
     unwind::TableLoader, validate, workload::Workload,
 };
@@ -72,6 +72,33 @@ pub struct Session<'a> {
     started: Instant,
     interval_started: Instant,
     workload: Option<Workload>,
+    /// The counters read with the sampled event, when a group is recorded.
+    group: Option<Group>,
+}
+
+/// A counter group being recorded: the counters' names, the CPUs they count on, and the
+/// per-thread values seen so far.
+struct Group {
+    names: Vec<String>,
+    cpus: Vec<u32>,
+    first_event: u32,
+    deltas: group::GroupDeltas,
+}
+
+impl Group {
+    /// Counts one record, with its counters' increases when a group is recorded.
+    fn add(group: &mut Option<Group>, collector: &mut Collector, bytes: &[u8]) {
+        let Some((header, frames)) = StackSampleHeader::parse(bytes) else {
+            return;
+        };
+        match group {
+            Some(g) => {
+                let weights = g.deltas.deltas(&header, bytes).unwrap_or_default();
+                collector.add_weighted(&header, frames, g.first_event, &weights);
+            }
+            None => collector.add(&header, frames),
+        }
+    }
 }
 
 fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> RecordError {
@@ -89,6 +116,7 @@ impl<'a> Session<'a> {
         // Events are resolved before a command is started: a bad name starts nothing.
         let catalog = Catalog::load();
         let events = resolve_events(&catalog, &opts.events)?;
+        let counters = resolve_events(&catalog, &opts.read)?;
         let mut workload = match &opts.target {
             Target::Command(argv) => Some(Workload::prepare(argv)?),
             _ => None,
@@ -114,6 +142,7 @@ impl<'a> Session<'a> {
             workload.as_ref(),
         )?;
         attach_events(opts, &events, &mut sampler)?;
+        let group = start_group(opts, &events, &counters, &mut sampler)?;
         let records = RecordStream::new(sampler.take_records()?).map_err(BpfError::Ring)?;
         for event in sampler.events() {
             event.enable(false)?;
@@ -136,7 +165,11 @@ impl<'a> Session<'a> {
         Ok(Session {
             opts,
             signals,
-            names: events.iter().map(|e| Arc::from(e.name.as_str())).collect(),
+            names: events
+                .iter()
+                .chain(&counters)
+                .map(|e| Arc::from(e.name.as_str()))
+                .collect(),
             sampler,
             records,
             tables,
@@ -152,6 +185,7 @@ impl<'a> Session<'a> {
             started,
             interval_started: Instant::now(),
             workload,
+            group,
         })
     }
 
@@ -202,6 +236,7 @@ impl<'a> Session<'a> {
         let status = &mut self.status;
         let reported = &mut self.reported;
         let interval_started = &mut self.interval_started;
+        let group = &mut self.group;
         // The records of one wake-up, kept until the unwind tables they ask for are loaded.
         let mut batch = Batch::default();
         let stop = loop {
@@ -253,9 +288,7 @@ impl<'a> Session<'a> {
                         }
                     }
                     for bytes in batch.records() {
-                        if let Some((header, frames)) = StackSampleHeader::parse(bytes) {
-                            collector.add(&header, frames);
-                        }
+                        Group::add(group, collector, bytes);
                     }
                     batch.clear();
                 }
@@ -279,14 +312,22 @@ impl<'a> Session<'a> {
             let _ = event.disable(false);
         }
         let ended = Instant::now();
+        if let Some(g) = &self.group {
+            // The counters are stopped: a switch on every CPU accounts what the tasks
+            // running there counted since their last switch or sample.
+            crate::bpf::switch_every_cpu(&g.cpus);
+        }
+        let group_values = match self.group {
+            Some(_) => Some(self.sampler.group_values()?),
+            None => None,
+        };
         self.sampler.detach_all();
         let collector = &mut self.collector;
         let ring_bytes = &mut self.ring_bytes;
+        let group = &mut self.group;
         self.records.drain_bytes(|bytes| {
             *ring_bytes += bytes.len() as u64;
-            if let Some((header, frames)) = StackSampleHeader::parse(bytes) {
-                collector.add(&header, frames);
-            }
+            Group::add(group, collector, bytes);
         });
         if self.opts.aggregate {
             self.aggregated.read(&mut self.sampler, collector)?;
@@ -302,7 +343,16 @@ impl<'a> Session<'a> {
         } else {
             self.started
         };
-        let info = run_info(self.opts, &stats, &mut self.reported, since, ended);
+        let mut info = run_info(self.opts, &stats, &mut self.reported, since, ended);
+        if let (Some(g), Some(values)) = (&self.group, &group_values) {
+            info.counters = g.deltas.totals(&g.names, values);
+            if values.read_errors > 0 {
+                eprintln!(
+                    "profiler: warning: {} counter reads failed (a CPU without the counter)",
+                    values.read_errors
+                );
+            }
+        }
         let last = self.collector.take_batch(info, &self.names);
         let (earlier, last) = self.symbolizer.finish(last).await;
         for profile in earlier {
@@ -387,7 +437,8 @@ fn sampler_config(opts: &RecordOptions) -> SamplerConfig {
 fn load_sampler(opts: &RecordOptions) -> Result<(Sampler, Option<TableLoader>), RecordError> {
     let config = sampler_config(opts);
     let wants_tables = config.capture & capture::UNWIND_TABLES != 0;
-    let sampler = match Sampler::load_record(config, opts.ring_bytes) {
+    let group = !opts.read.is_empty();
+    let sampler = match Sampler::load_record_group(config, opts.ring_bytes, group) {
         // The unwinder needs bpf_loop (Linux 5.17); older kernels walk frame pointers.
         Err(BpfError::Program(e)) if wants_tables => {
             eprintln!(
@@ -398,7 +449,7 @@ fn load_sampler(opts: &RecordOptions) -> Result<(Sampler, Option<TableLoader>), 
                 capture: config.capture & !capture::UNWIND_TABLES,
                 ..config
             };
-            Sampler::load_record(config, opts.ring_bytes)?
+            Sampler::load_record_group(config, opts.ring_bytes, group)?
         }
         other => other?,
     };
@@ -485,6 +536,41 @@ fn attach_events(
     Ok(())
 }
 
+/// Opens the counters of a group (`opts.read`) on every sampled CPU and has the program
+/// read them per thread; `None` without a group.
+fn start_group(
+    opts: &RecordOptions,
+    events: &[Event],
+    counters: &[Event],
+    sampler: &mut Sampler,
+) -> Result<Option<Group>, RecordError> {
+    if counters.is_empty() {
+        return Ok(None);
+    }
+    let cpus = match &opts.cpus {
+        Some(c) => c.clone(),
+        None => online_cpus()?,
+    };
+    let mut opened = Vec::with_capacity(cpus.len());
+    for &cpu in &cpus {
+        let mut on_cpu = Vec::with_capacity(counters.len());
+        for event in counters {
+            let attr = group::counter_attr(event, opts.mode);
+            on_cpu.push(PerfEvent::open(&attr, Scope::Cpu(cpu), None, || {
+                event.name.clone()
+            })?);
+        }
+        opened.push((cpu, on_cpu));
+    }
+    sampler.start_group(opened, group::group_config(counters, opts.mode))?;
+    Ok(Some(Group {
+        names: counters.iter().map(|e| e.name.clone()).collect(),
+        cpus,
+        first_event: events.len() as u32,
+        deltas: group::GroupDeltas::default(),
+    }))
+}
+
 /// The run's (or interval's) statistics: counts since the last report.
 fn run_info(
     opts: &RecordOptions,
@@ -506,6 +592,7 @@ fn run_info(
         untracked: stats.follow_failed - reported.follow_failed,
         refused: 0,
         unsymbolized: 0,
+        counters: Vec::new(),
     };
     *reported = *stats;
     info

@@ -64,6 +64,7 @@ fn sample_profile() -> Profile {
             refused: 5,
             unsymbolized: 6,
             period: None,
+            counters: Vec::new(),
         },
         ..Default::default()
     };
