@@ -4,6 +4,7 @@
 mod flamegraph;
 mod folded;
 mod format;
+mod group_table;
 pub mod pprof;
 mod read;
 mod report;
@@ -15,6 +16,7 @@ use std::{collections::BTreeMap, sync::Arc};
 pub use flamegraph::{write_diff_flamegraph, write_flamegraph};
 pub use folded::{LOST_STACK, parse_folded, profile_from_folded, write_folded};
 pub use format::Format;
+pub use group_table::{Ratio, render_group_table};
 pub use pprof::{read_pprof, write_pprof};
 pub use read::{ReadError, read_profile};
 pub use report::{ReportOptions, render_report, summary_line};
@@ -141,7 +143,8 @@ impl Profile {
         out
     }
 
-    /// The samples of one event.
+    /// The samples of one event; for a counter of a group, its counts on each stack, as the
+    /// weights of a profile of that counter alone.
     pub fn for_event(&self, event: &str) -> Profile {
         let stacks = self
             .stacks
@@ -149,9 +152,13 @@ impl Profile {
             .filter(|s| s.event.as_ref() == event)
             .cloned()
             .collect();
+        let mut info = self.info.clone();
+        if self.is_counter(event) || !self.info.counters.is_empty() {
+            info.counters.clear();
+        }
         Profile {
             stacks,
-            info: self.info.clone(),
+            info,
             cgroups: self.cgroups.clone(),
         }
     }

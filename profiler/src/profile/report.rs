@@ -3,14 +3,16 @@
 
 use std::fmt::Write as _;
 
-use super::{By, Profile, Sort, TopTable};
+use super::{By, Profile, Sort, TopTable, group_table::Ratio, group_table::render_group_table};
 
 /// How to render the report.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ReportOptions {
     pub by: By,
     pub sort: Sort,
     pub limit: usize,
+    /// Ratio columns of a counter group's table (`--ratio A/B`).
+    pub ratios: Vec<Ratio>,
 }
 
 impl Default for ReportOptions {
@@ -19,6 +21,7 @@ impl Default for ReportOptions {
             by: By::Function,
             sort: Sort::SelfSamples,
             limit: 25,
+            ratios: Vec::new(),
         }
     }
 }
@@ -78,8 +81,18 @@ pub fn render_report(profile: &Profile, opts: ReportOptions) -> String {
         out.push_str("no samples: the target used no CPU while it was profiled\n");
         return out;
     }
+    if !profile.info.counters.is_empty() && opts.by != By::Event {
+        // A counter group: one table, a column per counter.
+        out.push_str(&render_group_table(
+            profile,
+            opts.by,
+            opts.sort,
+            opts.limit,
+            &opts.ratios,
+        ));
+    }
     let events = profile.events();
-    for event in &events {
+    for event in events.iter().filter(|_| profile.info.counters.is_empty()) {
         if events.len() > 1 && opts.by != By::Event {
             let _ = writeln!(out, "== {event} ==");
         }

@@ -211,6 +211,9 @@ impl Tables {
     }
 }
 
+/// A stack and its attribution: samples with equal keys merge in a counter group's profile.
+type GroupKey<'a> = (&'a [Frame], u32, u32, u32, u64, &'a str);
+
 /// What the second sample value measures, when it can be known: CPU time for clock events
 /// sampled by frequency, events for sampling by period.
 fn weight(profile: &Profile) -> Option<(&'static str, &'static str, i64)> {
@@ -221,6 +224,7 @@ fn weight(profile: &Profile) -> Option<(&'static str, &'static str, i64)> {
     let clocks = profile
         .events()
         .iter()
+        .filter(|e| !profile.is_counter(e))
         .all(|e| matches!(e.as_ref(), "cpu-clock" | "task-clock"));
     (clocks && info.frequency_hz > 0 && !profile.stacks.is_empty()).then(|| {
         (
@@ -261,21 +265,62 @@ pub fn encode(profile: &Profile) -> proto::Profile {
         period_type = Some(vt);
         period = per_sample;
     }
-    let samples = profile
-        .stacks
-        .iter()
-        .map(|s| {
-            let mut value = vec![s.count as i64];
-            if let Some((_, _, per_sample)) = weight {
-                value.push(s.count as i64 * per_sample);
+    // A counter group: one sample type per counter (named after it, unit `count`), and
+    // each stack's samples and counter counts in one sample.
+    let counters = &profile.info.counters;
+    for c in counters {
+        sample_type.push(proto::ValueType {
+            r#type: t.strings.get(&c.name),
+            unit: t.strings.get("count"),
+        });
+    }
+    let first_counter = sample_type.len() - counters.len();
+    let mut samples: Vec<proto::Sample> = Vec::new();
+    let mut merged: HashMap<GroupKey<'_>, usize> = HashMap::new();
+    let sampled = profile
+        .events()
+        .into_iter()
+        .find(|e| !profile.is_counter(e));
+    for s in &profile.stacks {
+        let counter = counters.iter().position(|c| *c.name == *s.event);
+        let key = (
+            s.frames.as_slice(),
+            s.pid,
+            s.tid,
+            s.cpu,
+            s.cgroup,
+            s.comm.as_ref(),
+        );
+        let at = match merged.get(&key) {
+            Some(&i) if !counters.is_empty() => i,
+            _ => {
+                let mut sample = proto::Sample {
+                    location_id: t.stack(&s.frames),
+                    value: vec![0; sample_type.len()],
+                    label: labels(&mut t.strings, profile, s),
+                };
+                if counter.is_some()
+                    && let (Some(e), Some(l)) = (&sampled, sample.label.first_mut())
+                {
+                    // The event label names the sampled event, not the counter.
+                    l.str = t.strings.get(e);
+                }
+                samples.push(sample);
+                merged.insert(key, samples.len() - 1);
+                samples.len() - 1
             }
-            proto::Sample {
-                location_id: t.stack(&s.frames),
-                value,
-                label: labels(&mut t.strings, profile, s),
+        };
+        let value = &mut samples[at].value;
+        match counter {
+            Some(k) => value[first_counter + k] += s.count as i64,
+            None => {
+                value[0] += s.count as i64;
+                if let Some((_, _, per_sample)) = weight {
+                    value[1] += s.count as i64 * per_sample;
+                }
             }
-        })
-        .collect();
+        }
+    }
     let info = &profile.info;
     let mut comments = vec![("event", info.event.clone())];
     for (key, value) in [
@@ -294,6 +339,12 @@ pub fn encode(profile: &Profile) -> proto::Profile {
     }
     if let Some(p) = info.period {
         comments.push(("period", p.to_string()));
+    }
+    for c in counters {
+        comments.push((
+            "counter",
+            format!("{}:{}:{}", c.name, c.total, c.unattributed),
+        ));
     }
     let comment = comments
         .iter()
