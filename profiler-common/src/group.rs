@@ -43,11 +43,35 @@ pub struct CounterBase {
     pub running: u64,
 }
 
+/// A CPU's working state (`GROUP_CPU`, per CPU): each counter's reading at the last
+/// accounting there, and scratch space, all in map memory (the verifier does not track map
+/// values slot by slot, so the accounting's branches do not multiply its states).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GroupCpu {
+    pub base: [CounterBase; MAX_COUNTERS],
+    /// What each counter advanced since the last accounting (scaled).
+    pub deltas: [u64; MAX_COUNTERS],
+    /// `bpf_perf_event_read_value`'s output (the layout of `struct bpf_perf_event_value`).
+    pub read: CounterBase,
+}
+
 /// A thread's counter values so far (`GROUP_TASKS`, keyed by tid).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GroupValues {
     pub values: [u64; MAX_COUNTERS],
+}
+
+/// A sample's group words, prepared before its stacks are walked (`GROUP_TAIL`, per CPU):
+/// the words to append (0 without a group, else 1 + the number of values), the record flags
+/// to add, and the words themselves (the number of values, then the values).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GroupTail {
+    pub words: u64,
+    pub flags: u64,
+    pub data: [u64; TAIL_WORDS],
 }
 
 /// `counter` advanced by `dc` while enabled `de` and running `dr` nanoseconds: scaled as
@@ -66,7 +90,9 @@ pub fn scale(dc: u64, de: u64, dr: u64) -> u64 {
 
 const _: () = assert!(core::mem::size_of::<GroupConfig>() == 8);
 const _: () = assert!(core::mem::size_of::<CounterBase>() == 24);
+const _: () = assert!(core::mem::size_of::<GroupCpu>() == 32 * MAX_COUNTERS + 24);
 const _: () = assert!(core::mem::size_of::<GroupValues>() == 8 * MAX_COUNTERS);
+const _: () = assert!(core::mem::size_of::<GroupTail>() == 8 * (2 + TAIL_WORDS));
 
 // SAFETY: repr(C) structs of integers without implicit padding (sizes asserted above).
 #[cfg(feature = "user")]
@@ -77,6 +103,12 @@ unsafe impl aya::Pod for CounterBase {}
 // SAFETY: as above.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for GroupValues {}
+// SAFETY: as above.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for GroupCpu {}
+// SAFETY: as above.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for GroupTail {}
 
 #[cfg(test)]
 mod tests {

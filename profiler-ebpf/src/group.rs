@@ -12,9 +12,12 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray},
     programs::RawTracePointContext,
 };
-use profiler_common::group::{
-    CounterBase, GroupConfig, GroupValues, LOST_SLOTS, MAX_COUNTERS, MAX_TASKS, READ_ERRORS,
-    TAIL_WORDS, UPDATES, scale,
+use profiler_common::{
+    group::{
+        GroupConfig, GroupCpu, GroupTail, GroupValues, LOST_SLOTS, MAX_COUNTERS, MAX_TASKS,
+        READ_ERRORS, UPDATES, scale,
+    },
+    record_flags,
 };
 
 use crate::sampler::{CONFIG, sibling_map, targeted};
@@ -22,9 +25,9 @@ use crate::sampler::{CONFIG, sibling_map, targeted};
 #[map]
 pub(crate) static GROUP_CONFIG: Array<GroupConfig> = Array::with_max_entries(1, 0);
 
-/// Each counter's reading at the last accounting on this CPU.
+/// Each counter's reading at the last accounting on this CPU, and scratch space.
 #[map]
-static GROUP_BASE: PerCpuArray<CounterBase> = PerCpuArray::with_max_entries(MAX_COUNTERS as u32, 0);
+static GROUP_CPU: PerCpuArray<GroupCpu> = PerCpuArray::with_max_entries(1, 0);
 
 /// Each target thread's values so far (a thread runs on one CPU at a time, but the idle
 /// tasks of all CPUs share tid 0, so values are added atomically).
@@ -52,52 +55,48 @@ fn add_lost(slot: u32, n: u64) {
 }
 
 /// What each counter advanced on this CPU since the last accounting here (scaled when
-/// multiplexed), into `deltas`; moves the baselines on. `switching`: at a context switch,
-/// counters that count the switch itself get it now. Unused slots fail to read and stay 0
-/// (no early exit: fewer paths for the verifier).
+/// multiplexed), into `cpu.deltas`; moves the baselines on. `switching`: at a context
+/// switch, counters that count the switch itself get it now. Unused slots fail to read and
+/// count 0. Everything is in map memory (see `GroupCpu`).
+///
+/// # Safety
+/// `cpu` is this CPU's `GROUP_CPU` slot.
 #[inline(always)]
-fn advance(config: &GroupConfig, deltas: &mut [u64; MAX_COUNTERS], switching: bool) {
+unsafe fn advance(config: &GroupConfig, cpu: *mut GroupCpu, switching: bool) {
     let at_switch = if switching {
         config.counted_at_switch
     } else {
         0
     };
-    for (k, delta) in deltas.iter_mut().enumerate() {
-        let mut v = bpf_perf_event_value {
-            counter: 0,
-            enabled: 0,
-            running: 0,
-        };
+    for k in 0..MAX_COUNTERS {
         // SAFETY: the map pointer is one of our PERF_EVENT_ARRAYs; the helper writes one
-        // value into `v`.
-        let rc = unsafe {
-            bpf_perf_event_read_value(
+        // bpf_perf_event_value (CounterBase has its layout) into this CPU's slot; the
+        // slot's fields are plain integers.
+        unsafe {
+            let rc = bpf_perf_event_read_value(
                 sibling_map(k),
                 BPF_F_CURRENT_CPU,
-                &mut v,
+                (&raw mut (*cpu).read).cast::<bpf_perf_event_value>(),
                 core::mem::size_of::<bpf_perf_event_value>() as u32,
-            )
-        };
-        if rc != 0 {
-            if (k as u32) < config.counters {
-                add_lost(READ_ERRORS, 1);
+            );
+            if rc != 0 {
+                (*cpu).deltas[k] = 0;
+                if (k as u32) < config.counters {
+                    add_lost(READ_ERRORS, 1);
+                }
+                continue;
             }
-            continue;
-        }
-        let Some(base) = GROUP_BASE.get_ptr_mut(k as u32) else {
-            continue;
-        };
-        let extra = u64::from((at_switch >> k) & 1);
-        // SAFETY: this CPU's slot of a per-CPU array.
-        unsafe {
-            *delta = scale(
-                v.counter.wrapping_sub((*base).counter),
-                v.enabled.wrapping_sub((*base).enabled),
-                v.running.wrapping_sub((*base).running),
+            let v = (*cpu).read;
+            let base = &mut (*cpu).base[k];
+            let extra = u64::from((at_switch >> k) & 1);
+            (*cpu).deltas[k] = scale(
+                v.counter.wrapping_sub(base.counter),
+                v.enabled.wrapping_sub(base.enabled),
+                v.running.wrapping_sub(base.running),
             ) + extra;
-            (*base).counter = v.counter + extra;
-            (*base).enabled = v.enabled;
-            (*base).running = v.running;
+            base.counter = v.counter + extra;
+            base.enabled = v.enabled;
+            base.running = v.running;
         }
     }
 }
@@ -110,8 +109,9 @@ pub(crate) fn account(pid_tgid: u64, switching: bool) -> Option<*mut GroupValues
     if config.counters == 0 {
         return None;
     }
-    let mut deltas = [0u64; MAX_COUNTERS];
-    advance(config, &mut deltas, switching);
+    let cpu = GROUP_CPU.get_ptr_mut(0)?;
+    // SAFETY: this CPU's slot (the accounting does not nest on one CPU).
+    unsafe { advance(config, cpu, switching) };
     let tgid = (pid_tgid >> 32) as u32;
     let tid = pid_tgid as u32;
     let sampler = CONFIG.get(0)?;
@@ -127,44 +127,66 @@ pub(crate) fn account(pid_tgid: u64, switching: bool) -> Option<*mut GroupValues
         let _ = GROUP_TASKS.insert(tid, zero, 1);
     }
     let Some(values) = GROUP_TASKS.get_ptr_mut(tid) else {
-        for (k, d) in deltas.iter().enumerate() {
-            add_lost(k as u32, *d);
+        for k in 0..MAX_COUNTERS {
+            // SAFETY: as above.
+            add_lost(k as u32, unsafe { (*cpu).deltas[k] });
         }
         return None;
     };
     use core::intrinsics::{AtomicOrdering, atomic_xadd};
-    for (k, &d) in deltas.iter().enumerate() {
-        // SAFETY: a live map value; the add is atomic (see GROUP_TASKS).
+    for k in 0..MAX_COUNTERS {
+        // SAFETY: a live map value, added to atomically (see GROUP_TASKS); `cpu` as above.
         unsafe {
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*values).values[k], d)
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                &raw mut (*values).values[k],
+                (*cpu).deltas[k],
+            )
         };
     }
     Some(values)
 }
 
-/// The group's words of this CPU's next record (a count, then the sampled thread's values).
+/// The group's words of this CPU's next record.
 #[map]
-static GROUP_TAIL: PerCpuArray<[u64; TAIL_WORDS]> = PerCpuArray::with_max_entries(1, 0);
+pub(crate) static GROUP_TAIL: PerCpuArray<GroupTail> = PerCpuArray::with_max_entries(1, 0);
 
-/// At a sample: accounts the counters to the sampled thread and puts the record's group
-/// words in `GROUP_TAIL`; returns that buffer and how many words to copy (0: no group).
-/// Called before the stacks are walked, so the verifier checks it once, not per walk.
+/// At a sample: accounts the counters to the sampled thread and prepares the record's group
+/// words in `GROUP_TAIL` (none without a group; a count of 0 when the thread has no entry).
+/// Called before the stacks are walked and returning nothing, so the verifier checks the
+/// walk once whatever happened here.
 #[inline(always)]
-pub(crate) fn sample_tail(pid_tgid: u64) -> (*const [u64; TAIL_WORDS], usize) {
-    let none = (core::ptr::null(), 0);
-    let Some(values) = account(pid_tgid, false) else {
-        return none;
+pub(crate) fn prepare_tail(pid_tgid: u64) {
+    let Some(tail) = GROUP_TAIL.get_ptr_mut(0) else {
+        return;
     };
-    let (Some(config), Some(tail)) = (GROUP_CONFIG.get(0), GROUP_TAIL.get_ptr_mut(0)) else {
-        return none;
-    };
-    let n = (config.counters as usize).min(MAX_COUNTERS);
-    // SAFETY: this CPU's slot of a per-CPU array, and a live map value.
+    // SAFETY: this CPU's slot of a per-CPU array (perf_event programs do not nest).
     unsafe {
-        (*tail)[0] = n as u64;
-        for k in 0..MAX_COUNTERS {
-            (*tail)[1 + k] = (*values).values[k];
-        }
+        (*tail).words = 0;
+        (*tail).flags = 0;
     }
-    (tail, 1 + n)
+    let Some(config) = GROUP_CONFIG.get(0) else {
+        return;
+    };
+    if config.counters == 0 {
+        return;
+    }
+    let n = (config.counters as usize).min(MAX_COUNTERS);
+    let values = account(pid_tgid, false);
+    // SAFETY: as above; `values` is a live map value.
+    unsafe {
+        match values {
+            Some(v) => {
+                (*tail).data[0] = n as u64;
+                for k in 0..MAX_COUNTERS {
+                    (*tail).data[1 + k] = (*v).values[k];
+                }
+                (*tail).words = 1 + n as u64;
+            }
+            None => {
+                (*tail).data[0] = 0;
+                (*tail).words = 1;
+            }
+        }
+        (*tail).flags = u64::from(record_flags::GROUP_VALUES);
+    }
 }

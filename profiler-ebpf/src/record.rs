@@ -96,7 +96,7 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
         return;
     };
     // Before the walk: the verifier then checks the group's code once, not per walk.
-    let group_tail = group::sample_tail(pid_tgid);
+    group::prepare_tail(pid_tgid);
     // SAFETY: this CPU's buffer (perf_event programs do not nest on one CPU); `ctx.ctx` is
     // the program's context, which the verifier lets us read.
     let (flags, frames) = unsafe {
@@ -135,19 +135,20 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
         ((*buf).header.flags, k + u)
     };
     let frames = frames.min(MAX_RECORD_FRAMES);
-    let (tail, tail_words) = group_tail;
-    let tail_words = tail_words.min(group_consts::TAIL_WORDS);
-    if tail_words != 0 {
+    let mut tail_words = 0;
+    if let Some(tail) = group::GROUP_TAIL.get_ptr(0) {
         // SAFETY: copies the group's words (a constant size the verifier accepts; words past
         // `tail_words` are not sent) to frames[frames..], inside the buffer: frames <= 255
-        // and the tail after the frames holds TAIL_WORDS more (profiler_common::stack).
+        // and the tail after the frames holds TAIL_WORDS more (profiler_common::stack);
+        // `tail` is this CPU's slot, written by `prepare_tail`.
         unsafe {
+            tail_words = ((*tail).words as usize).min(group_consts::TAIL_WORDS);
             generated::bpf_probe_read_kernel(
                 (*buf).frames.as_mut_ptr().add(frames & 0xff).cast(),
                 (8 * group_consts::TAIL_WORDS) as u32,
-                tail.cast(),
+                (&raw const (*tail).data).cast(),
             );
-            (*buf).header.flags |= record_flags::GROUP_VALUES;
+            (*buf).header.flags |= (*tail).flags as u32;
         }
     }
     let words = frames + tail_words;
