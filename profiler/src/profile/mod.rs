@@ -153,9 +153,13 @@ impl Profile {
             .cloned()
             .collect();
         let mut info = self.info.clone();
-        if self.is_counter(event) || !self.info.counters.is_empty() {
-            info.counters.clear();
+        if self.is_counter(event) {
+            // The counter's counts are this profile's weights, not samples at a rate.
+            info.event = event.to_string();
+            info.frequency_hz = 0;
+            info.period = None;
         }
+        info.counters.clear();
         Profile {
             stacks,
             info,

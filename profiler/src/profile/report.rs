@@ -81,7 +81,7 @@ pub fn render_report(profile: &Profile, opts: ReportOptions) -> String {
         out.push_str("no samples: the target used no CPU while it was profiled\n");
         return out;
     }
-    if !profile.info.counters.is_empty() && opts.by != By::Event {
+    if !profile.info.counters.is_empty() {
         // A counter group: one table, a column per counter.
         out.push_str(&render_group_table(
             profile,
