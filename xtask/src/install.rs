@@ -1,6 +1,7 @@
-//! `cargo xtask install --prefix DIR`: a release build of the profiler and libcpc, installed
-//! as PREFIX/bin/profiler, PREFIX/lib/libcpc.so.1 (+ the libcpc.so link),
-//! PREFIX/include/libcpc.h and PREFIX/lib/pkgconfig/libcpc.pc.
+//! `cargo xtask install --prefix DIR`: a release build of the profiler, libcpc and libperfmon,
+//! installed as PREFIX/bin/profiler, PREFIX/lib/libcpc.so.1 (+ the libcpc.so link),
+//! PREFIX/include/libcpc.h, PREFIX/lib/pkgconfig/libcpc.pc, PREFIX/lib/libperfmon.so (the
+//! LD_PRELOAD shim) and PREFIX/include/perfmon.h (+ include/machine/perfmon.h).
 
 use std::{
     fs,
@@ -16,7 +17,16 @@ pub const SONAME: &str = "libcpc.so.1";
 
 pub fn install(prefix: &Path) -> anyhow::Result<()> {
     crate::setup::setup()?;
-    cargo(&["build", "--release", "-p", "profiler", "-p", "libcpc"])?;
+    cargo(&[
+        "build",
+        "--release",
+        "-p",
+        "profiler",
+        "-p",
+        "libcpc",
+        "-p",
+        "libperfmon",
+    ])?;
     let root = workspace_root();
     let prefix =
         std::path::absolute(prefix).with_context(|| format!("prefix {}", prefix.display()))?;
@@ -36,7 +46,8 @@ pub fn install_files(built: &Path, root: &Path, prefix: &Path) -> anyhow::Result
         prefix.join("include"),
         prefix.join("lib/pkgconfig"),
     );
-    for d in [&bin, &lib, &inc, &pc] {
+    let machine = inc.join("machine");
+    for d in [&bin, &lib, &inc, &pc, &machine] {
         fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
     let copy = |from: PathBuf, to: PathBuf| -> anyhow::Result<PathBuf> {
@@ -58,6 +69,20 @@ pub fn install_files(built: &Path, root: &Path, prefix: &Path) -> anyhow::Result
     fs::write(&pc_file, pkg_config(prefix))
         .with_context(|| format!("writing {}", pc_file.display()))?;
     out.push(pc_file);
+    // perfmon(4) for FreeBSD programs: the preload library and the header, where FreeBSD
+    // programs include it too.
+    out.push(copy(
+        built.join("libperfmon.so"),
+        lib.join("libperfmon.so"),
+    )?);
+    out.push(copy(
+        root.join("libperfmon/include/perfmon.h"),
+        inc.join("perfmon.h"),
+    )?);
+    out.push(copy(
+        root.join("libperfmon/include/machine/perfmon.h"),
+        machine.join("perfmon.h"),
+    )?);
     Ok(out)
 }
 
@@ -90,6 +115,7 @@ mod tests {
         fs::create_dir_all(&built).unwrap();
         fs::write(built.join("profiler"), b"bin").unwrap();
         fs::write(built.join("libcpc.so"), b"lib").unwrap();
+        fs::write(built.join("libperfmon.so"), b"shim").unwrap();
         let prefix = tmp.join("prefix");
         let files = install_files(&built, &workspace_root(), &prefix).unwrap();
         let rel: Vec<String> = files
@@ -103,9 +129,38 @@ mod tests {
                 "lib/libcpc.so.1",
                 "include/libcpc.h",
                 "lib/libcpc.so",
-                "lib/pkgconfig/libcpc.pc"
+                "lib/pkgconfig/libcpc.pc",
+                "lib/libperfmon.so",
+                "include/perfmon.h",
+                "include/machine/perfmon.h"
             ]
         );
+        assert_eq!(fs::read(prefix.join("lib/libperfmon.so")).unwrap(), b"shim");
+        // A FreeBSD program's include compiles against the installed tree.
+        let src = tmp.join("uses_perfmon.c");
+        fs::write(
+            &src,
+            "#include <machine/perfmon.h>\n\
+             int main(void) { struct pmc p = {0}; p.pmc_flags = PMCF_USR; \
+             return (int)sizeof p + (PMIOSETUP != 0) - 9 + p.pmc_event; }\n",
+        )
+        .unwrap();
+        if let Ok(s) = std::process::Command::new("cc")
+            .arg("-Wall")
+            .arg("-Werror")
+            .arg("-I")
+            .arg(prefix.join("include"))
+            .arg("-o")
+            .arg(tmp.join("uses_perfmon"))
+            .arg(&src)
+            .status()
+        {
+            assert!(s.success(), "cc with the installed <machine/perfmon.h>");
+            let rc = std::process::Command::new(tmp.join("uses_perfmon"))
+                .status()
+                .unwrap();
+            assert_eq!(rc.code(), Some(0));
+        }
         assert_eq!(fs::read(prefix.join("lib/libcpc.so")).unwrap(), b"lib");
         assert!(
             fs::read_to_string(prefix.join("include/libcpc.h"))

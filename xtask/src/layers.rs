@@ -233,7 +233,7 @@ pub fn report() -> anyhow::Result<()> {
     Ok(())
 }
 
-const CRATES: [&str; 3] = ["profiler-core", "profiler", "libcpc"];
+const CRATES: [&str; 4] = ["profiler-core", "profiler", "libcpc", "libperfmon"];
 
 #[cfg(test)]
 mod tests {

@@ -54,8 +54,8 @@ enum Command {
         #[arg(last = true)]
         args: Vec<String>,
     },
-    /// Release build, then install bin/profiler, lib/libcpc.so, include/libcpc.h and
-    /// lib/pkgconfig/libcpc.pc under PREFIX.
+    /// Release build, then install bin/profiler, lib/libcpc.so, include/libcpc.h,
+    /// lib/pkgconfig/libcpc.pc, lib/libperfmon.so and include/{,machine/}perfmon.h under PREFIX.
     Install {
         #[arg(long, value_name = "DIR")]
         prefix: std::path::PathBuf,

@@ -23,9 +23,17 @@ pub fn test(extra: &[String]) -> anyhow::Result<()> {
         "warnings",
     ])?;
     clippy_ebpf()?;
-    // The integration tests run the real binary and link C programs against libcpc.so,
-    // so build both first.
-    cargo(&["build", "-p", "profiler", "-p", "libcpc"])?;
+    // The integration tests run the real binary, link C programs against libcpc.so and
+    // preload libperfmon.so into others, so build all three first.
+    cargo(&[
+        "build",
+        "-p",
+        "profiler",
+        "-p",
+        "libcpc",
+        "-p",
+        "libperfmon",
+    ])?;
     let mut args = vec!["test", "--workspace", "--exclude", "profiler-ebpf"];
     if !extra.is_empty() {
         args.push("--");

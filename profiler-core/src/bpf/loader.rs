@@ -9,7 +9,7 @@ use aya::{
 };
 use profiler_common::{
     AGGREGATE_ENTRIES, AGGREGATE_STACKS, AggregateKey, AggregateValue, MAX_SIBLINGS, NO_GROUP_DEAD,
-    RequestConfig, SamplerConfig, capture, group, stat,
+    RequestConfig, SamplerConfig, capture, group, stat, unwind::DEFAULT_UNWIND_ROWS,
 };
 
 use super::{KernelFeatures, attach::Attachments, ring::Records};
@@ -132,33 +132,47 @@ impl Sampler {
         config: SamplerConfig,
         ring_bytes: u32,
     ) -> Result<Self, BpfError> {
-        Self::load_program(kernel, config, ring_bytes, (PROGRAM, RING), 1)
+        Self::load_program(kernel, config, ring_bytes, PROGRAM, RING, 1, 1)
     }
 
     /// As [`Sampler::load`], for `record`'s samples (`profiler_common::stack` records, or
     /// in-kernel aggregation).
     pub fn load_record(config: SamplerConfig, ring_bytes: u32) -> Result<Self, BpfError> {
-        Self::load_record_group(config, ring_bytes, false)
+        Self::load_record_sized(config, ring_bytes, DEFAULT_UNWIND_ROWS)
     }
 
-    /// [`Sampler::load_record`]; with `group`, its per-thread counter map at full size (see
-    /// [`Sampler::start_group`]).
+    /// [`Sampler::load_record`] with a row array of `unwind_rows` rows (8 bytes each) when
+    /// the configuration walks with unwind tables.
+    pub fn load_record_sized(
+        config: SamplerConfig,
+        ring_bytes: u32,
+        unwind_rows: u32,
+    ) -> Result<Self, BpfError> {
+        Self::load_record_group(config, ring_bytes, unwind_rows, false)
+    }
+
+    /// [`Sampler::load_record_sized`]; with `group`, its per-thread counter map at full size
+    /// (see [`Sampler::start_group`]).
     pub fn load_record_group(
         config: SamplerConfig,
         ring_bytes: u32,
+        unwind_rows: u32,
         group: bool,
     ) -> Result<Self, BpfError> {
-        let program = if config.capture & capture::UNWIND_TABLES != 0 {
-            RECORD_PROGRAM
-        } else {
-            RECORD_FP_PROGRAM
-        };
         let tasks = if group { group::MAX_TASKS } else { 1 };
+        let tables = config.capture & capture::UNWIND_TABLES != 0;
+        let (program, rows) = if tables {
+            (RECORD_PROGRAM, unwind_rows.max(1))
+        } else {
+            (RECORD_FP_PROGRAM, 1)
+        };
         Self::load_program(
             kernel::linux(),
             config,
             ring_bytes,
-            (program, RECORD_RING),
+            program,
+            RECORD_RING,
+            rows,
             tasks,
         )
     }
@@ -167,7 +181,9 @@ impl Sampler {
         kernel: &'static dyn Kernel,
         config: SamplerConfig,
         ring_bytes: u32,
-        (program_name, ring): (&'static str, &'static str),
+        program_name: &'static str,
+        ring: &'static str,
+        unwind_rows: u32,
         group_tasks: u32,
     ) -> Result<Self, BpfError> {
         if OBJECT.is_empty() {
@@ -181,12 +197,8 @@ impl Sampler {
         } else {
             (1, 1)
         };
-        // Unwind tables (32 MiB of rows at full size): only when record walks with them.
-        let unwind_rows = if config.capture & capture::UNWIND_TABLES != 0 {
-            profiler_common::unwind::DEFAULT_UNWIND_ROWS
-        } else {
-            1
-        };
+        // Unwind tables (32 MiB of rows at the default size) only when record walks with them:
+        // `unwind_rows` is 1 otherwise.
         let (events, record_events) = if ring == RING {
             (ring_bytes, UNUSED_RING_BYTES)
         } else {

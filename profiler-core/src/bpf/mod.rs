@@ -8,6 +8,7 @@ mod features;
 mod loader;
 mod privilege;
 mod ring;
+mod rowspace;
 mod unwind;
 
 pub use cgcount::{CgroupCountStats, CgroupCounter, switch_every_cpu};
@@ -15,4 +16,5 @@ pub use features::{Feature, KernelFeatures, kernel_release};
 pub use loader::{BpfError, GroupTotals, Sampler, SamplerStats};
 pub use privilege::{Privilege, PrivilegeError, check_privileges};
 pub use ring::{MAX_BATCH_TIME, Records};
-pub use unwind::{RowRange, UnwindMapError, UnwindMaps};
+pub use rowspace::RowRange;
+pub use unwind::{UnwindMapError, UnwindMaps};

@@ -1,11 +1,14 @@
 //! The sampler's unwind maps, from user space: module tables are written into the
-//! memory-mapped `UNWIND_ROWS` array (one contiguous run per module, placed once and shared
-//! by every process mapping it), and each process's mappings into `UNWIND_PROCS`.
+//! `UNWIND_ROWS` array (one contiguous run per module, placed once and shared by every
+//! process mapping it), and each process's mappings into `UNWIND_PROCS`.
+//!
+//! A module's rows are written through a mapping of only the pages they cover, unmapped
+//! right after: the array is reserved whole (32 MiB), and keeping all of it mapped counted
+//! every page in the profiler's resident size.
 
 use std::{
     collections::HashMap as StdHashMap,
-    os::fd::{AsFd as _, AsRawFd},
-    ptr::NonNull,
+    os::fd::{AsFd as _, AsRawFd, RawFd},
 };
 
 use aya::maps::{HashMap, Map, MapData};
@@ -13,29 +16,21 @@ use profiler_common::unwind::{
     DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, ProcUnwind, UnwindMapping, UnwindRow,
 };
 
-use super::loader::{BpfError, Sampler};
+use super::{
+    loader::{BpfError, Sampler},
+    rowspace::{RowRange, RowSpace},
+};
 
-/// Where a module's rows are in `UNWIND_ROWS`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RowRange {
-    pub start: u32,
-    pub len: u32,
-}
-
-/// `UNWIND_ROWS` mapped into our memory, and `UNWIND_PROCS`.
+/// `UNWIND_ROWS` (written through short-lived mappings) and `UNWIND_PROCS`.
 pub struct UnwindMaps {
-    rows: NonNull<UnwindRow>,
-    capacity: u32,
-    used: u32,
-    /// Keeps the array's fd (and so the mapping's map) alive.
+    /// The array's fd, owned by `_rows_map`.
+    rows_fd: RawFd,
+    space: RowSpace,
+    /// Keeps the array's fd alive.
     _rows_map: Map,
     procs: HashMap<MapData, u32, ProcUnwind>,
     placed: StdHashMap<u32, RowRange>,
 }
-
-// SAFETY: the mapping is plain shared memory owned by this value; nothing else in this
-// process aliases it.
-unsafe impl Send for UnwindMaps {}
 
 impl Sampler {
     /// Takes the unwind maps out of the object (the program keeps using them). The sampler
@@ -60,28 +55,10 @@ impl Sampler {
             .info()
             .map(|i| i.max_entries())
             .unwrap_or(DEFAULT_UNWIND_ROWS);
-        let bytes = capacity as usize * size_of::<UnwindRow>();
-        // SAFETY: mmap of a BPF_F_MMAPABLE array's fd, shared and writable, of exactly the
-        // array's size; the result is checked before use and unmapped on drop.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                data.fd().as_fd().as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(UnwindMapError::Mmap(std::io::Error::last_os_error()));
-        }
-        let rows = NonNull::new(ptr.cast::<UnwindRow>())
-            .ok_or_else(|| UnwindMapError::Mmap(std::io::ErrorKind::InvalidData.into()))?;
+        let rows_fd = data.fd().as_fd().as_raw_fd();
         Ok(UnwindMaps {
-            rows,
-            capacity,
-            used: 0,
+            rows_fd,
+            space: RowSpace::new(capacity),
             _rows_map: rows_map,
             procs,
             placed: StdHashMap::new(),
@@ -117,29 +94,72 @@ impl UnwindMaps {
         if let Some(r) = self.placed.get(&id) {
             return Ok(*r);
         }
-        let len = rows.len() as u32;
-        if u64::from(self.used) + u64::from(len) > u64::from(self.capacity) {
-            return Err(UnwindMapError::Full {
-                capacity: self.capacity,
-            });
+        let len = u32::try_from(rows.len()).unwrap_or(u32::MAX);
+        let range = self.space.alloc(len).ok_or(UnwindMapError::Full {
+            capacity: self.space.capacity(),
+        })?;
+        if let Err(e) = self.write_rows(range.start as usize, rows) {
+            self.space.release(range);
+            return Err(e);
         }
-        // SAFETY: [used, used + len) is inside the mapping (checked above) and no one else in
-        // this process writes it; the kernel reads rows concurrently, but a range is only
-        // published (through UNWIND_PROCS) after it is written.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                rows.as_ptr(),
-                self.rows.as_ptr().add(self.used as usize),
-                rows.len(),
-            );
-        }
-        let range = RowRange {
-            start: self.used,
-            len,
-        };
-        self.used += len;
         self.placed.insert(id, range);
         Ok(range)
+    }
+
+    /// Gives module `id`'s rows back (no process entry may point at them any more); its
+    /// run is reused by later modules.
+    pub fn evict(&mut self, id: u32) {
+        if let Some(range) = self.placed.remove(&id) {
+            self.space.release(range);
+        }
+    }
+
+    /// The modules whose rows are in the array.
+    pub fn placed(&self) -> impl Iterator<Item = u32> + '_ {
+        self.placed.keys().copied()
+    }
+
+    /// Copies `rows` to index `first` of the array through a mapping of just the pages they
+    /// fall in (the array's data starts page-aligned at offset 0 of its fd).
+    fn write_rows(&self, first: usize, rows: &[UnwindRow]) -> Result<(), UnwindMapError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let page = page_size();
+        let row = size_of::<UnwindRow>();
+        let start = first * row;
+        let end = start + size_of_val(rows);
+        let map_start = start / page * page;
+        let map_len = end.div_ceil(page) * page - map_start;
+        let offset = libc::off_t::try_from(map_start)
+            .map_err(|_| UnwindMapError::Mmap(std::io::ErrorKind::InvalidInput.into()))?;
+        // SAFETY: mmap of a BPF_F_MMAPABLE array's fd, shared and writable, of whole pages
+        // inside the array (the run came from the array's RowSpace); checked before use.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                self.rows_fd,
+                offset,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(UnwindMapError::Mmap(std::io::Error::last_os_error()));
+        }
+        // SAFETY: [start, end) lies inside [map_start, map_start + map_len), the mapping just
+        // made; the kernel reads rows concurrently, but a range is only published (through
+        // UNWIND_PROCS) after it is written. The mapping is ours alone and unmapped once.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                rows.as_ptr().cast::<u8>(),
+                ptr.cast::<u8>().add(start - map_start),
+                size_of_val(rows),
+            );
+            libc::munmap(ptr, map_len);
+        }
+        Ok(())
     }
 
     /// Whether module `id`'s rows are in the array.
@@ -167,27 +187,22 @@ impl UnwindMaps {
         let _ = self.procs.remove(&pid);
     }
 
-    /// Bytes of rows written.
+    /// Bytes of rows in use.
     pub fn row_bytes(&self) -> usize {
-        self.used as usize * size_of::<UnwindRow>()
+        self.space.used() as usize * size_of::<UnwindRow>()
     }
 
     /// Bytes of the row array (allocated whole by the kernel when the map is created).
     pub fn reserved_bytes(&self) -> usize {
-        self.capacity as usize * size_of::<UnwindRow>()
+        self.space.capacity() as usize * size_of::<UnwindRow>()
     }
 }
 
-impl Drop for UnwindMaps {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `take_unwind_maps`, of that size, unmapped once.
-        unsafe {
-            libc::munmap(
-                self.rows.as_ptr().cast(),
-                self.capacity as usize * size_of::<UnwindRow>(),
-            );
-        }
-    }
+/// The page size (mmap offsets and lengths are in whole pages).
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
 }
 
 impl Sampler {

@@ -139,6 +139,11 @@ pub struct RecordArgs {
     /// `.gnu_debuglink` names), before /usr/lib/debug. Repeatable.
     #[arg(long = "debug-dir", value_name = "DIR")]
     pub debug_dir: Vec<std::path::PathBuf>,
+    /// Kernel memory for unwind tables: MiB, or a size with a K, M or G suffix, from 64K to
+    /// 4G (8-byte rows; when it is full, the rows of modules no live process maps are
+    /// evicted). Default 32M.
+    #[arg(long = "unwind-memory", value_name = "SIZE", value_parser = unwind_rows)]
+    pub unwind_memory: Option<u32>,
     /// Print the unwinder's and the ring's totals on stderr at the end (benchmarks).
     #[arg(long, hide = true)]
     pub unwind_stats: bool,
@@ -187,6 +192,9 @@ impl RecordArgs {
         opts.aggregate = self.aggregate;
         opts.stacks = !self.no_stacks;
         opts.unwind_stats = self.unwind_stats;
+        if let Some(rows) = self.unwind_memory {
+            opts.unwind_rows = rows;
+        }
         opts.debug_dirs = self.debug_dir.clone();
         opts.symbolize_user = self.symbolize == SymbolizeArg::Now;
         opts.call_graph = match self.call_graph {
@@ -359,4 +367,47 @@ fn title(opts: &RecordOptions) -> String {
         Target::Cgroup(c) => format!("cgroup {}", c.display()),
     };
     format!("{} of {what}", opts.events.join(", "))
+}
+
+/// `--unwind-memory SIZE` as a number of 8-byte rows.
+fn unwind_rows(text: &str) -> Result<u32, String> {
+    let (digits, unit) = match text.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => (&text[..i], c.to_ascii_uppercase()),
+        _ => (text, 'M'),
+    };
+    let shift = match unit {
+        'K' => 10,
+        'M' => 20,
+        'G' => 30,
+        _ => return Err(format!("`{text}`: the suffix must be K, M or G")),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size (e.g. 64M or 512K)"))?;
+    let bytes = n
+        .checked_shl(shift)
+        .filter(|b| b >> shift == n)
+        .ok_or_else(|| format!("`{text}` is too large"))?;
+    if !((64 << 10)..=(4 << 30)).contains(&bytes) {
+        return Err(format!("`{text}`: unwind memory must be from 64K to 4G"));
+    }
+    u32::try_from(bytes / 8).map_err(|_| format!("`{text}` is too large"))
+}
+
+#[cfg(test)]
+mod unwind_memory_tests {
+    use super::unwind_rows;
+
+    #[test]
+    fn sizes_become_rows() {
+        assert_eq!(unwind_rows("32"), Ok(32 << 17));
+        assert_eq!(unwind_rows("32M"), Ok(32 << 17));
+        assert_eq!(unwind_rows("512k"), Ok(512 << 7));
+        assert_eq!(unwind_rows("4G"), Ok(1 << 29));
+        assert!(unwind_rows("63K").is_err());
+        assert!(unwind_rows("5G").is_err());
+        assert!(unwind_rows("12X").is_err());
+        assert!(unwind_rows("M").is_err());
+        assert!(unwind_rows("99999999999999999G").is_err());
+    }
 }

@@ -14,7 +14,7 @@ use profiler_common::unwind::{MAX_MODULE_ROWS, UnwindRow};
 
 pub use cfi::CfiError;
 pub use elf::ElfError;
-pub use maps::{Mapping, exec_mappings};
+pub use maps::{Mapping, exec_mappings, parse as parse_maps};
 
 /// Index of a module in its [`Registry`].
 pub type ModuleId = u32;
@@ -199,6 +199,18 @@ impl Registry {
                 path: self.modules[id as usize].path.clone(),
             }))
         })
+    }
+
+    /// Forgets module `id` (its rows were evicted from the kernel's array): the next mapping
+    /// of its file resolves to a new module, whose table is built again.
+    pub fn forget(&mut self, id: ModuleId) {
+        let module = &mut self.modules[id as usize];
+        if self.by_key.get(&module.key) == Some(&id) {
+            self.by_key.remove(&module.key);
+        }
+        self.by_inode.retain(|_, m| *m != id);
+        module.table = None;
+        module.info.cfi = Default::default();
     }
 
     /// Frees the rows of the module's table (its base stays): they were copied where they

@@ -97,6 +97,8 @@ pub struct RecordOptions {
     pub call_graph: CallGraph,
     /// Print the unwinder's and the ring's totals to stderr at the end (benchmarks).
     pub unwind_stats: bool,
+    /// Rows of the kernel's unwind table array (8 bytes each).
+    pub unwind_rows: u32,
     /// Counters read at each sample of the (one) sampled event, attributed per thread to
     /// the samples' stacks (a counter group; at most `profiler_common::group::MAX_COUNTERS`).
     pub read: Vec<String>,
@@ -122,6 +124,7 @@ impl RecordOptions {
             stacks: true,
             call_graph: CallGraph::default(),
             unwind_stats: false,
+            unwind_rows: profiler_common::unwind::DEFAULT_UNWIND_ROWS,
             read: Vec::new(),
         }
     }

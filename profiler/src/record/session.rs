@@ -375,13 +375,15 @@ impl<'a> Session<'a> {
         eprintln!(
             "unwind-stats samples={} ring_bytes={} partial={partial} \
              no_process={no_process} modules={} processes={} loads={} \
-             modules_without_table={} row_bytes={} reserved_bytes={} user_bytes={}",
+             modules_without_table={} modules_evicted={} row_bytes={} reserved_bytes={} \
+             user_bytes={}",
             stats.submitted,
             self.ring_bytes,
             t.modules,
             t.processes,
             t.loads,
             t.modules_without_table,
+            t.modules_evicted,
             t.row_bytes,
             t.reserved_bytes,
             t.user_bytes
@@ -438,7 +440,8 @@ fn load_sampler(opts: &RecordOptions) -> Result<(Sampler, Option<TableLoader>), 
     let config = sampler_config(opts);
     let wants_tables = config.capture & capture::UNWIND_TABLES != 0;
     let group = !opts.read.is_empty();
-    let sampler = match Sampler::load_record_group(config, opts.ring_bytes, group) {
+    let sampler = match Sampler::load_record_group(config, opts.ring_bytes, opts.unwind_rows, group)
+    {
         // The unwinder needs bpf_loop (Linux 5.17); older kernels walk frame pointers.
         Err(BpfError::Program(e)) if wants_tables => {
             eprintln!(
@@ -449,7 +452,7 @@ fn load_sampler(opts: &RecordOptions) -> Result<(Sampler, Option<TableLoader>), 
                 capture: config.capture & !capture::UNWIND_TABLES,
                 ..config
             };
-            Sampler::load_record_group(config, opts.ring_bytes, group)?
+            Sampler::load_record_group(config, opts.ring_bytes, opts.unwind_rows, group)?
         }
         other => other?,
     };

@@ -12,14 +12,16 @@ use std::{
 use profiler_common::{record_flags, stack::StackSampleHeader, unwind::UnwindMapping};
 
 use crate::{
-    bpf::{UnwindMapError, UnwindMaps},
+    bpf::{RowRange, UnwindMapError, UnwindMaps},
     modules::{Mapping, ModuleError, ModuleId, Registry, TableJob, UnwindTable, exec_mappings},
 };
 
 /// Modules with more CFI than this have their tables built on a worker thread (rustc's
-/// driver library has 6 MiB), so that a big module does not hold up the reader and every
-/// other process's tables; smaller ones (libc has 150 KiB) are built at once.
-const SYNC_CFI_BYTES: usize = 512 << 10;
+/// driver library has 6 MiB, libc 150 KiB), so that a big module does not hold up the reader
+/// and every other process's tables (their process is published at once, that module's
+/// frames walked with frame pointers until it is built); smaller ones are built at once.
+/// Debian's python3 (about 400 KiB) took 0.4 s on the reader in a debug build.
+const SYNC_CFI_BYTES: usize = 64 << 10;
 
 type Built = (ModuleId, Result<UnwindTable, ModuleError>);
 
@@ -54,6 +56,9 @@ const RESCAN_MIN: Duration = Duration::from_millis(5);
 const RESCAN_MAX: Duration = Duration::from_secs(1);
 /// How long after its first load a process is rescanned without backing off.
 const YOUNG: Duration = Duration::from_millis(250);
+/// How often processes are checked for having exited (their modules' rows may then be
+/// evicted when the array is full).
+const SWEEP: Duration = Duration::from_secs(1);
 /// Module errors printed per run (the rest are counted).
 const MAX_WARNINGS: usize = 5;
 
@@ -66,6 +71,8 @@ pub struct TableStats {
     pub modules_without_table: u64,
     /// Processes the kernel's process map could not take (walked with frame pointers).
     pub processes_without_table: u64,
+    /// Modules whose rows were evicted from a full array (no live process mapped them).
+    pub modules_evicted: u64,
     /// Bytes of rows in the kernel's table array, and of the array.
     pub row_bytes: u64,
     pub reserved_bytes: u64,
@@ -95,6 +102,8 @@ struct ProcState {
     /// Wait before the next rescan prompted by an unknown mapping.
     backoff: Duration,
     mappings: Vec<Mapping>,
+    /// The modules whose rows its kernel entry points at.
+    modules: Vec<ModuleId>,
 }
 
 pub struct TableLoader {
@@ -108,6 +117,10 @@ pub struct TableLoader {
     worker: Option<Worker>,
     /// Processes to publish again when a module's table is built.
     waiting: HashMap<ModuleId, HashSet<u32>>,
+    /// Processes (and this one, for its preloaded libraries) whose entries use a placed
+    /// module: a module with none may be evicted when the array is full.
+    users: HashMap<ModuleId, u32>,
+    swept: Instant,
 }
 
 impl TableLoader {
@@ -121,6 +134,8 @@ impl TableLoader {
             stats: TableStats::default(),
             worker: Worker::start(),
             waiting: HashMap::new(),
+            users: HashMap::new(),
+            swept: Instant::now(),
         }
     }
 
@@ -136,7 +151,10 @@ impl TableLoader {
             .into_iter()
             .filter(|m| m.is_vdso() || m.name.contains(".so"))
             .collect();
-        self.entries(pid, &shared).map(drop)
+        // Never evicted: counted as used by this process for the whole run.
+        let (_, modules) = self.entries(pid, &shared)?;
+        self.add_users(&modules);
+        Ok(())
     }
 
     /// Looks at one record's unwind marks.
@@ -165,6 +183,7 @@ impl TableLoader {
     /// they were last loaded (their symbolization maps need refreshing too).
     pub fn load_pending(&mut self) -> Result<Vec<u32>, UnwindMapError> {
         self.collect_built();
+        self.sweep();
         let pending: Vec<(u32, bool)> = self.pending.drain().collect();
         let mut changed = Vec::new();
         for (pid, absent) in pending {
@@ -189,6 +208,7 @@ impl TableLoader {
                     born: now,
                     backoff: RESCAN_MAX,
                     mappings: Vec::new(),
+                    modules: Vec::new(),
                 },
             );
             return Ok(false);
@@ -211,7 +231,7 @@ impl TableLoader {
             .procs
             .get(&pid)
             .is_some_and(|p| !p.mappings.is_empty() && p.mappings != mappings);
-        let entries = self.entries(pid, &mappings)?;
+        let (entries, modules) = self.entries(pid, &mappings)?;
         match self.maps.set_process(pid, &entries) {
             Ok(()) => {}
             // The kernel's process map full (or out of memory): this process walks with frame
@@ -227,12 +247,13 @@ impl TableLoader {
         // The process may have exited between reading its maps and now: its exit already
         // removed the kernel's entry (before ours was written), so ours would stay forever.
         if exited(pid) {
+            self.forget(pid);
             self.maps.remove_process(pid);
-            self.procs.remove(&pid);
             return Ok(false);
         }
         self.stats.loads += 1;
-        self.procs.insert(
+        self.add_users(&modules);
+        let old = self.procs.insert(
             pid,
             ProcState {
                 scanned: now,
@@ -242,19 +263,87 @@ impl TableLoader {
                 },
                 backoff: RESCAN_MIN,
                 mappings,
+                modules,
             },
         );
+        if let Some(old) = old {
+            self.drop_users(&old.modules);
+        }
         Ok(changed)
     }
 
+    fn add_users(&mut self, modules: &[ModuleId]) {
+        for &id in modules {
+            *self.users.entry(id).or_default() += 1;
+        }
+    }
+
+    fn drop_users(&mut self, modules: &[ModuleId]) {
+        for id in modules {
+            if let Some(n) = self.users.get_mut(id) {
+                *n -= 1;
+                if *n == 0 {
+                    self.users.remove(id);
+                }
+            }
+        }
+    }
+
+    /// Forgets the processes that exited (the kernel dropped their entries at exit), at
+    /// most once per [`SWEEP`].
+    fn sweep(&mut self) {
+        if self.swept.elapsed() < SWEEP {
+            return;
+        }
+        self.swept = Instant::now();
+        let gone: Vec<u32> = self.procs.keys().copied().filter(|&p| exited(p)).collect();
+        for pid in gone {
+            self.forget(pid);
+        }
+    }
+
+    /// Places module `id`'s rows; when the array is full, first evicts the modules no
+    /// process uses (except those of the process being published, `keep`).
+    fn place(
+        &mut self,
+        id: ModuleId,
+        table: &UnwindTable,
+        keep: &[ModuleId],
+    ) -> Result<RowRange, UnwindMapError> {
+        match self.maps.place(id, &table.rows) {
+            Err(UnwindMapError::Full { .. }) => {}
+            other => return other,
+        }
+        self.sweep_now();
+        let unused: Vec<ModuleId> = self
+            .maps
+            .placed()
+            .filter(|m| !self.users.contains_key(m) && !keep.contains(m) && *m != id)
+            .collect();
+        for m in unused {
+            self.maps.evict(m);
+            self.registry.forget(m);
+            self.stats.modules_evicted += 1;
+        }
+        self.maps.place(id, &table.rows)
+    }
+
+    /// [`Self::sweep`] whatever the time since the last.
+    fn sweep_now(&mut self) {
+        self.swept = Instant::now() - SWEEP;
+        self.sweep();
+    }
+
     /// The kernel's view of `mappings`: each file-backed one with its module's rows (none
-    /// where the module has no table); anonymous memory is left out (frame pointers).
+    /// where the module has no table); anonymous memory is left out (frame pointers). Also
+    /// the modules whose rows the entries point at.
     fn entries(
         &mut self,
         pid: u32,
         mappings: &[Mapping],
-    ) -> Result<Vec<UnwindMapping>, UnwindMapError> {
+    ) -> Result<(Vec<UnwindMapping>, Vec<ModuleId>), UnwindMapError> {
         let mut entries = Vec::with_capacity(mappings.len());
+        let mut modules: Vec<ModuleId> = Vec::new();
         for m in mappings.iter().filter(|m| m.has_module()) {
             let mut entry = UnwindMapping {
                 start: m.start,
@@ -273,11 +362,14 @@ impl TableLoader {
                 Ok(Some((id, bias, table)))
                     if !table.rows.is_empty() || self.maps.is_placed(id) =>
                 {
-                    match self.maps.place(id, &table.rows) {
+                    match self.place(id, &table, &modules) {
                         Ok(range) => {
                             entry.bias = bias.wrapping_add(table.base);
                             entry.rows_start = range.start;
                             entry.rows_len = range.len;
+                            if !modules.contains(&id) {
+                                modules.push(id);
+                            }
                             // The kernel's copy is the one used from now on.
                             self.registry.release_rows(id);
                         }
@@ -294,7 +386,7 @@ impl TableLoader {
             }
             entries.push(entry);
         }
-        Ok(entries)
+        Ok((entries, modules))
     }
 
     /// Module `id`'s table: built now if small, else handed to the worker (`None` until it
@@ -343,10 +435,10 @@ impl TableLoader {
         }
     }
 
-    /// Forgets a process that exited.
-    pub fn forget(&mut self, pid: u32) {
-        if self.procs.remove(&pid).is_some() {
-            self.maps.remove_process(pid);
+    /// Forgets a process that exited (the kernel's exit hook removed its entry).
+    fn forget(&mut self, pid: u32) {
+        if let Some(state) = self.procs.remove(&pid) {
+            self.drop_users(&state.modules);
         }
     }
 

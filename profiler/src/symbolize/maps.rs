@@ -2,6 +2,8 @@
 
 use std::{fs, io, sync::Arc};
 
+use crate::modules::{Mapping, parse_maps as parse};
+
 /// One mapping of a process.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MapEntry {
@@ -32,11 +34,12 @@ impl ProcessMaps {
         ))?))
     }
 
-    /// Parses the maps format; malformed lines are skipped rather than trusted.
+    /// Parses the maps format (executable mappings only, sorted); malformed lines are
+    /// skipped rather than trusted.
     pub fn parse(text: &str) -> Self {
-        let mut entries: Vec<MapEntry> = text.lines().filter_map(parse_line).collect();
-        entries.sort_by_key(|e| e.start);
-        Self { entries }
+        Self {
+            entries: parse(text).into_iter().map(entry).collect(),
+        }
     }
 
     pub fn find(&self, addr: u64) -> Option<&MapEntry> {
@@ -65,49 +68,25 @@ impl ProcessMaps {
     }
 }
 
-fn parse_line(line: &str) -> Option<MapEntry> {
-    let mut fields = line.split_ascii_whitespace();
-    let (start, end) = fields.next()?.split_once('-')?;
-    let perms = fields.next()?;
-    let offset = fields.next()?;
-    let dev = fields.next()?;
-    let inode = fields.next()?;
-    // The path may contain spaces; it is the rest of the line.
-    let rest: Vec<&str> = fields.collect();
-    let path = rest.join(" ");
-    if !perms.contains('x') {
-        return None;
-    }
-    let start = u64::from_str_radix(start, 16).ok()?;
-    let end = u64::from_str_radix(end, 16).ok()?;
-    let offset = u64::from_str_radix(offset, 16).ok()?;
-    if end <= start {
-        return None;
-    }
-    let (major, minor) = dev.split_once(':')?;
-    let dev = libc::makedev(
-        u32::from_str_radix(major, 16).ok()?,
-        u32::from_str_radix(minor, 16).ok()?,
-    );
-    let inode = inode.parse().ok()?;
-    let (path, name): (Option<Arc<str>>, Arc<str>) = if path.starts_with('/') {
-        let clean = path.strip_suffix(" (deleted)").unwrap_or(&path);
-        let name = clean.rsplit('/').next().unwrap_or(clean);
-        (Some(Arc::from(clean)), Arc::from(name))
-    } else if path.is_empty() {
+/// The symbolizer's view of one executable mapping (the unwinder's parser reads the line).
+fn entry(m: Mapping) -> MapEntry {
+    let (path, name): (Option<Arc<str>>, Arc<str>) = if m.name.starts_with('/') {
+        let name = m.name.rsplit('/').next().unwrap_or(&m.name);
+        (Some(m.name.clone()), Arc::from(name))
+    } else if m.name.is_empty() {
         (None, Arc::from("[anon]"))
     } else {
-        (None, Arc::from(path.as_str()))
+        (None, m.name.clone())
     };
-    Some(MapEntry {
-        start,
-        end,
-        offset,
+    MapEntry {
+        start: m.start,
+        end: m.end,
+        offset: m.offset,
         path,
         name,
-        dev,
-        inode,
-    })
+        dev: m.dev,
+        inode: m.ino,
+    }
 }
 
 #[cfg(test)]
