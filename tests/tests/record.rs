@@ -335,7 +335,9 @@ fn tid_and_cgroup_targets_sample_only_their_tasks() {
         let folded = dir.join(format!("{name}.folded"));
         let mut all = args.to_vec();
         all.extend(["-F", "499", "-d", "1.5", "-o", folded.to_str().unwrap()]);
+        let cpu_before = cpu_seconds(chain.0.id());
         let out = profiler(&all);
+        let cpu = cpu_seconds(chain.0.id()) - cpu_before;
         assert!(
             out.status.success(),
             "{name}: {}",
@@ -343,7 +345,13 @@ fn tid_and_cgroup_targets_sample_only_their_tasks() {
         );
         let stacks = read_folded(&folded);
         let total: u64 = stacks.iter().map(|(_, n)| n).sum();
-        assert!(total >= 300, "{name}: {total} samples");
+        // 750 on an idle machine; chain shares the CPUs with the spinning sh (and, on a busy
+        // machine, with everything else: 148 samples seen while two compilers ran). What
+        // this test checks is whose samples they are, so a real profile is enough.
+        assert!(
+            total >= 20,
+            "{name}: {total} samples ({cpu:.2} s of CPU while the profiler ran)"
+        );
         assert!(
             stacks.iter().all(|(f, _)| f[0] == "chain"),
             "{name}: only chain: {stacks:?}"

@@ -144,6 +144,26 @@ pub struct RecordOutcome {
     pub profile: Profile,
     pub stop: Stop,
     pub command_status: Option<WaitStatus>,
+    /// The events and programs being detached (each waits for an RCU grace period): the
+    /// profile can be written meanwhile; dropping this waits until all are gone.
+    pub detaching: Detaching,
+}
+
+/// A thread detaching what a recording attached; dropping it waits for the thread.
+pub struct Detaching(Option<std::thread::JoinHandle<()>>);
+
+impl Detaching {
+    pub(crate) fn new(thread: std::thread::JoinHandle<()>) -> Self {
+        Self(Some(thread))
+    }
+}
+
+impl Drop for Detaching {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// Checks that can fail before anything is attached: ranges, privileges, targets.

@@ -19,8 +19,10 @@ pub struct SymbolizeWorker {
 
 impl SymbolizeWorker {
     /// Starts the thread; `debug_dirs` are searched for debug files before the system's.
-    /// `user`: name user frames (else they keep their file offsets).
-    pub fn start(debug_dirs: Vec<PathBuf>, user: bool) -> std::io::Result<Self> {
+    /// `user`: name user frames (else they keep their file offsets). `kernel`: kernel frames
+    /// will be sampled, so the kernel's symbols are read now (kallsyms takes 0.15 s here),
+    /// while the recording runs, not after it.
+    pub fn start(debug_dirs: Vec<PathBuf>, user: bool, kernel: bool) -> std::io::Result<Self> {
         let (jobs, rx) = mpsc::channel::<Batch>();
         let (tx, done) = unbounded_channel();
         let thread = std::thread::Builder::new()
@@ -28,6 +30,9 @@ impl SymbolizeWorker {
             .spawn(move || {
                 let mut resolver = Resolver::new(&debug_dirs);
                 resolver.name_user_frames(user);
+                if kernel {
+                    resolver.load_kernel_symbols();
+                }
                 for batch in rx {
                     if tx.send(batch.symbolize(&mut resolver)).is_err() {
                         break;

@@ -230,6 +230,20 @@ impl Resolver {
         }
     }
 
+    /// Reads the kernel's symbols (blazesym keeps them for later calls) without naming
+    /// anything.
+    pub fn load_kernel_symbols(&mut self) {
+        let src = Source::Kernel(Kernel {
+            vmlinux: MaybeDefault::None,
+            debug_syms: false,
+            ..Default::default()
+        });
+        // Any kernel address makes it parse kallsyms; the answer is not kept.
+        let _ = self
+            .kernel
+            .symbolize(&src, Input::AbsAddr(&[0xffff_ffff_8100_0000]));
+    }
+
     /// Names every kernel address of `addrs` not yet known, in one call.
     pub fn resolve_kernel(&mut self, addrs: impl IntoIterator<Item = u64>) {
         if self.kernel_cache.len() > MAX_CACHED {

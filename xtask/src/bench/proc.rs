@@ -22,6 +22,8 @@ use crate::util::show;
 pub struct Finished {
     pub command: String,
     pub wall_s: f64,
+    /// When it was reaped, CLOCK_MONOTONIC seconds (the clock `work` prints its end in).
+    pub ended_s: f64,
     /// Peak resident set of the process (and of its waited-for children), KiB.
     pub maxrss_kib: u64,
     pub cpu_s: f64,
@@ -65,6 +67,33 @@ pub fn run(cmd: &mut Command, log: &Path, ok: &[i32]) -> anyhow::Result<Finished
     start(cmd, log)?.wait(ok)
 }
 
+/// [`run`], also noting when `file` appears (CLOCK_MONOTONIC seconds; `None` if the process
+/// ended without it). The caller removes `file` first; writers that rename a finished
+/// temporary file into place make it appear whole.
+pub fn run_until_file(
+    cmd: &mut Command,
+    log: &Path,
+    ok: &[i32],
+    file: &Path,
+) -> anyhow::Result<(Finished, Option<f64>)> {
+    let running = start(cmd, log)?;
+    let stat = format!("/proc/{}/stat", running.pid);
+    let appeared = loop {
+        if file.exists() {
+            break Some(monotonic_s());
+        }
+        let state = fs::read_to_string(&stat).unwrap_or_default();
+        if state
+            .rsplit_once(") ")
+            .is_none_or(|(_, r)| r.starts_with('Z'))
+        {
+            break file.exists().then(monotonic_s);
+        }
+        sleep(Duration::from_millis(1));
+    };
+    Ok((running.wait(ok)?, appeared))
+}
+
 impl Running {
     pub fn pid(&self) -> i32 {
         self.pid
@@ -95,6 +124,7 @@ impl Running {
             );
         }
         let wall_s = self.started.elapsed().as_secs_f64();
+        let ended_s = monotonic_s();
         let code = if libc::WIFEXITED(status) {
             libc::WEXITSTATUS(status)
         } else {
@@ -104,6 +134,7 @@ impl Running {
         let done = Finished {
             command: self.command,
             wall_s,
+            ended_s,
             maxrss_kib: usage.ru_maxrss as u64,
             cpu_s: tv(usage.ru_utime) + tv(usage.ru_stime),
 
@@ -159,6 +190,26 @@ pub fn work_seconds(f: &Finished) -> anyhow::Result<(f64, f64)> {
         (Some(Ok(w)), Some(Ok(c))) => Ok((w, c)),
         _ => bail!("bad work-seconds line `{line}`"),
     }
+}
+
+/// When `work` ended (the third field of its `work-seconds` line, CLOCK_MONOTONIC).
+pub fn work_end(f: &Finished) -> anyhow::Result<f64> {
+    f.stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("work-seconds "))
+        .and_then(|l| l.split_whitespace().nth(2)?.parse().ok())
+        .with_context(|| format!("no end time in the work-seconds line of `{}`", f.command))
+}
+
+/// CLOCK_MONOTONIC now, in seconds.
+fn monotonic_s() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills in the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }
 
 /// A workload that runs until stopped (`work 0 THREADS`), killed when dropped.

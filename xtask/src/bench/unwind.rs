@@ -16,7 +16,7 @@ use super::{
     env::BpfStats,
     kernel::prog_stats,
     overhead::STOPPED,
-    proc::{self, Background, median, work_seconds},
+    proc::{self, Background, median, work_end, work_seconds},
     slowdown,
 };
 
@@ -129,7 +129,8 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
 
         // The profiler: straight to a flame graph (its post-processing is part of the run),
         // then once more to folded stacks, to count whole stacks.
-        let f = proc::run(
+        let _ = fs::remove_file(&svg);
+        let (f, svg_at) = proc::run_until_file(
             &mut ctx.profiler(&[
                 "record",
                 "-F",
@@ -145,10 +146,12 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             ]),
             &ctx.log("unwind-profiler"),
             &[0],
+            std::path::Path::new(&svg),
         )?;
         let (w, c) = work_seconds(&f)?;
         prof.push((w, c));
-        prof_after.push(f.wall_s - w);
+        let svg_at = svg_at.context("the profiler wrote no flame graph")?;
+        prof_after.push(svg_at - work_end(&f)?);
         let stats = unwind_stats(&f.stderr)?;
         prof_bytes.push(stats["ring_bytes"] as f64 / stats["samples"].max(1) as f64);
         if commands.is_empty() {
@@ -199,7 +202,7 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             &ctx.log("unwind-perf-svg"),
             &[0],
         )?;
-        perf_after.push(f.wall_s - w + g.wall_s);
+        perf_after.push(f.ended_s - work_end(&f)? + g.wall_s);
         let script = Command::new(&ctx.tools.perf)
             .args(["script", "-F", "comm,ip,sym", "-i", &data])
             .stderr(std::process::Stdio::null())
@@ -280,7 +283,7 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             format!("{:.0}", m(&perf_bytes)),
         ],
         vec![
-            "workload end to flame graph, s (recorder after the workload + perf script pipeline)"
+            "workload end to flame graph on disk, s (the profiler's SVG / perf record's end + perf script pipeline)"
                 .into(),
             format!("{:.2}", m(&prof_after)),
             format!("{:.2}", m(&perf_after)),
@@ -318,9 +321,10 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
              alone and under each tool at 999 Hz, {rounds} rounds, medians. Slowdowns are of \
              the workload's own wall and CPU time (it prints them). Bytes per sample: the \
              profiler's ring-buffer bytes (`--unwind-stats`) / samples, perf.data's size / \
-             samples. Flame-graph time: the recorder's wall time after the workload ended \
-             (the profiler symbolizes and writes the SVG itself), plus perf script | \
-             inferno for perf. Whole stacks are counted in the profiler's folded output \
+             samples. Flame-graph time: from the workload's exit (the CLOCK_MONOTONIC time it \
+             prints last) to the flame graph on disk: the profiler's SVG appearing (it \
+             drains, symbolizes and writes it itself, renaming a finished file into place; \
+             detaching goes on beside it), perf record's exit plus perf script | inferno. Whole stacks are counted in the profiler's folded output \
              (a second run) and in perf script's. The eBPF cost and the tables' memory come \
              from `record -a` for {secs} s while `work 0 {n}` (no frame pointers) keeps every \
              CPU busy, with `--call-graph dwarf` then `fp`: the kernel's run_time_ns / \
