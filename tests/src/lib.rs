@@ -20,19 +20,24 @@ pub fn profiler_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("PROFILER_BIN") {
         return PathBuf::from(p);
     }
+    built("profiler", "profiler")
+}
+
+/// `name` as cargo built it for this test's profile (target/<profile>/deps/<test> ->
+/// target/<profile>/name); `cargo xtask test` builds `package` before the tests.
+pub fn built(name: &str, package: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    // target/<profile>/deps/<test> -> target/<profile>/profiler
-    let bin = exe
+    let path = exe
         .parent()
         .and_then(|d| d.parent())
         .expect("target dir")
-        .join("profiler");
+        .join(name);
     assert!(
-        bin.exists(),
-        "{} not built: run `cargo xtask test` (or `cargo build -p profiler` first)",
-        bin.display()
+        path.exists(),
+        "{} not built: run `cargo xtask test` (or `cargo build -p {package}` first)",
+        path.display()
     );
-    bin
+    path
 }
 
 /// True if privileged tests can run. Otherwise prints why and returns false, except under

@@ -11,18 +11,8 @@ use profiler_tests::*;
 
 /// target/<profile>, where cargo put libcpc.so (`cargo xtask test` builds it first).
 fn lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target dir")
-        .to_path_buf();
-    assert!(
-        dir.join("libcpc.so").exists(),
-        "{}/libcpc.so not built: run `cargo xtask test` (or `cargo build -p libcpc` first)",
-        dir.display()
-    );
-    dir
+    let lib = built("libcpc.so", "libcpc");
+    lib.parent().expect("target dir").to_path_buf()
 }
 
 fn source(rel: &str) -> PathBuf {

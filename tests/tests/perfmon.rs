@@ -12,18 +12,7 @@ use profiler_tests::*;
 
 /// target/<profile>/libperfmon.so (`cargo xtask test` builds it first).
 fn shim() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let lib = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target dir")
-        .join("libperfmon.so");
-    assert!(
-        lib.exists(),
-        "{} not built: run `cargo xtask test` (or `cargo build -p libperfmon` first)",
-        lib.display()
-    );
-    lib
+    built("libperfmon.so", "libperfmon")
 }
 
 fn source(rel: &str) -> PathBuf {

@@ -110,6 +110,16 @@ fn c_without_frame_pointers_has_the_whole_chain() {
     assert_whole("C -O2 -fomit-frame-pointer", share, 99);
 }
 
+/// [`chain_share`] of `chain_rs`'s stacks (its functions are named with their crate).
+fn rust_chain_share(stacks: &[(Vec<String>, u64)]) -> (u64, u64, Vec<String>) {
+    chain_share(
+        &user_stacks(stacks, "chain_rs"),
+        |f| f.ends_with("chain_rs::leaf"),
+        &["main", "outer", "middle", "leaf"],
+        |f, c| f == format!("chain_rs::{c}"),
+    )
+}
+
 #[test]
 fn rust_release_build_has_the_whole_chain() {
     if !privileged() {
@@ -117,13 +127,7 @@ fn rust_release_build_has_the_whole_chain() {
     }
     let _guard = serial();
     let stacks = record("unwind-rs", &[], &[&path("chain_rs"), "2"]);
-    let mine = user_stacks(&stacks, "chain_rs");
-    let share = chain_share(
-        &mine,
-        |f| f.ends_with("chain_rs::leaf"),
-        &["main", "outer", "middle", "leaf"],
-        |f, c| f == format!("chain_rs::{c}"),
-    );
+    let share = rust_chain_share(&stacks);
     assert_whole("Rust release", share, 99);
 }
 
@@ -446,12 +450,6 @@ fn a_full_row_array_evicts_modules_of_exited_processes() {
         stats["modules_evicted"] >= 1,
         "nothing evicted in {kib} KiB: {stats:?}"
     );
-    let mine = user_stacks(&stacks, "chain_rs");
-    let share = chain_share(
-        &mine,
-        |f| f.ends_with("chain_rs::leaf"),
-        &["main", "outer", "middle", "leaf"],
-        |f, c| f == format!("chain_rs::{c}"),
-    );
+    let share = rust_chain_share(&stacks);
     assert_whole_after_startup("chain_rs after python's modules were evicted", share);
 }

@@ -106,6 +106,13 @@ pub struct RecordOptions {
 
 impl RecordOptions {
     pub fn new(target: Target) -> Self {
+        // The ring's pages count twice in the resident size (the kernel maps its data twice
+        // for wrap-around reads): half the size where the target is some tasks, whose rate
+        // is bounded by their threads; whole CPUs get the full size for bursts.
+        let ring_bytes = match target {
+            Target::SystemWide | Target::Cgroup(_) => profiler_common::DEFAULT_RING_BYTES,
+            _ => profiler_common::DEFAULT_RING_BYTES / 2,
+        };
         Self {
             target,
             events: vec!["cpu-clock".into()],
@@ -114,7 +121,7 @@ impl RecordOptions {
             mode: Mode::Both,
             cpus: None,
             duration: None,
-            ring_bytes: profiler_common::DEFAULT_RING_BYTES,
+            ring_bytes,
             poll: Duration::from_millis(100),
             interval: None,
             debug_dirs: Vec::new(),

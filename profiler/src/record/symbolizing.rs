@@ -30,6 +30,7 @@ impl SymbolizeWorker {
             .spawn(move || {
                 let mut resolver = Resolver::new(&debug_dirs);
                 resolver.name_user_frames(user);
+                lower_priority();
                 if kernel {
                     resolver.load_kernel_symbols();
                 }
@@ -87,4 +88,14 @@ impl SymbolizeWorker {
         let last = all.pop();
         (all, last)
     }
+}
+
+/// Makes the calling thread yield to the ring reader and the workload (nice 10): its work
+/// is done in the background while recording, and has the CPU to itself at the end.
+fn lower_priority() {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: setpriority on this thread's own id (Linux nice values are per thread); a
+    // failure leaves the priority as it was, which is harmless.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10) };
 }

@@ -121,6 +121,8 @@ pub struct TableLoader {
     /// module: a module with none may be evicted when the array is full.
     users: HashMap<ModuleId, u32>,
     swept: Instant,
+    /// Build every table on this thread (while preloading, before sampling starts).
+    build_now: bool,
 }
 
 impl TableLoader {
@@ -136,6 +138,7 @@ impl TableLoader {
             waiting: HashMap::new(),
             users: HashMap::new(),
             swept: Instant::now(),
+            build_now: false,
         }
     }
 
@@ -151,8 +154,12 @@ impl TableLoader {
             .into_iter()
             .filter(|m| m.is_vdso() || m.name.contains(".so"))
             .collect();
-        // Never evicted: counted as used by this process for the whole run.
-        let (_, modules) = self.entries(pid, &shared)?;
+        // Built here, whatever their size: nothing is sampled yet, and every target's first
+        // samples walk through them. Never evicted: counted as used by this process.
+        self.build_now = true;
+        let entries = self.entries(pid, &shared);
+        self.build_now = false;
+        let (_, modules) = entries?;
         self.add_users(&modules);
         Ok(())
     }
@@ -403,7 +410,8 @@ impl TableLoader {
             self.waiting.entry(id).or_default().insert(pid);
             return None;
         }
-        if self.registry.cfi_bytes(id) <= SYNC_CFI_BYTES || self.worker.is_none() {
+        if self.build_now || self.registry.cfi_bytes(id) <= SYNC_CFI_BYTES || self.worker.is_none()
+        {
             return Some(self.registry.unwind_table(id));
         }
         if let (Some(job), Some(w)) = (self.registry.table_job(id), &self.worker)
