@@ -291,9 +291,15 @@ pub fn encode(profile: &Profile) -> proto::Profile {
             s.cgroup,
             s.comm.as_ref(),
         );
-        let at = match merged.get(&key) {
-            Some(&i) if !counters.is_empty() => i,
-            _ => {
+        // Without a group every stack is a sample of its own, as before: no lookups.
+        let found = if counters.is_empty() {
+            None
+        } else {
+            merged.get(&key).copied()
+        };
+        let at = match found {
+            Some(i) => i,
+            None => {
                 let mut sample = proto::Sample {
                     location_id: t.stack(&s.frames),
                     value: vec![0; sample_type.len()],
@@ -306,7 +312,9 @@ pub fn encode(profile: &Profile) -> proto::Profile {
                     l.str = t.strings.get(e);
                 }
                 samples.push(sample);
-                merged.insert(key, samples.len() - 1);
+                if !counters.is_empty() {
+                    merged.insert(key, samples.len() - 1);
+                }
                 samples.len() - 1
             }
         };
