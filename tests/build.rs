@@ -22,6 +22,10 @@ const FIXTURES: &[(&str, &[&str])] = &[
         "group",
         &["-O1", "-g", "-fno-omit-frame-pointer", "-pthread"],
     ),
+    (
+        "waits",
+        &["-O1", "-g", "-fno-omit-frame-pointer", "-pthread"],
+    ),
 ];
 
 /// Rust fixtures, built as `cargo build --release` builds (no frame pointers).

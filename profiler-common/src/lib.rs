@@ -6,6 +6,7 @@
 #![no_std]
 
 pub mod group;
+pub mod offcpu;
 pub mod stack;
 pub mod unwind;
 
@@ -44,6 +45,9 @@ pub mod capture {
     /// Walk user stacks with the unwind tables of `UNWIND_PROCS`/`UNWIND_ROWS` (frame
     /// pointers where a process or mapping has none); ring-buffer records only.
     pub const UNWIND_TABLES: u32 = 1 << 3;
+    /// Off-CPU time is recorded too (`record --off-cpu`, see [`crate::offcpu`]): sizes the
+    /// pending map at load.
+    pub const OFF_CPU: u32 = 1 << 8;
 }
 
 /// Bits of the eBPF object's `KERNEL_FEATURES` constant: the helpers this kernel has, set by

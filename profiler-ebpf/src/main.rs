@@ -10,6 +10,7 @@
 mod cgcount;
 mod follow;
 mod group;
+mod offcpu;
 mod record;
 mod sampler;
 mod unwind;

@@ -32,7 +32,7 @@ use crate::{
 };
 
 #[map]
-static RECORD_EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
+pub(crate) static RECORD_EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
 
 /// The record being assembled on this CPU (up to 2 KiB: too large for the BPF stack).
 #[map]

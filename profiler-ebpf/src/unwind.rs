@@ -110,9 +110,15 @@ pub(crate) enum Walked {
 /// Walks the current task's user stack into this CPU's [`Walk`].
 #[inline(always)]
 pub(crate) fn walk_user(ctx: &PerfEventContext, tgid: u32) -> Walked {
-    let Some((pc, sp, bp)) = user_regs(ctx) else {
-        return Walked::NoUser;
-    };
+    match user_regs(ctx) {
+        Some(regs) => walk_user_from(regs, tgid),
+        None => Walked::NoUser,
+    }
+}
+
+/// Walks the current task's user stack from its user `(rip, rsp, rbp)`.
+#[inline(always)]
+pub(crate) fn walk_user_from((pc, sp, bp): (u64, u64, u64), tgid: u32) -> Walked {
     // SAFETY: a plain map lookup; the value is only read.
     let Some(proc_) = (unsafe { UNWIND_PROCS.get(tgid) }) else {
         return Walked::NoProcess;
@@ -157,6 +163,17 @@ fn user_regs(ctx: &PerfEventContext) -> Option<(u64, u64, u64)> {
         if regs.cs & 3 == 3 {
             return Some((regs.rip, regs.rsp, regs.rbp));
         }
+    }
+    saved_user_regs()
+}
+
+/// The user rip, rsp and rbp the current task saved on kernel entry (`None` for a kernel
+/// thread). Needs `bpf_task_pt_regs` (`kernel_features::TASK_PT_REGS`): callers check.
+#[inline(always)]
+pub(crate) fn saved_user_regs() -> Option<(u64, u64, u64)> {
+    // SAFETY: the helpers return the current task and its saved registers, which are read
+    // with bpf_probe_read_kernel, which tolerates any pointer.
+    unsafe {
         let user = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs;
         if user.is_null() {
             return None;

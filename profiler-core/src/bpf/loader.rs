@@ -199,6 +199,14 @@ impl Sampler {
         };
         // Unwind tables (32 MiB of rows at the default size) only when record walks with them:
         // `unwind_rows` is 1 otherwise.
+        // The off-CPU pending and totals maps (~26 MiB at full size): only with
+        // `record --off-cpu`.
+        let (pending, totals) = if config.capture & capture::OFF_CPU != 0 {
+            use profiler_common::offcpu::{PENDING_ENTRIES, TOTALS_ENTRIES};
+            (PENDING_ENTRIES, TOTALS_ENTRIES)
+        } else {
+            (1, 1)
+        };
         let (events, record_events) = if ring == RING {
             (ring_bytes, UNUSED_RING_BYTES)
         } else {
@@ -212,6 +220,8 @@ impl Sampler {
             .map_max_entries("STACK_TRACES", stacks)
             .map_max_entries("CG_COUNTS", 1)
             .map_max_entries("GROUP_TASKS", group_tasks)
+            .map_max_entries("OFFCPU_PENDING", pending)
+            .map_max_entries("OFFCPU_TOTALS", totals)
             // The helpers this kernel has: the verifier drops the branches of the others.
             .override_global("KERNEL_FEATURES", &KernelFeatures::get().ebpf_bits(), true)
             .load(OBJECT)?;

@@ -119,6 +119,20 @@ pub struct RecordArgs {
     /// to user space: for long, low-rate production runs. No per-thread or per-CPU labels.
     #[arg(long)]
     pub aggregate: bool,
+    /// Also record where the targets' threads wait: the time each spends off the CPU, under
+    /// its stack when it left (event `off-cpu`, in nanoseconds; stacks end in `[off-cpu]`,
+    /// or `[off-cpu:runnable]` for time preempted).
+    #[arg(long = "off-cpu", conflicts_with = "aggregate")]
+    pub off_cpu: bool,
+    /// One wall-clock view (implies --off-cpu): on-CPU samples converted to nanoseconds
+    /// (the period of cpu-clock) beside the off-CPU time, so each thread's stacks add up to
+    /// its wall time.
+    #[arg(long, conflicts_with = "aggregate")]
+    pub wall: bool,
+    /// With --off-cpu or --wall: drop waits shorter than USECS microseconds (they are
+    /// counted and reported).
+    #[arg(long = "min-block", value_name = "USECS")]
+    pub min_block: Option<u64>,
     /// Walk no stacks in the kernel (benchmarks: the eBPF program's cost without them).
     #[arg(long, hide = true)]
     pub no_stacks: bool,
@@ -194,6 +208,14 @@ impl RecordArgs {
         opts.unwind_stats = self.unwind_stats;
         if let Some(rows) = self.unwind_memory {
             opts.unwind_rows = rows;
+        }
+        opts.wall = self.wall;
+        opts.off_cpu = self.off_cpu || self.wall;
+        if let Some(us) = self.min_block {
+            if !opts.off_cpu {
+                return Err("--min-block needs --off-cpu or --wall".into());
+            }
+            opts.min_block = Duration::from_micros(us);
         }
         opts.debug_dirs = self.debug_dir.clone();
         opts.symbolize_user = self.symbolize == SymbolizeArg::Now;

@@ -4,7 +4,7 @@ use std::io;
 
 use inferno::{differential, flamegraph};
 
-use super::{Profile, write_folded};
+use super::{Profile, is_time_event, write_folded};
 
 fn folded_text(profile: &Profile) -> io::Result<Vec<u8>> {
     let mut text = Vec::new();
@@ -27,8 +27,9 @@ fn totals(profile: &Profile) -> String {
         n => format!("; {n} children not followed"),
     };
     format!(
-        "{} samples of {}; lost {}{untracked}",
+        "{} {} of {}; lost {}{untracked}",
         profile.total(),
+        unit(profile),
         if profile.info.event.is_empty() {
             "samples"
         } else {
@@ -50,7 +51,18 @@ pub fn write_flamegraph(
         return write_empty(title, &totals(profile), out);
     }
     let mut opts = options(title, totals(profile));
+    opts.count_name = unit(profile).into();
     flamegraph::from_lines(&mut opts, text.lines(), out)
+}
+
+/// What the counts are: nanoseconds when every event is time (`--wall`, off-CPU alone).
+fn unit(profile: &Profile) -> &'static str {
+    let events = profile.events();
+    if !events.is_empty() && events.iter().all(|e| is_time_event(e)) {
+        "ns"
+    } else {
+        "samples"
+    }
 }
 
 /// A run with no samples still gets its file, saying so (inferno refuses empty input).
@@ -156,6 +168,16 @@ mod tests {
         ] {
             assert!(svg.contains(needle), "missing {needle}");
         }
+    }
+
+    #[test]
+    fn a_wall_clock_graph_counts_nanoseconds() {
+        let wall = crate::profile::wall_view(&profile(9, 1), 1_000_000);
+        let mut svg = Vec::new();
+        write_flamegraph(&wall, "w", &mut svg).unwrap();
+        let svg = String::from_utf8(svg).unwrap();
+        assert!(svg.contains("leaf (9,000,000 ns"), "{}", &svg[..800]);
+        assert!(svg.contains("10000000 ns of wall"), "no ns subtitle");
     }
 
     #[test]

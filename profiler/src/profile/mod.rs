@@ -10,6 +10,7 @@ mod read;
 mod report;
 mod speedscope;
 mod top;
+mod wall;
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -22,6 +23,7 @@ pub use read::{ReadError, read_profile};
 pub use report::{ReportOptions, render_report, summary_line};
 pub use speedscope::write_speedscope;
 pub use top::{By, Sort, TopEntry, TopTable};
+pub use wall::{OFF_CPU_EVENT, WALL_EVENT, is_time_event, wall_view};
 
 use crate::symbolize::Frame;
 

@@ -3,7 +3,9 @@
 
 use std::fmt::Write as _;
 
-use super::{By, Profile, Sort, TopTable, group_table::Ratio, group_table::render_group_table};
+use super::{
+    By, Profile, Sort, TopTable, group_table::Ratio, group_table::render_group_table, is_time_event,
+};
 
 /// How to render the report.
 #[derive(Clone, Debug)]
@@ -91,7 +93,9 @@ pub fn render_report(profile: &Profile, opts: ReportOptions) -> String {
             &opts.ratios,
         ));
     }
-    let events = profile.events();
+    let mut events = profile.events();
+    // Sampled events first, off-CPU time after them.
+    events.sort_by_key(|e| is_time_event(e));
     for event in events.iter().filter(|_| profile.info.counters.is_empty()) {
         if events.len() > 1 && opts.by != By::Event {
             let _ = writeln!(out, "== {event} ==");
@@ -101,17 +105,31 @@ pub fn render_report(profile: &Profile, opts: ReportOptions) -> String {
         } else {
             profile.for_event(event)
         };
+        if is_time_event(event) && opts.by != By::Event {
+            let _ = writeln!(out, "({event}: the SAMPLES column is nanoseconds)");
+        }
         out.push_str(&TopTable::build_by(&part, opts.by, opts.sort).render(opts.limit));
         if opts.by == By::Event {
             break;
         }
     }
-    if let Some(hot) = profile.hottest() {
+    // Samples and nanoseconds do not add up: the hottest stack is of the first event then.
+    let mixed = events.iter().any(|e| is_time_event(e)) && events.len() > 1;
+    let hottest = match mixed {
+        true => profile.for_event(&events[0]).hottest(),
+        false => profile.hottest(),
+    };
+    if let Some(hot) = hottest {
         let chain: Vec<&str> = hot.frames.iter().map(|f| f.function.as_ref()).collect();
         let _ = writeln!(
             out,
             "hottest stack ({:.1}%, {}): {}",
-            100.0 * hot.count as f64 / profile.total().max(1) as f64,
+            100.0 * hot.count as f64
+                / match mixed {
+                    true => profile.for_event(&events[0]).total(),
+                    false => profile.total(),
+                }
+                .max(1) as f64,
             hot.comm,
             chain.join(" > ")
         );

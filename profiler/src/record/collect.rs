@@ -10,7 +10,7 @@ use std::{
 };
 
 use profiler_common::{
-    record_flags,
+    offcpu, record_flags,
     stack::{StackSampleHeader, frame_at},
 };
 
@@ -34,7 +34,8 @@ struct RawStack {
     kernel: Box<[u64]>,
     /// Innermost first.
     user: Box<[UserFrame]>,
-    /// Why the stack is missing, when it is (in-kernel aggregation only).
+    /// Why the stack is missing, when it is (in-kernel aggregation), or the off-CPU marker:
+    /// a named frame innermost.
     missing: Option<&'static str>,
 }
 
@@ -83,6 +84,23 @@ impl Collector {
         weights: &[u64],
     ) {
         self.samples += 1;
+        self.add_stack(rec, frames, None, 1, (first_counter, weights));
+    }
+
+    /// Counts one off-CPU record (`record --off-cpu`): `ns` nanoseconds off the CPU, under
+    /// its kept stack with a marker frame innermost ([`offcpu::marker`]).
+    pub fn add_off_cpu(&mut self, rec: &StackSampleHeader, frames: &[u8], ns: u64) {
+        self.add_stack(rec, frames, Some(offcpu::marker(rec.flags)), ns, (0, &[]));
+    }
+
+    fn add_stack(
+        &mut self,
+        rec: &StackSampleHeader,
+        frames: &[u8],
+        marker: Option<&'static str>,
+        weight: u64,
+        (first_counter, weights): (u32, &[u64]),
+    ) {
         self.symbolizer.observe(rec.pid, Some(rec.comm));
         let nk = usize::from(rec.kernel_frames);
         let nu = usize::from(rec.user_frames);
@@ -126,7 +144,7 @@ impl Collector {
             comm: rec.comm,
             kernel,
             user,
-            missing: None,
+            missing: marker,
         };
         for (k, &w) in weights.iter().enumerate() {
             if w != 0 {
@@ -140,7 +158,7 @@ impl Collector {
                 *self.stacks.entry(counter).or_default() += w;
             }
         }
-        *self.stacks.entry(key).or_default() += 1;
+        *self.stacks.entry(key).or_default() += weight;
     }
 
     /// Merges `pid`'s current maps into what was captured (a library was mapped since).

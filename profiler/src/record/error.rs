@@ -68,6 +68,12 @@ pub enum UsageError {
     /// A malformed counter group (`{LEADER,EV2,..}:S`, `--read`).
     #[error("{0}")]
     Group(String),
+    #[error(
+        "--off-cpu cannot be combined with --aggregate (off-CPU time is not aggregated in the kernel)"
+    )]
+    OffCpuAggregate,
+    #[error("--wall converts CPU-clock samples to time: sample cpu-clock or task-clock, not '{0}'")]
+    WallNeedsClock(String),
     /// Not an event name at all (unknown, malformed), with the catalogue's suggestions.
     #[error(transparent)]
     NotAnEvent(EventError),

@@ -6,6 +6,7 @@ mod aggregate;
 mod collect;
 mod error;
 mod group;
+mod offcpu;
 mod pidfd;
 mod session;
 mod status;
@@ -102,6 +103,12 @@ pub struct RecordOptions {
     /// Counters read at each sample of the (one) sampled event, attributed per thread to
     /// the samples' stacks (a counter group; at most `profiler_common::group::MAX_COUNTERS`).
     pub read: Vec<String>,
+    /// Record off-CPU time too: the `off-cpu` event, in nanoseconds (`offcpu`).
+    pub off_cpu: bool,
+    /// With `off_cpu`: one wall-clock view (on-CPU samples converted to nanoseconds).
+    pub wall: bool,
+    /// With `off_cpu`: waits shorter than this are dropped (and counted).
+    pub min_block: Duration,
 }
 
 impl RecordOptions {
@@ -133,6 +140,9 @@ impl RecordOptions {
             unwind_stats: false,
             unwind_rows: profiler_common::unwind::DEFAULT_UNWIND_ROWS,
             read: Vec::new(),
+            off_cpu: false,
+            wall: false,
+            min_block: Duration::ZERO,
         }
     }
 }
@@ -223,12 +233,18 @@ pub fn validate(opts: &RecordOptions) -> Result<(), RecordError> {
         }
         _ => {}
     }
+    offcpu::validate(opts)?;
     if !opts.read.is_empty() {
         group::split_group(&opts.events, &opts.read).map_err(UsageError::Group)?;
-        if opts.aggregate {
-            return Err(UsageError::Group(
-                "counters (an event group or --read) are not read with --aggregate".into(),
-            )
+        if opts.aggregate || opts.off_cpu {
+            return Err(UsageError::Group(format!(
+                "counters (an event group or --read) are not read with {}",
+                if opts.aggregate {
+                    "--aggregate"
+                } else {
+                    "--off-cpu"
+                }
+            ))
             .into());
         }
     }
@@ -348,9 +364,18 @@ pub async fn record_with(
     opts: &RecordOptions,
     on_interval: &mut dyn FnMut(Profile),
 ) -> Result<RecordOutcome, RecordError> {
+    // `--wall`: every profile handed over is the wall-clock view.
+    let wall = opts.wall.then(|| offcpu::ns_per_sample(opts));
+    let view = move |p: Profile| match wall {
+        Some(ns) => crate::profile::wall_view(&p, ns),
+        None => p,
+    };
+    let mut on_interval = |p: Profile| on_interval(view(p));
     let mut session = Session::setup(opts)?;
-    let stop = session.run(on_interval).await?;
-    session.finish(stop, on_interval).await
+    let stop = session.run(&mut on_interval).await?;
+    let mut outcome = session.finish(stop, &mut on_interval).await?;
+    outcome.profile = view(outcome.profile);
+    Ok(outcome)
 }
 
 #[cfg(test)]

@@ -17,9 +17,19 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::{
     CallGraph, Detaching, Mode, RecordError, RecordOptions, RecordOutcome, Stop, Target,
-    aggregate::AggregateReader, cgroup_id, collect::Collector, follow_children, group, online_cpus,
-    pidfd::PidFd, resolve_events, status::StatusLine, symbolizing::SymbolizeWorker,
-    unwind::TableLoader, validate, workload::Workload,
+    aggregate::AggregateReader,
+    cgroup_id,
+    collect::Collector,
+    follow_children, group,
+    offcpu::{self, OffCpu},
+    online_cpus,
+    pidfd::PidFd,
+    resolve_events,
+    status::StatusLine,
+    symbolizing::SymbolizeWorker,
+    unwind::TableLoader,
+    validate,
+    workload::Workload,
 };
 use crate::{
     bpf::{BpfError, RecordStream, Sampler, SamplerStats},
@@ -64,6 +74,8 @@ pub struct Session<'a> {
     /// Symbolizes finished intervals on a thread of its own.
     symbolizer: SymbolizeWorker,
     aggregated: AggregateReader,
+    /// The off-CPU program (`--off-cpu`), detached in `finish`.
+    off_cpu: Option<OffCpu>,
     status: StatusLine,
     /// What the kernel counted up to the last interval (continuous mode reports deltas).
     reported: SamplerStats,
@@ -86,18 +98,18 @@ struct Group {
 }
 
 impl Group {
-    /// Counts one record, with its counters' increases when a group is recorded.
+    /// Counts one record, with its counters' increases when a group is recorded (a group
+    /// is not recorded with off-CPU time; without one, records go to `offcpu::collect`).
     fn add(group: &mut Option<Group>, collector: &mut Collector, bytes: &[u8]) {
+        let Some(g) = group else {
+            offcpu::collect(collector, bytes);
+            return;
+        };
         let Some((header, frames)) = StackSampleHeader::parse(bytes) else {
             return;
         };
-        match group {
-            Some(g) => {
-                let weights = g.deltas.deltas(&header, bytes).unwrap_or_default();
-                collector.add_weighted(&header, frames, g.first_event, &weights);
-            }
-            None => collector.add(&header, frames),
-        }
+        let weights = g.deltas.deltas(&header, bytes).unwrap_or_default();
+        collector.add_weighted(&header, frames, g.first_event, &weights);
     }
 }
 
@@ -141,6 +153,16 @@ impl<'a> Session<'a> {
             tables.as_mut(),
             workload.as_ref(),
         )?;
+        // Before the events: once they are attached, everything is.
+        let off_cpu = match opts.off_cpu {
+            true => Some(OffCpu::start(
+                opts,
+                &catalog,
+                &mut sampler,
+                events.len() as u32,
+            )?),
+            false => None,
+        };
         attach_events(opts, &events, &mut sampler)?;
         let group = start_group(opts, &events, &counters, &mut sampler)?;
         let records = RecordStream::new(sampler.take_records()?).map_err(BpfError::Ring)?;
@@ -165,10 +187,10 @@ impl<'a> Session<'a> {
         Ok(Session {
             opts,
             signals,
-            names: events
-                .iter()
-                .chain(&counters)
-                .map(|e| Arc::from(e.name.as_str()))
+            names: offcpu::event_names(opts)
+                .into_iter()
+                .chain(counters.iter().map(|e| e.name.clone()))
+                .map(|e| Arc::from(e.as_str()))
                 .collect(),
             sampler,
             records,
@@ -183,6 +205,7 @@ impl<'a> Session<'a> {
             )
             .map_err(io("starting the symbolizing thread"))?,
             aggregated: AggregateReader::default(),
+            off_cpu,
             status: StatusLine::new(opts.status_line),
             reported: SamplerStats::default(),
             ring_bytes: 0,
@@ -234,6 +257,7 @@ impl<'a> Session<'a> {
         let collector = &mut self.collector;
         let symbolizer = &mut self.symbolizer;
         let aggregated = &mut self.aggregated;
+        let off_cpu = &mut self.off_cpu;
         let records = &mut self.records;
         let tables = &mut self.tables;
         let ring_bytes = &mut self.ring_bytes;
@@ -255,6 +279,9 @@ impl<'a> Session<'a> {
                 _ = intervals.tick(), if opts.interval.is_some() => {
                     if opts.aggregate {
                         aggregated.read(sampler, collector)?;
+                    }
+                    if let Some(o) = off_cpu.as_mut() {
+                        o.read_totals(sampler, collector)?;
                     }
                     let stats = sampler.stats()?;
                     let now = Instant::now();
@@ -325,13 +352,20 @@ impl<'a> Session<'a> {
             Some(_) => Some(self.sampler.group_values()?),
             None => None,
         };
-        let collector = &mut self.collector;
         let ring_bytes = &mut self.ring_bytes;
+        let records = &mut self.records;
         let group = &mut self.group;
-        self.records.drain_bytes(|bytes| {
-            *ring_bytes += bytes.len() as u64;
-            Group::add(group, collector, bytes);
-        });
+        let mut drain = |collector: &mut Collector| {
+            records.drain_bytes(|bytes| {
+                *ring_bytes += bytes.len() as u64;
+                Group::add(group, collector, bytes);
+            });
+        };
+        let collector = &mut self.collector;
+        match self.off_cpu.take() {
+            Some(off_cpu) => off_cpu.stop(&mut self.sampler, collector, drain)?,
+            None => drain(collector),
+        }
         if self.opts.aggregate {
             self.aggregated.read(&mut self.sampler, collector)?;
         }
@@ -446,7 +480,8 @@ fn sampler_config(opts: &RecordOptions) -> SamplerConfig {
             } else {
                 0
             }
-            | if tables { capture::UNWIND_TABLES } else { 0 },
+            | if tables { capture::UNWIND_TABLES } else { 0 }
+            | if opts.off_cpu { capture::OFF_CPU } else { 0 },
         wakeup_bytes: u64::from(opts.ring_bytes / 4),
         ..Default::default()
     }

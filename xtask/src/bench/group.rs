@@ -1,4 +1,4 @@
-//! Measurement 8: Counter groups: `profiler record -e '{cpu-clock,page-faults}:S'` against
+//! Measurement 9: Counter groups: `profiler record -e '{cpu-clock,page-faults}:S'` against
 //! `perf record -e '{cpu-clock,page-faults}:S' -g` on the `group` fixture (20000 page
 //! faults over a second of its CPU, then a second of spinning): the tools' own CPU time and
 //! the bytes each sample costs.
@@ -84,7 +84,7 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
     ];
     let met = p_cpu <= f_cpu;
     Ok(Section {
-        title: "8. Counter groups",
+        title: "9. Counter groups",
         method: format!(
             "`group seq {pages} {secs}` (tests/fixtures/group.c: {pages} page faults paced over \
              {secs} s of its CPU, then {secs} s of spinning) alone, under `profiler record -e \

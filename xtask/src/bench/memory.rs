@@ -132,15 +132,15 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             met: pm <= GOAL_RATIO * fm && p1.maxrss_kib <= f1.maxrss_kib,
             why: format!(
                 "Of the profiler's peak, {fa:.0} MiB are file-backed and {an:.0} MiB \
-                 anonymous. About 49 MiB of the file-backed part are BPF maps mapped into \
-                 the process, counted in its RSS although the kernel allocated them: the \
-                 unwind row array, reserved whole (4 Mi rows, 32 MiB), and record's 8 MiB \
-                 ring (its data pages are mapped twice). perf's rings are 516 KiB per CPU. \
-                 The rest is the ELF and DWARF data of the file being symbolized (one file \
-                 at a time, its symbolizer dropped after it) and the profiler's own code; \
-                 the anonymous part holds the distinct stacks and the names found. Closing \
-                 it: size the row array to the targets (a command or -p needs far fewer \
-                 rows than a whole host) and the ring to the sample rate.",
+                 anonymous. 16 MiB of the file-backed part is record's 8 MiB ring, whose \
+                 data pages the kernel maps twice (4 MiB, 8 MiB resident, for one process); \
+                 perf's rings are 516 KiB per CPU. The unwind row array (32 MiB) is no \
+                 longer mapped except while a module's rows are written. The rest is the \
+                 ELF and DWARF data of the file being symbolized (one file at a time, its \
+                 symbolizer dropped after it; libc's 4 MiB debug file among them) and the \
+                 profiler's own code; the anonymous part holds the distinct stacks and the \
+                 names found. Closing it: a ring sized to the sample rate, and symbols read \
+                 without the line tables where a report does not print lines.",
                 fa = mib(peaks[0][1]),
                 an = mib(peaks[0][0])
             ),

@@ -10,6 +10,7 @@ mod group;
 mod kernel;
 mod loss;
 mod memory;
+mod offcpu;
 mod overhead;
 mod post;
 mod proc;
@@ -144,7 +145,7 @@ pub fn bench(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
         runs: 0,
     };
     type Measure = fn(&mut Ctx) -> anyhow::Result<Section>;
-    let measures: [(&str, Measure); 8] = [
+    let measures: [(&str, Measure); 9] = [
         ("overhead", overhead::measure),
         ("kernel cost", kernel::measure),
         ("loss", loss::measure),
@@ -153,6 +154,7 @@ pub fn bench(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
         ("memory", memory::measure),
         ("stacks without frame pointers", unwind::measure),
         ("group", group::measure),
+        ("offcpu", offcpu::measure),
     ];
     let mut sections = Vec::new();
     for (name, measure) in measures {

@@ -26,6 +26,8 @@ pub struct Layout {
     pub kernel_mode_callers: bool,
     /// The kernel has BPF attach cookies (5.15).
     pub attach_cookies: bool,
+    /// The kernel has `bpf_loop` (5.17): user stacks are walked with unwind tables.
+    pub unwind_tables: bool,
 }
 
 impl Layout {
@@ -37,6 +39,7 @@ impl Layout {
             scratch: scratch.to_path_buf(),
             kernel_mode_callers: true,
             attach_cookies: true,
+            unwind_tables: true,
         }
     }
 
@@ -103,6 +106,10 @@ const CHECKS: &[Check] = &[
         run: record_aggregate,
     },
     Check {
+        name: "record-offcpu",
+        run: record_off_cpu,
+    },
+    Check {
         name: "stat-cgroups",
         run: stat_cgroups,
     },
@@ -133,6 +140,7 @@ pub fn run_suite(layout: &mut Layout, only: Option<&str>) -> usize {
     if let Ok(list) = profiler(layout, &["list"]) {
         layout.kernel_mode_callers = !list.contains("task pt_regs (5.15) no");
         layout.attach_cookies = !list.contains("attach cookies (5.15) no");
+        layout.unwind_tables = !list.contains("bpf_loop (5.17) no");
     }
     let layout = &*layout;
     println!("KSTART kernel={}", kernel_release());
@@ -580,6 +588,53 @@ fn record_aggregate(l: &Layout) -> CheckResult {
         return Err(fail("no main > outer > chain in the report".into(), &out));
     }
     Ok(format!("{samples} samples, leaf {}%", leaf * 100 / total))
+}
+
+/// `record --wall -- waits 3`: the nanosleeps of `sleep_phase` as off-CPU time within 5 %
+/// of what the fixture measured, under its nanosleep frames. Without `bpf_loop` (before
+/// 5.17) user stacks are walked with frame pointers, which skip the caller of libc's
+/// frameless syscall wrappers: the time is then looked for under `cycle` (sleep_phase's
+/// caller; `waits` keeps frame pointers).
+fn record_off_cpu(l: &Layout) -> CheckResult {
+    let under = if l.unwind_tables {
+        "sleep_phase"
+    } else {
+        "cycle"
+    };
+    let folded = l.out("wall.folded");
+    let waits = l.fixture("waits");
+    let out = profiler(
+        l,
+        &[
+            "record", "-F", "999", "--wall", "-q", "-o", &folded, "--", &waits, "3",
+        ],
+    )?;
+    let truth: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("truth "))
+        .and_then(|t| t.split(' ').find_map(|kv| kv.strip_prefix("sleep_ns=")))
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| fail("no truth line from waits".into(), &out))?;
+    let stacks = read_folded(&folded)?;
+    let slept: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f.iter().any(|x| x == under))
+        .filter(|(f, _)| f.last().is_some_and(|x| x == "[off-cpu]"))
+        .filter(|(f, _)| f.iter().any(|x| x.contains("nanosleep")))
+        .map(|(_, n)| n)
+        .sum();
+    if slept.abs_diff(truth) * 20 > truth {
+        let text = std::fs::read_to_string(&folded).unwrap_or_default();
+        return Err(fail(
+            format!("{slept} ns off CPU in {under}'s nanosleep, the fixture slept {truth} ns"),
+            &format!("{out}\n{folded}:\n{text}"),
+        ));
+    }
+    Ok(format!(
+        "{under} off CPU {:.3} s (measured {:.3} s)",
+        slept as f64 / 1e9,
+        truth as f64 / 1e9
+    ))
 }
 
 /// The cgroup v2 mount point.

@@ -8,7 +8,7 @@ use prost::Message as _;
 
 use super::{COMMENT_PREFIX, KERNEL_MODULE, proto};
 use crate::{
-    profile::{CounterTotal, Profile, RunInfo, StackCount},
+    profile::{CounterTotal, Profile, RunInfo, StackCount, is_time_event},
     symbolize::{Frame, FrameKind},
 };
 
@@ -192,6 +192,15 @@ fn decode(p: &proto::Profile) -> Result<Profile, PprofError> {
                 "cgroup" => cgroup_path = Some(Arc::from(value)),
                 _ => {}
             }
+        }
+        // Off-CPU and wall stacks count in their own nanosecond column (as written).
+        if is_time_event(&stack.event)
+            && let Some(i) = p
+                .sample_type
+                .iter()
+                .position(|t| l.string(t.r#type).is_ok_and(|s| s == stack.event.as_ref()))
+        {
+            stack.count = s.value.get(i).copied().unwrap_or(0).max(0) as u64;
         }
         if let Some(path) = cgroup_path
             && stack.cgroup != 0

@@ -249,3 +249,45 @@ fn a_counter_group_has_a_sample_type_per_counter_and_round_trips() {
     assert_eq!(faults.total(), 10);
     assert_eq!(faults.stacks[0].frames, p.stacks[1].frames);
 }
+
+#[test]
+fn off_cpu_and_wall_time_have_nanosecond_columns_of_their_own() {
+    let mut p = sample_profile();
+    p.stacks.truncate(1);
+    let mut off = p.stacks[0].clone();
+    off.event = Arc::from(crate::profile::OFF_CPU_EVENT);
+    off.frames.push(Frame::named("[off-cpu]", FrameKind::User));
+    off.count = 250_000_000;
+    p.stacks.push(off);
+    let msg = super::encode(&p);
+    let s = |i: i64| msg.string_table[i as usize].as_str();
+    let types: Vec<(&str, &str)> = msg
+        .sample_type
+        .iter()
+        .map(|t| (s(t.r#type), s(t.unit)))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            ("samples", "count"),
+            ("cpu", "nanoseconds"),
+            ("off-cpu", "nanoseconds")
+        ]
+    );
+    assert_eq!(msg.sample[0].value, vec![90, 90 * (1_000_000_000 / 999), 0]);
+    assert_eq!(msg.sample[1].value, vec![0, 0, 250_000_000]);
+    assert_eq!(msg.default_sample_type, 0);
+    // Read back, the off-CPU stack counts its nanoseconds again.
+    let back = read_pprof(&msg.encode_to_vec()).unwrap();
+    assert_eq!(back.stacks[1].count, 250_000_000);
+    assert_eq!(back.stacks[0].count, 90);
+
+    // The wall view: one time column, which the profile opens on.
+    let wall = crate::profile::wall_view(&p, 1_001_001);
+    let msg = super::encode(&wall);
+    let s = |i: i64| msg.string_table[i as usize].as_str();
+    assert_eq!(msg.sample_type.len(), 2);
+    assert_eq!(s(msg.default_sample_type), "wall");
+    assert_eq!(msg.sample[0].value, vec![0, 90 * 1_001_001]);
+    assert_eq!(msg.sample[1].value, vec![0, 250_000_000]);
+}

@@ -7,7 +7,7 @@ use prost::Message as _;
 
 use super::{COMMENT_PREFIX, KERNEL_MODULE, proto};
 use crate::{
-    profile::{Profile, StackCount},
+    profile::{Profile, StackCount, is_time_event},
     symbolize::{Frame, FrameKind, Identity},
 };
 
@@ -218,15 +218,23 @@ type GroupKey<'a> = (&'a [Frame], u32, u32, u32, u64, &'a str);
 /// sampled by frequency, events for sampling by period.
 fn weight(profile: &Profile) -> Option<(&'static str, &'static str, i64)> {
     let info = &profile.info;
+    // Off-CPU and wall time have nanosecond columns of their own (`time_columns`).
+    let sampled = profile.events();
+    let sampled: Vec<&str> = sampled
+        .iter()
+        .map(|e| e.as_ref())
+        .filter(|e| !is_time_event(e) && !profile.is_counter(e))
+        .collect();
+    if sampled.is_empty() {
+        return None;
+    }
     if let Some(n) = info.period {
         return Some(("events", "count", n as i64));
     }
-    let clocks = profile
-        .events()
+    let clocks = sampled
         .iter()
-        .filter(|e| !profile.is_counter(e))
-        .all(|e| matches!(e.as_ref(), "cpu-clock" | "task-clock"));
-    (clocks && info.frequency_hz > 0 && !profile.stacks.is_empty()).then(|| {
+        .all(|e| matches!(*e, "cpu-clock" | "task-clock"));
+    (clocks && info.frequency_hz > 0).then(|| {
         (
             "cpu",
             "nanoseconds",
@@ -265,6 +273,25 @@ pub fn encode(profile: &Profile) -> proto::Profile {
         period_type = Some(vt);
         period = per_sample;
     }
+    // One nanosecond column per time event (`off-cpu`, `wall`): their stacks count only
+    // there, sampled stacks only in the columns before.
+    let time_columns: Vec<Arc<str>> = profile
+        .events()
+        .into_iter()
+        .filter(|e| is_time_event(e))
+        .collect();
+    for e in &time_columns {
+        sample_type.push(proto::ValueType {
+            r#type: t.strings.get(e),
+            unit: t.strings.get("nanoseconds"),
+        });
+    }
+    // A profile of time only (`--wall`) opens on its time.
+    let default_sample_type = match time_columns.first() {
+        Some(e) if weight.is_none() && time_columns.len() == 1 => t.strings.get(e),
+        _ => 0,
+    };
+    let first_time = sample_type.len() - time_columns.len();
     // A counter group: one sample type per counter (named after it, unit `count`), and
     // each stack's samples and counter counts in one sample.
     let counters = &profile.info.counters;
@@ -280,7 +307,7 @@ pub fn encode(profile: &Profile) -> proto::Profile {
     let sampled = profile
         .events()
         .into_iter()
-        .find(|e| !profile.is_counter(e));
+        .find(|e| !profile.is_counter(e) && !is_time_event(e));
     for s in &profile.stacks {
         let counter = counters.iter().position(|c| *c.name == *s.event);
         let key = (
@@ -291,7 +318,7 @@ pub fn encode(profile: &Profile) -> proto::Profile {
             s.cgroup,
             s.comm.as_ref(),
         );
-        // Without a group every stack is a sample of its own, as before: no lookups.
+        // Without a group every stack is a sample of its own: no lookups.
         let found = if counters.is_empty() {
             None
         } else {
@@ -319,9 +346,10 @@ pub fn encode(profile: &Profile) -> proto::Profile {
             }
         };
         let value = &mut samples[at].value;
-        match counter {
-            Some(k) => value[first_counter + k] += s.count as i64,
-            None => {
+        match (counter, time_columns.iter().position(|e| *e == s.event)) {
+            (Some(k), _) => value[first_counter + k] += s.count as i64,
+            (None, Some(i)) => value[first_time + i] += s.count as i64,
+            (None, None) => {
                 value[0] += s.count as i64;
                 if let Some((_, _, per_sample)) = weight {
                     value[1] += s.count as i64 * per_sample;
@@ -373,7 +401,7 @@ pub fn encode(profile: &Profile) -> proto::Profile {
         period_type,
         period,
         comment,
-        default_sample_type: 0,
+        default_sample_type,
         string_table: t.strings.table,
     }
 }

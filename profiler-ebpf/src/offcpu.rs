@@ -1,0 +1,350 @@
+//! Off-CPU time (`record --off-cpu`, see `profiler_common::offcpu`): on `sched:sched_switch`
+//! the task leaving the CPU is still `current`, so its kernel and user stacks are walked as
+//! `record`'s samples walk them (unwind tables or frame pointers; the user registers are
+//! those saved on kernel entry) and kept in `OFFCPU_PENDING` under its tid with the time.
+//! When the tid is switched back in, the kept record is written to `record`'s ring with the
+//! nanoseconds it was away, unless that is below the configured minimum (counted).
+
+use aya_ebpf::{
+    EbpfContext,
+    bindings::{BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_get_smp_processor_id, bpf_get_stack, bpf_ktime_get_ns, bpf_probe_read_user, generated,
+    },
+    macros::{map, tracepoint},
+    maps::{Array, HashMap, PerCpuArray},
+    programs::TracePointContext,
+};
+use profiler_common::{
+    MAX_STACK_DEPTH, SamplerConfig, capture, kernel_features,
+    offcpu::{
+        FNV_OFFSET, FNV_PRIME, OFF_CPU, OffCpuBuf, OffCpuConfig, PENDING_ENTRIES, RUNNABLE,
+        STATE_BLOCKED, STATE_DEAD, TOTALS_ENTRIES, Total, TotalKey, stat,
+    },
+    record_flags,
+    stack::{MAX_RECORD_FRAMES, STACK_HEADER_SIZE},
+};
+
+use crate::{
+    record::RECORD_EVENTS,
+    sampler::{CONFIG, kernel_has, targeted},
+    unwind::{Walked, saved_user_regs, wake_for_tables, walk_user_from},
+};
+
+#[map]
+static OFFCPU_CONFIG: Array<OffCpuConfig> = Array::with_max_entries(1, 0);
+
+/// The record of each target thread now off the CPU, by tid (sized at load: 1 entry when
+/// off-CPU time is not recorded).
+#[map]
+static OFFCPU_PENDING: HashMap<u32, OffCpuBuf> = HashMap::with_max_entries(PENDING_ENTRIES, 0);
+
+/// The record being assembled on this CPU (too large for the BPF stack).
+#[map]
+static OFFCPU_BUF: PerCpuArray<OffCpuBuf> = PerCpuArray::with_max_entries(1, 0);
+
+/// Time off the CPU per (thread, stack), read by user space (sized at load).
+#[map]
+static OFFCPU_TOTALS: HashMap<TotalKey, Total> = HashMap::with_max_entries(TOTALS_ENTRIES, 0);
+
+/// A new total being assembled on this CPU (too large for the BPF stack).
+#[map]
+static OFFCPU_TOTAL_BUF: PerCpuArray<Total> = PerCpuArray::with_max_entries(1, 0);
+
+#[map]
+static OFFCPU_STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
+
+const STACK_BYTES: u32 = (MAX_STACK_DEPTH * 8) as u32;
+
+#[inline(always)]
+fn add(slot: u32, n: u64) {
+    if let Some(counter) = OFFCPU_STATS.get_ptr_mut(slot) {
+        // SAFETY: this CPU's slot; tracepoint programs do not nest on one CPU.
+        unsafe { *counter += n };
+    }
+}
+
+/// With unwind tables (needs `bpf_loop`, Linux 5.17, like `record_sample`).
+#[tracepoint]
+pub fn offcpu_switch(ctx: TracePointContext) -> u32 {
+    on_switch::<true>(&ctx);
+    0
+}
+
+/// Frame pointers only (the companion of `record_fp`).
+#[tracepoint]
+pub fn offcpu_switch_fp(ctx: TracePointContext) -> u32 {
+    on_switch::<false>(&ctx);
+    0
+}
+
+#[inline(always)]
+fn on_switch<const TABLES: bool>(ctx: &TracePointContext) {
+    let (Some(oc), Some(config)) = (OFFCPU_CONFIG.get(0), CONFIG.get(0)) else {
+        return;
+    };
+    // SAFETY: bpf_ktime_get_ns has no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    // SAFETY (both reads): fields of the tracepoint record at the offsets tracefs gave.
+    if let Ok(next) = unsafe { ctx.read_at::<i32>(oc.next_pid_offset as usize) }
+        && next > 0
+    {
+        switch_in(next as u32, now, oc, config);
+    }
+    let Ok(state) = (unsafe { ctx.read_at::<u64>(oc.prev_state_offset as usize) }) else {
+        return;
+    };
+    switch_out::<TABLES>(ctx, oc, config, state, now);
+}
+
+/// `tid` is back on a CPU: writes its kept record with the time it was away.
+#[inline(always)]
+fn switch_in(tid: u32, now: u64, oc: &OffCpuConfig, config: &SamplerConfig) {
+    let Some(buf) = OFFCPU_PENDING.get_ptr_mut(tid) else {
+        return;
+    };
+    // SAFETY: a live value of the pending map; only this tid's switches touch it, and a
+    // thread is switched in on one CPU at a time.
+    unsafe {
+        let away = now.saturating_sub((*buf).header.time_ns);
+        if away < oc.min_block_ns {
+            add(stat::SHORT, 1);
+            add(stat::SHORT_NS, away);
+        } else if total(tid, buf, away) {
+            add(stat::TOTALLED, 1);
+        } else {
+            let n = (usize::from((*buf).header.kernel_frames)
+                + usize::from((*buf).header.user_frames))
+            .min(MAX_RECORD_FRAMES)
+                & 0xff;
+            (*buf).frames[n] = away;
+            let size = (STACK_HEADER_SIZE + 8 * (n + 1)) as u64;
+            let pending = RECORD_EVENTS.query(BPF_RB_AVAIL_DATA as u64);
+            // At once when the process lacks unwind tables, so the reader loads them.
+            let wake = if pending + size >= config.wakeup_bytes
+                || wake_for_tables((*buf).header.flags, now)
+            {
+                BPF_RB_FORCE_WAKEUP
+            } else {
+                BPF_RB_NO_WAKEUP
+            };
+            let rc = generated::bpf_ringbuf_output(
+                (&raw const RECORD_EVENTS).cast_mut().cast(),
+                buf.cast(),
+                size,
+                wake as u64,
+            );
+            add(if rc == 0 { stat::WRITTEN } else { stat::LOST }, 1);
+        }
+    }
+    let _ = OFFCPU_PENDING.remove(tid);
+}
+
+/// Adds `away` to the totals of (`tid`, the stack of `buf`); false if the map is full.
+///
+/// # Safety
+/// `buf` is a live value of the pending map.
+#[inline(always)]
+unsafe fn total(tid: u32, buf: *mut OffCpuBuf, away: u64) -> bool {
+    // SAFETY: reads of the caller's map value, within its frames (n is bounded below).
+    let key = unsafe {
+        let (k, u) = ((*buf).header.kernel_frames, (*buf).header.user_frames);
+        let n = (usize::from(k) + usize::from(u)).min(MAX_RECORD_FRAMES);
+        let mut hash = FNV_OFFSET ^ u64::from((*buf).header.flags & RUNNABLE);
+        for i in 0..MAX_RECORD_FRAMES {
+            if i >= n {
+                break;
+            }
+            hash = (hash ^ (*buf).frames[i]).wrapping_mul(FNV_PRIME);
+        }
+        TotalKey {
+            hash,
+            tid,
+            frames: u32::from(k) | u32::from(u) << 16,
+        }
+    };
+    if let Some(t) = OFFCPU_TOTALS.get_ptr_mut(key) {
+        use core::intrinsics::{AtomicOrdering, atomic_xadd};
+        // SAFETY: a live map value; user space reads it concurrently, so the adds are atomic.
+        unsafe {
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*t).ns, away);
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*t).waits, 1);
+        }
+        return true;
+    }
+    let Some(new) = OFFCPU_TOTAL_BUF.get_ptr_mut(0) else {
+        return false;
+    };
+    // SAFETY: this CPU's buffer; the record is copied whole from the pending map's value.
+    unsafe {
+        (*new).ns = away;
+        (*new).waits = 1;
+        generated::bpf_probe_read_kernel(
+            (&raw mut (*new).record).cast(),
+            core::mem::size_of::<OffCpuBuf>() as u32,
+            buf.cast(),
+        );
+    }
+    // BPF_NOEXIST: a thread is switched in on one CPU at a time, so no other CPU adds this
+    // key meanwhile; failing here means the map is full.
+    // SAFETY: the buffer is ours and holds a whole value.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    let added = OFFCPU_TOTALS.insert(key, unsafe { &*new }, 1);
+    added.is_ok()
+}
+
+/// The current task leaves the CPU in `state`: keeps its stack if it is a target.
+#[inline(always)]
+fn switch_out<const TABLES: bool>(
+    ctx: &TracePointContext,
+    oc: &OffCpuConfig,
+    config: &SamplerConfig,
+    state: u64,
+    now: u64,
+) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    // The idle task, and exiting tasks, which never come back.
+    if tid == 0 || state & STATE_DEAD != 0 {
+        return;
+    }
+    let runnable = state & STATE_BLOCKED == 0;
+    if runnable && oc.runnable == 0 {
+        return;
+    }
+    if !targeted(config, tgid, tid) {
+        return;
+    }
+    let Some(buf) = OFFCPU_BUF.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: this CPU's buffer (tracepoint programs do not nest on one CPU); the helpers
+    // write at most STACK_BYTES into frames that have room for them.
+    unsafe {
+        let h = &mut (*buf).header;
+        h.time_ns = now;
+        h.cgroup_id = bpf_get_current_cgroup_id();
+        h.ip = 0;
+        h.leaf_ret = 0;
+        h.pid = tgid;
+        h.tid = tid;
+        h.cpu = bpf_get_smp_processor_id();
+        h.request = oc.request;
+        h.flags = OFF_CPU | if runnable { RUNNABLE } else { 0 };
+        h.comm = bpf_get_current_comm().unwrap_or([0; 16]);
+        let mut k = 0usize;
+        if config.capture & capture::KERNEL_STACK != 0 {
+            let n = bpf_get_stack(
+                ctx.as_ptr(),
+                (*buf).frames.as_mut_ptr().cast(),
+                STACK_BYTES,
+                0,
+            );
+            if n >= 0 {
+                k = (n as usize / 8).min(MAX_STACK_DEPTH);
+            } else {
+                add(stat::STACK_ERRORS, 1);
+            }
+        }
+        let mut u = 0usize;
+        if config.capture & capture::USER_STACK != 0 {
+            u = user_stack::<TABLES>(ctx, config, tgid, buf, k);
+        }
+        (*buf).header.kernel_frames = k as u16;
+        (*buf).header.user_frames = u as u16;
+    }
+    // By reference: a copy of the value would not fit the 512-byte BPF stack.
+    // SAFETY: the buffer is ours and holds a whole value of the map.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    let kept = OFFCPU_PENDING.insert(tid, unsafe { &*buf }, 0);
+    if kept.is_err() {
+        add(stat::FULL, 1);
+        return;
+    }
+    add(stat::KEPT, 1);
+    // SAFETY: a read of this CPU's buffer.
+    let flags = unsafe { (*buf).header.flags };
+    if TABLES
+        && flags & (record_flags::UNWIND_NO_PROCESS | record_flags::UNWIND_NO_MAPPING) != 0
+        // At most every 10 ms per CPU, whichever is missing.
+        && wake_for_tables(record_flags::UNWIND_NO_MAPPING, now)
+    {
+        // The walk lacked tables (a new process, a library mapped since): a header without
+        // frames or weight tells the reader which process to load (and counts nothing), as a
+        // sample's record would; a process that only waits has no samples to say it.
+        // SAFETY: the first STACK_HEADER_SIZE bytes of this CPU's buffer are its header.
+        unsafe {
+            (*buf).header.kernel_frames = 0;
+            (*buf).header.user_frames = 0;
+            generated::bpf_ringbuf_output(
+                (&raw const RECORD_EVENTS).cast_mut().cast(),
+                buf.cast(),
+                STACK_HEADER_SIZE as u64,
+                BPF_RB_FORCE_WAKEUP as u64,
+            );
+        }
+    }
+}
+
+/// Walks the current task's user stack into `frames[k..]` of the buffer from the registers
+/// it saved on kernel entry; returns the frames written.
+///
+/// # Safety
+/// `buf` is this CPU's off-CPU buffer and `k <= MAX_STACK_DEPTH`.
+#[inline(always)]
+unsafe fn user_stack<const TABLES: bool>(
+    ctx: &TracePointContext,
+    config: &SamplerConfig,
+    tgid: u32,
+    buf: *mut OffCpuBuf,
+    k: usize,
+) -> usize {
+    let k = k & 0x7f;
+    // SAFETY: every write is of MAX_STACK_DEPTH words from word k <= 127 of `frames`, which
+    // has MAX_RECORD_FRAMES + 2 = 256 words.
+    unsafe {
+        let dst = (*buf).frames.as_mut_ptr().add(k);
+        if TABLES && config.capture & capture::UNWIND_TABLES != 0 {
+            let Some(regs) = saved_user_regs() else {
+                return 0; // a kernel thread
+            };
+            match walk_user_from(regs, tgid) {
+                Walked::Done(walk) => {
+                    generated::bpf_probe_read_kernel(
+                        dst.cast(),
+                        STACK_BYTES,
+                        walk.frames.as_ptr().cast(),
+                    );
+                    (*buf).header.flags |= walk.flags;
+                    return (walk.n as usize).min(MAX_STACK_DEPTH);
+                }
+                Walked::NoProcess => {
+                    (*buf).header.flags |= record_flags::UNWIND_NO_PROCESS;
+                }
+                Walked::NoUser => {}
+            }
+        }
+        // Frame pointers: the word at the user stack pointer lets user space recover the
+        // caller of a leaf without a frame-pointer prologue (a libc syscall wrapper).
+        if kernel_has(kernel_features::TASK_PT_REGS)
+            && let Some((_, sp, _)) = saved_user_regs()
+            && let Ok(word) = bpf_probe_read_user(sp as *const u64)
+        {
+            (*buf).header.leaf_ret = word;
+            (*buf).header.flags |= record_flags::LEAF_RET;
+        }
+        let n = bpf_get_stack(
+            ctx.as_ptr(),
+            dst.cast(),
+            STACK_BYTES,
+            BPF_F_USER_STACK as u64,
+        );
+        if n >= 0 {
+            (n as usize / 8).min(MAX_STACK_DEPTH)
+        } else {
+            add(stat::STACK_ERRORS, 1);
+            0
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! `record --off-cpu` and `--wall`: the user-space half of off-CPU time (see
+//! `profiler_common::offcpu`). The program is attached with the sampling events; its records
+//! come through `record`'s ring with the samples and are counted in nanoseconds under the
+//! `off-cpu` event; at the end the threads still off the CPU are accounted up to the stop.
+
+use std::{collections::HashMap, time::Duration};
+
+use profiler_common::{
+    offcpu::{OffCpuBuf, OffCpuConfig, TotalKey, weight},
+    stack::StackSampleHeader,
+};
+
+use super::{RecordError, RecordOptions, UsageError, collect::Collector, tracepoint_field_offset};
+use crate::{
+    bpf::{OffCpuHook, OffCpuStats, Sampler},
+    cpc::events::Catalog,
+    profile::OFF_CPU_EVENT,
+};
+
+/// Events whose samples are CPU time, so `--wall` can convert them to nanoseconds.
+const CLOCK_EVENTS: [&str; 2] = ["cpu-clock", "task-clock"];
+
+/// What `--off-cpu` and `--wall` need that the options may lack.
+pub(super) fn validate(opts: &RecordOptions) -> Result<(), UsageError> {
+    if !opts.off_cpu {
+        return Ok(());
+    }
+    if opts.aggregate {
+        return Err(UsageError::OffCpuAggregate);
+    }
+    if opts.wall
+        && let Some(e) = opts
+            .events
+            .iter()
+            .find(|e| !CLOCK_EVENTS.contains(&e.as_str()))
+    {
+        return Err(UsageError::WallNeedsClock(e.clone()));
+    }
+    Ok(())
+}
+
+/// Nanoseconds of CPU time one on-CPU sample stands for: the period (in ns for the clock
+/// events), or 1e9 / frequency (perf turns a clock event's frequency into that period).
+pub(super) fn ns_per_sample(opts: &RecordOptions) -> u64 {
+    match opts.period {
+        Some(n) => n,
+        None => 1_000_000_000 / opts.frequency_hz.max(1),
+    }
+}
+
+/// The attached off-CPU program and what has been taken of its in-kernel totals.
+pub(super) struct OffCpu {
+    hook: OffCpuHook,
+    /// Nanoseconds already counted per (thread, stack) key: each read adds what grew.
+    counted: HashMap<TotalKey, u64>,
+    min_block: Duration,
+}
+
+impl OffCpu {
+    /// Attaches the off-CPU program (its stacks carry request `request`, the index of the
+    /// `off-cpu` event among the profile's events).
+    pub(super) fn start(
+        opts: &RecordOptions,
+        catalog: &Catalog,
+        sampler: &mut Sampler,
+        request: u32,
+    ) -> Result<Self, RecordError> {
+        let offset = |field: &'static str| {
+            tracepoint_field_offset(catalog, "sched_switch", field).ok_or(RecordError::Io {
+                what: "reading sched:sched_switch's format in tracefs",
+                source: std::io::Error::other(format!("no field {field}")),
+            })
+        };
+        let config = OffCpuConfig {
+            min_block_ns: nanos(opts.min_block),
+            request,
+            prev_state_offset: offset("prev_state")?,
+            next_pid_offset: offset("next_pid")?,
+            runnable: 1,
+        };
+        Ok(Self {
+            hook: sampler.start_off_cpu(config)?,
+            counted: HashMap::new(),
+            min_block: opts.min_block,
+        })
+    }
+
+    /// Counts what the in-kernel totals gained since the last read.
+    pub(super) fn read_totals(
+        &mut self,
+        sampler: &mut Sampler,
+        collector: &mut Collector,
+    ) -> Result<(), RecordError> {
+        read_totals(&mut self.counted, sampler, collector)
+    }
+
+    /// Detaches the program, then counts its totals and the threads still off the CPU as
+    /// away until now (after `drain` has emptied the ring, so that no wait is counted
+    /// twice). Prints what was kept and dropped on stderr.
+    pub(super) fn stop(
+        self,
+        sampler: &mut Sampler,
+        collector: &mut Collector,
+        drain: impl FnOnce(&mut Collector),
+    ) -> Result<(), RecordError> {
+        let OffCpu {
+            hook,
+            mut counted,
+            min_block,
+        } = self;
+        sampler.stop_off_cpu(hook)?;
+        drain(collector);
+        let now = monotonic_ns();
+        let min = nanos(min_block);
+        let mut stats = sampler.off_cpu_stats()?;
+        read_totals(&mut counted, sampler, collector)?;
+        let mut unfinished = 0;
+        for buf in sampler.off_cpu_pending()? {
+            let away = now.saturating_sub(buf.header.time_ns);
+            if away < min {
+                stats.short += 1;
+                stats.short_ns += away;
+                continue;
+            }
+            add_kept(collector, &buf, away);
+            unfinished += 1;
+        }
+        report(&stats, unfinished, min_block);
+        Ok(())
+    }
+}
+
+/// Counts what the in-kernel totals gained since `counted` was last updated.
+fn read_totals(
+    counted: &mut HashMap<TotalKey, u64>,
+    sampler: &mut Sampler,
+    collector: &mut Collector,
+) -> Result<(), RecordError> {
+    for (key, total) in sampler.off_cpu_totals()? {
+        let seen = counted.entry(key).or_default();
+        let grown = total.ns.saturating_sub(*seen);
+        if grown == 0 {
+            continue;
+        }
+        *seen = total.ns;
+        add_kept(collector, &total.record, grown);
+    }
+    Ok(())
+}
+
+/// Counts `ns` under the stack of a kept record.
+fn add_kept(collector: &mut Collector, buf: &OffCpuBuf, ns: u64) {
+    let n = usize::from(buf.header.kernel_frames) + usize::from(buf.header.user_frames);
+    let frames = &buf.frames[..n.min(buf.frames.len())];
+    let bytes: Vec<u8> = frames.iter().flat_map(|f| f.to_ne_bytes()).collect();
+    collector.add_off_cpu(&buf.header, &bytes, ns);
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Counts one record of `record`'s ring: a sample, or an off-CPU wait in nanoseconds.
+pub(super) fn collect(collector: &mut Collector, bytes: &[u8]) {
+    let Some((header, frames)) = StackSampleHeader::parse(bytes) else {
+        return;
+    };
+    if header.flags & profiler_common::offcpu::OFF_CPU == 0 {
+        collector.add(&header, frames);
+    } else if let Some(ns) = weight(&header, bytes) {
+        collector.add_off_cpu(&header, frames, ns);
+    }
+}
+
+/// One line on stderr: what off-CPU recording kept and dropped (`unfinished`: threads still
+/// off the CPU at the end, counted up to then).
+fn report(stats: &OffCpuStats, unfinished: u64, min_block: Duration) {
+    let mut line = format!(
+        "profiler: off-cpu: {} waits recorded",
+        stats.totalled + stats.written + unfinished
+    );
+    if stats.written > 0 {
+        line += &format!(
+            "; {} through the ring (the in-kernel totals map was full)",
+            stats.written
+        );
+    }
+    if stats.short > 0 {
+        line += &format!(
+            "; {} shorter than --min-block {} us dropped ({:.3} s)",
+            stats.short,
+            min_block.as_micros(),
+            stats.short_ns as f64 / 1e9
+        );
+    }
+    if stats.lost > 0 {
+        line += &format!("; {} lost (ring buffer full)", stats.lost);
+    }
+    if stats.full > 0 {
+        line += &format!("; {} not kept (too many threads off the CPU)", stats.full);
+    }
+    if stats.stack_errors > 0 {
+        line += &format!("; {} stack walk errors", stats.stack_errors);
+    }
+    eprintln!("{line}");
+}
+
+/// The event names of the profile: the sampled events, then `off-cpu` when recorded.
+pub(super) fn event_names(opts: &RecordOptions) -> Vec<String> {
+    let mut names = opts.events.clone();
+    if opts.off_cpu {
+        names.push(OFF_CPU_EVENT.to_string());
+    }
+    names
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`.
+fn monotonic_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .unwrap_or(nix::sys::time::TimeSpec::new(0, 0));
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
