@@ -111,7 +111,17 @@ pub fn kernels(opts: &Options) -> anyhow::Result<()> {
     } else {
         crate::packages::KERNELS_HOST
     })?;
-    let mut build = vec!["build", "--release", "-p", "profiler", "-p", "libcpc"];
+    // Laid out as `cargo xtask install` does, so everything it installs is built.
+    let mut build = vec![
+        "build",
+        "--release",
+        "-p",
+        "profiler",
+        "-p",
+        "libcpc",
+        "-p",
+        "libperfmon",
+    ];
     if opts.broken {
         build.extend(["--features", "profiler/broken-ebpf"]);
     }
