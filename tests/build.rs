@@ -19,6 +19,10 @@ const FIXTURES: &[(&str, &[&str])] = &[
     ),
     ("crowd", &["-O1", "-g", "-pthread"]),
     (
+        "group",
+        &["-O1", "-g", "-fno-omit-frame-pointer", "-pthread"],
+    ),
+    (
         "waits",
         &["-O1", "-g", "-fno-omit-frame-pointer", "-pthread"],
     ),

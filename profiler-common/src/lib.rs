@@ -5,6 +5,7 @@
 //! time. No `usize`, `bool` or `Option` may appear in these structs.
 #![no_std]
 
+pub mod group;
 pub mod offcpu;
 pub mod stack;
 pub mod unwind;
@@ -209,6 +210,8 @@ pub mod record_flags {
     pub const UNWIND_PARTIAL: u32 = 1 << 4;
     /// Some frame was found through the frame pointer (no table row for it).
     pub const UNWIND_FP: u32 = 1 << 5;
+    /// A counter group's values follow the frames (`crate::group`).
+    pub const GROUP_VALUES: u32 = 1 << 6;
 }
 
 /// Run-time configuration of the sampling program, slot 0 of the `CONFIG` array.

@@ -40,14 +40,24 @@ pub struct StackSampleHeader {
 pub struct StackSampleBuf {
     pub header: StackSampleHeader,
     pub frames: [u64; MAX_RECORD_FRAMES],
+    /// Room after the last possible frame for a counter group's values
+    /// ([`crate::group::TAIL_WORDS`], written right after the frames walked), and one word
+    /// so that a masked offset of up to 255 frames stays inside.
+    pub tail: [u64; GROUP_TAIL_ROOM],
 }
+
+/// Words of [`StackSampleBuf::tail`].
+pub const GROUP_TAIL_ROOM: usize = crate::group::TAIL_WORDS + 1;
 
 pub const STACK_HEADER_SIZE: usize = core::mem::size_of::<StackSampleHeader>();
 
 const _: () = assert!(STACK_HEADER_SIZE == 72);
 const _: () = assert!(STACK_HEADER_SIZE.is_multiple_of(8));
-const _: () =
-    assert!(core::mem::size_of::<StackSampleBuf>() == STACK_HEADER_SIZE + 8 * MAX_RECORD_FRAMES);
+const _: () = assert!(
+    core::mem::size_of::<StackSampleBuf>()
+        == STACK_HEADER_SIZE + 8 * (MAX_RECORD_FRAMES + GROUP_TAIL_ROOM)
+);
+const _: () = assert!(MAX_RECORD_FRAMES + GROUP_TAIL_ROOM >= 255 + crate::group::TAIL_WORDS);
 
 impl StackSampleHeader {
     /// The thread name up to its first NUL.
@@ -74,6 +84,21 @@ impl StackSampleHeader {
         let frames = bytes.get(STACK_HEADER_SIZE..STACK_HEADER_SIZE + 8 * n)?;
         Some((header, frames))
     }
+}
+
+/// The counter group's values of a record ([`crate::record_flags::GROUP_VALUES`]): the
+/// words after its frames, or `None` when the record carries none (or is truncated).
+pub fn group_values<'a>(header: &StackSampleHeader, bytes: &'a [u8]) -> Option<&'a [u8]> {
+    if header.flags & crate::record_flags::GROUP_VALUES == 0 {
+        return None;
+    }
+    let n = usize::from(header.kernel_frames) + usize::from(header.user_frames);
+    let at = STACK_HEADER_SIZE + 8 * n;
+    let count = frame_at(bytes.get(at..at + 8)?, 0) as usize;
+    if count > crate::group::MAX_COUNTERS {
+        return None;
+    }
+    bytes.get(at + 8..at + 8 + 8 * count)
 }
 
 /// The `i`-th frame of a record's frame bytes.

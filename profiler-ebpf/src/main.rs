@@ -9,6 +9,7 @@
 
 mod cgcount;
 mod follow;
+mod group;
 mod offcpu;
 mod record;
 mod sampler;

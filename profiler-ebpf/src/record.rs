@@ -19,13 +19,14 @@ use aya_ebpf::{
 };
 use profiler_common::{
     AGGREGATE_ENTRIES, AGGREGATE_STACKS, AggregateKey, AggregateValue, DEFAULT_RING_BYTES,
-    MAX_STACK_DEPTH, RequestConfig, SamplerConfig, capture, kernel_features, record_flags,
-    request_flags,
+    MAX_STACK_DEPTH, RequestConfig, SamplerConfig, capture, group as group_consts, kernel_features,
+    record_flags, request_flags,
     stack::{MAX_RECORD_FRAMES, STACK_HEADER_SIZE, StackSampleBuf},
     stack_id, stat,
 };
 
 use crate::{
+    group,
     sampler::{CONFIG, REQUESTS, bump, kernel_has, request_cookie, targeted},
     unwind::{Walked, wake_for_tables, walk_user},
 };
@@ -94,6 +95,8 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
     let Some(buf) = RECORD_BUF.get_ptr_mut(0) else {
         return;
     };
+    // Before the walk: the verifier then checks the group's code once, not per walk.
+    group::prepare_tail(pid_tgid);
     // SAFETY: this CPU's buffer (perf_event programs do not nest on one CPU); `ctx.ctx` is
     // the program's context, which the verifier lets us read.
     let (flags, frames) = unsafe {
@@ -132,7 +135,24 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
         ((*buf).header.flags, k + u)
     };
     let frames = frames.min(MAX_RECORD_FRAMES);
-    let size = (STACK_HEADER_SIZE + 8 * frames) as u64;
+    let mut tail_words = 0;
+    if let Some(tail) = group::GROUP_TAIL.get_ptr(0) {
+        // SAFETY: copies the group's words (a constant size the verifier accepts; words past
+        // `tail_words` are not sent) to frames[frames..], inside the buffer: frames <= 255
+        // and the tail after the frames holds TAIL_WORDS more (profiler_common::stack);
+        // `tail` is this CPU's slot, written by `prepare_tail`.
+        unsafe {
+            tail_words = ((*tail).words as usize).min(group_consts::TAIL_WORDS);
+            generated::bpf_probe_read_kernel(
+                (*buf).frames.as_mut_ptr().add(frames & 0xff).cast(),
+                (8 * group_consts::TAIL_WORDS) as u32,
+                (&raw const (*tail).data).cast(),
+            );
+            (*buf).header.flags |= (*tail).flags as u32;
+        }
+    }
+    let words = frames + tail_words;
+    let size = (STACK_HEADER_SIZE + 8 * words) as u64;
     // Batch wake-ups: only wake the reader once enough is pending (it also polls on a
     // timer), or at once when tables are missing, so it loads them promptly.
     let pending = RECORD_EVENTS.query(BPF_RB_AVAIL_DATA as u64);

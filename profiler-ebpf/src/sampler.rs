@@ -61,7 +61,7 @@ static SIB6: PerfEventArray<u32> = PerfEventArray::new(0);
 static SIB7: PerfEventArray<u32> = PerfEventArray::new(0);
 
 #[inline(always)]
-fn sibling_map(k: usize) -> *mut core::ffi::c_void {
+pub(crate) fn sibling_map(k: usize) -> *mut core::ffi::c_void {
     let map: *const PerfEventArray<u32> = match k {
         0 => &raw const SIB0,
         1 => &raw const SIB1,

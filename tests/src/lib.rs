@@ -141,6 +141,7 @@ pub fn our_programs() -> BTreeSet<u32> {
                         | "on_fork"
                         | "on_exit"
                         | "cg_switch"
+                        | "group_switch"
                         | "unwind_exec"
                         | "unwind_exit"
                         | "offcpu_switch"
@@ -157,6 +158,11 @@ pub fn our_programs() -> BTreeSet<u32> {
 /// grow instead of sleeping and hoping samples arrived. Other processes' programs (another
 /// profiler on the host) are not counted.
 pub fn kernel_records_submitted(pid: u32) -> u64 {
+    kernel_stat(pid, profiler_common::stat::SUBMITTED)
+}
+
+/// Slot `slot` ([`profiler_common::stat`]) of process `pid`'s `STATS` maps, summed.
+pub fn kernel_stat(pid: u32, slot: u32) -> u64 {
     use aya::maps::{Map, MapData, PerCpuArray, loaded_maps};
     // The ids of the BPF maps the process holds, from its descriptors' fdinfo.
     let held: BTreeSet<u32> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
@@ -176,7 +182,7 @@ pub fn kernel_records_submitted(pid: u32) -> u64 {
         .filter_map(|m| MapData::from_id(m.id()).ok())
         .filter_map(|d| Map::from_map_data(d).ok())
         .filter_map(|m| PerCpuArray::<_, u64>::try_from(m).ok())
-        .filter_map(|a| a.get(&profiler_common::stat::SUBMITTED, 0).ok())
+        .filter_map(|a| a.get(&slot, 0).ok())
         .map(|v| v.iter().sum::<u64>())
         .sum()
 }

@@ -229,3 +229,28 @@ fn dprof_preloaded_into_touch_finds_the_page_faults_in_run() {
     let top = format!("dprof:    100 run ({})", fixture("touch").display());
     assert_eq!(lines.get(2), Some(&top.as_str()), "{err}");
 }
+
+#[test]
+fn an_overflow_handler_reads_the_other_requests_values_at_the_overflow() {
+    if !privileged() {
+        return;
+    }
+    let _s = serial();
+    let dir = scratch("capi-overflow-set");
+    let exe = dir.join("overflow_set");
+    compile("tests/overflow_set.c", &exe, &[]);
+    let (out, _) = run(&mut Command::new(&exe));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.last(), Some(&"10 overflows"), "{out}");
+    assert_eq!(lines.len(), 11, "{out}");
+    for l in &lines[..10] {
+        let minor: u64 = l
+            .split("minor=")
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{l}"));
+        // The whole set froze at the overflow: the plain request stopped with it.
+        assert!((999..=1000).contains(&minor), "{out}");
+        assert!(l.starts_with("page-faults=0x0 "), "{out}");
+    }
+}

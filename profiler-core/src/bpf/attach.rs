@@ -81,6 +81,11 @@ impl Attachments {
         Ok(())
     }
 
+    /// Keeps `event` open (and in [`Attachments::events`]) without a program attached.
+    pub fn keep(&mut self, event: PerfEvent) {
+        self.events.push(event);
+    }
+
     /// Stores `event` at `index` of the PERF_EVENT_ARRAY `map`.
     pub fn set_array(
         &self,

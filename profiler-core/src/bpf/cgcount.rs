@@ -120,23 +120,10 @@ impl CgroupCounter {
         self.events.len()
     }
 
-    /// Forces a context switch on every counted CPU (this thread visits each in turn), so
-    /// the deltas of the tasks running there now are attributed before a read.
+    /// Forces a context switch on every counted CPU, so the deltas of the tasks running
+    /// there now are attributed before a read ([`switch_every_cpu`]).
     pub fn flush(&self) {
-        use nix::{sched::CpuSet, unistd::Pid};
-        let me = Pid::from_raw(0);
-        let Ok(saved) = nix::sched::sched_getaffinity(me) else {
-            return;
-        };
-        for &cpu in &self.cpus {
-            let mut only = CpuSet::new();
-            if only.set(cpu as usize).is_ok() && nix::sched::sched_setaffinity(me, &only).is_ok() {
-                // Running here switched the previous task out; a short sleep switches this
-                // thread out too, so even the CPU's idle time is accounted.
-                std::thread::sleep(std::time::Duration::from_micros(50));
-            }
-        }
-        let _ = nix::sched::sched_setaffinity(me, &saved);
+        switch_every_cpu(&self.cpus);
     }
 
     /// Totals per cgroup id so far (summed over CPUs), one value per event.
@@ -184,4 +171,23 @@ fn page_size() -> u32 {
         .ok()
         .flatten()
         .unwrap_or(4096) as u32
+}
+
+/// Forces a context switch on each of `cpus` (this thread visits each in turn), so that
+/// `sched_switch` hooks account what the tasks running there now counted.
+pub fn switch_every_cpu(cpus: &[u32]) {
+    use nix::{sched::CpuSet, unistd::Pid};
+    let me = Pid::from_raw(0);
+    let Ok(saved) = nix::sched::sched_getaffinity(me) else {
+        return;
+    };
+    for &cpu in cpus {
+        let mut only = CpuSet::new();
+        if only.set(cpu as usize).is_ok() && nix::sched::sched_setaffinity(me, &only).is_ok() {
+            // Running here switched the previous task out; a short sleep switches this
+            // thread out too, so even the CPU's idle time is accounted.
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+    }
+    let _ = nix::sched::sched_setaffinity(me, &saved);
 }

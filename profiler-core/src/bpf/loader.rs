@@ -9,7 +9,7 @@ use aya::{
 };
 use profiler_common::{
     AGGREGATE_ENTRIES, AGGREGATE_STACKS, AggregateKey, AggregateValue, MAX_SIBLINGS, NO_GROUP_DEAD,
-    RequestConfig, SamplerConfig, capture, stat, unwind::DEFAULT_UNWIND_ROWS,
+    RequestConfig, SamplerConfig, capture, group, stat, unwind::DEFAULT_UNWIND_ROWS,
 };
 
 use super::{KernelFeatures, attach::Attachments, ring::Records};
@@ -30,6 +30,8 @@ const RING: &str = "EVENTS";
 const RECORD_PROGRAM: &str = "record_sample";
 const RECORD_FP_PROGRAM: &str = "record_fp";
 const RECORD_RING: &str = "RECORD_EVENTS";
+/// The counter group's `sched_switch` hook (`Sampler::start_group`).
+const GROUP_PROGRAM: &str = "group_switch";
 /// The size of the ring a sampler does not use (the smallest the kernel takes).
 const UNUSED_RING_BYTES: u32 = 4096;
 
@@ -95,6 +97,17 @@ pub struct SamplerStats {
     pub follow_failed: u64,
 }
 
+/// What a counter group's program counted ([`Sampler::group_values`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupTotals {
+    /// Each target thread's values (by counter) up to now.
+    pub threads: std::collections::HashMap<u32, [u64; group::MAX_COUNTERS]>,
+    /// Events of target threads the per-thread map had no room for, by counter.
+    pub untracked: [u64; group::MAX_COUNTERS],
+    /// Counter reads that failed (an event missing on a CPU).
+    pub read_errors: u64,
+}
+
 /// The loaded sampling program and everything attached to it. Dropping it closes the perf
 /// events (which detaches the program from them) and unloads program and maps.
 pub struct Sampler {
@@ -119,7 +132,7 @@ impl Sampler {
         config: SamplerConfig,
         ring_bytes: u32,
     ) -> Result<Self, BpfError> {
-        Self::load_program(kernel, config, ring_bytes, PROGRAM, RING, 1)
+        Self::load_program(kernel, config, ring_bytes, PROGRAM, RING, 1, 1)
     }
 
     /// As [`Sampler::load`], for `record`'s samples (`profiler_common::stack` records, or
@@ -135,6 +148,18 @@ impl Sampler {
         ring_bytes: u32,
         unwind_rows: u32,
     ) -> Result<Self, BpfError> {
+        Self::load_record_group(config, ring_bytes, unwind_rows, false)
+    }
+
+    /// [`Sampler::load_record_sized`]; with `group`, its per-thread counter map at full size
+    /// (see [`Sampler::start_group`]).
+    pub fn load_record_group(
+        config: SamplerConfig,
+        ring_bytes: u32,
+        unwind_rows: u32,
+        group: bool,
+    ) -> Result<Self, BpfError> {
+        let tasks = if group { group::MAX_TASKS } else { 1 };
         let tables = config.capture & capture::UNWIND_TABLES != 0;
         let (program, rows) = if tables {
             (RECORD_PROGRAM, unwind_rows.max(1))
@@ -148,6 +173,7 @@ impl Sampler {
             program,
             RECORD_RING,
             rows,
+            tasks,
         )
     }
 
@@ -158,6 +184,7 @@ impl Sampler {
         program_name: &'static str,
         ring: &'static str,
         unwind_rows: u32,
+        group_tasks: u32,
     ) -> Result<Self, BpfError> {
         if OBJECT.is_empty() {
             return Err(BpfError::Stub);
@@ -192,6 +219,7 @@ impl Sampler {
             .map_max_entries("AGGREGATE", entries)
             .map_max_entries("STACK_TRACES", stacks)
             .map_max_entries("CG_COUNTS", 1)
+            .map_max_entries("GROUP_TASKS", group_tasks)
             .map_max_entries("OFFCPU_PENDING", pending)
             .map_max_entries("OFFCPU_TOTALS", totals)
             // The helpers this kernel has: the verifier drops the branches of the others.
@@ -351,6 +379,61 @@ impl Sampler {
         let mut cgroups: HashMap<_, u64, u8> =
             HashMap::try_from(self.map("CGROUPS")?).map_err(map_err("CGROUPS"))?;
         cgroups.insert(id, 1, 0).map_err(map_err("CGROUPS"))
+    }
+
+    /// Reads `counters` (per-CPU counting events of CPU `cpu`, in order) into the records of
+    /// `record`'s samples, per thread: loads the `sched_switch` hook that moves each CPU's
+    /// counter deltas to the task switched out, and keeps the events (enabled with the
+    /// others). Call once, with every CPU's counters, before enabling.
+    pub fn start_group(
+        &mut self,
+        counters: Vec<(u32, Vec<PerfEvent>)>,
+        config: group::GroupConfig,
+    ) -> Result<(), BpfError> {
+        let mut cfg: Array<_, group::GroupConfig> =
+            Array::try_from(self.map("GROUP_CONFIG")?).map_err(map_err("GROUP_CONFIG"))?;
+        cfg.set(0, config, 0).map_err(map_err("GROUP_CONFIG"))?;
+        for (cpu, events) in counters {
+            for (k, event) in events.into_iter().enumerate() {
+                self.set_sibling(k, cpu, event.as_fd())?;
+                self.attached.keep(event);
+            }
+        }
+        let program: &mut aya::programs::RawTracePoint = self
+            .ebpf
+            .program_mut(GROUP_PROGRAM)
+            .ok_or(BpfError::Missing("program `group_switch`"))?
+            .try_into()?;
+        program.load()?;
+        // The link belongs to the program, which the sampler owns: detached on drop.
+        program.attach("sched_switch")?;
+        Ok(())
+    }
+
+    /// Every thread's counter values so far (`start_group`), and per counter the events of
+    /// targets the per-thread map had no room for, and the counter reads that failed.
+    pub fn group_values(&mut self) -> Result<GroupTotals, BpfError> {
+        let tasks: HashMap<_, u32, group::GroupValues> =
+            HashMap::try_from(self.map("GROUP_TASKS")?).map_err(map_err("GROUP_TASKS"))?;
+        let threads = tasks
+            .iter()
+            .map(|e| e.map(|(tid, v)| (tid, v.values)))
+            .collect::<Result<_, _>>()
+            .map_err(map_err("GROUP_TASKS"))?;
+        let lost: PerCpuArray<_, u64> =
+            PerCpuArray::try_from(self.map("GROUP_LOST")?).map_err(map_err("GROUP_LOST"))?;
+        let slot = |i: u32| -> Result<u64, BpfError> {
+            Ok(lost.get(&i, 0).map_err(map_err("GROUP_LOST"))?.iter().sum())
+        };
+        let mut untracked = [0u64; group::MAX_COUNTERS];
+        for (k, v) in untracked.iter_mut().enumerate() {
+            *v = slot(k as u32)?;
+        }
+        Ok(GroupTotals {
+            threads,
+            untracked,
+            read_errors: slot(group::READ_ERRORS)?,
+        })
     }
 
     /// Sums the per-CPU counters.

@@ -12,9 +12,9 @@ mod ring;
 mod rowspace;
 mod unwind;
 
-pub use cgcount::{CgroupCountStats, CgroupCounter};
+pub use cgcount::{CgroupCountStats, CgroupCounter, switch_every_cpu};
 pub use features::{Feature, KernelFeatures, kernel_release};
-pub use loader::{BpfError, Sampler, SamplerStats};
+pub use loader::{BpfError, GroupTotals, Sampler, SamplerStats};
 pub use offcpu::{OffCpuHook, OffCpuStats};
 pub use privilege::{Privilege, PrivilegeError, check_privileges};
 pub use ring::{MAX_BATCH_TIME, Records};

@@ -8,7 +8,7 @@ use super::series::Series;
 use super::{EXIT_USAGE, fail};
 use crate::{
     output::AtomicFile,
-    profile::{By, Format, Profile, ReportOptions, Sort, render_report},
+    profile::{By, Format, Profile, Ratio, ReportOptions, Sort, render_report},
     record::{CallGraph, Mode, RecordError, RecordOptions, Stop, Target, record_with},
 };
 
@@ -55,6 +55,11 @@ pub struct RecordArgs {
         value_name = "EVENT"
     )]
     pub event: Vec<String>,
+    /// Counters to read at each sample of the one -e event (up to 8, comma-separated):
+    /// each stack gets what each counter counted in its thread since the thread's previous
+    /// sample. perf's `-e '{LEADER,EV2,..}:S'` says the same.
+    #[arg(long = "read", value_delimiter = ',', value_name = "EVENT[,EVENT..]")]
+    pub read: Vec<String>,
     /// Profile these threads only (comma-separated tids).
     #[arg(
         short = 't',
@@ -103,6 +108,10 @@ pub struct RecordArgs {
     /// Rows in the printed table.
     #[arg(long, default_value_t = 25, value_name = "N")]
     pub limit: usize,
+    /// With a counter group: a column of A/B per row (e.g. `instructions/cycles`, or
+    /// `page-faults/cpu-clock` for faults per sample). Repeatable.
+    #[arg(long, value_name = "A/B")]
+    pub ratio: Vec<String>,
     /// Ring buffer size in pages (a power of two; perf's -m). Default 2048 (8 MiB).
     #[arg(short = 'm', long = "mmap-pages", value_name = "PAGES")]
     pub mmap_pages: Option<u32>,
@@ -181,7 +190,7 @@ impl RecordArgs {
             .as_deref()
             .map(super::counters::cpu_list)
             .transpose()?;
-        opts.events = self.event.clone();
+        (opts.events, opts.read) = crate::record::split_group(&self.event, &self.read)?;
         opts.mode = match (self.user, self.kernel) {
             (true, _) => Mode::User,
             (_, true) => Mode::Kernel,
@@ -255,10 +264,28 @@ pub fn run(args: RecordArgs) -> ExitCode {
             (Some(path), None) => Format::for_path(path),
             _ => Format::Pprof,
         });
+    let names: Vec<String> = opts.events.iter().chain(&opts.read).cloned().collect();
+    let ratios = match args
+        .ratio
+        .iter()
+        .map(|r| Ratio::parse(r, &names))
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(r) if !r.is_empty() && opts.read.is_empty() => {
+            eprintln!("profiler: --ratio needs a counter group (-e '{{A,B}}:S' or --read)");
+            return ExitCode::from(EXIT_USAGE);
+        }
+        Ok(r) => r,
+        Err(msg) => {
+            eprintln!("profiler: {msg}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     let report = ReportOptions {
         by: args.by,
         sort: args.sort,
         limit: args.limit,
+        ratios,
     };
     // The output (file, or directory in continuous mode) is checked before anything is
     // attached: a file is created as a hidden temp file now.

@@ -9,7 +9,7 @@ use super::fail;
 use crate::{
     output::AtomicFile,
     profile::{
-        By, Format, Profile, ReportOptions, Sort, read_profile, render_report,
+        By, Format, Profile, Ratio, ReportOptions, Sort, read_profile, render_report,
         write_diff_flamegraph,
     },
 };
@@ -37,6 +37,10 @@ pub struct ReportArgs {
     /// Only the samples of this cgroup (its path, as `--by cgroup` shows it).
     #[arg(long, value_name = "PATH")]
     pub cgroup: Option<String>,
+    /// With a counter group: a column of A/B per row (e.g. `instructions/cycles`).
+    /// Repeatable.
+    #[arg(long, value_name = "A/B")]
+    pub ratio: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -103,10 +107,27 @@ pub fn run_report(args: ReportArgs) -> ExitCode {
         Ok(p) => p,
         Err(e) => return fail(e),
     };
+    let names: Vec<String> = profile.events().iter().map(|e| e.to_string()).collect();
+    let ratios = match args
+        .ratio
+        .iter()
+        .map(|r| Ratio::parse(r, &names))
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(r) if !r.is_empty() && profile.info.counters.is_empty() => {
+            return fail(format!(
+                "{}: --ratio needs a profile of a counter group (record -e '{{A,B}}:S')",
+                args.input.display()
+            ));
+        }
+        Ok(r) => r,
+        Err(e) => return fail(format!("{}: {e}", args.input.display())),
+    };
     let opts = ReportOptions {
         by: args.by,
         sort: args.sort,
         limit: args.limit,
+        ratios,
     };
     print!("{}", render_report(&profile, opts));
     ExitCode::SUCCESS

@@ -4,6 +4,7 @@
 mod flamegraph;
 mod folded;
 mod format;
+mod group_table;
 pub mod pprof;
 mod read;
 mod report;
@@ -16,6 +17,7 @@ use std::{collections::BTreeMap, sync::Arc};
 pub use flamegraph::{write_diff_flamegraph, write_flamegraph};
 pub use folded::{LOST_STACK, parse_folded, profile_from_folded, write_folded};
 pub use format::Format;
+pub use group_table::{Ratio, render_group_table};
 pub use pprof::{read_pprof, write_pprof};
 pub use read::{ReadError, read_profile};
 pub use report::{ReportOptions, render_report, summary_line};
@@ -69,6 +71,19 @@ pub struct RunInfo {
     pub refused: u64,
     /// Files whose symbols could not be read (their frames stay `[module]+0xoffset`).
     pub unsymbolized: u64,
+    /// The counters read with the sampled event (a counter group), with their totals; their
+    /// per-stack increases are stacks of an event of the counter's name.
+    pub counters: Vec<CounterTotal>,
+}
+
+/// A counter of a group over the whole run: `total` is what it counted for the targets
+/// (as `stat`/`track` count), of which `unattributed` is on no stack (counted after a
+/// thread's last sample); the stacks of the counter's event carry the rest.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CounterTotal {
+    pub name: String,
+    pub total: u64,
+    pub unattributed: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -104,11 +119,19 @@ impl Profile {
         }
     }
 
-    /// All samples; saturating, as counts read from files may be anything.
+    /// All samples (not counter increases of a group); saturating, as counts read from
+    /// files may be anything.
     pub fn total(&self) -> u64 {
         self.stacks
             .iter()
+            .filter(|s| !self.is_counter(&s.event))
             .fold(0u64, |sum, s| sum.saturating_add(s.count))
+    }
+
+    /// Whether `event` is a counter read with the sampled event (its stacks carry counter
+    /// increases, not samples).
+    pub fn is_counter(&self, event: &str) -> bool {
+        self.info.counters.iter().any(|c| c.name == event)
     }
 
     /// The events the samples came from, in first-seen order.
@@ -122,7 +145,8 @@ impl Profile {
         out
     }
 
-    /// The samples of one event.
+    /// The samples of one event; for a counter of a group, its counts on each stack, as the
+    /// weights of a profile of that counter alone.
     pub fn for_event(&self, event: &str) -> Profile {
         let stacks = self
             .stacks
@@ -130,9 +154,17 @@ impl Profile {
             .filter(|s| s.event.as_ref() == event)
             .cloned()
             .collect();
+        let mut info = self.info.clone();
+        if self.is_counter(event) {
+            // The counter's counts are this profile's weights, not samples at a rate.
+            info.event = event.to_string();
+            info.frequency_hz = 0;
+            info.period = None;
+        }
+        info.counters.clear();
         Profile {
             stacks,
-            info: self.info.clone(),
+            info,
             cgroups: self.cgroups.clone(),
         }
     }
@@ -142,7 +174,7 @@ impl Profile {
     pub fn hottest(&self) -> Option<StackCount> {
         let mut merged: Vec<StackCount> = Vec::new();
         let mut index: std::collections::HashMap<(&str, &[Frame]), usize> = Default::default();
-        for s in &self.stacks {
+        for s in self.stacks.iter().filter(|s| !self.is_counter(&s.event)) {
             match index.get(&(s.comm.as_ref(), s.frames.as_slice())) {
                 Some(&i) => merged[i].count += s.count,
                 None => {

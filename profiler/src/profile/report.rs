@@ -3,14 +3,18 @@
 
 use std::fmt::Write as _;
 
-use super::{By, Profile, Sort, TopTable, is_time_event};
+use super::{
+    By, Profile, Sort, TopTable, group_table::Ratio, group_table::render_group_table, is_time_event,
+};
 
 /// How to render the report.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ReportOptions {
     pub by: By,
     pub sort: Sort,
     pub limit: usize,
+    /// Ratio columns of a counter group's table (`--ratio A/B`).
+    pub ratios: Vec<Ratio>,
 }
 
 impl Default for ReportOptions {
@@ -19,6 +23,7 @@ impl Default for ReportOptions {
             by: By::Function,
             sort: Sort::SelfSamples,
             limit: 25,
+            ratios: Vec::new(),
         }
     }
 }
@@ -52,13 +57,23 @@ pub fn summary_line(profile: &Profile) -> String {
     if info.untracked > 0 {
         errors += &format!("; children not followed {}", info.untracked);
     }
-    format!(
+    let mut line = format!(
         "{} samples of {event}{rate} in {:.2} s; lost {}; filtered in kernel {}{errors}\n",
         info.samples,
         info.duration_ms as f64 / 1000.0,
         info.lost,
         info.filtered,
-    )
+    );
+    for c in &info.counters {
+        line += &format!(
+            "{}: {} counted = {} on stacks + {} unattributed\n",
+            c.name,
+            c.total,
+            c.total - c.unattributed,
+            c.unattributed
+        );
+    }
+    line
 }
 
 /// The whole report as text.
@@ -68,10 +83,20 @@ pub fn render_report(profile: &Profile, opts: ReportOptions) -> String {
         out.push_str("no samples: the target used no CPU while it was profiled\n");
         return out;
     }
+    if !profile.info.counters.is_empty() {
+        // A counter group: one table, a column per counter.
+        out.push_str(&render_group_table(
+            profile,
+            opts.by,
+            opts.sort,
+            opts.limit,
+            &opts.ratios,
+        ));
+    }
     let mut events = profile.events();
     // Sampled events first, off-CPU time after them.
     events.sort_by_key(|e| is_time_event(e));
-    for event in &events {
+    for event in events.iter().filter(|_| profile.info.counters.is_empty()) {
         if events.len() > 1 && opts.by != By::Event {
             let _ = writeln!(out, "== {event} ==");
         }

@@ -49,10 +49,10 @@ pub struct TopTable {
     pub by: By,
 }
 
-type Key = (Arc<str>, Option<Arc<str>>);
+pub(super) type Key = (Arc<str>, Option<Arc<str>>);
 
 /// The row keys of one stack, outermost first (one key for per-stack attributes).
-fn keys(profile: &Profile, stack: &StackCount, by: By) -> Vec<Key> {
+pub(super) fn keys(profile: &Profile, stack: &StackCount, by: By) -> Vec<Key> {
     let one = |s: String| vec![(Arc::from(s.as_str()), None)];
     match by {
         By::Function => stack

@@ -71,14 +71,26 @@ impl Collector {
     /// Counts one record (its header, and its frames' bytes: kernel, then user). The
     /// process's maps are captured on first sight, while it lives.
     pub fn add(&mut self, rec: &StackSampleHeader, frames: &[u8]) {
+        self.add_weighted(rec, frames, 0, &[]);
+    }
+
+    /// [`Collector::add`], and the increase `weights[k]` of each counter of a group on the
+    /// same stack, as samples of event `first_counter + k`.
+    pub fn add_weighted(
+        &mut self,
+        rec: &StackSampleHeader,
+        frames: &[u8],
+        first_counter: u32,
+        weights: &[u64],
+    ) {
         self.samples += 1;
-        self.add_stack(rec, frames, None, 1);
+        self.add_stack(rec, frames, None, 1, (first_counter, weights));
     }
 
     /// Counts one off-CPU record (`record --off-cpu`): `ns` nanoseconds off the CPU, under
     /// its kept stack with a marker frame innermost ([`offcpu::marker`]).
     pub fn add_off_cpu(&mut self, rec: &StackSampleHeader, frames: &[u8], ns: u64) {
-        self.add_stack(rec, frames, Some(offcpu::marker(rec.flags)), ns);
+        self.add_stack(rec, frames, Some(offcpu::marker(rec.flags)), ns, (0, &[]));
     }
 
     fn add_stack(
@@ -87,6 +99,7 @@ impl Collector {
         frames: &[u8],
         marker: Option<&'static str>,
         weight: u64,
+        (first_counter, weights): (u32, &[u64]),
     ) {
         self.symbolizer.observe(rec.pid, Some(rec.comm));
         let nk = usize::from(rec.kernel_frames);
@@ -133,6 +146,18 @@ impl Collector {
             user,
             missing: marker,
         };
+        for (k, &w) in weights.iter().enumerate() {
+            if w != 0 {
+                let counter = RawStack {
+                    event: first_counter + k as u32,
+                    comm: key.comm,
+                    kernel: key.kernel.clone(),
+                    user: key.user.clone(),
+                    ..key
+                };
+                *self.stacks.entry(counter).or_default() += w;
+            }
+        }
         *self.stacks.entry(key).or_default() += weight;
     }
 

@@ -65,6 +65,9 @@ pub enum UsageError {
          mode with --user or --kernel"
     )]
     PerfModifier(String),
+    /// A malformed counter group (`{LEADER,EV2,..}:S`, `--read`).
+    #[error("{0}")]
+    Group(String),
     #[error(
         "--off-cpu cannot be combined with --aggregate (off-CPU time is not aggregated in the kernel)"
     )]

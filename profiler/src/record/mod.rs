@@ -5,6 +5,7 @@
 mod aggregate;
 mod collect;
 mod error;
+mod group;
 mod offcpu;
 mod pidfd;
 mod session;
@@ -19,6 +20,7 @@ use nix::sys::wait::WaitStatus;
 
 pub use collect::Collector;
 pub use error::{RecordError, SampleEventError, UsageError};
+pub use group::split_group;
 pub use session::Session;
 pub use unwind::{TableLoader, TableStats};
 pub use workload::{Workload, WorkloadError, resolve_command};
@@ -98,6 +100,9 @@ pub struct RecordOptions {
     pub unwind_stats: bool,
     /// Rows of the kernel's unwind table array (8 bytes each).
     pub unwind_rows: u32,
+    /// Counters read at each sample of the (one) sampled event, attributed per thread to
+    /// the samples' stacks (a counter group; at most `profiler_common::group::MAX_COUNTERS`).
+    pub read: Vec<String>,
     /// Record off-CPU time too: the `off-cpu` event, in nanoseconds (`offcpu`).
     pub off_cpu: bool,
     /// With `off_cpu`: one wall-clock view (on-CPU samples converted to nanoseconds).
@@ -134,6 +139,7 @@ impl RecordOptions {
             call_graph: CallGraph::default(),
             unwind_stats: false,
             unwind_rows: profiler_common::unwind::DEFAULT_UNWIND_ROWS,
+            read: Vec::new(),
             off_cpu: false,
             wall: false,
             min_block: Duration::ZERO,
@@ -228,6 +234,20 @@ pub fn validate(opts: &RecordOptions) -> Result<(), RecordError> {
         _ => {}
     }
     offcpu::validate(opts)?;
+    if !opts.read.is_empty() {
+        group::split_group(&opts.events, &opts.read).map_err(UsageError::Group)?;
+        if opts.aggregate || opts.off_cpu {
+            return Err(UsageError::Group(format!(
+                "counters (an event group or --read) are not read with {}",
+                if opts.aggregate {
+                    "--aggregate"
+                } else {
+                    "--off-cpu"
+                }
+            ))
+            .into());
+        }
+    }
     if let Target::Command(argv) = &opts.target {
         resolve_command(&argv[0])?;
     }

@@ -20,7 +20,7 @@ use super::{
     aggregate::AggregateReader,
     cgroup_id,
     collect::Collector,
-    follow_children,
+    follow_children, group,
     offcpu::{self, OffCpu},
     online_cpus,
     pidfd::PidFd,
@@ -84,6 +84,33 @@ pub struct Session<'a> {
     started: Instant,
     interval_started: Instant,
     workload: Option<Workload>,
+    /// The counters read with the sampled event, when a group is recorded.
+    group: Option<Group>,
+}
+
+/// A counter group being recorded: the counters' names, the CPUs they count on, and the
+/// per-thread values seen so far.
+struct Group {
+    names: Vec<String>,
+    cpus: Vec<u32>,
+    first_event: u32,
+    deltas: group::GroupDeltas,
+}
+
+impl Group {
+    /// Counts one record, with its counters' increases when a group is recorded (a group
+    /// is not recorded with off-CPU time; without one, records go to `offcpu::collect`).
+    fn add(group: &mut Option<Group>, collector: &mut Collector, bytes: &[u8]) {
+        let Some(g) = group else {
+            offcpu::collect(collector, bytes);
+            return;
+        };
+        let Some((header, frames)) = StackSampleHeader::parse(bytes) else {
+            return;
+        };
+        let weights = g.deltas.deltas(&header, bytes).unwrap_or_default();
+        collector.add_weighted(&header, frames, g.first_event, &weights);
+    }
 }
 
 fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> RecordError {
@@ -101,6 +128,7 @@ impl<'a> Session<'a> {
         // Events are resolved before a command is started: a bad name starts nothing.
         let catalog = Catalog::load();
         let events = resolve_events(&catalog, &opts.events)?;
+        let counters = resolve_events(&catalog, &opts.read)?;
         let mut workload = match &opts.target {
             Target::Command(argv) => Some(Workload::prepare(argv)?),
             _ => None,
@@ -136,6 +164,7 @@ impl<'a> Session<'a> {
             false => None,
         };
         attach_events(opts, &events, &mut sampler)?;
+        let group = start_group(opts, &events, &counters, &mut sampler)?;
         let records = RecordStream::new(sampler.take_records()?).map_err(BpfError::Ring)?;
         for event in sampler.events() {
             event.enable(false)?;
@@ -159,7 +188,8 @@ impl<'a> Session<'a> {
             opts,
             signals,
             names: offcpu::event_names(opts)
-                .iter()
+                .into_iter()
+                .chain(counters.iter().map(|e| e.name.clone()))
                 .map(|e| Arc::from(e.as_str()))
                 .collect(),
             sampler,
@@ -182,6 +212,7 @@ impl<'a> Session<'a> {
             started,
             interval_started: Instant::now(),
             workload,
+            group,
         })
     }
 
@@ -233,6 +264,7 @@ impl<'a> Session<'a> {
         let status = &mut self.status;
         let reported = &mut self.reported;
         let interval_started = &mut self.interval_started;
+        let group = &mut self.group;
         // The records of one wake-up, kept until the unwind tables they ask for are loaded.
         let mut batch = Batch::default();
         let stop = loop {
@@ -287,7 +319,7 @@ impl<'a> Session<'a> {
                         }
                     }
                     for bytes in batch.records() {
-                        offcpu::collect(collector, bytes);
+                        Group::add(group, collector, bytes);
                     }
                     batch.clear();
                 }
@@ -311,12 +343,22 @@ impl<'a> Session<'a> {
             let _ = event.disable(false);
         }
         let ended = Instant::now();
+        if let Some(g) = &self.group {
+            // The counters are stopped: a switch on every CPU accounts what the tasks
+            // running there counted since their last switch or sample.
+            crate::bpf::switch_every_cpu(&g.cpus);
+        }
+        let group_values = match self.group {
+            Some(_) => Some(self.sampler.group_values()?),
+            None => None,
+        };
         let ring_bytes = &mut self.ring_bytes;
         let records = &mut self.records;
+        let group = &mut self.group;
         let mut drain = |collector: &mut Collector| {
             records.drain_bytes(|bytes| {
                 *ring_bytes += bytes.len() as u64;
-                offcpu::collect(collector, bytes);
+                Group::add(group, collector, bytes);
             });
         };
         let collector = &mut self.collector;
@@ -351,7 +393,16 @@ impl<'a> Session<'a> {
         } else {
             self.started
         };
-        let info = run_info(self.opts, &stats, &mut self.reported, since, ended);
+        let mut info = run_info(self.opts, &stats, &mut self.reported, since, ended);
+        if let (Some(g), Some(values)) = (&self.group, &group_values) {
+            info.counters = g.deltas.totals(&g.names, values);
+            if values.read_errors > 0 {
+                eprintln!(
+                    "profiler: warning: {} counter reads failed (a CPU without the counter)",
+                    values.read_errors
+                );
+            }
+        }
         let last = self.collector.take_batch(info, &self.names);
         let (earlier, last) = self.symbolizer.finish(last).await;
         let detaching = Detaching::new(teardown);
@@ -441,7 +492,9 @@ fn sampler_config(opts: &RecordOptions) -> SamplerConfig {
 fn load_sampler(opts: &RecordOptions) -> Result<(Sampler, Option<TableLoader>), RecordError> {
     let config = sampler_config(opts);
     let wants_tables = config.capture & capture::UNWIND_TABLES != 0;
-    let sampler = match Sampler::load_record_sized(config, opts.ring_bytes, opts.unwind_rows) {
+    let group = !opts.read.is_empty();
+    let sampler = match Sampler::load_record_group(config, opts.ring_bytes, opts.unwind_rows, group)
+    {
         // The unwinder needs bpf_loop (Linux 5.17); older kernels walk frame pointers.
         Err(BpfError::Program(e)) if wants_tables => {
             eprintln!(
@@ -452,7 +505,7 @@ fn load_sampler(opts: &RecordOptions) -> Result<(Sampler, Option<TableLoader>), 
                 capture: config.capture & !capture::UNWIND_TABLES,
                 ..config
             };
-            Sampler::load_record_sized(config, opts.ring_bytes, opts.unwind_rows)?
+            Sampler::load_record_group(config, opts.ring_bytes, opts.unwind_rows, group)?
         }
         other => other?,
     };
@@ -539,6 +592,41 @@ fn attach_events(
     Ok(())
 }
 
+/// Opens the counters of a group (`opts.read`) on every sampled CPU and has the program
+/// read them per thread; `None` without a group.
+fn start_group(
+    opts: &RecordOptions,
+    events: &[Event],
+    counters: &[Event],
+    sampler: &mut Sampler,
+) -> Result<Option<Group>, RecordError> {
+    if counters.is_empty() {
+        return Ok(None);
+    }
+    let cpus = match &opts.cpus {
+        Some(c) => c.clone(),
+        None => online_cpus()?,
+    };
+    let mut opened = Vec::with_capacity(cpus.len());
+    for &cpu in &cpus {
+        let mut on_cpu = Vec::with_capacity(counters.len());
+        for event in counters {
+            let attr = group::counter_attr(event, opts.mode);
+            on_cpu.push(PerfEvent::open(&attr, Scope::Cpu(cpu), None, || {
+                event.name.clone()
+            })?);
+        }
+        opened.push((cpu, on_cpu));
+    }
+    sampler.start_group(opened, group::group_config(counters, opts.mode))?;
+    Ok(Some(Group {
+        names: counters.iter().map(|e| e.name.clone()).collect(),
+        cpus,
+        first_event: events.len() as u32,
+        deltas: group::GroupDeltas::default(),
+    }))
+}
+
 /// The run's (or interval's) statistics: counts since the last report.
 fn run_info(
     opts: &RecordOptions,
@@ -560,6 +648,7 @@ fn run_info(
         untracked: stats.follow_failed - reported.follow_failed,
         refused: 0,
         unsymbolized: 0,
+        counters: Vec::new(),
     };
     *reported = *stats;
     info

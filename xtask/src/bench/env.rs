@@ -22,7 +22,7 @@ pub struct Tools {
     pub perf: PathBuf,
     pub collapse: PathBuf,
     pub flamegraph: PathBuf,
-    /// Compiled fixtures live here (`work`, `spin`, `pingpong`).
+    /// Compiled fixtures live here (`work`, `spin`, `pingpong`, `group`).
     pub bin: PathBuf,
 }
 
@@ -49,7 +49,7 @@ pub fn prepare(dir: &Path) -> anyhow::Result<Tools> {
     let target = workspace_root().join("target/release");
     let bin = dir.join("bin");
     fs::create_dir_all(&bin)?;
-    for name in ["work", "spin", "pingpong"] {
+    for name in ["work", "spin", "pingpong", "group"] {
         compile_fixture(name, &bin)?;
     }
     Ok(Tools {

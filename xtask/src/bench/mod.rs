@@ -6,6 +6,7 @@
 
 mod counting;
 mod env;
+mod group;
 mod kernel;
 mod loss;
 mod memory;
@@ -144,7 +145,7 @@ pub fn bench(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
         runs: 0,
     };
     type Measure = fn(&mut Ctx) -> anyhow::Result<Section>;
-    let measures: [(&str, Measure); 8] = [
+    let measures: [(&str, Measure); 9] = [
         ("overhead", overhead::measure),
         ("kernel cost", kernel::measure),
         ("loss", loss::measure),
@@ -152,6 +153,7 @@ pub fn bench(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
         ("counting", counting::measure),
         ("memory", memory::measure),
         ("stacks without frame pointers", unwind::measure),
+        ("group", group::measure),
         ("offcpu", offcpu::measure),
     ];
     let mut sections = Vec::new();

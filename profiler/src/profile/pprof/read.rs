@@ -8,7 +8,7 @@ use prost::Message as _;
 
 use super::{COMMENT_PREFIX, KERNEL_MODULE, proto};
 use crate::{
-    profile::{Profile, RunInfo, StackCount, is_time_event},
+    profile::{CounterTotal, Profile, RunInfo, StackCount, is_time_event},
     symbolize::{Frame, FrameKind},
 };
 
@@ -157,6 +157,16 @@ fn decode(p: &proto::Profile) -> Result<Profile, PprofError> {
         .iter()
         .position(|t| l.string(t.r#type).is_ok_and(|s| s == "samples"))
         .unwrap_or(0);
+    // A counter group's sample types: index of each counter's values.
+    let counters = counter_comments(&l, p)?;
+    let mut counter_index = Vec::new();
+    for c in &counters {
+        let i = p
+            .sample_type
+            .iter()
+            .position(|t| l.string(t.r#type).is_ok_and(|s| s == c.name));
+        counter_index.push(i);
+    }
     let mut profile = Profile::default();
     for s in &p.sample {
         let mut frames = Vec::new();
@@ -197,10 +207,54 @@ fn decode(p: &proto::Profile) -> Result<Profile, PprofError> {
         {
             profile.cgroups.insert(stack.cgroup, path);
         }
-        profile.stacks.push(stack);
+        for (c, i) in counters.iter().zip(&counter_index) {
+            let n = i.and_then(|i| s.value.get(i)).copied().unwrap_or(0).max(0) as u64;
+            if n > 0 {
+                let mut weighted = stack.clone();
+                weighted.event = Arc::from(c.name.as_str());
+                weighted.count = n;
+                profile.stacks.push(weighted);
+            }
+        }
+        if stack.count > 0 || counters.is_empty() {
+            profile.stacks.push(stack);
+        }
     }
-    profile.info = run_info(&l, p, profile.total())?;
+    profile.info.counters = counters;
+    let total = profile.total();
+    profile.info = RunInfo {
+        counters: std::mem::take(&mut profile.info.counters),
+        ..run_info(&l, p, total)?
+    };
     Ok(profile)
+}
+
+/// The counters of a group, from our `counter=NAME:TOTAL:UNATTRIBUTED` comments.
+fn counter_comments(l: &Lookup<'_>, p: &proto::Profile) -> Result<Vec<CounterTotal>, PprofError> {
+    let mut out = Vec::new();
+    for &c in &p.comment {
+        let Some(v) = l
+            .string(c)?
+            .strip_prefix(COMMENT_PREFIX)
+            .and_then(|kv| kv.strip_prefix("counter="))
+        else {
+            continue;
+        };
+        let mut parts = v.rsplitn(3, ':');
+        let (Some(unattributed), Some(total), Some(name)) =
+            (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        if let (Ok(total), Ok(unattributed)) = (total.parse(), unattributed.parse()) {
+            out.push(CounterTotal {
+                name: name.to_string(),
+                total,
+                unattributed,
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// The run's counters from our comments; a foreign profile gets its totals and duration.

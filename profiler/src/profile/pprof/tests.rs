@@ -64,6 +64,7 @@ fn sample_profile() -> Profile {
             refused: 5,
             unsymbolized: 6,
             period: None,
+            counters: Vec::new(),
         },
         ..Default::default()
     };
@@ -195,6 +196,58 @@ fn build_id_note() {
         Some(vec![0xde, 0xad, 0xbe, 0xef])
     );
     assert_eq!(gnu_build_id_note(&notes[..20]), None);
+}
+
+#[test]
+fn a_counter_group_has_a_sample_type_per_counter_and_round_trips() {
+    // sample_profile's page-faults stack made a counter of a cpu-clock group: it gets the
+    // cpu-clock samples of its stack too, and merges with them into one pprof sample.
+    let mut p = sample_profile();
+    let mut leader = p.stacks[1].clone();
+    leader.event = Arc::from("cpu-clock");
+    leader.count = 3;
+    p.stacks.push(leader);
+    p.info.event = "cpu-clock".into();
+    p.info.counters = vec![crate::profile::CounterTotal {
+        name: "page-faults".into(),
+        total: 12,
+        unattributed: 2,
+    }];
+    let mut bytes = Vec::new();
+    write_pprof(&p, &mut bytes).unwrap();
+    let message = super::read::read_message(&bytes).unwrap();
+    let types: Vec<(&str, &str)> = message
+        .sample_type
+        .iter()
+        .map(|t| {
+            (
+                message.string_table[t.r#type as usize].as_str(),
+                message.string_table[t.unit as usize].as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(types.last(), Some(&("page-faults", "count")));
+    assert_eq!(
+        message.sample.len(),
+        2,
+        "the counter merged into its stack's sample"
+    );
+    let n = types.len();
+    let values: Vec<(i64, i64)> = message
+        .sample
+        .iter()
+        .map(|s| (s.value[0], s.value[n - 1]))
+        .collect();
+    assert!(
+        values.contains(&(90, 0)) && values.contains(&(3, 10)),
+        "{values:?}"
+    );
+    let back = read_pprof(&bytes).unwrap();
+    assert_eq!(back.info.counters, p.info.counters);
+    assert_eq!(back.total(), 93);
+    let faults = back.for_event("page-faults");
+    assert_eq!(faults.total(), 10);
+    assert_eq!(faults.stacks[0].frames, p.stacks[1].frames);
 }
 
 #[test]

@@ -211,6 +211,9 @@ impl Tables {
     }
 }
 
+/// A stack and its attribution: samples with equal keys merge in a counter group's profile.
+type GroupKey<'a> = (&'a [Frame], u32, u32, u32, u64, &'a str);
+
 /// What the second sample value measures, when it can be known: CPU time for clock events
 /// sampled by frequency, events for sampling by period.
 fn weight(profile: &Profile) -> Option<(&'static str, &'static str, i64)> {
@@ -220,7 +223,7 @@ fn weight(profile: &Profile) -> Option<(&'static str, &'static str, i64)> {
     let sampled: Vec<&str> = sampled
         .iter()
         .map(|e| e.as_ref())
-        .filter(|e| !is_time_event(e))
+        .filter(|e| !is_time_event(e) && !profile.is_counter(e))
         .collect();
     if sampled.is_empty() {
         return None;
@@ -288,27 +291,72 @@ pub fn encode(profile: &Profile) -> proto::Profile {
         Some(e) if weight.is_none() && time_columns.len() == 1 => t.strings.get(e),
         _ => 0,
     };
-    let samples = profile
-        .stacks
-        .iter()
-        .map(|s| {
-            let mut value = vec![0; sample_type.len()];
-            match time_columns.iter().position(|e| *e == s.event) {
-                Some(i) => value[sample_type.len() - time_columns.len() + i] = s.count as i64,
-                None => {
-                    value[0] = s.count as i64;
-                    if let Some((_, _, per_sample)) = weight {
-                        value[1] = s.count as i64 * per_sample;
-                    }
+    let first_time = sample_type.len() - time_columns.len();
+    // A counter group: one sample type per counter (named after it, unit `count`), and
+    // each stack's samples and counter counts in one sample.
+    let counters = &profile.info.counters;
+    for c in counters {
+        sample_type.push(proto::ValueType {
+            r#type: t.strings.get(&c.name),
+            unit: t.strings.get("count"),
+        });
+    }
+    let first_counter = sample_type.len() - counters.len();
+    let mut samples: Vec<proto::Sample> = Vec::new();
+    let mut merged: HashMap<GroupKey<'_>, usize> = HashMap::new();
+    let sampled = profile
+        .events()
+        .into_iter()
+        .find(|e| !profile.is_counter(e) && !is_time_event(e));
+    for s in &profile.stacks {
+        let counter = counters.iter().position(|c| *c.name == *s.event);
+        let key = (
+            s.frames.as_slice(),
+            s.pid,
+            s.tid,
+            s.cpu,
+            s.cgroup,
+            s.comm.as_ref(),
+        );
+        // Without a group every stack is a sample of its own: no lookups.
+        let found = if counters.is_empty() {
+            None
+        } else {
+            merged.get(&key).copied()
+        };
+        let at = match found {
+            Some(i) => i,
+            None => {
+                let mut sample = proto::Sample {
+                    location_id: t.stack(&s.frames),
+                    value: vec![0; sample_type.len()],
+                    label: labels(&mut t.strings, profile, s),
+                };
+                if counter.is_some()
+                    && let (Some(e), Some(l)) = (&sampled, sample.label.first_mut())
+                {
+                    // The event label names the sampled event, not the counter.
+                    l.str = t.strings.get(e);
+                }
+                samples.push(sample);
+                if !counters.is_empty() {
+                    merged.insert(key, samples.len() - 1);
+                }
+                samples.len() - 1
+            }
+        };
+        let value = &mut samples[at].value;
+        match (counter, time_columns.iter().position(|e| *e == s.event)) {
+            (Some(k), _) => value[first_counter + k] += s.count as i64,
+            (None, Some(i)) => value[first_time + i] += s.count as i64,
+            (None, None) => {
+                value[0] += s.count as i64;
+                if let Some((_, _, per_sample)) = weight {
+                    value[1] += s.count as i64 * per_sample;
                 }
             }
-            proto::Sample {
-                location_id: t.stack(&s.frames),
-                value,
-                label: labels(&mut t.strings, profile, s),
-            }
-        })
-        .collect();
+        }
+    }
     let info = &profile.info;
     let mut comments = vec![("event", info.event.clone())];
     for (key, value) in [
@@ -327,6 +375,12 @@ pub fn encode(profile: &Profile) -> proto::Profile {
     }
     if let Some(p) = info.period {
         comments.push(("period", p.to_string()));
+    }
+    for c in counters {
+        comments.push((
+            "counter",
+            format!("{}:{}:{}", c.name, c.total, c.unattributed),
+        ));
     }
     let comment = comments
         .iter()

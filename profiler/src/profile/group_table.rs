@@ -1,0 +1,271 @@
+//! The report of a counter group: per row, the samples of the sampled event and what each
+//! counter of the group counted on those stacks, and ratios between them (`--ratio A/B`,
+//! e.g. `instructions/cycles` for IPC), each with the samples it rests on.
+
+use std::{collections::HashMap, fmt::Write as _};
+
+use super::{
+    By, Profile, Sort,
+    top::{Key, keys},
+};
+
+/// A ratio of two of a profile's events (`A/B`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ratio {
+    pub numerator: String,
+    pub denominator: String,
+}
+
+impl Ratio {
+    /// Parses `A/B`; both must be events of `events` (the sampled events and the counters).
+    pub fn parse(spec: &str, events: &[String]) -> Result<Ratio, String> {
+        let (a, b) = spec
+            .split_once('/')
+            .filter(|(a, b)| !a.is_empty() && !b.is_empty() && !b.contains('/'))
+            .ok_or_else(|| format!("malformed ratio '{spec}': write EVENT/EVENT"))?;
+        for e in [a, b] {
+            if !events.iter().any(|x| x == e) {
+                return Err(format!(
+                    "ratio '{spec}': '{e}' is not an event of the profile (it has: {})",
+                    events.join(", ")
+                ));
+            }
+        }
+        Ok(Ratio {
+            numerator: a.to_string(),
+            denominator: b.to_string(),
+        })
+    }
+}
+
+/// One row: its key, the samples (column 0) and each counter's count (columns 1..).
+struct Row {
+    key: Key,
+    values: Vec<u64>,
+}
+
+/// The group table. Values are self (the row was the innermost frame) by default and
+/// inclusive (the row was anywhere on the stack, once per stack) with `Sort::Total`.
+pub fn render_group_table(
+    profile: &Profile,
+    by: By,
+    sort: Sort,
+    limit: usize,
+    ratios: &[Ratio],
+) -> String {
+    let counters: Vec<&str> = profile
+        .info
+        .counters
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    let sampled = profile
+        .events()
+        .into_iter()
+        .find(|e| !profile.is_counter(e))
+        .map_or_else(|| "samples".to_string(), |e| e.to_string());
+    let column = |event: &str| -> usize {
+        if profile.is_counter(event) {
+            1 + counters.iter().position(|c| *c == event).unwrap_or(0)
+        } else {
+            0
+        }
+    };
+    let mut index: HashMap<Key, usize> = HashMap::new();
+    let mut rows: Vec<Row> = Vec::new();
+    let mut totals = vec![0u64; 1 + counters.len()];
+    for stack in &profile.stacks {
+        let col = column(&stack.event);
+        totals[col] += stack.count;
+        let keys = keys(profile, stack, by);
+        let mut chosen: Vec<&Key> = Vec::new();
+        if sort == Sort::Total {
+            for k in &keys {
+                if !chosen.contains(&k) {
+                    chosen.push(k);
+                }
+            }
+        } else if let Some(leaf) = keys.last() {
+            chosen.push(leaf);
+        }
+        for k in chosen {
+            let i = *index.entry(k.clone()).or_insert_with(|| {
+                rows.push(Row {
+                    key: k.clone(),
+                    values: vec![0; 1 + counters.len()],
+                });
+                rows.len() - 1
+            });
+            rows[i].values[col] += stack.count;
+        }
+    }
+    rows.sort_by(|a, b| match sort {
+        Sort::Name => a.key.cmp(&b.key),
+        _ => b.values.cmp(&a.values).then_with(|| a.key.cmp(&b.key)),
+    });
+    let (what, detail) = match by {
+        By::Function => ("FUNCTION", "MODULE"),
+        By::Module => ("MODULE", ""),
+        By::Pid => ("PID", "COMM"),
+        By::Tid => ("TID", "COMM"),
+        By::Comm => ("COMM", ""),
+        By::Cpu => ("CPU", ""),
+        By::Cgroup => ("CGROUP", "CONTAINER"),
+        By::Event => ("EVENT", ""),
+    };
+    let mut names = vec![sampled.clone()];
+    names.extend(counters.iter().map(|c| c.to_string()));
+    let width = |s: &str| s.len().max(10);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} per {}, {}",
+        names.join(", "),
+        what.to_lowercase(),
+        if sort == Sort::Total {
+            "anywhere on the stack"
+        } else {
+            "as the innermost frame (--sort total: anywhere on the stack)"
+        }
+    );
+    let mut header = String::new();
+    for n in &names {
+        let _ = write!(header, "{:>w$}  ", n, w = width(n));
+    }
+    let ratio_names: Vec<String> = ratios
+        .iter()
+        .map(|r| format!("{}/{}", r.numerator, r.denominator))
+        .collect();
+    for n in &ratio_names {
+        let _ = write!(header, "{:>w$}  ", n, w = width(n));
+    }
+    let _ = writeln!(out, "{}", format!("{header}{what:<40} {detail}").trim_end());
+    let value_of = |values: &[u64], event: &str| -> u64 {
+        if event == sampled {
+            values[0]
+        } else {
+            values[column(event)]
+        }
+    };
+    let mut line = |values: &[u64], label: &str, detail: &str| {
+        let mut row = String::new();
+        for (n, v) in names.iter().zip(values) {
+            let _ = write!(row, "{:>w$}  ", v, w = width(n));
+        }
+        for (r, n) in ratios.iter().zip(&ratio_names) {
+            let (a, b) = (
+                value_of(values, &r.numerator),
+                value_of(values, &r.denominator),
+            );
+            let text = if b == 0 {
+                "-".to_string()
+            } else {
+                format!("{:.3}", a as f64 / b as f64)
+            };
+            let _ = write!(row, "{:>w$}  ", text, w = width(n));
+        }
+        let _ = writeln!(out, "{}", format!("{row}{label:<40} {detail}").trim_end());
+    };
+    for r in rows.iter().take(limit) {
+        let detail = match (&r.key.1, by) {
+            (Some(m), _) => m.as_ref(),
+            (None, By::Function) => "?",
+            (None, _) => "",
+        };
+        line(&r.values, &r.key.0, detail);
+    }
+    line(&totals, "(all stacks)", "");
+    if !ratios.is_empty() {
+        out.push_str(&format!(
+            "each ratio rests on the row's {sampled} samples (the first column)\n"
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{
+        profile::{CounterTotal, StackCount},
+        symbolize::{Frame, FrameKind},
+    };
+
+    fn f(name: &str) -> Frame {
+        Frame::named(name, FrameKind::User)
+    }
+
+    fn group_profile() -> Profile {
+        let s = |event: &str, frames: &[&str], count| {
+            StackCount::new(
+                Arc::from(event),
+                Arc::from("w"),
+                frames.iter().map(|n| f(n)).collect(),
+                count,
+            )
+        };
+        let mut p = Profile {
+            stacks: vec![
+                s("cpu-clock", &["main", "faulter"], 10),
+                s("page-faults", &["main", "faulter"], 1000),
+                s("cpu-clock", &["main", "spinner"], 30),
+                s("page-faults", &["main", "spinner"], 3),
+            ],
+            ..Default::default()
+        };
+        p.info.counters = vec![CounterTotal {
+            name: "page-faults".into(),
+            total: 1010,
+            unattributed: 7,
+        }];
+        p
+    }
+
+    #[test]
+    fn columns_per_counter_and_ratios_with_their_samples() {
+        let p = group_profile();
+        let events = vec!["cpu-clock".to_string(), "page-faults".to_string()];
+        let r = Ratio::parse("page-faults/cpu-clock", &events).unwrap();
+        let text = render_group_table(&p, By::Function, Sort::SelfSamples, 10, &[r]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[1].contains("cpu-clock") && lines[1].contains("page-faults/cpu-clock"));
+        let row = |name: &str| -> Vec<String> {
+            lines
+                .iter()
+                .find(|l| l.split_whitespace().any(|w| w == name))
+                .unwrap()
+                .split_whitespace()
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(row("spinner")[..3], ["30", "3", "0.100"]);
+        assert_eq!(row("faulter")[..3], ["10", "1000", "100.000"]);
+        assert_eq!(row("stacks)")[..3], ["40", "1003", "25.075"]);
+        assert!(!text.lines().any(|l| l.contains(" main ")), "self only");
+        let total = render_group_table(&p, By::Function, Sort::Total, 10, &[]);
+        assert!(
+            total
+                .lines()
+                .any(|l| l.split_whitespace().collect::<Vec<_>>()[..3] == ["40", "1003", "main"])
+        );
+    }
+
+    #[test]
+    fn bad_ratios_are_one_line_errors() {
+        let events = vec!["cpu-clock".to_string(), "page-faults".to_string()];
+        for (spec, text) in [
+            ("page-faults", "malformed ratio"),
+            ("a/b/c", "malformed ratio"),
+            ("/cpu-clock", "malformed ratio"),
+            (
+                "cycles/cpu-clock",
+                "'cycles' is not an event of the profile",
+            ),
+        ] {
+            let e = Ratio::parse(spec, &events).unwrap_err();
+            assert!(e.contains(text), "{spec}: {e}");
+        }
+    }
+}

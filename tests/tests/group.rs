@@ -1,0 +1,536 @@
+//! Counter groups (`record -e '{cpu-clock,page-faults}:S'`, `--read`): every counter's
+//! increase lands on the stacks of the thread that caused it, by command, -p and -a, and the
+//! totals equal what `track` counts for the same run. The `group` fixture's functions cause
+//! known counts: `faulter` exactly PAGES page faults, `spinner` none, `blocker` one context
+//! switch per loop (it prints its own count).
+
+use std::{
+    io::Write as _,
+    process::{Child, Command, Stdio},
+};
+
+use profiler_tests::*;
+
+const PAGES: u64 = 20000;
+
+/// Sum of the counts of `event`'s stacks (folded lines start with the event) that contain
+/// `function`.
+fn on(stacks: &[(Vec<String>, u64)], event: &str, function: &str) -> u64 {
+    stacks
+        .iter()
+        .filter(|(f, _)| f[0] == event && f.iter().any(|x| x == function))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// `(total, on stacks, unattributed)` of a counter's summary line
+/// (`page-faults: T counted = S on stacks + U unattributed`).
+fn totals(stdout: &str, counter: &str) -> (u64, u64, u64) {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with(&format!("{counter}: ")))
+        .unwrap_or_else(|| panic!("no {counter} totals line:\n{stdout}"));
+    let n: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert_eq!(n.len(), 3, "{line}");
+    assert_eq!(n[0], n[1] + n[2], "{line}");
+    (n[0], n[1], n[2])
+}
+
+fn within(value: u64, expected: u64, percent: u64) -> bool {
+    value.abs_diff(expected) * 100 <= expected * percent
+}
+
+/// The fixture in `mode`, waiting for a byte on stdin before it works (`GROUP_WAIT`).
+fn waiting_fixture(mode: &str) -> KillOnDrop {
+    KillOnDrop(
+        Command::new(fixture("group"))
+            .args([mode, &PAGES.to_string(), "1"])
+            .env("GROUP_WAIT", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("starting the group fixture"),
+    )
+}
+
+/// Starts `profiler ARGS` and returns once its events are enabled: its program has seen
+/// (and filtered) overflows of other tasks, and the counters are enabled right after.
+fn recording(args: &[&str]) -> KillOnDrop {
+    let mut child = KillOnDrop(
+        Command::new(profiler_bin())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting the profiler"),
+    );
+    wait_attached(&mut child);
+    let pid = child.id();
+    wait_for("the leader's first overflows", 60, || {
+        (kernel_stat(pid, profiler_common::stat::FILTERED)
+            + kernel_stat(pid, profiler_common::stat::SUBMITTED)
+            > 0)
+        .then_some(())
+    });
+    child
+}
+
+/// Lets the waiting fixture work and returns its stdout once it has exited.
+fn release(mut fixture: KillOnDrop) -> String {
+    fixture
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(b"x")
+        .expect("releasing the fixture");
+    let out = output(fixture);
+    assert!(out.status.success(), "fixture failed: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Waits for a child's exit and takes its output (a finished child is left to the guard).
+fn output(mut child: KillOnDrop) -> std::process::Output {
+    let done = Command::new("true").spawn().expect("spawning true");
+    let c: Child = std::mem::replace(&mut child.0, done);
+    c.wait_with_output().expect("output")
+}
+
+/// Asserts the pair fixture's threads each carry their own faults.
+fn assert_pair(stacks: &[(Vec<String>, u64)], what: &str) {
+    let faulter = on(stacks, "page-faults", "faulter");
+    let spinner = on(stacks, "page-faults", "spinner");
+    assert!(
+        within(faulter, PAGES, 3),
+        "{what}: faulter's stacks carry {faulter} faults, not {PAGES} within 3 %"
+    );
+    assert!(
+        spinner * 100 < PAGES,
+        "{what}: spinner's stacks carry {spinner} faults (it causes none)"
+    );
+    assert!(
+        on(stacks, "cpu-clock", "spinner") > 200,
+        "{what}: spinner sampled"
+    );
+}
+
+#[test]
+fn faults_land_on_the_faulting_function_and_totals_add_up() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("group-seq");
+    let folded = dir.join("seq.folded");
+    let before = our_programs();
+    let out = profiler(&[
+        "record",
+        "-F",
+        "999",
+        "-e",
+        "{cpu-clock,page-faults}:S",
+        "-o",
+        folded.to_str().unwrap(),
+        "--",
+        &path("group"),
+        "seq",
+        &PAGES.to_string(),
+        "1",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stacks = read_folded(&folded);
+    let faulter = on(&stacks, "page-faults", "faulter");
+    let spinner = on(&stacks, "page-faults", "spinner");
+    assert!(within(faulter, PAGES, 3), "faulter: {faulter}\n{stdout}");
+    assert!(spinner * 100 < PAGES, "spinner: {spinner}\n{stdout}");
+    // Both ran about a second of CPU: the samples say so too.
+    let (fs, ss) = (
+        on(&stacks, "cpu-clock", "faulter"),
+        on(&stacks, "cpu-clock", "spinner"),
+    );
+    assert!(fs > 300 && ss > 300, "samples: faulter {fs}, spinner {ss}");
+    // The stacks plus the unattributed rest are the counter's total: every fault of the
+    // command (its start-up's too).
+    let (total, attributed, _) = totals(&stdout, "page-faults");
+    let all: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f[0] == "page-faults")
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(all, attributed, "{stdout}");
+    assert!((PAGES..PAGES + 2000).contains(&total), "{stdout}");
+    assert_eq!(
+        settle_programs(|p| *p == before),
+        before,
+        "programs left loaded"
+    );
+}
+
+#[test]
+fn totals_equal_what_track_counts_for_the_same_run() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("group-track");
+    let folded = dir.join("p.folded");
+    let fx = waiting_fixture("pair");
+    let pid = fx.id().to_string();
+    // track counts user and kernel mode (`sys`), as record's counters do.
+    let track = KillOnDrop(
+        Command::new(profiler_bin())
+            .args(["track", "-T", "0", "-c", "page-faults,sys", "-p", &pid])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting track"),
+    );
+    let track_pid = track.id();
+    wait_for("track's counters", 60, || {
+        held(track_pid)
+            .is_some_and(|h| h.perf_events > 0)
+            .then_some(())
+    });
+    let rec = recording(&[
+        "record",
+        "-F",
+        "999",
+        "-e",
+        "cpu-clock",
+        "--read",
+        "page-faults",
+        "-o",
+        folded.to_str().unwrap(),
+        "-p",
+        &pid,
+    ]);
+    release(fx);
+    let out = output(rec);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tracked = output(track);
+    let tracked = String::from_utf8_lossy(&tracked.stdout).into_owned();
+    let exit: u64 = tracked
+        .lines()
+        .find(|l| l.split_whitespace().nth(2) == Some("exit"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no exit row from track:\n{tracked}"));
+    let (total, _, _) = totals(&stdout, "page-faults");
+    assert_eq!(
+        total, exit,
+        "record's total vs track's\n{stdout}\n{tracked}"
+    );
+    assert_pair(&read_folded(&folded), "-p");
+}
+
+#[test]
+fn two_threads_keep_their_own_faults_by_command_and_system_wide() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("group-pair");
+    // By command.
+    let folded = dir.join("cmd.folded");
+    let out = profiler(&[
+        "record",
+        "-F",
+        "999",
+        "-e",
+        "cpu-clock",
+        "--read",
+        "page-faults",
+        "-o",
+        folded.to_str().unwrap(),
+        "--",
+        &path("group"),
+        "pair",
+        &PAGES.to_string(),
+        "1",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_pair(&read_folded(&folded), "command");
+    // System-wide: per-CPU counters, split at every context switch.
+    let folded = dir.join("all.folded");
+    let fx = waiting_fixture("pair");
+    let rec = recording(&[
+        "record",
+        "-a",
+        "-F",
+        "499",
+        "-e",
+        "{cpu-clock,page-faults}:S",
+        "-o",
+        folded.to_str().unwrap(),
+    ]);
+    release(fx);
+    // SAFETY: kill(2) on the profiler we started; SIGINT ends it with its report.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    let out = output(rec);
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The threads are told apart by their names (the fixture names them after their
+    // work): under -a, user frames of a process that started before the recording are not
+    // always named (a limit of the symbolizer, not of the counters).
+    let stacks = read_folded(&folded);
+    let of = |event: &str, comm: &str| -> u64 {
+        stacks
+            .iter()
+            .filter(|(f, _)| f[0] == event && f[1] == comm)
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let (faulter, spinner) = (of("page-faults", "faulter"), of("page-faults", "spinner"));
+    assert!(
+        within(faulter, PAGES, 3),
+        "-a: faulter's stacks carry {faulter}"
+    );
+    assert!(
+        spinner * 100 < PAGES,
+        "-a: spinner's stacks carry {spinner}"
+    );
+    assert!(of("cpu-clock", "spinner") > 100, "-a: spinner sampled");
+}
+
+#[test]
+fn context_switches_land_on_the_blocking_function() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("group-switch");
+    let folded = dir.join("switch.folded");
+    let out = profiler(&[
+        "record",
+        "-F",
+        "999",
+        "-e",
+        "cpu-clock",
+        "--read",
+        "context-switches",
+        "-o",
+        folded.to_str().unwrap(),
+        "--",
+        &path("group"),
+        "switch",
+        "0",
+        "1",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let own: u64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("blocker switches="))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count from the fixture:\n{stdout}"));
+    assert!(own > 1000, "only {own} switches");
+    let stacks = read_folded(&folded);
+    let blocker = on(&stacks, "context-switches", "blocker");
+    assert!(
+        within(blocker, own, 3),
+        "blocker's stacks carry {blocker} switches; it switched {own} times\n{stdout}"
+    );
+    let all: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f[0] == "context-switches")
+        .map(|(_, n)| n)
+        .sum();
+    assert!(blocker * 100 >= all * 90, "{blocker} of {all} on blocker");
+}
+
+#[test]
+fn pprof_has_a_sample_type_per_counter_for_go_tool_pprof() {
+    if !privileged() {
+        return;
+    }
+    if Command::new("go").arg("version").output().is_err() {
+        eprintln!("SKIP: no go toolchain (golang-go) for `go tool pprof`");
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("group-pprof");
+    let pb = dir.join("seq.pb.gz");
+    let out = profiler(&[
+        "record",
+        "-F",
+        "999",
+        "-e",
+        "{cpu-clock,page-faults}:S",
+        "-o",
+        pb.to_str().unwrap(),
+        "--",
+        &path("group"),
+        "seq",
+        &PAGES.to_string(),
+        "1",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (_, attributed, _) = totals(&stdout, "page-faults");
+    let top = Command::new("go")
+        .args(["tool", "pprof", "-top", "-cum", "-sample_index=page-faults"])
+        .arg(&pb)
+        .output()
+        .expect("go tool pprof");
+    let text = String::from_utf8_lossy(&top.stdout).into_owned();
+    assert!(
+        top.status.success(),
+        "{}",
+        String::from_utf8_lossy(&top.stderr)
+    );
+    assert!(
+        text.contains(&format!("Total samples = {attributed}")),
+        "pprof's page-faults total is not {attributed}:\n{text}"
+    );
+    let faulter: u64 = text
+        .lines()
+        .find(|l| l.trim_end().ends_with(" faulter"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no faulter row:\n{text}"));
+    assert!(within(faulter, PAGES, 3), "{text}");
+    // Our own report reads it back with a column per counter and a ratio.
+    let report = run_ok(&[
+        "report",
+        "-i",
+        pb.to_str().unwrap(),
+        "--sort",
+        "total",
+        "--ratio",
+        "page-faults/cpu-clock",
+    ]);
+    let row: Vec<&str> = report
+        .lines()
+        .find(|l| l.split_whitespace().any(|w| w == "faulter"))
+        .unwrap_or_else(|| panic!("no faulter row:\n{report}"))
+        .split_whitespace()
+        .collect();
+    let (samples, faults): (u64, u64) = (row[0].parse().unwrap(), row[1].parse().unwrap());
+    assert!(within(faults, PAGES, 3), "{report}");
+    let ratio: f64 = row[2].parse().unwrap();
+    assert!(
+        (ratio - faults as f64 / samples as f64).abs() < 0.01,
+        "{report}"
+    );
+    // `flamegraph -e page-faults` weighs by the counter.
+    let svg = dir.join("faults.folded");
+    run_ok(&[
+        "flamegraph",
+        "-i",
+        pb.to_str().unwrap(),
+        "-e",
+        "page-faults",
+        "--folded",
+        "-o",
+        svg.to_str().unwrap(),
+    ]);
+    let weighted: u64 = read_folded(&svg).iter().map(|(_, n)| n).sum();
+    assert_eq!(weighted, attributed);
+}
+
+#[test]
+fn bad_groups_are_clear_one_line_errors() {
+    for (args, code, needles) in [
+        (
+            vec!["record", "-e", "{cpu-clock,page-faults", "--", "true"],
+            2,
+            vec!["malformed event group"],
+        ),
+        (
+            vec!["record", "-e", "{cpu-clock}:S", "--", "true"],
+            2,
+            vec!["no counter to read"],
+        ),
+        (
+            vec![
+                "record",
+                "-e",
+                "cpu-clock,task-clock",
+                "--read",
+                "page-faults",
+                "--",
+                "true",
+            ],
+            2,
+            vec!["exactly one sampled event"],
+        ),
+        (
+            vec!["record", "--read", "a,b,c,d,e,f,g,h,i", "--", "true"],
+            2,
+            vec!["at most 8"],
+        ),
+        (
+            vec![
+                "record",
+                "--read",
+                "page-faults",
+                "--ratio",
+                "cpu-clock",
+                "--",
+                "true",
+            ],
+            2,
+            vec!["malformed ratio"],
+        ),
+        (
+            vec!["record", "--ratio", "page-faults/cpu-clock", "--", "true"],
+            2,
+            vec!["malformed ratio", "not an event"],
+        ),
+    ] {
+        let out = profiler(&args);
+        let line = one_error_line(&out);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {line}");
+        assert!(
+            needles.iter().any(|n| line.contains(n)),
+            "{args:?}: {line:?} lacks {needles:?}"
+        );
+    }
+}
+
+#[test]
+fn hardware_counters_say_there_is_no_pmu_here() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let out = profiler(&["record", "--read", "instructions", "--", "true"]);
+    if std::path::Path::new("/sys/bus/event_source/devices/cpu").exists() {
+        eprintln!("SKIP: this host has a cpu PMU");
+        return;
+    }
+    assert_fails(
+        &out,
+        1,
+        &["instructions", "no hardware PMU"],
+        "--read instructions",
+    );
+}
