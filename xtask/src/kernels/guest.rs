@@ -110,6 +110,10 @@ const CHECKS: &[Check] = &[
         run: record_off_cpu,
     },
     Check {
+        name: "record-group",
+        run: record_group,
+    },
+    Check {
         name: "stat-cgroups",
         run: stat_cgroups,
     },
@@ -634,6 +638,55 @@ fn record_off_cpu(l: &Layout) -> CheckResult {
         "{under} off CPU {:.3} s (measured {:.3} s)",
         slept as f64 / 1e9,
         truth as f64 / 1e9
+    ))
+}
+
+/// A counter group: sampling cpu-clock, reading page-faults, the faulting function's stacks
+/// carry the faults the fixture counted itself, within 3 %.
+fn record_group(l: &Layout) -> CheckResult {
+    let folded = l.out("group.folded");
+    let group = l.fixture("group");
+    let out = profiler(
+        l,
+        &[
+            "record",
+            "-F",
+            "999",
+            "-e",
+            "cpu-clock",
+            "--read",
+            "page-faults",
+            "-q",
+            "-o",
+            &folded,
+            "--",
+            &group,
+            "seq",
+            "20000",
+            "1",
+        ],
+    )?;
+    let truth: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("faulter faults="))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| fail("no faulter line from group".into(), &out))?;
+    let stacks = read_folded(&folded)?;
+    let on_faulter: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f.first().is_some_and(|e| e == "page-faults"))
+        .filter(|(f, _)| f.iter().any(|x| x == "faulter"))
+        .map(|(_, n)| n)
+        .sum();
+    if on_faulter.abs_diff(truth) * 100 > truth * 3 {
+        let text = std::fs::read_to_string(&folded).unwrap_or_default();
+        return Err(fail(
+            format!("{on_faulter} page faults on faulter's stacks, the fixture counted {truth}"),
+            &format!("{out}\n{folded}:\n{text}"),
+        ));
+    }
+    Ok(format!(
+        "page faults on faulter's stacks {on_faulter} (fixture {truth})"
     ))
 }
 
