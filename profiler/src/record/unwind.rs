@@ -299,9 +299,13 @@ impl TableLoader {
     /// Forgets the processes that exited (the kernel dropped their entries at exit), at
     /// most once per [`SWEEP`].
     fn sweep(&mut self) {
-        if self.swept.elapsed() < SWEEP {
-            return;
+        if self.swept.elapsed() >= SWEEP {
+            self.sweep_now();
         }
+    }
+
+    /// [`Self::sweep`] whatever the time since the last.
+    fn sweep_now(&mut self) {
         self.swept = Instant::now();
         let gone: Vec<u32> = self.procs.keys().copied().filter(|&p| exited(p)).collect();
         for pid in gone {
@@ -333,12 +337,6 @@ impl TableLoader {
             self.stats.modules_evicted += 1;
         }
         self.maps.place(id, &table.rows)
-    }
-
-    /// [`Self::sweep`] whatever the time since the last.
-    fn sweep_now(&mut self) {
-        self.swept = Instant::now() - SWEEP;
-        self.sweep();
     }
 
     /// The kernel's view of `mappings`: each file-backed one with its module's rows (none

@@ -233,11 +233,7 @@ impl Resolver {
     /// Reads the kernel's symbols (blazesym keeps them for later calls) without naming
     /// anything.
     pub fn load_kernel_symbols(&mut self) {
-        let src = Source::Kernel(Kernel {
-            vmlinux: MaybeDefault::None,
-            debug_syms: false,
-            ..Default::default()
-        });
+        let src = kernel_source();
         // Any kernel address makes it parse kallsyms; the answer is not kept.
         let _ = self
             .kernel
@@ -258,11 +254,7 @@ impl Resolver {
         if new.is_empty() {
             return;
         }
-        let src = Source::Kernel(Kernel {
-            vmlinux: MaybeDefault::None,
-            debug_syms: false,
-            ..Default::default()
-        });
+        let src = kernel_source();
         let module: Arc<str> = Arc::from("[kernel.kallsyms]");
         let found = self
             .kernel
@@ -299,4 +291,13 @@ fn miss(name: &Arc<str>, path: Option<&Arc<str>>, offset: u64) -> Arc<[Frame]> {
         path.cloned(),
         offset,
     )])
+}
+
+/// The running kernel's symbols, from kallsyms only (no vmlinux, no debug symbols).
+fn kernel_source() -> Source<'static> {
+    Source::Kernel(Kernel {
+        vmlinux: MaybeDefault::None,
+        debug_syms: false,
+        ..Default::default()
+    })
 }

@@ -178,26 +178,32 @@ pub fn fds_of(pid: i32, target: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Parses `work`'s `work-seconds WALL CPU` line.
-pub fn work_seconds(f: &Finished) -> anyhow::Result<(f64, f64)> {
-    let line = f
-        .stderr
+/// The fields of `work`'s last line, `work-seconds WALL CPU END`.
+fn work_fields(f: &Finished) -> anyhow::Result<Vec<&str>> {
+    f.stderr
         .lines()
         .find_map(|l| l.strip_prefix("work-seconds "))
-        .with_context(|| format!("no work-seconds line from `{}`", f.command))?;
-    let mut it = line.split_whitespace().map(str::parse::<f64>);
-    match (it.next(), it.next()) {
+        .map(|l| l.split_whitespace().collect())
+        .with_context(|| format!("no work-seconds line from `{}`", f.command))
+}
+
+/// `work`'s own wall and CPU seconds.
+pub fn work_seconds(f: &Finished) -> anyhow::Result<(f64, f64)> {
+    let fields = work_fields(f)?;
+    match (
+        fields.first().map(|w| w.parse()),
+        fields.get(1).map(|c| c.parse()),
+    ) {
         (Some(Ok(w)), Some(Ok(c))) => Ok((w, c)),
-        _ => bail!("bad work-seconds line `{line}`"),
+        _ => bail!("bad work-seconds line `{}`", fields.join(" ")),
     }
 }
 
 /// When `work` ended (the third field of its `work-seconds` line, CLOCK_MONOTONIC).
 pub fn work_end(f: &Finished) -> anyhow::Result<f64> {
-    f.stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("work-seconds "))
-        .and_then(|l| l.split_whitespace().nth(2)?.parse().ok())
+    work_fields(f)?
+        .get(2)
+        .and_then(|e| e.parse().ok())
         .with_context(|| format!("no end time in the work-seconds line of `{}`", f.command))
 }
 
