@@ -131,8 +131,13 @@ fn an_unprivileged_user_counts_its_own_user_mode_faults_and_no_cpu() {
     let _s = serial();
     let exe = scratch("perfmon-nobody").join("perfmon");
     compile("examples/perfmon.c", &exe);
+    // The shim beside the program: the build tree may be where nobody can read (a clone
+    // under /root or in a mktemp directory), and the loader ignores what it cannot open.
+    let lib = exe.with_file_name("libperfmon.so");
+    std::fs::copy(shim(), &lib).expect("copying libperfmon.so");
     let nobody = |scope: &str, args: &[&str]| {
         let mut c = preloaded(&exe, Some(scope));
+        c.env("LD_PRELOAD", &lib);
         std::os::unix::process::CommandExt::uid(&mut c, 65534);
         std::os::unix::process::CommandExt::gid(&mut c, 65534);
         output(c.args(args))
