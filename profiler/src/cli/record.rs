@@ -234,7 +234,7 @@ impl RecordArgs {
                     "invalid --mmap-pages {pages}: must be a power of two, at most 1 GiB of pages"
                 ));
             }
-            opts.ring_bytes = bytes as u32;
+            opts.ring_bytes = Some(bytes as u32);
         }
         Ok(opts)
     }

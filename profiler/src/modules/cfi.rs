@@ -5,7 +5,7 @@ use gimli::{
     BaseAddresses, CfaRule, CieOrFde, DebugFrame, EhFrame, LittleEndian, RegisterRule,
     UnwindContext, UnwindSection, X86_64,
 };
-use profiler_common::unwind::{UnwindRow, cfa};
+use profiler_common::unwind::{MAX_MODULE_ROWS, UnwindRow, cfa};
 
 /// A section's bytes and the virtual address it is loaded at.
 #[derive(Clone, Debug, Default)]
@@ -30,6 +30,10 @@ pub enum CfiError {
     Parse(#[from] gimli::Error),
     #[error("the file has neither .eh_frame nor .debug_frame")]
     Missing,
+    #[error("code spans more than 4 GiB; no unwind table")]
+    TooWide,
+    #[error("more than {MAX_MODULE_ROWS} unwind rows; no unwind table")]
+    TooManyRows,
 }
 
 /// How one address range unwinds, before it is placed relative to a table base.
@@ -55,71 +59,80 @@ const PLT_EXPRESSION: [u8; 11] = [
     0x33, 0x24, 0x22, // DW_OP_lit3, DW_OP_shl, DW_OP_plus
 ];
 
-/// The rows of every FDE, sorted by address, as (address, row without its `pc`): each holds
-/// up to the next; a gap between FDEs gets a [`cfa::NONE`] row, and consecutive equal rows
-/// are merged.
-pub fn rows(sections: &CfiSections) -> Result<Vec<(u64, UnwindRow)>, CfiError> {
+/// A module's rows: addresses relative to `base` (the lowest address any FDE covers).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rows {
+    pub base: u64,
+    pub rows: Vec<UnwindRow>,
+}
+
+/// Every FDE's rows, in address order: each row holds up to the next; a gap between FDEs
+/// gets a [`cfa::NONE`] row, and consecutive equal rows are merged.
+///
+/// FDEs are listed (address and offset, 16 bytes each) and sorted first, then evaluated one
+/// by one in address order straight into the table: memory is the table itself (8 bytes a
+/// row) plus the list, not every row's span (librustc_driver's 1.1 million rows took 45 MiB
+/// at the peak that way).
+pub fn rows(sections: &CfiSections) -> Result<Rows, CfiError> {
     let mut bases = BaseAddresses::default()
         .set_text(sections.text_addr)
         .set_got(sections.got_addr);
-    let mut spans = Vec::new();
     match (&sections.eh_frame, &sections.debug_frame) {
         (Some(eh), _) if !eh.data.is_empty() => {
             bases = bases.set_eh_frame(eh.addr);
             if let Some(hdr) = &sections.eh_frame_hdr {
                 bases = bases.set_eh_frame_hdr(hdr.addr);
             }
-            let section = EhFrame::new(&eh.data, LittleEndian);
-            collect(&section, &bases, &mut spans)?;
+            evaluate_all(&EhFrame::new(&eh.data, LittleEndian), &bases)
         }
-        (_, Some(debug)) => {
-            let section = DebugFrame::new(&debug.data, LittleEndian);
-            collect(&section, &bases, &mut spans)?;
-        }
-        _ => return Err(CfiError::Missing),
+        (_, Some(debug)) => evaluate_all(&DebugFrame::new(&debug.data, LittleEndian), &bases),
+        _ => Err(CfiError::Missing),
     }
-    Ok(flatten(spans))
 }
 
-/// (start, end, rule) of every row of every FDE of `section`.
-fn collect<'a, S>(
-    section: &S,
-    bases: &BaseAddresses,
-    spans: &mut Vec<(u64, u64, Rule)>,
-) -> Result<(), CfiError>
+fn evaluate_all<'a, S>(section: &S, bases: &BaseAddresses) -> Result<Rows, CfiError>
 where
     S: UnwindSection<gimli::EndianSlice<'a, LittleEndian>>,
 {
-    let mut ctx = UnwindContext::new();
+    // (first address, offset) of every FDE with code.
+    let mut fdes: Vec<(u64, usize)> = Vec::new();
     let mut entries = section.entries(bases);
     while let Some(entry) = entries.next()? {
         let CieOrFde::Fde(partial) = entry else {
             continue;
         };
         // One bad FDE loses its function, not the module.
-        let Ok(fde) = partial.parse(S::cie_from_offset) else {
+        if let Ok(fde) = partial.parse(S::cie_from_offset)
+            && fde.len() != 0
+        {
+            fdes.push((fde.initial_address(), partial.offset()));
+        }
+    }
+    // Stable: of two FDEs at one address, the first in the section wins (as below).
+    fdes.sort_by_key(|&(start, _)| start);
+    let mut table = Table::default();
+    let mut ctx = UnwindContext::new();
+    for &(_, offset) in &fdes {
+        let Ok(fde) = section.fde_from_offset(bases, offset.into(), S::cie_from_offset) else {
             continue;
         };
-        if fde.len() == 0 {
-            continue;
-        }
         if fde.is_signal_trampoline() {
             let rule = Rule {
                 cfa: cfa::SIGNAL,
                 ..NONE
             };
-            spans.push((fde.initial_address(), fde.end_address(), rule));
+            table.push(fde.initial_address(), fde.end_address(), rule)?;
             continue;
         }
-        let Ok(mut table) = fde.rows(section, bases, &mut ctx) else {
+        let Ok(mut fde_rows) = fde.rows(section, bases, &mut ctx) else {
             continue;
         };
-        while let Ok(Some(row)) = table.next_row() {
+        while let Ok(Some(row)) = fde_rows.next_row() {
             let rule = evaluate(section, row);
-            spans.push((row.start_address(), row.end_address(), rule));
+            table.push(row.start_address(), row.end_address(), rule)?;
         }
     }
-    Ok(())
+    table.finish()
 }
 
 fn evaluate<'a, S>(section: &S, row: &gimli::UnwindTableRow<usize, gimli::StoreOnHeap>) -> Rule
@@ -163,43 +176,57 @@ where
     }
 }
 
-/// Sorted, gap-marked, merged rows from possibly unsorted FDE spans.
-fn flatten(mut spans: Vec<(u64, u64, Rule)>) -> Vec<(u64, UnwindRow)> {
-    spans.sort_by_key(|&(start, _, _)| start);
-    let mut out: Vec<(u64, Rule)> = Vec::with_capacity(spans.len() + spans.len() / 4);
-    let mut covered_to = 0u64;
-    for (start, end, rule) in spans {
+/// A table built from spans pushed in the order of their start.
+#[derive(Default)]
+struct Table {
+    base: Option<u64>,
+    rows: Vec<UnwindRow>,
+    last: Option<Rule>,
+    covered_to: u64,
+}
+
+impl Table {
+    fn push(&mut self, start: u64, end: u64, rule: Rule) -> Result<(), CfiError> {
         // Overlapping FDEs (a linker's leftovers): the first one wins.
-        if start < covered_to || end <= start {
-            continue;
+        if start < self.covered_to || end <= start {
+            return Ok(());
         }
-        if start > covered_to
-            && let Some(last) = out.last()
-            && last.1 != NONE
-        {
-            out.push((covered_to, NONE));
+        if start > self.covered_to && self.last.is_some_and(|l| l != NONE) {
+            self.add(self.covered_to, NONE)?;
         }
-        if out.last().is_none_or(|l| l.1 != rule) {
-            out.push((start, rule));
+        if self.last != Some(rule) {
+            self.add(start, rule)?;
         }
-        covered_to = end;
+        self.covered_to = end;
+        Ok(())
     }
-    if out.last().is_some_and(|l| l.1 != NONE) {
-        out.push((covered_to, NONE));
+
+    fn add(&mut self, addr: u64, rule: Rule) -> Result<(), CfiError> {
+        let base = *self.base.get_or_insert(addr);
+        let pc = u32::try_from(addr - base).map_err(|_| CfiError::TooWide)?;
+        if self.rows.len() >= MAX_MODULE_ROWS as usize {
+            return Err(CfiError::TooManyRows);
+        }
+        self.rows.push(UnwindRow {
+            pc,
+            cfa_offset: rule.cfa_offset,
+            cfa: rule.cfa,
+            rbp: rule.rbp,
+        });
+        self.last = Some(rule);
+        Ok(())
     }
-    out.into_iter()
-        .map(|(addr, r)| {
-            (
-                addr,
-                UnwindRow {
-                    pc: 0,
-                    cfa_offset: r.cfa_offset,
-                    cfa: r.cfa,
-                    rbp: r.rbp,
-                },
-            )
+
+    fn finish(mut self) -> Result<Rows, CfiError> {
+        if self.last.is_some_and(|l| l != NONE) {
+            self.add(self.covered_to, NONE)?;
+        }
+        self.rows.shrink_to_fit();
+        Ok(Rows {
+            base: self.base.unwrap_or(0),
+            rows: self.rows,
         })
-        .collect()
+    }
 }
 
 #[cfg(test)]
@@ -214,6 +241,16 @@ mod tests {
         }
     }
 
+    /// The table of `spans`, pushed in the order of their start (as FDEs are evaluated).
+    fn table(mut spans: Vec<(u64, u64, Rule)>) -> Rows {
+        spans.sort_by_key(|&(start, _, _)| start);
+        let mut t = Table::default();
+        for (start, end, rule) in spans {
+            t.push(start, end, rule).unwrap();
+        }
+        t.finish().unwrap()
+    }
+
     #[test]
     fn gaps_get_none_rows_and_equal_neighbours_merge() {
         let spans = vec![
@@ -223,9 +260,10 @@ mod tests {
             (0x120, 0x130, rsp(16)),
             (0x210, 0x220, rsp(8)),
         ];
-        let rows: Vec<(u64, u8, u16)> = flatten(spans)
+        let rows: Vec<(u64, u8, u16)> = table(spans)
+            .rows
             .into_iter()
-            .map(|(a, r)| (a, r.cfa, r.cfa_offset))
+            .map(|r| (0x100 + u64::from(r.pc), r.cfa, r.cfa_offset))
             .collect();
         assert_eq!(
             rows,
@@ -242,8 +280,19 @@ mod tests {
     #[test]
     fn overlapping_fdes_keep_the_first() {
         let spans = vec![(0x100, 0x200, rsp(8)), (0x150, 0x160, rsp(32))];
-        let rows = flatten(spans);
+        let rows = table(spans).rows;
         assert_eq!(rows.len(), 2);
-        assert_eq!(rows[1].1.cfa, cfa::NONE);
+        assert_eq!((rows[1].pc, rows[1].cfa), (0x100, cfa::NONE));
+    }
+
+    #[test]
+    fn code_wider_than_4_gib_has_no_table() {
+        let mut t = Table::default();
+        t.push(0x1000, 0x1010, rsp(8)).unwrap();
+        let far = 0x1000 + (1u64 << 32);
+        assert!(matches!(
+            t.push(far, far + 16, rsp(16)),
+            Err(CfiError::TooWide)
+        ));
     }
 }

@@ -10,7 +10,7 @@ mod maps;
 
 use std::{collections::HashMap, path::PathBuf, sync::Arc};
 
-use profiler_common::unwind::{MAX_MODULE_ROWS, UnwindRow};
+use profiler_common::unwind::UnwindRow;
 
 pub use cfi::CfiError;
 pub use elf::ElfError;
@@ -45,10 +45,6 @@ pub enum ModuleError {
     Elf(#[from] ElfError),
     #[error("{path}: {source}")]
     Cfi { path: Arc<str>, source: CfiError },
-    #[error("{path}: code spans more than 4 GiB; no unwind table")]
-    TooWide { path: Arc<str> },
-    #[error("{path}: {rows} unwind rows, more than the {MAX_MODULE_ROWS} a table may hold")]
-    TooManyRows { path: Arc<str>, rows: usize },
     #[error("{path}: the unwind table is still being built")]
     Building { path: Arc<str> },
     #[error("{path}: file offset {offset:#x} is in no load segment")]
@@ -286,31 +282,10 @@ pub struct TableJob {
 
 impl TableJob {
     pub fn build(self) -> Result<UnwindTable, ModuleError> {
-        let path = || self.path.clone();
-        let rows = cfi::rows(&self.cfi).map_err(|source| ModuleError::Cfi {
-            path: path(),
+        let cfi::Rows { base, rows } = cfi::rows(&self.cfi).map_err(|source| ModuleError::Cfi {
+            path: self.path.clone(),
             source,
         })?;
-        let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
-            return Ok(UnwindTable::default());
-        };
-        let base = first.0;
-        if last.0 - base > u64::from(u32::MAX) {
-            return Err(ModuleError::TooWide { path: path() });
-        }
-        if rows.len() > MAX_MODULE_ROWS as usize {
-            return Err(ModuleError::TooManyRows {
-                path: path(),
-                rows: rows.len(),
-            });
-        }
-        let rows = rows
-            .into_iter()
-            .map(|(addr, row)| UnwindRow {
-                pc: (addr - base) as u32,
-                ..row
-            })
-            .collect();
         Ok(UnwindTable { base, rows })
     }
 }

@@ -105,7 +105,12 @@ impl Collector {
         let nk = usize::from(rec.kernel_frames);
         let nu = usize::from(rec.user_frames);
         let mut user: Vec<u64> = (nk..nk + nu).map(|i| frame_at(frames, i)).collect();
+        // The leaf-caller check reads the function's start from the file's symbols: for a
+        // process whose tables are still being loaded (its first samples, walked with frame
+        // pointers meanwhile) it is not worth parsing a big library's symbol table on the
+        // reader's thread (librustc_driver's held it for seconds in a debug build).
         if rec.flags & record_flags::LEAF_RET != 0
+            && rec.flags & record_flags::UNWIND_NO_PROCESS == 0
             && let Some(&ip) = user.first()
             && let Some(caller) = self.symbolizer.missing_leaf_caller(
                 rec.pid,
@@ -246,6 +251,33 @@ impl Collector {
 
 impl Batch {
     /// Names every frame: each file's offsets in one call, the kernel's in one call.
+    /// Names the user offsets of several waiting batches in one pass, one blazesym call per
+    /// file for all of them (their [`Batch::symbolize`] then finds every name cached): a
+    /// worker that fell behind catches up instead of parsing each file once per interval.
+    pub fn resolve_ahead(batches: &mut [Batch], resolver: &mut Resolver) {
+        let mut files: HashMap<FileId, ElfFile> = HashMap::new();
+        for b in batches.iter() {
+            for (id, f) in &b.files {
+                files.entry(*id).or_insert_with(|| f.clone());
+            }
+        }
+        let wanted = batches
+            .iter()
+            .flat_map(|b| b.stacks.keys())
+            .flat_map(|s| s.user.iter())
+            .filter_map(|f| match f {
+                UserFrame::File { file, offset } => Some((*file, *offset)),
+                UserFrame::Named(_) => None,
+            });
+        let errors = resolver.resolve_user(&files, wanted);
+        for e in &errors.files {
+            eprintln!("profiler: warning: not symbolized: {e}");
+        }
+        if let Some(first) = batches.first_mut() {
+            first.info.unsymbolized += errors.files.len() as u64;
+        }
+    }
+
     pub fn symbolize(self, resolver: &mut Resolver) -> Profile {
         let Batch {
             stacks: raw_stacks,

@@ -78,7 +78,8 @@ pub struct RecordOptions {
     /// Only these CPUs (default: every online CPU).
     pub cpus: Option<Vec<u32>>,
     pub duration: Option<Duration>,
-    pub ring_bytes: u32,
+    /// The ring buffer's size (`-m`); `None`: sized to the rate ([`Self::ring_size`]).
+    pub ring_bytes: Option<u32>,
     /// Reader poll interval when the kernel has not woken it (batched wake-ups).
     pub poll: Duration,
     /// Continuous mode: hand over a profile of each interval as it ends.
@@ -113,13 +114,6 @@ pub struct RecordOptions {
 
 impl RecordOptions {
     pub fn new(target: Target) -> Self {
-        // The ring's pages count twice in the resident size (the kernel maps its data twice
-        // for wrap-around reads): half the size where the target is some tasks, whose rate
-        // is bounded by their threads; whole CPUs get the full size for bursts.
-        let ring_bytes = match target {
-            Target::SystemWide | Target::Cgroup(_) => profiler_common::DEFAULT_RING_BYTES,
-            _ => profiler_common::DEFAULT_RING_BYTES / 2,
-        };
         Self {
             target,
             events: vec!["cpu-clock".into()],
@@ -128,7 +122,7 @@ impl RecordOptions {
             mode: Mode::Both,
             cpus: None,
             duration: None,
-            ring_bytes,
+            ring_bytes: None,
             poll: Duration::from_millis(100),
             interval: None,
             debug_dirs: Vec::new(),
@@ -144,6 +138,38 @@ impl RecordOptions {
             wall: false,
             min_block: Duration::ZERO,
         }
+    }
+
+    /// The ring buffer's size: as asked, else about half a second of samples at the asked
+    /// rate on every sampled CPU (256 bytes a sample; most records are 100-300), a power of
+    /// two from 1 MiB up to 8 MiB for whole CPUs and 4 MiB for some tasks (their threads
+    /// bound their rate). Once written all round, the ring's pages count twice in RSS (the
+    /// kernel maps them twice for wrap-around reads): a 999 Hz system-wide run on 2 CPUs
+    /// needs 1 MiB, not 8. With a period (`-c`) the rate is unknown: the largest size.
+    pub fn ring_size(&self) -> u32 {
+        if let Some(bytes) = self.ring_bytes {
+            return bytes;
+        }
+        let max = match self.target {
+            Target::SystemWide | Target::Cgroup(_) => profiler_common::DEFAULT_RING_BYTES,
+            _ => profiler_common::DEFAULT_RING_BYTES / 2,
+        };
+        if self.period.is_some() {
+            return max;
+        }
+        let cpus = match &self.cpus {
+            Some(cpus) => cpus.len(),
+            None => crate::host::online_cpus().map_or(1, |c| c.len()),
+        };
+        let per_second = self
+            .frequency_hz
+            .saturating_mul(cpus.max(1) as u64)
+            .saturating_mul(self.events.len().max(1) as u64)
+            .saturating_mul(256);
+        (per_second / 2)
+            .checked_next_power_of_two()
+            .unwrap_or(u64::MAX)
+            .clamp(1 << 20, u64::from(max)) as u32
     }
 }
 
@@ -381,6 +407,28 @@ pub async fn record_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ring_is_sized_to_the_rate_unless_asked() {
+        const MIB: u32 = 1 << 20;
+        let mut opts = RecordOptions::new(Target::SystemWide);
+        opts.cpus = Some(vec![0, 1]);
+        opts.frequency_hz = 999;
+        assert_eq!(opts.ring_size(), MIB, "999 Hz on 2 CPUs: 0.5 MB a second");
+        opts.frequency_hz = 25_000;
+        assert_eq!(opts.ring_size(), 8 * MIB);
+        opts.cpus = Some((0..64).collect());
+        opts.frequency_hz = 999;
+        assert_eq!(opts.ring_size(), 8 * MIB, "at most 8 MiB");
+        opts.period = Some(10_000);
+        assert_eq!(opts.ring_size(), 8 * MIB, "a period: the rate is unknown");
+        let mut task = RecordOptions::new(Target::Command(vec!["true".into()]));
+        task.cpus = Some((0..8).collect());
+        task.frequency_hz = 9999;
+        assert_eq!(task.ring_size(), 4 * MIB, "tasks: at most 4 MiB");
+        task.ring_bytes = Some(4096);
+        assert_eq!(task.ring_size(), 4096, "-m wins");
+    }
 
     #[test]
     fn periods_the_kernel_refuses_are_usage_errors() {

@@ -318,8 +318,30 @@ impl<'a> Session<'a> {
                             collector.refresh_maps(pid);
                         }
                     }
-                    for bytes in batch.records() {
-                        Group::add(group, collector, bytes);
+                    // In chunks: between two, what arrived meanwhile is taken in and the
+                    // tables it asks for are loaded, so a process started while a long batch
+                    // is being normalized (a busy host) does not wait for all of it.
+                    let mut done = 0;
+                    while done < batch.len() {
+                        let end = (done + CHUNK_RECORDS).min(batch.len());
+                        for i in done..end {
+                            Group::add(group, collector, batch.get(i));
+                        }
+                        done = end;
+                        if let Some(t) = tables.as_mut()
+                            && batch.len() < MAX_BATCH_RECORDS
+                        {
+                            records.drain_bytes(|bytes| {
+                                *ring_bytes += bytes.len() as u64;
+                                if let Some((header, _)) = StackSampleHeader::parse(bytes) {
+                                    t.note(&header);
+                                }
+                                batch.push(bytes);
+                            });
+                            for pid in t.load_pending()? {
+                                collector.refresh_maps(pid);
+                            }
+                        }
                     }
                     batch.clear();
                 }
@@ -482,7 +504,7 @@ fn sampler_config(opts: &RecordOptions) -> SamplerConfig {
             }
             | if tables { capture::UNWIND_TABLES } else { 0 }
             | if opts.off_cpu { capture::OFF_CPU } else { 0 },
-        wakeup_bytes: u64::from(opts.ring_bytes / 4),
+        wakeup_bytes: u64::from(opts.ring_size() / 4),
         ..Default::default()
     }
 }
@@ -493,22 +515,22 @@ fn load_sampler(opts: &RecordOptions) -> Result<(Sampler, Option<TableLoader>), 
     let config = sampler_config(opts);
     let wants_tables = config.capture & capture::UNWIND_TABLES != 0;
     let group = !opts.read.is_empty();
-    let sampler = match Sampler::load_record_group(config, opts.ring_bytes, opts.unwind_rows, group)
-    {
-        // The unwinder needs bpf_loop (Linux 5.17); older kernels walk frame pointers.
-        Err(BpfError::Program(e)) if wants_tables => {
-            eprintln!(
-                "profiler: warning: the kernel refused the unwind-table program (it needs \
+    let sampler =
+        match Sampler::load_record_group(config, opts.ring_size(), opts.unwind_rows, group) {
+            // The unwinder needs bpf_loop (Linux 5.17); older kernels walk frame pointers.
+            Err(BpfError::Program(e)) if wants_tables => {
+                eprintln!(
+                    "profiler: warning: the kernel refused the unwind-table program (it needs \
                  Linux 5.17 or newer for bpf_loop); walking stacks with frame pointers: {e}"
-            );
-            let config = SamplerConfig {
-                capture: config.capture & !capture::UNWIND_TABLES,
-                ..config
-            };
-            Sampler::load_record_group(config, opts.ring_bytes, opts.unwind_rows, group)?
-        }
-        other => other?,
-    };
+                );
+                let config = SamplerConfig {
+                    capture: config.capture & !capture::UNWIND_TABLES,
+                    ..config
+                };
+                Sampler::load_record_group(config, opts.ring_size(), opts.unwind_rows, group)?
+            }
+            other => other?,
+        };
     let mut sampler = sampler;
     if !(wants_tables && sampler.program_name() == "record_sample") {
         return Ok((sampler, None));
@@ -661,17 +683,25 @@ struct Batch {
     ends: Vec<usize>,
 }
 
+/// Records normalized between two looks at the ring for new processes' tables.
+const CHUNK_RECORDS: usize = 256;
+/// Past this many records, a batch takes nothing more in (the loop must get back to its
+/// signals and deadline).
+const MAX_BATCH_RECORDS: usize = 16 * 1024;
+
 impl Batch {
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+
     fn push(&mut self, record: &[u8]) {
         self.bytes.extend_from_slice(record);
         self.ends.push(self.bytes.len());
-    }
-
-    fn records(&self) -> impl Iterator<Item = &[u8]> {
-        let starts = std::iter::once(0).chain(self.ends.iter().copied());
-        starts
-            .zip(self.ends.iter().copied())
-            .map(|(s, e)| &self.bytes[s..e])
     }
 
     fn clear(&mut self) {

@@ -34,9 +34,16 @@ impl SymbolizeWorker {
                 if kernel {
                     resolver.load_kernel_symbols();
                 }
-                for batch in rx {
-                    if tx.send(batch.symbolize(&mut resolver)).is_err() {
-                        break;
+                while let Ok(first) = rx.recv() {
+                    let mut queue = vec![first];
+                    queue.extend(rx.try_iter());
+                    if queue.len() > 1 {
+                        Batch::resolve_ahead(&mut queue, &mut resolver);
+                    }
+                    for batch in queue {
+                        if tx.send(batch.symbolize(&mut resolver)).is_err() {
+                            return;
+                        }
                     }
                 }
             })?;

@@ -39,7 +39,12 @@ impl Worker {
             .name("unwind-tables".into())
             .spawn(move || {
                 for (id, job) in rx {
-                    if tx.send((id, job.build())).is_err() {
+                    let built = job.build();
+                    // Building a big table leaves the thread's heap fragmented: give back
+                    // what is free (the rows themselves are one block, mmapped).
+                    // SAFETY: malloc_trim only releases free memory of the allocator.
+                    unsafe { libc::malloc_trim(0) };
+                    if tx.send((id, built)).is_err() {
                         break;
                     }
                 }

@@ -43,6 +43,9 @@ struct Known {
     path: Arc<str>,
     /// `None`: not open now (closed after a hand-over); `Some(Err)`: refused, for good.
     open: Option<Result<Arc<File>, ()>>,
+    /// The file as last handed over: while whoever took it still holds it (intervals
+    /// waiting to be symbolized), it is taken again instead of opened a second time.
+    handed: std::sync::Weak<File>,
 }
 
 /// Every ELF file seen by (device, inode), each with a stable id; a file is kept open from
@@ -76,12 +79,18 @@ impl ElfFiles {
                     name: entry.name.clone(),
                     path: entry.path.clone()?,
                     open: None,
+                    handed: std::sync::Weak::new(),
                 });
                 self.ids.insert(key, id);
                 id
             }
         };
         let known = &mut self.known[id as usize];
+        if known.open.is_none()
+            && let Some(file) = known.handed.upgrade()
+        {
+            known.open = Some(Ok(file));
+        }
         if known.open.is_none() {
             known.open = Some(match open_mapped(pid, entry, &known.path) {
                 Ok(file) => Ok(Arc::new(file)),
@@ -107,6 +116,7 @@ impl ElfFiles {
                 name: name.clone(),
                 path: name,
                 open: Some(Ok(Arc::new(file))),
+                handed: std::sync::Weak::new(),
             });
             id
         });
@@ -128,11 +138,16 @@ impl ElfFiles {
     }
 
     /// Closes every open file except the vDSO's copy (whoever was handed one keeps it open
-    /// until done); the next sample that needs a file opens it again.
+    /// until done); the next sample that needs a file takes it back from them if they still
+    /// hold it, else opens it again.
     pub fn close_all(&mut self) {
         let vdso = self.vdso.flatten();
         for (i, k) in self.known.iter_mut().enumerate() {
-            if matches!(k.open, Some(Ok(_))) && Some(i as FileId) != vdso {
+            if Some(i as FileId) == vdso {
+                continue;
+            }
+            if let Some(Ok(file)) = &k.open {
+                k.handed = Arc::downgrade(file);
                 k.open = None;
             }
         }

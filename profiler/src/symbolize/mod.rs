@@ -20,6 +20,7 @@ mod resolve;
 use std::{
     collections::{HashMap, HashSet},
     sync::Arc,
+    time::{Duration, Instant},
 };
 
 use blazesym::symbolize::{
@@ -81,7 +82,17 @@ pub struct Symbolizer {
     refused_maps: HashSet<u32>,
     /// Refused perf maps, one line each, until taken.
     refusals: Vec<String>,
+    /// Per process: when its maps were last re-read for an address outside them, and the
+    /// wait before the next re-read (see [`Symbolizer::refresh`]).
+    refreshed: HashMap<u32, (Instant, Duration)>,
 }
+
+/// First and longest wait between two re-reads of one process's maps. Frame-pointer walks
+/// of code built without them yield addresses in no mapping, many a second: re-reading the
+/// maps of a process with thousands of mappings (rustc) at each one held the reader for
+/// seconds beside a Rust build, and late samples lost their processes' maps.
+const REFRESH_MIN: Duration = Duration::from_millis(5);
+const REFRESH_MAX: Duration = Duration::from_secs(1);
 
 impl Default for Symbolizer {
     fn default() -> Self {
@@ -107,6 +118,7 @@ impl Symbolizer {
             uids: HashMap::new(),
             refused_maps: HashSet::new(),
             refusals: Vec::new(),
+            refreshed: HashMap::new(),
         }
     }
 
@@ -202,6 +214,7 @@ impl Symbolizer {
         self.jit_cache.retain(|(pid, _), _| alive(pid));
         self.uids.retain(|pid, _| alive(pid));
         self.refused_maps.retain(|pid| alive(pid));
+        self.refreshed.retain(|pid, _| alive(pid));
         self.maps.shrink_to_fit();
         self.perf_maps.shrink_to_fit();
         self.jit_cache.shrink_to_fit();
@@ -247,17 +260,40 @@ impl Symbolizer {
         frames
     }
 
-    /// Re-reads `pid`'s maps (after an address fell outside every known mapping: a dlopen).
-    fn refresh(&mut self, pid: u32, comm: Option<&[u8; 16]>) {
+    /// Re-reads `pid`'s maps (after an address fell outside every known mapping: a dlopen),
+    /// unless they were re-read less than a wait ago; the wait doubles while re-reads find
+    /// nothing new (from [`REFRESH_MIN`] up to [`REFRESH_MAX`]) and starts over when they do.
+    /// Returns whether they were re-read.
+    fn refresh(&mut self, pid: u32, comm: Option<&[u8; 16]>) -> bool {
+        let now = Instant::now();
+        let wait = match self.refreshed.get(&pid) {
+            Some(&(at, wait)) if now.duration_since(at) < wait => return false,
+            Some(&(_, wait)) => wait,
+            None => REFRESH_MIN,
+        };
+        let key = comm.copied().unwrap_or_default();
+        let mut changed = false;
         // A zombie's (or a gone process's) maps are no better than what we have.
         if let Ok(maps) = ProcessMaps::read(pid)
             && !maps.entries().is_empty()
         {
             let images = self.maps.entry(pid).or_default();
-            let key = comm.copied().unwrap_or_default();
+            changed = images
+                .snaps
+                .iter()
+                .rev()
+                .find(|(k, _)| *k == key)
+                .is_none_or(|(_, m)| **m != maps);
             images.snaps.retain(|(k, _)| *k != key);
             images.snaps.push((key, Arc::new(maps)));
         }
+        let wait = if changed {
+            REFRESH_MIN
+        } else {
+            (wait * 2).min(REFRESH_MAX)
+        };
+        self.refreshed.insert(pid, (now, wait));
+        true
     }
 
     /// Normalizes one user address of `pid` running `comm`. `is_return` addresses are
@@ -281,7 +317,11 @@ impl Symbolizer {
         let entry = match found {
             Some(e) => e,
             None => {
-                self.refresh(pid, comm);
+                if !self.refresh(pid, comm) {
+                    // Not re-read so soon: unnamed this time, and not remembered as such
+                    // (a library just loaded is found at a later re-read).
+                    return UserFrame::Named(Arc::from([Frame::unknown(FrameKind::User, None)]));
+                }
                 match self
                     .maps_of(pid, comm)
                     .and_then(|m| m.find(lookup))
