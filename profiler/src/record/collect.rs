@@ -39,6 +39,18 @@ struct RawStack {
     missing: Option<&'static str>,
 }
 
+/// The stack of one in-kernel aggregation entry (`record --aggregate`): `kernel` and `user`
+/// innermost first; `missing` names why there is no stack (a hash collision, say).
+#[derive(Clone, Copy)]
+pub struct CountedStack<'a> {
+    pub pid: u32,
+    pub cgroup: u64,
+    pub comm: [u8; 16],
+    pub kernel: &'a [u64],
+    pub user: &'a [u64],
+    pub missing: Option<&'static str>,
+}
+
 #[derive(Default)]
 pub struct Collector {
     stacks: HashMap<RawStack, u64>,
@@ -172,21 +184,37 @@ impl Collector {
         self.symbolizer.observe(pid, None);
     }
 
-    /// Counts `count` samples of one in-kernel aggregation entry. `kernel` and `user` are
-    /// innermost first; `missing` names why there is no stack (a hash collision, say).
-    #[allow(clippy::too_many_arguments)]
-    pub fn add_counted(
-        &mut self,
-        event: u32,
-        pid: u32,
-        cgroup: u64,
-        comm: [u8; 16],
-        kernel: &[u64],
-        user: &[u64],
-        missing: Option<&'static str>,
-        count: u64,
-    ) {
+    /// Counts `count` samples of event `event` on one in-kernel aggregation entry's stack.
+    pub fn add_counted(&mut self, event: u32, stack: &CountedStack<'_>, count: u64) {
         self.samples += count;
+        self.add_entry(event, stack, count);
+    }
+
+    /// Adds the increase `weights[k]` of each counter of a group on one in-kernel
+    /// aggregation entry's stack, as samples of event `first_counter + k` (not counted as
+    /// samples, as in [`Collector::add_weighted`]).
+    pub fn add_counter_weights(
+        &mut self,
+        first_counter: u32,
+        stack: &CountedStack<'_>,
+        weights: &[u64],
+    ) {
+        for (k, &w) in weights.iter().enumerate() {
+            if w != 0 {
+                self.add_entry(first_counter + k as u32, stack, w);
+            }
+        }
+    }
+
+    fn add_entry(&mut self, event: u32, stack: &CountedStack<'_>, weight: u64) {
+        let CountedStack {
+            pid,
+            cgroup,
+            comm,
+            kernel,
+            user,
+            missing,
+        } = *stack;
         self.symbolizer.observe(pid, Some(comm));
         let user = user
             .iter()
@@ -204,7 +232,7 @@ impl Collector {
             user,
             missing,
         };
-        *self.stacks.entry(key).or_default() += count;
+        *self.stacks.entry(key).or_default() += weight;
     }
 
     /// The samples counted so far, with the files they need, as a batch to symbolize;
