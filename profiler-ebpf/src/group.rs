@@ -213,7 +213,7 @@ fn entry<K>(map: &HashMap<K, GroupValues>, key: &K) -> Option<*mut GroupValues> 
         values: [0; MAX_COUNTERS],
     };
     // BPF_NOEXIST: if another CPU inserted it meanwhile, that entry is used.
-    let _ = map.insert(key, &zero, 1);
+    let _ = map.insert(key, zero, 1);
     map.get_ptr_mut(key)
 }
 

@@ -406,6 +406,17 @@ fn context_switches_land_on_the_blocking_function() {
 
 #[test]
 fn pprof_has_a_sample_type_per_counter_for_go_tool_pprof() {
+    pprof_sample_type_per_counter(&[]);
+}
+
+#[test]
+fn aggregated_in_the_kernel_pprof_report_and_flamegraph_weigh_by_the_counter() {
+    pprof_sample_type_per_counter(&["--aggregate"]);
+}
+
+/// `record ARGS` of a group to pprof: `go tool pprof`, `report --ratio` and
+/// `flamegraph -e COUNTER` read the counter.
+fn pprof_sample_type_per_counter(args: &[&str]) {
     if !privileged() {
         return;
     }
@@ -416,8 +427,10 @@ fn pprof_has_a_sample_type_per_counter_for_go_tool_pprof() {
     let _guard = serial();
     let dir = scratch("group-pprof");
     let pb = dir.join("seq.pb.gz");
-    let out = profiler(&[
-        "record",
+    let (group, pages) = (path("group"), PAGES.to_string());
+    let mut argv = vec!["record"];
+    argv.extend_from_slice(args);
+    argv.extend([
         "-F",
         "999",
         "-e",
@@ -425,11 +438,12 @@ fn pprof_has_a_sample_type_per_counter_for_go_tool_pprof() {
         "-o",
         pb.to_str().unwrap(),
         "--",
-        &path("group"),
+        &group,
         "seq",
-        &PAGES.to_string(),
+        &pages,
         "1",
     ]);
+    let out = profiler(&argv);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
