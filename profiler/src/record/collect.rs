@@ -367,3 +367,44 @@ impl Batch {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counter_weights_of_aggregated_entries_are_not_samples() {
+        let mut c = Collector::default();
+        let stack = CountedStack {
+            pid: std::process::id(),
+            cgroup: 0,
+            comm: *b"group\0\0\0\0\0\0\0\0\0\0\0",
+            kernel: &[],
+            user: &[],
+            missing: Some("[stack hash collision]"),
+        };
+        c.add_counted(0, &stack, 7);
+        // Counters 1 and 2 of a group whose first counter is event 1: a zero adds nothing.
+        c.add_counter_weights(1, &stack, &[70, 0]);
+        c.add_counter_weights(1, &stack, &[5, 0]);
+        assert_eq!(c.samples(), 7);
+        let events: Vec<Arc<str>> = ["cpu-clock", "page-faults", "context-switches"]
+            .into_iter()
+            .map(Arc::from)
+            .collect();
+        let p = c.take_profile(RunInfo::default(), &events);
+        let of = |e: &str| -> u64 {
+            p.stacks
+                .iter()
+                .filter(|s| &*s.event == e)
+                .map(|s| s.count)
+                .sum()
+        };
+        assert_eq!(
+            (of("cpu-clock"), of("page-faults"), of("context-switches")),
+            (7, 75, 0)
+        );
+        assert_eq!(p.info.samples, 7);
+        assert!(p.stacks.iter().all(|s| s.frames.len() == 1));
+    }
+}
