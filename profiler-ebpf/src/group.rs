@@ -200,7 +200,7 @@ static GROUP_SAMPLED: HashMap<u32, GroupValues> = HashMap::with_max_entries(MAX_
 
 /// Each counter's increases summed per aggregation key (the keys of `AGGREGATE`).
 #[map]
-pub(crate) static AGGREGATE_GROUP: HashMap<AggregateKey, GroupValues> =
+static AGGREGATE_GROUP: HashMap<AggregateKey, GroupValues> =
     HashMap::with_max_entries(AGGREGATE_ENTRIES, 0);
 
 /// The entry of `key` in `map`, inserted as zeros if it has none (`None`: the map is full).
@@ -215,13 +215,6 @@ fn entry<K>(map: &HashMap<K, GroupValues>, key: &K) -> Option<*mut GroupValues> 
     // BPF_NOEXIST: if another CPU inserted it meanwhile, that entry is used.
     let _ = map.insert(key, zero, 1);
     map.get_ptr_mut(key)
-}
-
-/// Accounts the counters to the sampled thread (`account`). Call once at every sample in
-/// aggregate mode, before [`aggregate_values`]; `None` without a group or an entry.
-#[inline(always)]
-pub(crate) fn at_aggregated_sample(pid_tgid: u64) -> Option<*mut GroupValues> {
-    account(pid_tgid, false)
 }
 
 /// Adds what each counter of the sampled thread (whose `GROUP_TASKS` values are `values`)

@@ -252,7 +252,8 @@ fn aggregate(
     pid_tgid: u64,
 ) {
     let tgid = (pid_tgid >> 32) as u32;
-    let values = group::at_aggregated_sample(pid_tgid);
+    // The counters are accounted to the sampled thread whether or not the sample is counted.
+    let values = group::account(pid_tgid, false);
     let stacks = request.flags & request_flags::STACKS != 0;
     let walk = |wanted: u32, flags: u64| -> i32 {
         if !stacks || config.capture & wanted == 0 {
