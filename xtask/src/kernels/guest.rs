@@ -657,7 +657,7 @@ fn record_group_aggregate(l: &Layout) -> CheckResult {
 }
 
 /// `record ARGS -e cpu-clock --read page-faults -- group seq 20000 1`: the page faults on
-/// `faulter`'s stacks within 3 % of what the fixture counted itself.
+/// `faulter`'s stacks within 3 % of what the fixture counted itself (5 % aggregated).
 fn group_faults(l: &Layout, args: &[&str]) -> CheckResult {
     let folded = l.out("group.folded");
     let group = l.fixture("group");
@@ -692,7 +692,12 @@ fn group_faults(l: &Layout, args: &[&str]) -> CheckResult {
         .filter(|(f, _)| f.iter().any(|x| x == "faulter"))
         .map(|(_, n)| n)
         .sum();
-    if on_faulter.abs_diff(truth) * 100 > truth * 3 {
+    // Aggregation keys have no room for the word at the stack pointer that lets the ring
+    // mode name the caller a frame-pointer walk skips at a function's entry; under qemu's
+    // TCG, which takes interrupts at block ends (calls), 1 to 2.5 % of faulter's faults land
+    // on `main > spin_until` so (on real CPUs, as in tests/tests/group.rs, within 3 %).
+    let percent = if args.contains(&"--aggregate") { 5 } else { 3 };
+    if on_faulter.abs_diff(truth) * 100 > truth * percent {
         let text = std::fs::read_to_string(&folded).unwrap_or_default();
         return Err(fail(
             format!("{on_faulter} page faults on faulter's stacks, the fixture counted {truth}"),
