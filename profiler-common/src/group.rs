@@ -21,7 +21,11 @@ pub const MAX_TASKS: u32 = 32768;
 pub const READ_ERRORS: u32 = MAX_COUNTERS as u32;
 /// Slot of `GROUP_LOST` counting the accounting runs (switches and samples) that did work.
 pub const UPDATES: u32 = MAX_COUNTERS as u32 + 1;
-pub const LOST_SLOTS: u32 = MAX_COUNTERS as u32 + 2;
+/// Slot of `GROUP_LOST` counting aggregated samples whose counter increases found no room
+/// (`GROUP_SAMPLED` or `AGGREGATE_GROUP` full): the increases stay with the thread, for its
+/// next sample or its `unattributed` rest, as a lost ring record's do.
+pub const AGGREGATE_FULL: u32 = MAX_COUNTERS as u32 + 2;
+pub const LOST_SLOTS: u32 = MAX_COUNTERS as u32 + 3;
 
 /// Slot 0 of the `GROUP_CONFIG` array.
 #[repr(C)]
@@ -56,7 +60,10 @@ pub struct GroupCpu {
     pub read: CounterBase,
 }
 
-/// A thread's counter values so far (`GROUP_TASKS`, keyed by tid).
+/// A thread's counter values so far (`GROUP_TASKS`, keyed by tid). Also, with
+/// `record --aggregate`, a sampled thread's values at its last sample (`GROUP_SAMPLED`,
+/// keyed by tid) and each counter's increases summed per aggregation key (`AGGREGATE_GROUP`,
+/// keyed by `AggregateKey`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GroupValues {

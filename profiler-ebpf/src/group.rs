@@ -13,9 +13,10 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use profiler_common::{
+    AGGREGATE_ENTRIES, AggregateKey,
     group::{
-        GroupConfig, GroupCpu, GroupTail, GroupValues, LOST_SLOTS, MAX_COUNTERS, MAX_TASKS,
-        READ_ERRORS, UPDATES, scale,
+        AGGREGATE_FULL, GroupConfig, GroupCpu, GroupTail, GroupValues, LOST_SLOTS, MAX_COUNTERS,
+        MAX_TASKS, READ_ERRORS, UPDATES, scale,
     },
     record_flags,
 };
@@ -188,5 +189,55 @@ pub(crate) fn prepare_tail(pid_tgid: u64) {
             }
         }
         (*tail).flags = u64::from(record_flags::GROUP_VALUES);
+    }
+}
+
+// `record --aggregate` with a group (both maps are sized only then):
+
+/// Each sampled thread's `GROUP_TASKS` values at its last sample.
+#[map]
+static GROUP_SAMPLED: HashMap<u32, GroupValues> = HashMap::with_max_entries(MAX_TASKS, 0);
+
+/// Each counter's increases summed per aggregation key (the keys of `AGGREGATE`).
+#[map]
+static AGGREGATE_GROUP: HashMap<AggregateKey, GroupValues> =
+    HashMap::with_max_entries(AGGREGATE_ENTRIES, 0);
+
+/// The entry of `key` in `map`, inserted as zeros if it has none (`None`: the map is full).
+#[inline(always)]
+fn entry<K>(map: &HashMap<K, GroupValues>, key: &K) -> Option<*mut GroupValues> {
+    if let Some(v) = map.get_ptr_mut(key) {
+        return Some(v);
+    }
+    let zero = GroupValues {
+        values: [0; MAX_COUNTERS],
+    };
+    // BPF_NOEXIST: if another CPU inserted it meanwhile, that entry is used.
+    let _ = map.insert(key, zero, 1);
+    map.get_ptr_mut(key)
+}
+
+/// Adds what each counter of the sampled thread (whose `GROUP_TASKS` values are `values`)
+/// advanced since its last counted sample to `key`'s sums. Called only once the sample is
+/// counted under `key`; when either map has no room the increases stay with the thread
+/// (counted in `AGGREGATE_FULL`).
+#[inline(always)]
+pub(crate) fn aggregate_values(pid_tgid: u64, values: *mut GroupValues, key: &AggregateKey) {
+    let tid = pid_tgid as u32;
+    let (Some(sampled), Some(sums)) = (entry(&GROUP_SAMPLED, &tid), entry(&AGGREGATE_GROUP, key))
+    else {
+        add_lost(AGGREGATE_FULL, 1);
+        return;
+    };
+    use core::intrinsics::{AtomicOrdering, atomic_xadd};
+    for k in 0..MAX_COUNTERS {
+        // SAFETY: live map values. Sums are shared by CPUs, and the idle tasks of all CPUs
+        // share tid 0, so both adds are atomic; `sampled` moves on by exactly what was added
+        // to the sums, so the sums over all keys equal the threads' `GROUP_SAMPLED` values.
+        unsafe {
+            let d = (*values).values[k].wrapping_sub((*sampled).values[k]);
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*sums).values[k], d);
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*sampled).values[k], d);
+        }
     }
 }

@@ -89,7 +89,7 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
         return;
     }
     if config.capture & capture::AGGREGATE != 0 {
-        aggregate(ctx, config, &request, tgid);
+        aggregate(ctx, config, &request, pid_tgid);
         return;
     }
     let Some(buf) = RECORD_BUF.get_ptr_mut(0) else {
@@ -241,9 +241,19 @@ unsafe fn user_stack<const TABLES: bool>(
 }
 /// Counts the sample in `AGGREGATE` under (process, event, stack ids, cgroup). Every sample
 /// ends in `AGGREGATED` or, when the map is full, `LOST`; stacks that lose a hash slot are
-/// counted under [`stack_id::COLLISION`], so the totals stay exact.
+/// counted under [`stack_id::COLLISION`], so the totals stay exact. With a counter group,
+/// the thread's counter increases since its previous counted sample are summed under the
+/// same key (`group::aggregate_values`).
 #[inline(always)]
-fn aggregate(ctx: &PerfEventContext, config: &SamplerConfig, request: &RequestConfig, tgid: u32) {
+fn aggregate(
+    ctx: &PerfEventContext,
+    config: &SamplerConfig,
+    request: &RequestConfig,
+    pid_tgid: u64,
+) {
+    let tgid = (pid_tgid >> 32) as u32;
+    // The counters are accounted to the sampled thread whether or not the sample is counted.
+    let values = group::account(pid_tgid, false);
     let stacks = request.flags & request_flags::STACKS != 0;
     let walk = |wanted: u32, flags: u64| -> i32 {
         if !stacks || config.capture & wanted == 0 {
@@ -273,24 +283,26 @@ fn aggregate(ctx: &PerfEventContext, config: &SamplerConfig, request: &RequestCo
         // SAFETY: the helper only reads the current task's cgroup id.
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
     };
-    if add_one(&key) {
-        bump(stat::AGGREGATED);
+    let counted = add_one(&key) || {
+        let value = AggregateValue {
+            count: 1,
+            comm: bpf_get_current_comm().unwrap_or([0; 16]),
+        };
+        // BPF_NOEXIST: if another CPU inserted the key meanwhile, add to its entry instead.
+        match AGGREGATE.insert(key, value, 1) {
+            Ok(()) => true,
+            Err(_) => add_one(&key),
+        }
+    };
+    if !counted {
+        // The thread's counter increases stay with it, as a lost ring record's do.
+        bump(stat::LOST);
         return;
     }
-    let value = AggregateValue {
-        count: 1,
-        comm: bpf_get_current_comm().unwrap_or([0; 16]),
-    };
-    // BPF_NOEXIST: if another CPU inserted the key meanwhile, add to its entry instead.
-    let counted = match AGGREGATE.insert(key, value, 1) {
-        Ok(()) => true,
-        Err(_) => add_one(&key),
-    };
-    bump(if counted {
-        stat::AGGREGATED
-    } else {
-        stat::LOST
-    });
+    bump(stat::AGGREGATED);
+    if let Some(values) = values {
+        group::aggregate_values(pid_tgid, values, &key);
+    }
 }
 
 /// Adds one to the count of an existing `AGGREGATE` entry; false if there is none.

@@ -2,7 +2,8 @@
 //! increase lands on the stacks of the thread that caused it, by command, -p and -a, and the
 //! totals equal what `track` counts for the same run. The `group` fixture's functions cause
 //! known counts: `faulter` exactly PAGES page faults, `spinner` none, `blocker` one context
-//! switch per loop (it prints its own count).
+//! switch per loop (it prints its own count). The same holds with `--aggregate`, where the
+//! kernel sums the counters' increases per stack.
 
 use std::{
     io::Write as _,
@@ -72,6 +73,7 @@ fn recording(args: &[&str]) -> KillOnDrop {
     wait_for("the leader's first overflows", 60, || {
         (kernel_stat(pid, profiler_common::stat::FILTERED)
             + kernel_stat(pid, profiler_common::stat::SUBMITTED)
+            + kernel_stat(pid, profiler_common::stat::AGGREGATED)
             > 0)
         .then_some(())
     });
@@ -118,6 +120,17 @@ fn assert_pair(stacks: &[(Vec<String>, u64)], what: &str) {
 
 #[test]
 fn faults_land_on_the_faulting_function_and_totals_add_up() {
+    faults_on_the_faulting_function(&[]);
+}
+
+#[test]
+fn aggregated_in_the_kernel_faults_land_on_the_faulting_function_and_totals_add_up() {
+    faults_on_the_faulting_function(&["--aggregate"]);
+}
+
+/// `record ARGS -e '{cpu-clock,page-faults}:S' -- group seq`: the faults on the faulting
+/// function's stacks, none on the spinning one's, and the totals line adds up.
+fn faults_on_the_faulting_function(args: &[&str]) {
     if !privileged() {
         return;
     }
@@ -125,8 +138,10 @@ fn faults_land_on_the_faulting_function_and_totals_add_up() {
     let dir = scratch("group-seq");
     let folded = dir.join("seq.folded");
     let before = our_programs();
-    let out = profiler(&[
-        "record",
+    let pages = PAGES.to_string();
+    let mut argv = vec!["record"];
+    argv.extend_from_slice(args);
+    argv.extend([
         "-F",
         "999",
         "-e",
@@ -134,11 +149,10 @@ fn faults_land_on_the_faulting_function_and_totals_add_up() {
         "-o",
         folded.to_str().unwrap(),
         "--",
-        &path("group"),
-        "seq",
-        &PAGES.to_string(),
-        "1",
     ]);
+    let group = path("group");
+    argv.extend([group.as_str(), "seq", &pages, "1"]);
+    let out = profiler(&argv);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -175,6 +189,17 @@ fn faults_land_on_the_faulting_function_and_totals_add_up() {
 
 #[test]
 fn totals_equal_what_track_counts_for_the_same_run() {
+    totals_equal_track(&[]);
+}
+
+#[test]
+fn aggregated_in_the_kernel_totals_equal_what_track_counts() {
+    totals_equal_track(&["--aggregate"]);
+}
+
+/// `record ARGS -e cpu-clock --read page-faults -p PID` of the pair fixture: the totals
+/// line's total is what `track` counts, and each thread's faults are on its own stacks.
+fn totals_equal_track(args: &[&str]) {
     if !privileged() {
         return;
     }
@@ -198,8 +223,9 @@ fn totals_equal_what_track_counts_for_the_same_run() {
             .is_some_and(|h| h.perf_events > 0)
             .then_some(())
     });
-    let rec = recording(&[
-        "record",
+    let mut argv = vec!["record"];
+    argv.extend_from_slice(args);
+    argv.extend([
         "-F",
         "999",
         "-e",
@@ -211,6 +237,7 @@ fn totals_equal_what_track_counts_for_the_same_run() {
         "-p",
         &pid,
     ]);
+    let rec = recording(&argv);
     release(fx);
     let out = output(rec);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -237,6 +264,16 @@ fn totals_equal_what_track_counts_for_the_same_run() {
 
 #[test]
 fn two_threads_keep_their_own_faults_by_command_and_system_wide() {
+    two_threads_keep_their_own_faults(&[]);
+}
+
+#[test]
+fn aggregated_in_the_kernel_two_threads_keep_their_own_faults() {
+    two_threads_keep_their_own_faults(&["--aggregate"]);
+}
+
+/// The pair fixture recorded with `record ARGS` by command and with -a.
+fn two_threads_keep_their_own_faults(args: &[&str]) {
     if !privileged() {
         return;
     }
@@ -244,8 +281,10 @@ fn two_threads_keep_their_own_faults_by_command_and_system_wide() {
     let dir = scratch("group-pair");
     // By command.
     let folded = dir.join("cmd.folded");
-    let out = profiler(&[
-        "record",
+    let (group, pages) = (path("group"), PAGES.to_string());
+    let mut argv = vec!["record"];
+    argv.extend_from_slice(args);
+    argv.extend([
         "-F",
         "999",
         "-e",
@@ -255,11 +294,12 @@ fn two_threads_keep_their_own_faults_by_command_and_system_wide() {
         "-o",
         folded.to_str().unwrap(),
         "--",
-        &path("group"),
+        &group,
         "pair",
-        &PAGES.to_string(),
+        &pages,
         "1",
     ]);
+    let out = profiler(&argv);
     assert!(
         out.status.success(),
         "{}",
@@ -269,8 +309,9 @@ fn two_threads_keep_their_own_faults_by_command_and_system_wide() {
     // System-wide: per-CPU counters, split at every context switch.
     let folded = dir.join("all.folded");
     let fx = waiting_fixture("pair");
-    let rec = recording(&[
-        "record",
+    let mut argv = vec!["record"];
+    argv.extend_from_slice(args);
+    argv.extend([
         "-a",
         "-F",
         "499",
@@ -279,6 +320,7 @@ fn two_threads_keep_their_own_faults_by_command_and_system_wide() {
         "-o",
         folded.to_str().unwrap(),
     ]);
+    let rec = recording(&argv);
     release(fx);
     // SAFETY: kill(2) on the profiler we started; SIGINT ends it with its report.
     unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
@@ -364,6 +406,17 @@ fn context_switches_land_on_the_blocking_function() {
 
 #[test]
 fn pprof_has_a_sample_type_per_counter_for_go_tool_pprof() {
+    pprof_sample_type_per_counter(&[]);
+}
+
+#[test]
+fn aggregated_in_the_kernel_pprof_report_and_flamegraph_weigh_by_the_counter() {
+    pprof_sample_type_per_counter(&["--aggregate"]);
+}
+
+/// `record ARGS` of a group to pprof: `go tool pprof`, `report --ratio` and
+/// `flamegraph -e COUNTER` read the counter.
+fn pprof_sample_type_per_counter(args: &[&str]) {
     if !privileged() {
         return;
     }
@@ -374,8 +427,10 @@ fn pprof_has_a_sample_type_per_counter_for_go_tool_pprof() {
     let _guard = serial();
     let dir = scratch("group-pprof");
     let pb = dir.join("seq.pb.gz");
-    let out = profiler(&[
-        "record",
+    let (group, pages) = (path("group"), PAGES.to_string());
+    let mut argv = vec!["record"];
+    argv.extend_from_slice(args);
+    argv.extend([
         "-F",
         "999",
         "-e",
@@ -383,11 +438,12 @@ fn pprof_has_a_sample_type_per_counter_for_go_tool_pprof() {
         "-o",
         pb.to_str().unwrap(),
         "--",
-        &path("group"),
+        &group,
         "seq",
-        &PAGES.to_string(),
+        &pages,
         "1",
     ]);
+    let out = profiler(&argv);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),

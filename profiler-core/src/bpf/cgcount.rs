@@ -64,6 +64,8 @@ impl CgroupCounter {
             .map_max_entries("EVENTS", page_size())
             .map_max_entries("AGGREGATE", 1)
             .map_max_entries("STACK_TRACES", 1)
+            .map_max_entries("AGGREGATE_GROUP", 1)
+            .map_max_entries("GROUP_SAMPLED", 1)
             .load(OBJECT)?;
         {
             let mut config: Array<_, u32> = Array::try_from(

@@ -106,6 +106,9 @@ pub struct GroupTotals {
     pub untracked: [u64; group::MAX_COUNTERS],
     /// Counter reads that failed (an event missing on a CPU).
     pub read_errors: u64,
+    /// Aggregated samples whose counter increases found no room in the aggregation's group
+    /// maps (they stayed with their thread: its next sample, or its unattributed rest).
+    pub aggregate_full: u64,
 }
 
 /// The loaded sampling program and everything attached to it. Dropping it closes the perf
@@ -190,10 +193,16 @@ impl Sampler {
             return Err(BpfError::Stub);
         }
         raise_memlock_rlimit();
-        // The aggregation maps cost ~20 MiB of kernel memory at full size: only when used.
+        // The aggregation maps cost ~20 MiB of kernel memory at full size: only when used;
+        // their counter group maps only with a group too.
         let aggregate = config.capture & capture::AGGREGATE != 0;
         let (entries, stacks) = if aggregate {
             (AGGREGATE_ENTRIES, AGGREGATE_STACKS)
+        } else {
+            (1, 1)
+        };
+        let (group_sums, group_sampled) = if aggregate && group_tasks > 1 {
+            (AGGREGATE_ENTRIES, group_tasks)
         } else {
             (1, 1)
         };
@@ -220,6 +229,8 @@ impl Sampler {
             .map_max_entries("STACK_TRACES", stacks)
             .map_max_entries("CG_COUNTS", 1)
             .map_max_entries("GROUP_TASKS", group_tasks)
+            .map_max_entries("AGGREGATE_GROUP", group_sums)
+            .map_max_entries("GROUP_SAMPLED", group_sampled)
             .map_max_entries("OFFCPU_PENDING", pending)
             .map_max_entries("OFFCPU_TOTALS", totals)
             // The helpers this kernel has: the verifier drops the branches of the others.
@@ -433,6 +444,7 @@ impl Sampler {
             threads,
             untracked,
             read_errors: slot(group::READ_ERRORS)?,
+            aggregate_full: slot(group::AGGREGATE_FULL)?,
         })
     }
 
@@ -463,6 +475,19 @@ impl Sampler {
         map.iter()
             .collect::<Result<Vec<_>, _>>()
             .map_err(map_err("AGGREGATE"))
+    }
+
+    /// Every entry of the aggregation's counter sums (`record --aggregate` with a group): each
+    /// counter's increases per aggregation key, as they are now.
+    pub fn aggregated_counters(
+        &mut self,
+    ) -> Result<Vec<(AggregateKey, [u64; group::MAX_COUNTERS])>, BpfError> {
+        let map: HashMap<_, AggregateKey, group::GroupValues> =
+            HashMap::try_from(self.map("AGGREGATE_GROUP")?).map_err(map_err("AGGREGATE_GROUP"))?;
+        map.iter()
+            .map(|e| e.map(|(key, v)| (key, v.values)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(map_err("AGGREGATE_GROUP"))
     }
 
     /// The frames (innermost first) of stack `id` of the aggregation's stack-trace map.

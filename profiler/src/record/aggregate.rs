@@ -1,24 +1,57 @@
 //! Reading the in-kernel aggregation map (`record --aggregate`): counts per (process, event,
 //! stacks, cgroup), turned into per-interval deltas for the collector. Entries are never
 //! deleted while recording (a delete would race with the kernel's increments and lose
-//! counts), so each read reports what grew since the last one.
+//! counts), so each read reports what grew since the last one. With a counter group, the
+//! kernel also sums each counter's per-thread increases per key (`AGGREGATE_GROUP`): their
+//! growth goes to the same stacks, as the counters' events.
 
 use std::collections::HashMap;
 
-use profiler_common::{AggregateKey, stack_id};
+use profiler_common::{AggregateKey, group::MAX_COUNTERS, stack_id};
 
-use super::Collector;
+use super::{Collector, collect::CountedStack};
 use crate::bpf::{BpfError, Sampler};
 
 #[derive(Default)]
 pub struct AggregateReader {
-    /// Counts as of the last read.
-    seen: HashMap<AggregateKey, u64>,
+    /// Counts as of the last read, and each key's command.
+    seen: HashMap<AggregateKey, (u64, [u8; 16])>,
     /// Stacks by id; a stack-map slot is never overwritten without BPF_F_REUSE_STACKID.
     stacks: HashMap<i32, Vec<u64>>,
+    /// The counter group's sums, when one is recorded.
+    counters: Option<CounterSums>,
+}
+
+/// A counter group's sums per key as of the last read.
+struct CounterSums {
+    /// The event index of the group's first counter (the sampled events come first).
+    first_event: u32,
+    seen: HashMap<AggregateKey, [u64; MAX_COUNTERS]>,
+    /// Each counter's increases handed to the collector so far: its events on stacks.
+    attributed: [u64; MAX_COUNTERS],
 }
 
 impl AggregateReader {
+    /// A reader that also reads a counter group's sums (whose first counter is event
+    /// `first_counter`), or only the counts.
+    pub fn new(first_counter: Option<u32>) -> Self {
+        Self {
+            counters: first_counter.map(|first_event| CounterSums {
+                first_event,
+                seen: HashMap::new(),
+                attributed: [0; MAX_COUNTERS],
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Each counter's events put on stacks so far (zeros without a group).
+    pub fn attributed(&self) -> [u64; MAX_COUNTERS] {
+        self.counters
+            .as_ref()
+            .map_or([0; MAX_COUNTERS], |c| c.attributed)
+    }
+
     /// Captures the memory maps of processes that appeared since the last look, so their
     /// stacks can be symbolized even if they exit before the end.
     pub fn observe(
@@ -26,10 +59,10 @@ impl AggregateReader {
         sampler: &mut Sampler,
         collector: &mut Collector,
     ) -> Result<(), BpfError> {
-        for (key, _) in sampler.aggregated()? {
+        for (key, value) in sampler.aggregated()? {
             if let std::collections::hash_map::Entry::Vacant(e) = self.seen.entry(key) {
                 collector.observe(key.pid);
-                e.insert(0);
+                e.insert((0, value.comm));
             }
         }
         Ok(())
@@ -41,29 +74,60 @@ impl AggregateReader {
         sampler: &mut Sampler,
         collector: &mut Collector,
     ) -> Result<(), BpfError> {
+        // The sums first: the kernel adds to a key's sums only after counting the sample
+        // under it, so every key listed here is in the counts listed next (with its command).
+        let sums = match self.counters {
+            Some(_) => sampler.aggregated_counters()?,
+            None => Vec::new(),
+        };
         for (key, value) in sampler.aggregated()? {
-            let before = self.seen.insert(key, value.count).unwrap_or(0);
+            let before = self
+                .seen
+                .insert(key, (value.count, value.comm))
+                .map_or(0, |(n, _)| n);
             let delta = value.count.saturating_sub(before);
             if delta == 0 {
                 continue;
             }
-            let kernel = self.stack(sampler, key.kernel_stack)?;
-            let user = self.stack(sampler, key.user_stack)?;
-            let missing = (key.kernel_stack == stack_id::COLLISION
-                || key.user_stack == stack_id::COLLISION)
-                .then_some("[stack hash collision]");
+            let (kernel, user) = self.stacks_of(sampler, &key)?;
             collector.add_counted(
                 key.request,
-                key.pid,
-                key.cgroup_id,
-                value.comm,
-                &kernel,
-                &user,
-                missing,
+                &counted(&key, value.comm, &kernel, &user),
                 delta,
             );
         }
+        for (key, now) in sums {
+            let Some(c) = self.counters.as_mut() else {
+                break;
+            };
+            let before = c.seen.insert(key, now).unwrap_or([0; MAX_COUNTERS]);
+            let mut deltas = [0u64; MAX_COUNTERS];
+            for k in 0..MAX_COUNTERS {
+                // Sums only grow; wrapping keeps the totals exact even if one did not.
+                deltas[k] = now[k].wrapping_sub(before[k]);
+                c.attributed[k] = c.attributed[k].wrapping_add(deltas[k]);
+            }
+            if deltas == [0; MAX_COUNTERS] {
+                continue;
+            }
+            let first = c.first_event;
+            let comm = self.seen.get(&key).map_or([0; 16], |&(_, comm)| comm);
+            let (kernel, user) = self.stacks_of(sampler, &key)?;
+            collector.add_counter_weights(first, &counted(&key, comm, &kernel, &user), &deltas);
+        }
         Ok(())
+    }
+
+    /// The kernel and user stacks of `key` (empty where it has none).
+    fn stacks_of(
+        &mut self,
+        sampler: &mut Sampler,
+        key: &AggregateKey,
+    ) -> Result<(Vec<u64>, Vec<u64>), BpfError> {
+        Ok((
+            self.stack(sampler, key.kernel_stack)?,
+            self.stack(sampler, key.user_stack)?,
+        ))
     }
 
     fn stack(&mut self, sampler: &mut Sampler, id: i32) -> Result<Vec<u64>, BpfError> {
@@ -76,5 +140,22 @@ impl AggregateReader {
         let frames = sampler.stack_trace(id as u32)?;
         self.stacks.insert(id, frames.clone());
         Ok(frames)
+    }
+}
+
+fn counted<'a>(
+    key: &AggregateKey,
+    comm: [u8; 16],
+    kernel: &'a [u64],
+    user: &'a [u64],
+) -> CountedStack<'a> {
+    CountedStack {
+        pid: key.pid,
+        cgroup: key.cgroup_id,
+        comm,
+        kernel,
+        user,
+        missing: (key.kernel_stack == stack_id::COLLISION || key.user_stack == stack_id::COLLISION)
+            .then_some("[stack hash collision]"),
     }
 }

@@ -39,6 +39,18 @@ struct RawStack {
     missing: Option<&'static str>,
 }
 
+/// The stack of one in-kernel aggregation entry (`record --aggregate`): `kernel` and `user`
+/// innermost first; `missing` names why there is no stack (a hash collision, say).
+#[derive(Clone, Copy)]
+pub struct CountedStack<'a> {
+    pub pid: u32,
+    pub cgroup: u64,
+    pub comm: [u8; 16],
+    pub kernel: &'a [u64],
+    pub user: &'a [u64],
+    pub missing: Option<&'static str>,
+}
+
 #[derive(Default)]
 pub struct Collector {
     stacks: HashMap<RawStack, u64>,
@@ -177,21 +189,37 @@ impl Collector {
         self.symbolizer.observe(pid, None);
     }
 
-    /// Counts `count` samples of one in-kernel aggregation entry. `kernel` and `user` are
-    /// innermost first; `missing` names why there is no stack (a hash collision, say).
-    #[allow(clippy::too_many_arguments)]
-    pub fn add_counted(
-        &mut self,
-        event: u32,
-        pid: u32,
-        cgroup: u64,
-        comm: [u8; 16],
-        kernel: &[u64],
-        user: &[u64],
-        missing: Option<&'static str>,
-        count: u64,
-    ) {
+    /// Counts `count` samples of event `event` on one in-kernel aggregation entry's stack.
+    pub fn add_counted(&mut self, event: u32, stack: &CountedStack<'_>, count: u64) {
         self.samples += count;
+        self.add_entry(event, stack, count);
+    }
+
+    /// Adds the increase `weights[k]` of each counter of a group on one in-kernel
+    /// aggregation entry's stack, as samples of event `first_counter + k` (not counted as
+    /// samples, as in [`Collector::add_weighted`]).
+    pub fn add_counter_weights(
+        &mut self,
+        first_counter: u32,
+        stack: &CountedStack<'_>,
+        weights: &[u64],
+    ) {
+        for (k, &w) in weights.iter().enumerate() {
+            if w != 0 {
+                self.add_entry(first_counter + k as u32, stack, w);
+            }
+        }
+    }
+
+    fn add_entry(&mut self, event: u32, stack: &CountedStack<'_>, weight: u64) {
+        let CountedStack {
+            pid,
+            cgroup,
+            comm,
+            kernel,
+            user,
+            missing,
+        } = *stack;
         self.symbolizer.observe(pid, Some(comm));
         let user = user
             .iter()
@@ -209,7 +237,7 @@ impl Collector {
             user,
             missing,
         };
-        *self.stacks.entry(key).or_default() += count;
+        *self.stacks.entry(key).or_default() += weight;
     }
 
     /// The samples counted so far, with the files they need, as a batch to symbolize;
@@ -369,5 +397,46 @@ impl Batch {
             info,
             cgroups: crate::cgroup::paths(&cgroups),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counter_weights_of_aggregated_entries_are_not_samples() {
+        let mut c = Collector::default();
+        let stack = CountedStack {
+            pid: std::process::id(),
+            cgroup: 0,
+            comm: *b"group\0\0\0\0\0\0\0\0\0\0\0",
+            kernel: &[],
+            user: &[],
+            missing: Some("[stack hash collision]"),
+        };
+        c.add_counted(0, &stack, 7);
+        // Counters 1 and 2 of a group whose first counter is event 1: a zero adds nothing.
+        c.add_counter_weights(1, &stack, &[70, 0]);
+        c.add_counter_weights(1, &stack, &[5, 0]);
+        assert_eq!(c.samples(), 7);
+        let events: Vec<Arc<str>> = ["cpu-clock", "page-faults", "context-switches"]
+            .into_iter()
+            .map(Arc::from)
+            .collect();
+        let p = c.take_profile(RunInfo::default(), &events);
+        let of = |e: &str| -> u64 {
+            p.stacks
+                .iter()
+                .filter(|s| &*s.event == e)
+                .map(|s| s.count)
+                .sum()
+        };
+        assert_eq!(
+            (of("cpu-clock"), of("page-faults"), of("context-switches")),
+            (7, 75, 0)
+        );
+        assert_eq!(p.info.samples, 7);
+        assert!(p.stacks.iter().all(|s| s.frames.len() == 1));
     }
 }

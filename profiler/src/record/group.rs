@@ -153,26 +153,40 @@ impl GroupDeltas {
     /// sample (counted after a thread's last sample, or by a thread never sampled, or lost
     /// to a full map), from the program's final per-thread values.
     pub fn totals(&self, names: &[String], final_values: &GroupTotals) -> Vec<CounterTotal> {
-        names
-            .iter()
-            .enumerate()
-            .map(|(k, name)| {
-                let mut total = final_values.untracked[k];
-                let mut attributed = 0u64;
-                for (tid, values) in &final_values.threads {
-                    total = total.wrapping_add(values[k]);
-                    if let Some(last) = self.last.get(tid) {
-                        attributed = attributed.wrapping_add(last[k]);
-                    }
+        let mut attributed = [0u64; MAX_COUNTERS];
+        for tid in final_values.threads.keys() {
+            if let Some(last) = self.last.get(tid) {
+                for (a, v) in attributed.iter_mut().zip(last) {
+                    *a = a.wrapping_add(*v);
                 }
-                CounterTotal {
-                    name: name.clone(),
-                    total,
-                    unattributed: total.wrapping_sub(attributed),
-                }
-            })
-            .collect()
+            }
+        }
+        totals(names, final_values, &attributed)
     }
+}
+
+/// Each counter's total over all target threads (and the events of threads the program had
+/// no room for), of which `attributed[k]` are on stacks and the rest `unattributed`.
+pub fn totals(
+    names: &[String],
+    final_values: &GroupTotals,
+    attributed: &[u64; MAX_COUNTERS],
+) -> Vec<CounterTotal> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(k, name)| {
+            let total = final_values
+                .threads
+                .values()
+                .fold(final_values.untracked[k], |t, v| t.wrapping_add(v[k]));
+            CounterTotal {
+                name: name.clone(),
+                total,
+                unattributed: total.wrapping_sub(attributed[k]),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -352,6 +366,12 @@ mod tests {
         fin.untracked[0] = 1;
         let t = d.totals(&s(&["page-faults", "context-switches"]), &fin);
         assert_eq!((t[0].total, t[0].unattributed), (120, 3 + 4 + 1));
+        assert_eq!((t[1].total, t[1].unattributed), (3, 2));
+        // In-kernel aggregation: what is on stacks is summed by the reader instead.
+        let mut on_stacks = [0; MAX_COUNTERS];
+        on_stacks[..2].copy_from_slice(&[110, 1]);
+        let t = totals(&s(&["page-faults", "context-switches"]), &fin, &on_stacks);
+        assert_eq!((t[0].total, t[0].unattributed), (120, 10));
         assert_eq!((t[1].total, t[1].unattributed), (3, 2));
     }
 }

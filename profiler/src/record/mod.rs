@@ -262,15 +262,10 @@ pub fn validate(opts: &RecordOptions) -> Result<(), RecordError> {
     offcpu::validate(opts)?;
     if !opts.read.is_empty() {
         group::split_group(&opts.events, &opts.read).map_err(UsageError::Group)?;
-        if opts.aggregate || opts.off_cpu {
-            return Err(UsageError::Group(format!(
-                "counters (an event group or --read) are not read with {}",
-                if opts.aggregate {
-                    "--aggregate"
-                } else {
-                    "--off-cpu"
-                }
-            ))
+        if opts.off_cpu {
+            return Err(UsageError::Group(
+                "counters (an event group or --read) are not read with --off-cpu".into(),
+            )
             .into());
         }
     }

@@ -204,7 +204,7 @@ impl<'a> Session<'a> {
                 opts.mode != Mode::User,
             )
             .map_err(io("starting the symbolizing thread"))?,
-            aggregated: AggregateReader::default(),
+            aggregated: AggregateReader::new(group.as_ref().map(|g| g.first_event)),
             off_cpu,
             status: StatusLine::new(opts.status_line),
             reported: SamplerStats::default(),
@@ -417,7 +417,18 @@ impl<'a> Session<'a> {
         };
         let mut info = run_info(self.opts, &stats, &mut self.reported, since, ended);
         if let (Some(g), Some(values)) = (&self.group, &group_values) {
-            info.counters = g.deltas.totals(&g.names, values);
+            info.counters = match self.opts.aggregate {
+                true => group::totals(&g.names, values, &self.aggregated.attributed()),
+                false => g.deltas.totals(&g.names, values),
+            };
+            if values.aggregate_full > 0 {
+                eprintln!(
+                    "profiler: warning: the counters of {} samples found the in-kernel \
+                     aggregation full (they count on their thread's next sample, or as \
+                     unattributed)",
+                    values.aggregate_full
+                );
+            }
             if values.read_errors > 0 {
                 eprintln!(
                     "profiler: warning: {} counter reads failed (a CPU without the counter)",

@@ -114,6 +114,10 @@ const CHECKS: &[Check] = &[
         run: record_group,
     },
     Check {
+        name: "record-group-aggregate",
+        run: record_group_aggregate,
+    },
+    Check {
         name: "stat-cgroups",
         run: stat_cgroups,
     },
@@ -644,28 +648,38 @@ fn record_off_cpu(l: &Layout) -> CheckResult {
 /// A counter group: sampling cpu-clock, reading page-faults, the faulting function's stacks
 /// carry the faults the fixture counted itself, within 3 %.
 fn record_group(l: &Layout) -> CheckResult {
+    group_faults(l, &[])
+}
+
+/// `record-group` with the counters summed per stack in the kernel (`--aggregate`).
+fn record_group_aggregate(l: &Layout) -> CheckResult {
+    group_faults(l, &["--aggregate"])
+}
+
+/// `record ARGS -e cpu-clock --read page-faults -- group seq 20000 1`: the page faults on
+/// `faulter`'s stacks within 3 % of what the fixture counted itself (5 % aggregated).
+fn group_faults(l: &Layout, args: &[&str]) -> CheckResult {
     let folded = l.out("group.folded");
     let group = l.fixture("group");
-    let out = profiler(
-        l,
-        &[
-            "record",
-            "-F",
-            "999",
-            "-e",
-            "cpu-clock",
-            "--read",
-            "page-faults",
-            "-q",
-            "-o",
-            &folded,
-            "--",
-            &group,
-            "seq",
-            "20000",
-            "1",
-        ],
-    )?;
+    let mut argv = vec!["record"];
+    argv.extend_from_slice(args);
+    argv.extend([
+        "-F",
+        "999",
+        "-e",
+        "cpu-clock",
+        "--read",
+        "page-faults",
+        "-q",
+        "-o",
+        &folded,
+        "--",
+        &group,
+        "seq",
+        "20000",
+        "1",
+    ]);
+    let out = profiler(l, &argv)?;
     let truth: u64 = out
         .lines()
         .find_map(|l| l.strip_prefix("faulter faults="))
@@ -678,15 +692,32 @@ fn record_group(l: &Layout) -> CheckResult {
         .filter(|(f, _)| f.iter().any(|x| x == "faulter"))
         .map(|(_, n)| n)
         .sum();
-    if on_faulter.abs_diff(truth) * 100 > truth * 3 {
+    // Aggregation keys have no room for the word at the stack pointer that lets the ring
+    // mode name the caller a frame-pointer walk skips at a function's entry; under qemu's
+    // TCG, which takes interrupts at block ends (calls), 1 to 2.5 % of faulter's faults land
+    // on `main > spin_until` so (on real CPUs, as in tests/tests/group.rs, within 3 %).
+    let percent = if args.contains(&"--aggregate") { 5 } else { 3 };
+    if on_faulter.abs_diff(truth) * 100 > truth * percent {
         let text = std::fs::read_to_string(&folded).unwrap_or_default();
         return Err(fail(
             format!("{on_faulter} page faults on faulter's stacks, the fixture counted {truth}"),
             &format!("{out}\n{folded}:\n{text}"),
         ));
     }
+    // In-kernel aggregation loses the stacks whose hash slot another holds: their faults
+    // are on the collision marker.
+    let on_collisions: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f.first().is_some_and(|e| e == "page-faults"))
+        .filter(|(f, _)| f.iter().any(|x| x == "[stack hash collision]"))
+        .map(|(_, n)| n)
+        .sum();
+    let collided = match on_collisions {
+        0 => String::new(),
+        n => format!(", {n} on stacks lost to hash collisions"),
+    };
     Ok(format!(
-        "page faults on faulter's stacks {on_faulter} (fixture {truth})"
+        "page faults on faulter's stacks {on_faulter} (fixture {truth}){collided}"
     ))
 }
 
