@@ -187,6 +187,65 @@ fn faults_on_the_faulting_function(args: &[&str]) {
     );
 }
 
+/// Continuous mode: every interval's file has the counter (a pprof sample type and its
+/// totals line), and the faults on the intervals' stacks add up to the fixture's.
+#[test]
+fn each_interval_has_its_counters_and_they_add_up() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("group-interval");
+    let pages = PAGES.to_string();
+    let group = path("group");
+    let out = profiler(&[
+        "record",
+        "-F",
+        "999",
+        "-e",
+        "{cpu-clock,page-faults}:S",
+        "--interval",
+        "0.5",
+        "-o",
+        dir.to_str().unwrap(),
+        "--",
+        &group,
+        "seq",
+        &pages,
+        "1",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let files = dir_entries(&dir);
+    assert!(files.len() >= 3, "a profile per interval: {files:?}");
+    let mut on_stacks = 0;
+    for f in &files {
+        let report = run_ok(&["report", "-i", dir.join(f).to_str().unwrap()]);
+        let (_, attributed, _) = totals(&report, "page-faults");
+        // Its own weight, not folded into the samples' (a column: the file's pprof sample
+        // types), in intervals with no fault too.
+        let f = dir.join(f);
+        let by_event = run_ok(&["report", "-i", f.to_str().unwrap(), "--by", "event"]);
+        assert!(
+            by_event.lines().any(|l| l.split_whitespace().eq([
+                "cpu-clock",
+                "page-faults",
+                "EVENT"
+            ])),
+            "{}: no page-faults column:\n{by_event}",
+            f.display()
+        );
+        on_stacks += attributed;
+    }
+    assert!(
+        (PAGES..PAGES + 2000).contains(&on_stacks),
+        "faults on the intervals' stacks: {on_stacks} of {PAGES} and the start-up's"
+    );
+}
+
 #[test]
 fn totals_equal_what_track_counts_for_the_same_run() {
     totals_equal_track(&[]);

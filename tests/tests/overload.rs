@@ -76,24 +76,34 @@ fn assert_bounded(what: &str, held: &[Held], files: usize, slack_mib: u64) {
     );
 }
 
-/// Flat over a long run: after a fifth of it to warm up, the peaks of the second half of
-/// the rest are no higher than those of the first half (plus a little slack).
+/// Flat over a long run: after a fifth of it to warm up, the second half of the rest holds
+/// no more than the first half (plus a little slack): fds by their peaks, RSS by its median.
+/// A leak raises the median; a spike does not (symbolizing one interval's files: a big one,
+/// such as a compiler's library when a build runs beside the test, peaks and is let go).
 fn assert_flat(what: &str, held: &[Held]) {
     show(what, held);
     let rest = &held[held.len() / 5..];
     let (early, late) = rest.split_at(rest.len() / 2);
     let peak = |hs: &[Held], f: fn(&Held) -> u64| hs.iter().map(f).max().unwrap();
+    let median = |hs: &[Held], f: fn(&Held) -> u64| {
+        let mut v: Vec<u64> = hs.iter().map(f).collect();
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
     let (fds_early, fds_late) = (peak(early, |h| h.fds as u64), peak(late, |h| h.fds as u64));
-    let (rss_early, rss_late) = (peak(early, |h| h.rss_kib), peak(late, |h| h.rss_kib));
+    let (rss_early, rss_late) = (median(early, |h| h.rss_kib), median(late, |h| h.rss_kib));
     eprintln!(
-        "{what}: peak fds {fds_early} then {fds_late}; peak RSS {} MiB then {} MiB",
+        "{what}: peak fds {fds_early} then {fds_late}; median RSS {} MiB then {} MiB \
+         (peaks {} and {} MiB)",
         rss_early / 1024,
-        rss_late / 1024
+        rss_late / 1024,
+        peak(early, |h| h.rss_kib) / 1024,
+        peak(late, |h| h.rss_kib) / 1024
     );
     assert!(fds_late <= fds_early + 8, "{what}: fds grew");
     assert!(
         rss_late <= rss_early + rss_early / 4 + 16 * 1024,
-        "{what}: RSS grew from {rss_early} to {rss_late} KiB"
+        "{what}: RSS grew from a median of {rss_early} to {rss_late} KiB"
     );
 }
 
@@ -132,10 +142,13 @@ fn a_full_ring_at_50k_samples_per_second_is_counted_as_loss() {
         "a one-page ring at {hz} Hz lost nothing:\n{small}"
     );
     assert!(n > 0, "some samples still arrive:\n{small}");
-    // Loss costs nothing: neither ring size makes the reader hold more (fds: one per ELF
-    // file sampled, system-wide).
-    assert_bounded("-m 1", &small_held, 32, 64);
-    assert_bounded("8 MiB ring", &big_held, 32, 64);
+    // Loss costs nothing: neither ring size makes the reader hold more than what it kept
+    // (fds: one per ELF file sampled, system-wide; memory: the distinct stacks of the
+    // samples kept, up to 1 KiB each with their names, which only varies with what else
+    // runs: a build beside the test has deep, distinct stacks).
+    let kept = |report: &str| reported_samples(report) / 1024;
+    assert_bounded("-m 1", &small_held, 32, 64 + kept(&small));
+    assert_bounded("8 MiB ring", &big_held, 32, 64 + kept(&big));
 }
 
 #[test]

@@ -95,6 +95,38 @@ struct Group {
     cpus: Vec<u32>,
     first_event: u32,
     deltas: group::GroupDeltas,
+    /// Each counter's events on stacks as of the last profile handed over (continuous mode).
+    attributed_before: [u64; profiler_common::group::MAX_COUNTERS],
+}
+
+impl Group {
+    /// The counters of the profile being handed over: what went on its stacks since the
+    /// previous one, plus what is on no stack yet (counted after a thread's last sample:
+    /// it lands on a later interval's stacks, or stays unattributed at the end). For a
+    /// single profile, the run's totals.
+    fn counters(
+        &mut self,
+        values: &crate::bpf::GroupTotals,
+        aggregated: Option<&AggregateReader>,
+    ) -> Vec<crate::profile::CounterTotal> {
+        let cumulative = match aggregated {
+            Some(a) => group::totals(&self.names, values, &a.attributed()),
+            None => self.deltas.totals(&self.names, values),
+        };
+        cumulative
+            .into_iter()
+            .zip(self.attributed_before.iter_mut())
+            .map(|(c, before)| {
+                let attributed = c.total.wrapping_sub(c.unattributed);
+                let on_stacks = attributed.wrapping_sub(*before);
+                *before = attributed;
+                crate::profile::CounterTotal {
+                    total: on_stacks.wrapping_add(c.unattributed),
+                    ..c
+                }
+            })
+            .collect()
+    }
 }
 
 impl Group {
@@ -285,7 +317,11 @@ impl<'a> Session<'a> {
                     }
                     let stats = sampler.stats()?;
                     let now = Instant::now();
-                    let info = run_info(opts, &stats, reported, *interval_started, now);
+                    let mut info = run_info(opts, &stats, reported, *interval_started, now);
+                    if let Some(g) = group.as_mut() {
+                        let values = sampler.group_values()?;
+                        info.counters = g.counters(&values, opts.aggregate.then_some(&*aggregated));
+                    }
                     *interval_started = Instant::now();
                     // Symbolized on the worker's thread; the profile comes back below.
                     symbolizer.submit(collector.take_batch(info, &self.names));
@@ -416,11 +452,9 @@ impl<'a> Session<'a> {
             self.started
         };
         let mut info = run_info(self.opts, &stats, &mut self.reported, since, ended);
-        if let (Some(g), Some(values)) = (&self.group, &group_values) {
-            info.counters = match self.opts.aggregate {
-                true => group::totals(&g.names, values, &self.aggregated.attributed()),
-                false => g.deltas.totals(&g.names, values),
-            };
+        if let (Some(g), Some(values)) = (&mut self.group, &group_values) {
+            let aggregated = self.opts.aggregate.then_some(&self.aggregated);
+            info.counters = g.counters(values, aggregated);
             if values.aggregate_full > 0 {
                 eprintln!(
                     "profiler: warning: the counters of {} samples found the in-kernel \
@@ -657,6 +691,7 @@ fn start_group(
         cpus,
         first_event: events.len() as u32,
         deltas: group::GroupDeltas::default(),
+        attributed_before: [0; profiler_common::group::MAX_COUNTERS],
     }))
 }
 
