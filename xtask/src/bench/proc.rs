@@ -24,8 +24,6 @@ pub struct Finished {
     pub wall_s: f64,
     /// When it was reaped, CLOCK_MONOTONIC seconds (the clock `work` prints its end in).
     pub ended_s: f64,
-    /// Peak resident set of the process (and of its waited-for children), KiB.
-    pub maxrss_kib: u64,
     pub cpu_s: f64,
     pub stdout: String,
     pub stderr: String,
@@ -135,7 +133,6 @@ impl Running {
             command: self.command,
             wall_s,
             ended_s,
-            maxrss_kib: usage.ru_maxrss as u64,
             cpu_s: tv(usage.ru_utime) + tv(usage.ru_stime),
 
             stdout: fs::read_to_string(&self.out).unwrap_or_default(),
