@@ -613,3 +613,25 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     (ticks(14).unwrap_or(0) + ticks(15).unwrap_or(0)) as f64 / hz
 }
+
+/// Runs `profiler ARGS` on `target` (a child of the test, named by the args with `-p`) so
+/// that the target cannot finish before the profiler attaches, however long attaching takes
+/// on a busy host: the target is stopped, the profiler started and waited for until it has
+/// attached, then the target continues and is waited for, and the profiler's output returned.
+pub fn record_from_the_start(target: &mut std::process::Child, args: &[&str]) -> Output {
+    let signal = |pid: u32, sig| {
+        // SAFETY: kill(2) on our own child, which has not been waited for.
+        assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0);
+    };
+    signal(target.id(), libc::SIGSTOP);
+    let mut rec = Command::new(profiler_bin())
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting the profiler");
+    wait_attached(&mut rec);
+    signal(target.id(), libc::SIGCONT);
+    let _ = target.wait();
+    rec.wait_with_output().expect("the profiler's output")
+}

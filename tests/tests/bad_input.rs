@@ -230,12 +230,13 @@ fn a_target_that_exits_before_or_during_the_run_is_not_an_error() {
     assert_eq!(out.status.code(), Some(0), "{}", one_error_line(&out));
     assert_eq!(reported_samples(&String::from_utf8_lossy(&out.stdout)), 0);
     drop(zombie);
-    // Exits during the run: the report covers what it ran, and the run ends with it.
+    // Exits during the run: the report covers what it ran, and the run ends with it. The
+    // target is stopped until the profiler has attached (on a busy host, attaching can
+    // take longer than the target's second), then runs its second and exits.
     let mut chain = Command::new(fixture("chain")).arg("1").spawn().unwrap();
     let pid = chain.id().to_string();
-    let out = profiler(&["record", "-F", "499", "-p", &pid, "-d", "60"]);
-    let _ = chain.wait();
-    assert_eq!(out.status.code(), Some(0));
+    let out = record_from_the_start(&mut chain, &["record", "-F", "499", "-p", &pid, "-d", "60"]);
+    assert_eq!(out.status.code(), Some(0), "{}", one_error_line(&out));
     let n = reported_samples(&String::from_utf8_lossy(&out.stdout));
     assert!(n > 0, "the second it ran is in the report");
     // A started command that exits at once.
@@ -419,8 +420,7 @@ fn garbage_perf_maps_do_not_break_a_recording() {
     junk.extend_from_slice(b"\n0 0 empty\nzz 10 nothex\n1000 10 ");
     std::fs::write(&map, &junk).unwrap();
     let pid = chain.id().to_string();
-    let out = profiler(&["record", "-F", "499", "-p", &pid, "-d", "10"]);
-    let _ = chain.wait();
+    let out = record_from_the_start(&mut chain, &["record", "-F", "499", "-p", &pid, "-d", "10"]);
     let _ = std::fs::remove_file(&map);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
