@@ -119,10 +119,9 @@ impl Collector {
         let mut user: Vec<u64> = (nk..nk + nu).map(|i| frame_at(frames, i)).collect();
         // The leaf-caller check reads the function's start from the file's symbols: for a
         // process whose tables are still being loaded (its first samples, walked with frame
-        // pointers meanwhile) it is not worth parsing a big library's symbol table on the
-        // reader's thread (librustc_driver's held it for seconds in a debug build).
+        // pointers meanwhile) only in files small enough to parse on the reader's thread
+        // (librustc_driver's symbol table held it for seconds in a debug build).
         if rec.flags & record_flags::LEAF_RET != 0
-            && rec.flags & record_flags::UNWIND_NO_PROCESS == 0
             && let Some(&ip) = user.first()
             && let Some(caller) = self.symbolizer.missing_leaf_caller(
                 rec.pid,
@@ -130,6 +129,7 @@ impl Collector {
                 ip,
                 user.get(1).copied(),
                 rec.leaf_ret,
+                rec.flags & record_flags::UNWIND_NO_PROCESS != 0,
             )
         {
             user.insert(1, caller);

@@ -87,6 +87,10 @@ pub struct Symbolizer {
     refreshed: HashMap<u32, (Instant, Duration)>,
 }
 
+/// Files up to this size have their symbols read for the leaf-caller check of a process
+/// still waiting for its unwind tables (an executable or a common library, not a compiler's
+/// 150 MiB library).
+const SMALL_FILE_BYTES: u64 = 16 << 20;
 /// First and longest wait between two re-reads of one process's maps. Frame-pointer walks
 /// of code built without them yield addresses in no mapping, many a second: re-reading the
 /// maps of a process with thousands of mappings (rustc) at each one held the reader for
@@ -374,6 +378,12 @@ impl Symbolizer {
         }
     }
 
+    /// The size of the checked file behind `entry` of `pid`.
+    fn file_bytes(&mut self, pid: u32, entry: &MapEntry) -> Option<u64> {
+        let id = self.elf.id_for(pid, entry)?;
+        Some(self.elf.get(id)?.file.metadata().ok()?.len())
+    }
+
     /// The checked file behind `entry` of `pid`, as a path blazesym may open.
     fn fd_path(&mut self, pid: u32, entry: &MapEntry) -> Option<std::path::PathBuf> {
         let id = self.elf.id_for(pid, entry)?;
@@ -382,7 +392,8 @@ impl Symbolizer {
 
     /// The caller frame a frame-pointer walk missed, if any (see [`leaf`]): given the user
     /// IP, the walked caller and the word at the stack pointer, returns the return address to
-    /// insert after the IP.
+    /// insert after the IP. `small_files_only`: not worth reading a big file's symbols for
+    /// (a process about to have its unwind tables).
     pub fn missing_leaf_caller(
         &mut self,
         pid: u32,
@@ -390,6 +401,7 @@ impl Symbolizer {
         ip: u64,
         walked: Option<u64>,
         sp_word: u64,
+        small_files_only: bool,
     ) -> Option<u64> {
         if walked == Some(sp_word) {
             return None;
@@ -400,6 +412,9 @@ impl Symbolizer {
         let (prologue, offset_in_fn) = match known {
             Some(v) => v?,
             None => {
+                if small_files_only && self.file_bytes(pid, &entry)? > SMALL_FILE_BYTES {
+                    return None;
+                }
                 let file = self.fd_path(pid, &entry)?;
                 let mut src = Elf::new(file.clone());
                 src.debug_syms = false;
