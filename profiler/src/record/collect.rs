@@ -277,8 +277,31 @@ impl Collector {
     }
 }
 
+/// The (file, offset) of every user frame of `stacks` that is in a file.
+fn file_offsets<'a>(
+    stacks: impl Iterator<Item = &'a RawStack>,
+) -> impl Iterator<Item = (FileId, u64)> {
+    stacks.flat_map(|s| s.user.iter()).filter_map(|f| match f {
+        UserFrame::File { file, offset } => Some((*file, *offset)),
+        UserFrame::Named(_) => None,
+    })
+}
+
+/// Names `wanted` (one blazesym call per file); returns how many files could not be read,
+/// each said on stderr.
+fn resolve_files(
+    resolver: &mut Resolver,
+    files: &HashMap<FileId, ElfFile>,
+    wanted: impl Iterator<Item = (FileId, u64)>,
+) -> u64 {
+    let errors = resolver.resolve_user(files, wanted);
+    for e in &errors.files {
+        eprintln!("profiler: warning: not symbolized: {e}");
+    }
+    errors.files.len() as u64
+}
+
 impl Batch {
-    /// Names every frame: each file's offsets in one call, the kernel's in one call.
     /// Names the user offsets of several waiting batches in one pass, one blazesym call per
     /// file for all of them (their [`Batch::symbolize`] then finds every name cached): a
     /// worker that fell behind catches up instead of parsing each file once per interval.
@@ -289,23 +312,14 @@ impl Batch {
                 files.entry(*id).or_insert_with(|| f.clone());
             }
         }
-        let wanted = batches
-            .iter()
-            .flat_map(|b| b.stacks.keys())
-            .flat_map(|s| s.user.iter())
-            .filter_map(|f| match f {
-                UserFrame::File { file, offset } => Some((*file, *offset)),
-                UserFrame::Named(_) => None,
-            });
-        let errors = resolver.resolve_user(&files, wanted);
-        for e in &errors.files {
-            eprintln!("profiler: warning: not symbolized: {e}");
-        }
+        let wanted = file_offsets(batches.iter().flat_map(|b| b.stacks.keys()));
+        let failed = resolve_files(resolver, &files, wanted);
         if let Some(first) = batches.first_mut() {
-            first.info.unsymbolized += errors.files.len() as u64;
+            first.info.unsymbolized += failed;
         }
     }
 
+    /// Names every frame: each file's offsets in one call, the kernel's in one call.
     pub fn symbolize(self, resolver: &mut Resolver) -> Profile {
         let Batch {
             stacks: raw_stacks,
@@ -313,18 +327,7 @@ impl Batch {
             mut info,
             events,
         } = self;
-        let wanted = raw_stacks
-            .keys()
-            .flat_map(|s| s.user.iter())
-            .filter_map(|f| match f {
-                UserFrame::File { file, offset } => Some((*file, *offset)),
-                UserFrame::Named(_) => None,
-            });
-        let errors = resolver.resolve_user(&files, wanted);
-        for e in &errors.files {
-            eprintln!("profiler: warning: not symbolized: {e}");
-        }
-        info.unsymbolized += errors.files.len() as u64;
+        info.unsymbolized += resolve_files(resolver, &files, file_offsets(raw_stacks.keys()));
         // Every kernel frame but the innermost is a return address: look up inside the call.
         let lookup = |i: usize, addr: u64| if i > 0 { addr.saturating_sub(1) } else { addr };
         resolver.resolve_kernel(
