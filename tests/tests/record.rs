@@ -421,11 +421,13 @@ fn cpu_list_samples_only_those_cpus() {
     }
     let _guard = serial();
     let dir = scratch("cpus");
-    let mut chain = Command::new("taskset")
-        .args(["-c", "1", fixture("chain").to_str().unwrap(), "4"])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut chain = KillOnDrop(
+        Command::new("taskset")
+            .args(["-c", "1", fixture("chain").to_str().unwrap(), "60"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     wait_for("chain to run", 10, || {
         runs(chain.id(), "chain").then_some(())
     });
@@ -453,8 +455,10 @@ fn cpu_list_samples_only_those_cpus() {
     let (on1, on0) = (run("1"), run("0"));
     let _ = (chain.kill(), chain.wait());
     let (leaf, total) = leaf_share(&on1, "chain");
+    // At least a tenth of the CPU's 199 samples: chain shares CPU 1 with whatever else runs
+    // there (62 of 199 beside a release build).
     assert!(
-        total >= 100 && leaf * 100 >= total * 90,
+        total >= 20 && leaf * 100 >= total * 90,
         "cpu 1 runs chain: {leaf} of {total}"
     );
     assert!(
