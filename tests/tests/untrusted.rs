@@ -7,7 +7,7 @@
 use std::{
     os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -23,7 +23,7 @@ const FOREIGN: &str = "FOREIGN_USERS_NAME";
 
 /// The jit fixture run as nobody from a copy nobody can reach; it names its code in
 /// /tmp/perf-PID.map (kept at exit). Returns the child and the map's line.
-fn jit_as_nobody(dir: &Path) -> (Child, PathBuf, String) {
+fn jit_as_nobody(dir: &Path) -> (KillOnDrop, PathBuf, String) {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let exe = dir.join("jit");
     std::fs::copy(fixture("jit"), &exe).unwrap();
@@ -31,10 +31,14 @@ fn jit_as_nobody(dir: &Path) -> (Child, PathBuf, String) {
     let child = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(&exe)
-        .args(["8", "keep"])
+        .args(["60", "keep"])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
+    // Killed by the caller when done (or on a panic): it must outlive every recording of it
+    // however slowly they attach on a busy host (8 s was not enough for three, beside a
+    // release build).
+    let child = KillOnDrop(child);
     let map = PathBuf::from(format!("/tmp/perf-{}.map", child.id()));
     let line = wait_for("the jit's perf map", 10, || {
         std::fs::read_to_string(&map)
