@@ -686,12 +686,16 @@ fn group_faults(l: &Layout, args: &[&str]) -> CheckResult {
         .and_then(|v| v.trim().parse().ok())
         .ok_or_else(|| fail("no faulter line from group".into(), &out))?;
     let stacks = read_folded(&folded)?;
-    let on_faulter: u64 = stacks
-        .iter()
-        .filter(|(f, _)| f.first().is_some_and(|e| e == "page-faults"))
-        .filter(|(f, _)| f.iter().any(|x| x == "faulter"))
-        .map(|(_, n)| n)
-        .sum();
+    // Page faults on the stacks through `frame` (folded lines start with the event).
+    let faults_on = |frame: &str| -> u64 {
+        stacks
+            .iter()
+            .filter(|(f, _)| f.first().is_some_and(|e| e == "page-faults"))
+            .filter(|(f, _)| f.iter().any(|x| x == frame))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let on_faulter = faults_on("faulter");
     // Aggregation keys have no room for the word at the stack pointer that lets the ring
     // mode name the caller a frame-pointer walk skips at a function's entry; under qemu's
     // TCG, which takes interrupts at block ends (calls), 1 to 2.5 % of faulter's faults land
@@ -706,12 +710,7 @@ fn group_faults(l: &Layout, args: &[&str]) -> CheckResult {
     }
     // In-kernel aggregation loses the stacks whose hash slot another holds: their faults
     // are on the collision marker.
-    let on_collisions: u64 = stacks
-        .iter()
-        .filter(|(f, _)| f.first().is_some_and(|e| e == "page-faults"))
-        .filter(|(f, _)| f.iter().any(|x| x == "[stack hash collision]"))
-        .map(|(_, n)| n)
-        .sum();
+    let on_collisions = faults_on("[stack hash collision]");
     let collided = match on_collisions {
         0 => String::new(),
         n => format!(", {n} on stacks lost to hash collisions"),
