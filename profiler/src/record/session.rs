@@ -127,9 +127,7 @@ impl Group {
             })
             .collect()
     }
-}
 
-impl Group {
     /// Counts one record, with its counters' increases when a group is recorded (a group
     /// is not recorded with off-CPU time; without one, records go to `offcpu::collect`).
     fn add(group: &mut Option<Group>, collector: &mut Collector, bytes: &[u8]) {
@@ -339,13 +337,7 @@ impl<'a> Session<'a> {
                     aggregated.observe(sampler, collector)?;
                 }
                 _ = records.next_batch_bytes(opts.poll, |bytes| {
-                    *ring_bytes += bytes.len() as u64;
-                    if let Some(t) = tables.as_mut()
-                        && let Some((header, _)) = StackSampleHeader::parse(bytes)
-                    {
-                        t.note(&header);
-                    }
-                    batch.push(bytes);
+                    batch.take(bytes, ring_bytes, tables.as_mut());
                 }) => {
                     // Tables first: a new process's next samples are walked whole as soon as
                     // they are in the kernel, not after this batch is normalized.
@@ -367,13 +359,7 @@ impl<'a> Session<'a> {
                         if let Some(t) = tables.as_mut()
                             && batch.len() < MAX_BATCH_RECORDS
                         {
-                            records.drain_bytes(|bytes| {
-                                *ring_bytes += bytes.len() as u64;
-                                if let Some((header, _)) = StackSampleHeader::parse(bytes) {
-                                    t.note(&header);
-                                }
-                                batch.push(bytes);
-                            });
+                            records.drain_bytes(|bytes| batch.take(bytes, ring_bytes, Some(t)));
                             for pid in t.load_pending()? {
                                 collector.refresh_maps(pid);
                             }
@@ -512,8 +498,8 @@ impl<'a> Session<'a> {
 }
 
 /// What the program is told: which filter, which stacks (and whether user stacks are walked
-/// with unwind tables), when to wake the reader.
-fn sampler_config(opts: &RecordOptions) -> SamplerConfig {
+/// with unwind tables), when to wake the reader (a quarter of the ring's `ring_bytes`).
+fn sampler_config(opts: &RecordOptions, ring_bytes: u32) -> SamplerConfig {
     let stacks = match opts.mode {
         Mode::Both => capture::USER_STACK | capture::KERNEL_STACK,
         Mode::User => capture::USER_STACK,
@@ -549,7 +535,7 @@ fn sampler_config(opts: &RecordOptions) -> SamplerConfig {
             }
             | if tables { capture::UNWIND_TABLES } else { 0 }
             | if opts.off_cpu { capture::OFF_CPU } else { 0 },
-        wakeup_bytes: u64::from(opts.ring_size() / 4),
+        wakeup_bytes: u64::from(ring_bytes / 4),
         ..Default::default()
     }
 }
@@ -557,25 +543,25 @@ fn sampler_config(opts: &RecordOptions) -> SamplerConfig {
 /// Loads `record`'s program; with unwind tables, also their loader (our own libraries'
 /// tables built) and the exec and exit hooks that drop a process's tables.
 fn load_sampler(opts: &RecordOptions) -> Result<(Sampler, Option<TableLoader>), RecordError> {
-    let config = sampler_config(opts);
+    let ring = opts.ring_size();
+    let config = sampler_config(opts, ring);
     let wants_tables = config.capture & capture::UNWIND_TABLES != 0;
     let group = !opts.read.is_empty();
-    let sampler =
-        match Sampler::load_record_group(config, opts.ring_size(), opts.unwind_rows, group) {
-            // The unwinder needs bpf_loop (Linux 5.17); older kernels walk frame pointers.
-            Err(BpfError::Program(e)) if wants_tables => {
-                eprintln!(
-                    "profiler: warning: the kernel refused the unwind-table program (it needs \
+    let sampler = match Sampler::load_record_group(config, ring, opts.unwind_rows, group) {
+        // The unwinder needs bpf_loop (Linux 5.17); older kernels walk frame pointers.
+        Err(BpfError::Program(e)) if wants_tables => {
+            eprintln!(
+                "profiler: warning: the kernel refused the unwind-table program (it needs \
                  Linux 5.17 or newer for bpf_loop); walking stacks with frame pointers: {e}"
-                );
-                let config = SamplerConfig {
-                    capture: config.capture & !capture::UNWIND_TABLES,
-                    ..config
-                };
-                Sampler::load_record_group(config, opts.ring_size(), opts.unwind_rows, group)?
-            }
-            other => other?,
-        };
+            );
+            let config = SamplerConfig {
+                capture: config.capture & !capture::UNWIND_TABLES,
+                ..config
+            };
+            Sampler::load_record_group(config, ring, opts.unwind_rows, group)?
+        }
+        other => other?,
+    };
     let mut sampler = sampler;
     if !(wants_tables && sampler.program_name() == "record_sample") {
         return Ok((sampler, None));
@@ -736,6 +722,18 @@ const CHUNK_RECORDS: usize = 256;
 const MAX_BATCH_RECORDS: usize = 16 * 1024;
 
 impl Batch {
+    /// Keeps one record from the ring, counting its bytes and showing the table loader
+    /// its unwind marks.
+    fn take(&mut self, record: &[u8], ring_bytes: &mut u64, tables: Option<&mut TableLoader>) {
+        *ring_bytes += record.len() as u64;
+        if let Some(t) = tables
+            && let Some((header, _)) = StackSampleHeader::parse(record)
+        {
+            t.note(&header);
+        }
+        self.push(record);
+    }
+
     fn len(&self) -> usize {
         self.ends.len()
     }
