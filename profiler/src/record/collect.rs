@@ -5,7 +5,7 @@
 //! more and is symbolized wherever it is sent.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeSet, HashMap, hash_map::Entry},
     sync::Arc,
 };
 
@@ -14,6 +14,7 @@ use profiler_common::{
     stack::{StackSampleHeader, frame_at},
 };
 
+use super::prefetch::{Fresh, Prefetch};
 use crate::{
     profile::{Profile, RunInfo, StackCount},
     symbolize::{ElfFile, FileId, Frame, FrameKind, Resolver, Symbolizer, UserFrame},
@@ -58,6 +59,8 @@ pub struct Collector {
     /// Samples of the intervals already taken.
     all_samples: u64,
     symbolizer: Symbolizer,
+    /// Addresses of the stacks first seen since the last [`Collector::take_prefetch`].
+    fresh: Fresh,
 }
 
 /// One interval's stacks with the files their offsets are in: everything needed to name
@@ -175,7 +178,27 @@ impl Collector {
                 *self.stacks.entry(counter).or_default() += w;
             }
         }
-        *self.stacks.entry(key).or_default() += weight;
+        self.count(key, weight);
+    }
+
+    /// Adds `weight` to `key`'s count; a stack seen for the first time has its addresses
+    /// noted for naming ahead.
+    fn count(&mut self, key: RawStack, weight: u64) {
+        match self.stacks.entry(key) {
+            Entry::Occupied(mut e) => *e.get_mut() += weight,
+            Entry::Vacant(e) => {
+                let k = e.key();
+                let kernel = k.kernel.iter().enumerate();
+                self.fresh
+                    .note(kernel.map(|(i, &a)| kernel_lookup(i, a)), &k.user);
+                e.insert(weight);
+            }
+        }
+    }
+
+    /// The addresses of the stacks first seen since the last call, to be named ahead.
+    pub fn take_prefetch(&mut self) -> Option<Prefetch> {
+        self.fresh.take(&self.symbolizer)
     }
 
     /// Merges `pid`'s current maps into what was captured (a library was mapped since).
@@ -237,7 +260,7 @@ impl Collector {
             user,
             missing,
         };
-        *self.stacks.entry(key).or_default() += weight;
+        self.count(key, weight);
     }
 
     /// The samples counted so far, with the files they need, as a batch to symbolize;
@@ -247,6 +270,8 @@ impl Collector {
         self.all_samples += info.samples;
         let stacks = std::mem::take(&mut self.stacks);
         self.stacks.shrink_to_fit();
+        // The batch names all of them.
+        self.fresh = Fresh::default();
         let ids: BTreeSet<FileId> = stacks
             .keys()
             .flat_map(|s| s.user.iter())
@@ -275,6 +300,12 @@ impl Collector {
         self.take_batch(info, events)
             .symbolize(&mut Resolver::new(&[]))
     }
+}
+
+/// The address to look kernel frame `i` (innermost first) up at: every kernel frame but the
+/// innermost is a return address, so inside the call.
+fn kernel_lookup(i: usize, addr: u64) -> u64 {
+    if i > 0 { addr.saturating_sub(1) } else { addr }
 }
 
 /// The (file, offset) of every user frame of `stacks` that is in a file.
@@ -328,8 +359,7 @@ impl Batch {
             events,
         } = self;
         info.unsymbolized += resolve_files(resolver, &files, file_offsets(raw_stacks.keys()));
-        // Every kernel frame but the innermost is a return address: look up inside the call.
-        let lookup = |i: usize, addr: u64| if i > 0 { addr.saturating_sub(1) } else { addr };
+        let lookup = kernel_lookup;
         resolver.resolve_kernel(
             raw_stacks
                 .keys()

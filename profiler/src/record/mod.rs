@@ -8,6 +8,7 @@ mod error;
 mod group;
 mod offcpu;
 mod pidfd;
+mod prefetch;
 mod session;
 mod status;
 mod symbolizing;

@@ -282,6 +282,7 @@ impl<'a> Session<'a> {
         // In aggregate mode, new processes are looked for once a second (to capture their
         // maps).
         let mut observe_ticks = every(Some(Duration::from_secs(1)));
+        let mut prefetch_ticks = every(Some(PREFETCH_EVERY));
         let signals = &mut self.signals;
         let sampler = &mut self.sampler;
         let collector = &mut self.collector;
@@ -332,6 +333,11 @@ impl<'a> Session<'a> {
                         stats.submitted + stats.aggregated,
                         stats.lost,
                     );
+                }
+                _ = prefetch_ticks.tick() => {
+                    if let Some(p) = collector.take_prefetch() {
+                        symbolizer.prefetch(p);
+                    }
                 }
                 _ = observe_ticks.tick(), if opts.aggregate => {
                     aggregated.observe(sampler, collector)?;
@@ -714,6 +720,10 @@ struct Batch {
     bytes: Vec<u8>,
     ends: Vec<usize>,
 }
+
+/// How often the addresses of new stacks are sent to be named ahead of the end (see
+/// [`super::prefetch`]).
+const PREFETCH_EVERY: Duration = Duration::from_millis(200);
 
 /// Records normalized between two looks at the ring for new processes' tables.
 const CHUNK_RECORDS: usize = 256;

@@ -1,18 +1,38 @@
 //! The thread that symbolizes finished intervals, so the ring reader never waits for
 //! symbols: it hands each interval over as a [`Batch`] and goes on reading; profiles come
-//! back in the order their batches were sent.
+//! back in the order their batches were sent. Between intervals it names the addresses of
+//! new stacks ahead ([`super::prefetch`]), so the end of a run finds them named.
 
-use std::{path::PathBuf, sync::mpsc, thread::JoinHandle};
+use std::{
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicI32, Ordering},
+        mpsc,
+    },
+    thread::JoinHandle,
+};
 
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
-use super::collect::Batch;
+use super::{
+    collect::Batch,
+    prefetch::{Budget, Prefetch},
+};
 use crate::{profile::Profile, symbolize::Resolver};
 
+/// What the thread is sent: an interval to symbolize, or addresses to name ahead.
+enum Job {
+    Batch(Batch),
+    Prefetch(Prefetch),
+}
+
 pub struct SymbolizeWorker {
-    jobs: Option<mpsc::Sender<Batch>>,
+    jobs: Option<mpsc::Sender<Job>>,
     done: UnboundedReceiver<Profile>,
     thread: Option<JoinHandle<()>>,
+    /// The thread's id, once it runs (0 before): its priority is raised back at the end.
+    tid: Arc<AtomicI32>,
     /// Batches sent whose profiles have not been taken.
     pending: usize,
 }
@@ -23,20 +43,38 @@ impl SymbolizeWorker {
     /// will be sampled, so the kernel's symbols are read now (kallsyms takes 0.15 s here),
     /// while the recording runs, not after it.
     pub fn start(debug_dirs: Vec<PathBuf>, user: bool, kernel: bool) -> std::io::Result<Self> {
-        let (jobs, rx) = mpsc::channel::<Batch>();
+        let (jobs, rx) = mpsc::channel::<Job>();
         let (tx, done) = unbounded_channel();
+        let tid = Arc::new(AtomicI32::new(0));
+        let its_tid = tid.clone();
         let thread = std::thread::Builder::new()
             .name("symbolize".into())
             .spawn(move || {
                 let mut resolver = Resolver::new(&debug_dirs);
                 resolver.name_user_frames(user);
-                lower_priority();
+                // SAFETY: gettid has no preconditions.
+                let me = unsafe { libc::gettid() };
+                its_tid.store(me, Ordering::Relaxed);
+                set_nice(me, BACKGROUND_NICE);
                 if kernel {
                     resolver.load_kernel_symbols();
                 }
+                let mut budget = Budget::new();
                 while let Ok(first) = rx.recv() {
-                    let mut queue = vec![first];
-                    queue.extend(rx.try_iter());
+                    let (mut queue, mut ahead) = (Vec::new(), Vec::new());
+                    for job in std::iter::once(first).chain(rx.try_iter()) {
+                        match job {
+                            Job::Batch(b) => queue.push(b),
+                            Job::Prefetch(p) => ahead.push(p),
+                        }
+                    }
+                    // Batches waiting name everything themselves (naming ahead is only
+                    // for the time when there are none).
+                    if queue.is_empty() {
+                        for p in ahead {
+                            budget.resolve(p, &mut resolver);
+                        }
+                    }
                     if queue.len() > 1 {
                         Batch::resolve_ahead(&mut queue, &mut resolver);
                     }
@@ -51,15 +89,23 @@ impl SymbolizeWorker {
             jobs: Some(jobs),
             done,
             thread: Some(thread),
+            tid,
             pending: 0,
         })
     }
 
     pub fn submit(&mut self, batch: Batch) {
         if let Some(jobs) = &self.jobs
-            && jobs.send(batch).is_ok()
+            && jobs.send(Job::Batch(batch)).is_ok()
         {
             self.pending += 1;
+        }
+    }
+
+    /// Sends addresses to name ahead (nothing comes back: the names are cached there).
+    pub fn prefetch(&mut self, p: Prefetch) {
+        if let Some(jobs) = &self.jobs {
+            let _ = jobs.send(Job::Prefetch(p));
         }
     }
 
@@ -80,6 +126,12 @@ impl SymbolizeWorker {
     /// Sends the last batch and waits for every profile still to come: those of earlier
     /// intervals, then the last one's.
     pub async fn finish(mut self, last: Batch) -> (Vec<Profile>, Option<Profile>) {
+        // The profile is awaited now: at the recorder's own priority, not behind a busy
+        // host's other work.
+        let tid = self.tid.load(Ordering::Relaxed);
+        if tid != 0 {
+            set_nice(tid, own_nice());
+        }
         self.submit(last);
         drop(self.jobs.take());
         let mut all = Vec::new();
@@ -97,12 +149,20 @@ impl SymbolizeWorker {
     }
 }
 
-/// Makes the calling thread yield to the ring reader and the workload (nice 10): its work
-/// is done in the background while recording, and has the CPU to itself at the end.
-fn lower_priority() {
-    // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::gettid() };
-    // SAFETY: setpriority on this thread's own id (Linux nice values are per thread); a
-    // failure leaves the priority as it was, which is harmless.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10) };
+/// The symbolizing thread's nice value while recording: it yields to the ring reader and
+/// the workload, its work being done in the background.
+const BACKGROUND_NICE: i32 = 10;
+
+/// The nice value of the calling thread.
+fn own_nice() -> i32 {
+    // SAFETY: getpriority of the calling thread (who = 0) has no preconditions; -1 can be a
+    // valid value or an error, and both leave a usable nice value.
+    unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }
+}
+
+/// Sets thread `tid`'s nice value (Linux nice values are per thread). A failure (lowering
+/// needs CAP_SYS_NICE or RLIMIT_NICE) leaves the priority as it was, which is harmless.
+fn set_nice(tid: libc::pid_t, nice: i32) {
+    // SAFETY: setpriority on a thread id of this process; the result is only advisory.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
 }

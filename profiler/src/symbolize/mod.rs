@@ -224,14 +224,19 @@ impl Symbolizer {
         self.jit_cache.shrink_to_fit();
     }
 
+    /// The files `ids` that are open, shared (not handed over: they stay open here), for
+    /// naming ahead while recording ([`crate::record`]'s prefetch).
+    pub fn open_files(&self, ids: impl IntoIterator<Item = FileId>) -> HashMap<FileId, ElfFile> {
+        ids.into_iter()
+            .filter_map(|id| Some((id, self.elf.get(id)?)))
+            .collect()
+    }
+
     /// The open files `ids` (those an interval's stacks refer to), for whoever names their
     /// offsets; our own descriptors are closed, to be opened again when a sample needs them,
     /// so open files follow what is sampled, not everything a long run saw.
     pub fn hand_over(&mut self, ids: impl IntoIterator<Item = FileId>) -> HashMap<FileId, ElfFile> {
-        let out = ids
-            .into_iter()
-            .filter_map(|id| Some((id, self.elf.get(id)?)))
-            .collect();
+        let out = self.open_files(ids);
         self.elf.close_all();
         // blazesym named the files by our descriptor numbers, which will be reused: start
         // afresh (this also lets go of what it parsed).

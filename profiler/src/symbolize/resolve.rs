@@ -73,6 +73,25 @@ impl Resolver {
         files: &HashMap<FileId, ElfFile>,
         wanted: impl IntoIterator<Item = (FileId, u64)>,
     ) -> ResolveErrors {
+        self.resolve_user_files(files, wanted, true)
+    }
+
+    /// [`Resolver::resolve_user`] ahead of time, while recording: a file that cannot be
+    /// read is left for the batch that needs it, which then says so and counts it.
+    pub fn prefetch_user(
+        &mut self,
+        files: &HashMap<FileId, ElfFile>,
+        wanted: impl IntoIterator<Item = (FileId, u64)>,
+    ) {
+        self.resolve_user_files(files, wanted, false);
+    }
+
+    fn resolve_user_files(
+        &mut self,
+        files: &HashMap<FileId, ElfFile>,
+        wanted: impl IntoIterator<Item = (FileId, u64)>,
+        keep_misses: bool,
+    ) -> ResolveErrors {
         if self.user_cache.len() > MAX_CACHED {
             self.user_cache.clear();
         }
@@ -94,6 +113,7 @@ impl Resolver {
             };
             let frames = match self.file_frames(file, &offsets) {
                 Ok(frames) => frames,
+                Err(_) if !keep_misses => continue,
                 Err(why) => {
                     errors.files.push(format!("{}: {why}", file.path));
                     offsets

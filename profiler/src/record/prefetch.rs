@@ -1,0 +1,97 @@
+//! Naming ahead: while recording, the addresses of stacks seen for the first time are sent
+//! to the symbolizing thread now and then, so that when the run ends nearly every name is
+//! already known and the profile is written at once (not after parsing every file's debug
+//! information). Only an optimisation: a prefetch may be dropped at any point, the batch at
+//! the end names whatever is still unnamed.
+
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
+
+use crate::symbolize::{ElfFile, FileId, Resolver, Symbolizer, UserFrame};
+
+/// Addresses noted between two prefetches beyond this are left to the end (a host-wide
+/// recording's first seconds).
+const MAX_FRESH: usize = 1 << 16;
+/// Naming ahead may take this much of the symbolizing thread's time, plus [`FREE`]: it is
+/// work the end would do anyway, but a recording whose stacks never settle must not pay for
+/// parsing each file again and again.
+const SHARE: u32 = 20;
+const FREE: Duration = Duration::from_millis(250);
+
+/// Addresses of the stacks first seen since the last prefetch.
+#[derive(Default)]
+pub struct Fresh {
+    user: Vec<(FileId, u64)>,
+    kernel: Vec<u64>,
+}
+
+impl Fresh {
+    /// Notes a new stack's addresses: `kernel` as they will be looked up, `user` as
+    /// normalized.
+    pub fn note(&mut self, kernel: impl Iterator<Item = u64>, user: &[UserFrame]) {
+        if self.user.len() + self.kernel.len() > MAX_FRESH {
+            return;
+        }
+        self.kernel.extend(kernel);
+        self.user.extend(user.iter().filter_map(|f| match f {
+            UserFrame::File { file, offset } => Some((*file, *offset)),
+            UserFrame::Named(_) => None,
+        }));
+    }
+
+    /// What was noted, with the files it is in, as a job for the symbolizing thread.
+    pub fn take(&mut self, symbolizer: &Symbolizer) -> Option<Prefetch> {
+        if self.user.is_empty() && self.kernel.is_empty() {
+            return None;
+        }
+        let mut user = std::mem::take(&mut self.user);
+        let mut kernel = std::mem::take(&mut self.kernel);
+        user.sort_unstable();
+        user.dedup();
+        kernel.sort_unstable();
+        kernel.dedup();
+        let mut ids: Vec<FileId> = user.iter().map(|&(f, _)| f).collect();
+        ids.dedup();
+        Some(Prefetch {
+            files: symbolizer.open_files(ids),
+            user,
+            kernel,
+        })
+    }
+}
+
+/// Addresses to name ahead, with the (shared) files their offsets are in.
+pub struct Prefetch {
+    files: HashMap<FileId, ElfFile>,
+    user: Vec<(FileId, u64)>,
+    kernel: Vec<u64>,
+}
+
+/// The symbolizing thread's account of its time spent naming ahead.
+pub struct Budget {
+    started: Instant,
+    spent: Duration,
+}
+
+impl Budget {
+    pub fn new() -> Self {
+        Self {
+            started: Instant::now(),
+            spent: Duration::ZERO,
+        }
+    }
+
+    /// Names what `p` holds into `resolver`'s caches; kernel addresses always (their
+    /// symbols are in memory), files only while within the budget.
+    pub fn resolve(&mut self, p: Prefetch, resolver: &mut Resolver) {
+        resolver.resolve_kernel(p.kernel);
+        if self.spent > FREE + self.started.elapsed() / SHARE {
+            return;
+        }
+        let t = Instant::now();
+        resolver.prefetch_user(&p.files, p.user);
+        self.spent += t.elapsed();
+    }
+}
