@@ -443,11 +443,14 @@ fn context_switches_land_on_the_blocking_function() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let own: u64 = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("blocker switches="))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no count from the fixture:\n{stdout}"));
+    let count = |who: &str| -> u64 {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{who} switches=")))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no count from the fixture:\n{stdout}"))
+    };
+    let own = count("blocker");
     assert!(own > 1000, "only {own} switches");
     let stacks = read_folded(&folded);
     let blocker = on(&stacks, "context-switches", "blocker");
@@ -460,7 +463,18 @@ fn context_switches_land_on_the_blocking_function() {
         .filter(|(f, _)| f[0] == "context-switches")
         .map(|(_, n)| n)
         .sum();
-    assert!(blocker * 100 >= all * 90, "{blocker} of {all} on blocker");
+    // The spinner has no switches of its own, but a busy host preempts it (1,400 times in a
+    // second beside a build): those are its, and none of the blocker's may land there.
+    let spinner = on(&stacks, "context-switches", "spinner");
+    let spinner_own = count("spinner");
+    assert!(
+        spinner <= spinner_own + own * 3 / 100,
+        "spinner's stacks carry {spinner} switches; it was switched out {spinner_own} times"
+    );
+    assert!(
+        (blocker + spinner) * 100 >= all * 90,
+        "{blocker} on blocker + {spinner} on spinner of {all}"
+    );
 }
 
 #[test]
