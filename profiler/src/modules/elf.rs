@@ -1,29 +1,23 @@
-//! Opening the ELF file behind a process's mapping without trusting it, and reading what the
-//! registry needs from it: identity (build id, device and inode), load segments, and the
+//! Reading what the registry needs from the ELF file behind a process's mapping (opened and
+//! checked by the file table): identity (build id, device and inode), load segments, and the
 //! call frame information sections. Only the headers and those sections are read.
 
-use std::{
-    fs::File,
-    io,
-    os::unix::fs::{MetadataExt, OpenOptionsExt},
-    path::Path,
-};
+use std::{fs::File, io, os::unix::fs::MetadataExt};
 
 use object::{Object, ObjectSection, ObjectSegment, ReadCache};
 
-use crate::untrusted::{self, MAX_ELF_BYTES, Refusal, Rules};
-
-use super::cfi::{CfiSections, Section};
+use super::{
+    cfi::{CfiSections, Section},
+    files::ReadAt,
+};
 
 /// Largest CFI section read into memory.
 const MAX_SECTION_BYTES: u64 = 256 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ElfError {
-    #[error("open({path}): {source}")]
-    Open { path: String, source: io::Error },
-    #[error("{path}: {source}")]
-    Refused { path: String, source: Refusal },
+    #[error("fstat({path}): {source}")]
+    Stat { path: String, source: io::Error },
     #[error("{path}: not an ELF file we can read: {source}")]
     Parse {
         path: String,
@@ -51,45 +45,15 @@ pub struct ElfInfo {
     pub cfi: CfiSections,
 }
 
-/// Opens `path` (a `/proc/PID/map_files/` entry, a magic link the kernel resolves to the
-/// mapped file itself) without blocking on a FIFO or device, and checks with
-/// [`untrusted::check`] that it is a regular file of bounded size, and the mapped one
-/// (`identity`: device and inode as the maps show them).
-pub fn open_untrusted(
-    path: &Path,
-    identity: Option<(u64, u64)>,
-) -> Result<(File, std::fs::Metadata), ElfError> {
-    let name = || path.display().to_string();
-    let file = File::options()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|source| ElfError::Open {
-            path: name(),
-            source,
-        })?;
-    let rules = Rules {
-        max_bytes: MAX_ELF_BYTES,
-        owner: None,
-        identity,
-    };
-    let refused = |source| ElfError::Refused {
-        path: name(),
-        source,
-    };
-    untrusted::check(&file, &rules).map_err(refused)?;
-    let meta = file.metadata().map_err(|e| {
-        refused(Refusal::Io {
-            call: "fstat",
-            source: e,
-        })
-    })?;
-    Ok((file, meta))
-}
-
 /// Reads identity, segments and CFI of an opened ELF file.
-pub fn read(file: File, meta: &std::fs::Metadata, path: &str) -> Result<ElfInfo, ElfError> {
-    let cache = ReadCache::new(file);
+/// (The file table opened and checked it; reads go through its descriptor, each at an
+/// explicit position, so sharing it with the symbolizer is safe.)
+pub fn read(file: &File, path: &str) -> Result<ElfInfo, ElfError> {
+    let meta = file.metadata().map_err(|source| ElfError::Stat {
+        path: path.to_string(),
+        source,
+    })?;
+    let cache = ReadCache::new(ReadAt::new(file));
     let parse = |source| ElfError::Parse {
         path: path.to_string(),
         source,
@@ -99,15 +63,6 @@ pub fn read(file: File, meta: &std::fs::Metadata, path: &str) -> Result<ElfInfo,
     info.dev = meta.dev();
     info.ino = meta.ino();
     Ok(info)
-}
-
-/// Reads an ELF image that is in memory (the vDSO).
-pub fn read_bytes(data: &[u8]) -> Result<ElfInfo, ElfError> {
-    let elf = object::File::parse(data).map_err(|source| ElfError::Parse {
-        path: "[vdso]".into(),
-        source,
-    })?;
-    Ok(parse_object(&elf))
 }
 
 fn parse_object<'data, O: Object<'data>>(elf: &O) -> ElfInfo {

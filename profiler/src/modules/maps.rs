@@ -2,8 +2,6 @@
 
 use std::{fs, io, sync::Arc};
 
-use super::elf::{self, ElfError, ElfInfo};
-
 /// One executable mapping from /proc/PID/maps.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mapping {
@@ -31,6 +29,46 @@ impl Mapping {
     /// Whether a module can back it: a file, or the vDSO (not anonymous or JIT memory).
     pub fn has_module(&self) -> bool {
         self.ino != 0 || self.is_vdso()
+    }
+}
+
+/// One mapping of a process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapEntry {
+    pub start: u64,
+    pub end: u64,
+    /// File offset of `start`.
+    pub offset: u64,
+    /// Backing file, if the mapping has one.
+    pub path: Option<Arc<str>>,
+    /// Short name: the file name, or the kernel's label (`[vdso]`, `[heap]`), or `[anon]`.
+    pub name: Arc<str>,
+    /// Device (as `st_dev` encodes it) and inode of the backing file: what a file opened
+    /// later must still be to be read for this mapping.
+    pub dev: u64,
+    pub inode: u64,
+}
+
+/// The symbolizer's and file table's view of one executable mapping.
+impl From<Mapping> for MapEntry {
+    fn from(m: Mapping) -> MapEntry {
+        let (path, name): (Option<Arc<str>>, Arc<str>) = if m.name.starts_with('/') {
+            let name = m.name.rsplit('/').next().unwrap_or(&m.name);
+            (Some(m.name.clone()), Arc::from(name))
+        } else if m.name.is_empty() {
+            (None, Arc::from("[anon]"))
+        } else {
+            (None, m.name.clone())
+        };
+        MapEntry {
+            start: m.start,
+            end: m.end,
+            offset: m.offset,
+            path,
+            name,
+            dev: m.dev,
+            inode: m.ino,
+        }
     }
 }
 
@@ -74,29 +112,6 @@ fn parse_line(line: &str) -> Option<Mapping> {
         ino: ino.parse().ok()?,
         name: Arc::from(name),
     })
-}
-
-/// The vDSO, read from this process's own (the kernel maps the same image into every
-/// process of our architecture).
-pub fn read_vdso() -> Result<ElfInfo, ElfError> {
-    let own = exec_mappings(std::process::id()).unwrap_or_default();
-    let vdso = own.iter().find(|m| m.is_vdso());
-    // SAFETY: getauxval has no preconditions; AT_SYSINFO_EHDR is the vDSO's address or 0.
-    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
-    match vdso {
-        Some(m) if base == m.start => {
-            // SAFETY: the kernel maps the vDSO readable for the life of the process, and
-            // [start, end) is its mapping as /proc/self/maps reports it.
-            let image = unsafe {
-                std::slice::from_raw_parts(m.start as *const u8, (m.end - m.start) as usize)
-            };
-            elf::read_bytes(image)
-        }
-        _ => Err(ElfError::Refused {
-            path: "[vdso]".into(),
-            source: crate::untrusted::Refusal::NotFound,
-        }),
-    }
 }
 
 #[cfg(test)]

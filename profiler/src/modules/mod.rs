@@ -1,20 +1,24 @@
 //! The module registry: one entry per ELF file that any profiled process maps (keyed by build
 //! id, else device and inode), shared by every process that maps it. A module knows where its
 //! code is loaded relative to file offsets, and owns its unwind table (built from `.eh_frame`
-//! on first demand). Files are read through `/proc/PID/map_files/`, so a process in another
-//! mount namespace, or one whose file was deleted or replaced, still resolves to what it maps.
+//! on first demand). Files come from the one table of opened files ([`ElfFiles`], which the
+//! symbolizer names addresses through too): each is opened once, through
+//! `/proc/PID/map_files/`, so a process in another mount namespace, or one whose file was
+//! deleted or replaced, still resolves to what it maps.
 
 mod cfi;
 mod elf;
+mod files;
 mod maps;
 
-use std::{collections::HashMap, path::PathBuf, sync::Arc};
+use std::{collections::HashMap, sync::Arc};
 
 use profiler_common::unwind::UnwindRow;
 
 pub use cfi::CfiError;
 pub use elf::ElfError;
-pub use maps::{Mapping, exec_mappings, parse as parse_maps};
+pub use files::{ElfFile, ElfFiles, FileId, ReadAt};
+pub use maps::{MapEntry, Mapping, exec_mappings, parse as parse_maps};
 
 /// Index of a module in its [`Registry`].
 pub type ModuleId = u32;
@@ -49,14 +53,16 @@ pub enum ModuleError {
     Building { path: Arc<str> },
     #[error("{path}: file offset {offset:#x} is in no load segment")]
     NoSegment { path: Arc<str>, offset: u64 },
+    /// The file table could not open it (gone, or refused: it says why, once).
+    #[error("{path}: not opened")]
+    NotOpened { path: Arc<str> },
 }
 
 impl ModuleError {
-    /// The mapping's process exited before its file could be opened: nothing is wrong
-    /// with the module.
-    pub fn process_gone(&self) -> bool {
-        matches!(self, ModuleError::Elf(ElfError::Open { source, .. })
-            if matches!(source.raw_os_error(), Some(libc::ESRCH | libc::ENOENT)))
+    /// Nothing to say about the module: its file could not be opened, because its process
+    /// exited first, or for a reason the file table reports itself.
+    pub fn said_elsewhere(&self) -> bool {
+        matches!(self, ModuleError::NotOpened { .. })
     }
 }
 
@@ -121,11 +127,12 @@ impl Registry {
         &mut self,
         pid: u32,
         mapping: &Mapping,
+        files: &mut ElfFiles,
     ) -> Result<(ModuleId, u64), ModuleError> {
         let known = mapping.inode().and_then(|i| self.by_inode.get(&i).copied());
         let id = match known {
             Some(id) => id,
-            None => self.resolve(pid, mapping)?,
+            None => self.resolve(pid, mapping, files)?,
         };
         let module = &self.modules[id as usize];
         let vaddr =
@@ -139,18 +146,21 @@ impl Registry {
         Ok((id, mapping.start.wrapping_sub(vaddr)))
     }
 
-    /// Opens and reads the file behind a mapping, and finds or adds its module.
-    fn resolve(&mut self, pid: u32, mapping: &Mapping) -> Result<ModuleId, ModuleError> {
-        let info = if mapping.is_vdso() {
-            maps::read_vdso()?
-        } else {
-            let link = PathBuf::from(format!(
-                "/proc/{pid}/map_files/{:x}-{:x}",
-                mapping.start, mapping.end
-            ));
-            let (file, meta) = elf::open_untrusted(&link, mapping.inode())?;
-            elf::read(file, &meta, &mapping.name)?
-        };
+    /// Reads the file behind a mapping (opened by the file table), and finds or adds its
+    /// module.
+    fn resolve(
+        &mut self,
+        pid: u32,
+        mapping: &Mapping,
+        files: &mut ElfFiles,
+    ) -> Result<ModuleId, ModuleError> {
+        let info = files
+            .read_once(pid, &MapEntry::from(mapping.clone()), |f| {
+                elf::read(&f.file, &mapping.name)
+            })
+            .ok_or_else(|| ModuleError::NotOpened {
+                path: mapping.name.clone(),
+            })??;
         let key = if mapping.is_vdso() {
             ModuleKey::Vdso
         } else {
@@ -298,6 +308,7 @@ mod tests {
     #[test]
     fn own_executable_has_a_table_covering_main_code() {
         let mut registry = Registry::new();
+        let mut files = ElfFiles::default();
         let pid = std::process::id();
         let mappings = exec_mappings(pid).expect("own maps");
         let here = own_executable_has_a_table_covering_main_code as *const () as usize as u64;
@@ -305,7 +316,9 @@ mod tests {
             .iter()
             .find(|m| m.start <= here && here < m.end)
             .expect("a mapping holds this function");
-        let (id, bias) = registry.register(pid, mapping).expect("register");
+        let (id, bias) = registry
+            .register(pid, mapping, &mut files)
+            .expect("register");
         let table = registry.unwind_table(id).expect("table");
         assert!(table.rows.len() > 100, "{} rows", table.rows.len());
         assert!(table.rows.windows(2).all(|w| w[0].pc < w[1].pc), "sorted");
@@ -314,7 +327,9 @@ mod tests {
         // A function's first instruction: the CFA is rsp + 8.
         assert_eq!((table.rows[i].cfa, table.rows[i].cfa_offset), (cfa::RSP, 8));
         // A second registration of the same file is the same module.
-        let (again, _) = registry.register(pid, mapping).expect("register");
+        let (again, _) = registry
+            .register(pid, mapping, &mut files)
+            .expect("register");
         assert_eq!(again, id);
         assert!(registry.build_id(id).is_some_and(|b| !b.is_empty()));
     }
@@ -322,12 +337,15 @@ mod tests {
     #[test]
     fn libc_has_a_signal_trampoline_and_plt_rows() {
         let mut registry = Registry::new();
+        let mut files = ElfFiles::default();
         let pid = std::process::id();
         let mappings = exec_mappings(pid).expect("own maps");
         let Some(libc) = mappings.iter().find(|m| m.name.contains("libc.so")) else {
             return; // a static build
         };
-        let (id, _) = registry.register(pid, libc).expect("register libc");
+        let (id, _) = registry
+            .register(pid, libc, &mut files)
+            .expect("register libc");
         let table = registry.unwind_table(id).expect("table");
         assert!(
             table.rows.iter().any(|r| r.cfa == cfa::SIGNAL),

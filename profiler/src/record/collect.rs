@@ -16,6 +16,7 @@ use profiler_common::{
 
 use super::prefetch::{Fresh, Prefetch};
 use crate::{
+    modules::ElfFiles,
     profile::{Profile, RunInfo, StackCount},
     symbolize::{ElfFile, FileId, Frame, FrameKind, Resolver, Symbolizer, UserFrame},
 };
@@ -199,6 +200,11 @@ impl Collector {
     /// The addresses of the stacks first seen since the last call, to be named ahead.
     pub fn take_prefetch(&mut self) -> Option<Prefetch> {
         self.fresh.take(&self.symbolizer)
+    }
+
+    /// The one table of opened files (the unwinder's registry reads through it too).
+    pub fn files(&mut self) -> &mut ElfFiles {
+        self.symbolizer.files()
     }
 
     /// Merges `pid`'s current maps into what was captured (a library was mapped since).

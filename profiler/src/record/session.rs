@@ -34,6 +34,7 @@ use super::{
 use crate::{
     bpf::{BpfError, RecordStream, Sampler, SamplerStats},
     cpc::events::{Catalog, Event},
+    modules::ElfFiles,
     perf::{PerfEvent, SamplePolicy, Scope},
     profile::{Profile, RunInfo},
 };
@@ -163,7 +164,10 @@ impl<'a> Session<'a> {
             Target::Command(argv) => Some(Workload::prepare(argv)?),
             _ => None,
         };
-        let (mut sampler, mut tables) = load_sampler(opts)?;
+        // The one table of opened files: the symbolizer names through it, the unwinder's
+        // registry reads CFI through it.
+        let mut collector = Collector::default();
+        let (mut sampler, mut tables) = load_sampler(opts, collector.files())?;
         for i in 0..events.len() {
             let config = RequestConfig {
                 index: i as u32,
@@ -181,6 +185,7 @@ impl<'a> Session<'a> {
             &catalog,
             &mut sampler,
             tables.as_mut(),
+            collector.files(),
             workload.as_ref(),
         )?;
         // Before the events: once they are attached, everything is.
@@ -208,7 +213,7 @@ impl<'a> Session<'a> {
                 w.start()?;
                 // The exec has happened: the program and its loader are mapped.
                 if let Some(t) = tables.as_mut() {
-                    t.load(w.pid(), true)?;
+                    t.load(w.pid(), true, collector.files())?;
                 }
                 Some(w.pidfd().map_err(io("pidfd_open"))?)
             }
@@ -227,7 +232,7 @@ impl<'a> Session<'a> {
             tables,
             pidfds,
             exit_watch,
-            collector: Collector::default(),
+            collector,
             symbolizer: SymbolizeWorker::start(
                 opts.debug_dirs.clone(),
                 opts.symbolize_user,
@@ -348,7 +353,7 @@ impl<'a> Session<'a> {
                     // Tables first: a new process's next samples are walked whole as soon as
                     // they are in the kernel, not after this batch is normalized.
                     if let Some(t) = tables.as_mut() {
-                        for pid in t.load_pending()? {
+                        for pid in t.load_pending(collector.files())? {
                             collector.refresh_maps(pid);
                         }
                     }
@@ -366,7 +371,7 @@ impl<'a> Session<'a> {
                             && batch.len() < MAX_BATCH_RECORDS
                         {
                             records.drain_bytes(|bytes| batch.take(bytes, ring_bytes, Some(t)));
-                            for pid in t.load_pending()? {
+                            for pid in t.load_pending(collector.files())? {
                                 collector.refresh_maps(pid);
                             }
                         }
@@ -548,7 +553,10 @@ fn sampler_config(opts: &RecordOptions, ring_bytes: u32) -> SamplerConfig {
 
 /// Loads `record`'s program; with unwind tables, also their loader (our own libraries'
 /// tables built) and the exec and exit hooks that drop a process's tables.
-fn load_sampler(opts: &RecordOptions) -> Result<(Sampler, Option<TableLoader>), RecordError> {
+fn load_sampler(
+    opts: &RecordOptions,
+    files: &mut ElfFiles,
+) -> Result<(Sampler, Option<TableLoader>), RecordError> {
     let ring = opts.ring_size();
     let config = sampler_config(opts, ring);
     let wants_tables = config.capture & capture::UNWIND_TABLES != 0;
@@ -573,7 +581,7 @@ fn load_sampler(opts: &RecordOptions) -> Result<(Sampler, Option<TableLoader>), 
         return Ok((sampler, None));
     }
     let mut loader = TableLoader::new(sampler.take_unwind_maps()?);
-    loader.preload_own()?;
+    loader.preload_own(files)?;
     if let Err(e) = sampler.hook_unwind_lifecycle() {
         eprintln!("profiler: warning: exec and exit do not refresh unwind tables: {e}");
     }
@@ -587,6 +595,7 @@ fn add_targets(
     catalog: &Catalog,
     sampler: &mut Sampler,
     mut tables: Option<&mut TableLoader>,
+    files: &mut ElfFiles,
     workload: Option<&Workload>,
 ) -> Result<Vec<PidFd>, RecordError> {
     let mut pidfds = Vec::new();
@@ -595,7 +604,7 @@ fn add_targets(
             for &pid in pids {
                 sampler.add_tgid(pid)?;
                 if let Some(t) = tables.as_deref_mut() {
-                    t.load(pid, true)?;
+                    t.load(pid, true, files)?;
                 }
                 // A target that is already gone is not an error: it simply contributes
                 // nothing.

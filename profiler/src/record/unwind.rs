@@ -13,7 +13,9 @@ use profiler_common::{record_flags, stack::StackSampleHeader, unwind::UnwindMapp
 
 use crate::{
     bpf::{RowRange, UnwindMapError, UnwindMaps},
-    modules::{Mapping, ModuleError, ModuleId, Registry, TableJob, UnwindTable, exec_mappings},
+    modules::{
+        ElfFiles, Mapping, ModuleError, ModuleId, Registry, TableJob, UnwindTable, exec_mappings,
+    },
 };
 
 /// Modules with more CFI than this have their tables built on a worker thread (rustc's
@@ -150,7 +152,7 @@ impl TableLoader {
     /// Builds and places the tables of this process's own modules (the C library, the
     /// dynamic loader, the vDSO), which most targets share, so a new process's first
     /// samples do not wait for them.
-    pub fn preload_own(&mut self) -> Result<(), UnwindMapError> {
+    pub fn preload_own(&mut self, files: &mut ElfFiles) -> Result<(), UnwindMapError> {
         let pid = std::process::id();
         let Ok(mappings) = exec_mappings(pid) else {
             return Ok(());
@@ -162,7 +164,7 @@ impl TableLoader {
         // Built here, whatever their size: nothing is sampled yet, and every target's first
         // samples walk through them. Never evicted: counted as used by this process.
         self.build_now = true;
-        let entries = self.entries(pid, &shared);
+        let entries = self.entries(pid, &shared, files);
         self.build_now = false;
         let (_, modules) = entries?;
         self.add_users(&modules);
@@ -192,14 +194,15 @@ impl TableLoader {
     }
 
     /// Loads what `note` found missing; returns the processes whose mappings changed since
-    /// they were last loaded (their symbolization maps need refreshing too).
-    pub fn load_pending(&mut self) -> Result<Vec<u32>, UnwindMapError> {
+    /// they were last loaded (their symbolization maps need refreshing too). Files are
+    /// opened through `files`, the symbolizer's table.
+    pub fn load_pending(&mut self, files: &mut ElfFiles) -> Result<Vec<u32>, UnwindMapError> {
         self.collect_built();
         self.sweep();
         let pending: Vec<(u32, bool)> = self.pending.drain().collect();
         let mut changed = Vec::new();
         for (pid, absent) in pending {
-            if self.load(pid, absent)? {
+            if self.load(pid, absent, files)? {
                 changed.push(pid);
             }
         }
@@ -209,7 +212,12 @@ impl TableLoader {
     /// Loads (or refreshes) the tables of `pid`'s mappings. `absent`: the kernel has no
     /// entry for it (new, or exec'ed since), so it is written even if the mappings look the
     /// same as last time. Returns whether a process loaded before had new mappings.
-    pub fn load(&mut self, pid: u32, absent: bool) -> Result<bool, UnwindMapError> {
+    pub fn load(
+        &mut self,
+        pid: u32,
+        absent: bool,
+        files: &mut ElfFiles,
+    ) -> Result<bool, UnwindMapError> {
         let now = Instant::now();
         let Ok(mappings) = exec_mappings(pid) else {
             // Gone (or not ours to read): remember the attempt so it is not retried at once.
@@ -243,7 +251,7 @@ impl TableLoader {
             .procs
             .get(&pid)
             .is_some_and(|p| !p.mappings.is_empty() && p.mappings != mappings);
-        let (entries, modules) = self.entries(pid, &mappings)?;
+        let (entries, modules) = self.entries(pid, &mappings, files)?;
         match self.maps.set_process(pid, &entries) {
             Ok(()) => {}
             // The kernel's process map full (or out of memory): this process walks with frame
@@ -351,6 +359,7 @@ impl TableLoader {
         &mut self,
         pid: u32,
         mappings: &[Mapping],
+        files: &mut ElfFiles,
     ) -> Result<(Vec<UnwindMapping>, Vec<ModuleId>), UnwindMapError> {
         let mut entries = Vec::with_capacity(mappings.len());
         let mut modules: Vec<ModuleId> = Vec::new();
@@ -360,7 +369,7 @@ impl TableLoader {
                 end: m.end,
                 ..Default::default()
             };
-            let table = match self.registry.register(pid, m) {
+            let table = match self.registry.register(pid, m, files) {
                 Ok((id, bias)) => match self.table(pid, id) {
                     Some(Ok(t)) => Ok(Some((id, bias, t))),
                     Some(Err(e)) => Err(e),
@@ -388,7 +397,7 @@ impl TableLoader {
                     }
                 }
                 Ok(_) => {}
-                Err(e) if e.process_gone() => {}
+                Err(e) if e.said_elsewhere() => {}
                 Err(e) => self.warn(&m.name, &e),
             }
             if entry.rows_len == 0 {

@@ -7,6 +7,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use crate::modules::ReadAt;
 use object::{Object, ObjectSegment, ReadCache};
 
 /// What ties an ELF file to its debug file: its build id, and its load segments to turn
@@ -19,7 +20,7 @@ pub struct Identity {
 
 impl Identity {
     pub fn read(file: &File) -> Option<Self> {
-        let cache = ReadCache::new(file);
+        let cache = ReadCache::new(ReadAt::new(file));
         let elf = object::File::parse(&cache).ok()?;
         Some(Self {
             build_id: elf.build_id().ok().flatten().map(<[u8]>::to_vec),

@@ -1,25 +1,9 @@
 //! Snapshots of /proc/PID/maps, so addresses can be resolved after the process is gone.
 
-use std::{fs, io, sync::Arc};
+use std::{fs, io};
 
-use crate::modules::{Mapping, parse_maps as parse};
-
-/// One mapping of a process.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MapEntry {
-    pub start: u64,
-    pub end: u64,
-    /// File offset of `start`.
-    pub offset: u64,
-    /// Backing file, if the mapping has one.
-    pub path: Option<Arc<str>>,
-    /// Short name: the file name, or the kernel's label (`[vdso]`, `[heap]`), or `[anon]`.
-    pub name: Arc<str>,
-    /// Device (as `st_dev` encodes it) and inode of the backing file: what a file opened
-    /// later must still be to be read for this mapping.
-    pub dev: u64,
-    pub inode: u64,
-}
+pub use crate::modules::MapEntry;
+use crate::modules::parse_maps as parse;
 
 /// Executable mappings of one process, sorted by start address.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -38,7 +22,7 @@ impl ProcessMaps {
     /// skipped rather than trusted.
     pub fn parse(text: &str) -> Self {
         Self {
-            entries: parse(text).into_iter().map(entry).collect(),
+            entries: parse(text).into_iter().map(MapEntry::from).collect(),
         }
     }
 
@@ -65,27 +49,6 @@ impl ProcessMaps {
         entries.extend(self.entries.iter().filter(|e| !overlaps(e)).cloned());
         entries.sort_by_key(|e| e.start);
         ProcessMaps { entries }
-    }
-}
-
-/// The symbolizer's view of one executable mapping (the unwinder's parser reads the line).
-fn entry(m: Mapping) -> MapEntry {
-    let (path, name): (Option<Arc<str>>, Arc<str>) = if m.name.starts_with('/') {
-        let name = m.name.rsplit('/').next().unwrap_or(&m.name);
-        (Some(m.name.clone()), Arc::from(name))
-    } else if m.name.is_empty() {
-        (None, Arc::from("[anon]"))
-    } else {
-        (None, m.name.clone())
-    };
-    MapEntry {
-        start: m.start,
-        end: m.end,
-        offset: m.offset,
-        path,
-        name,
-        dev: m.dev,
-        inode: m.ino,
     }
 }
 

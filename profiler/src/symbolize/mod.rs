@@ -9,7 +9,6 @@
 //! never an error.
 
 mod debug_file;
-mod elf_files;
 mod frame;
 mod leaf;
 mod maps;
@@ -28,9 +27,9 @@ use blazesym::symbolize::{
     source::{Elf, Source},
 };
 
+use crate::modules::ElfFiles;
+pub use crate::modules::{ElfFile, FileId};
 pub use debug_file::{Identity, by_build_id};
-use elf_files::ElfFiles;
-pub use elf_files::{ElfFile, FileId};
 pub use frame::{Frame, FrameKind};
 pub use maps::{MapEntry, ProcessMaps};
 pub use perfmap::PerfMap;
@@ -222,6 +221,11 @@ impl Symbolizer {
         self.maps.shrink_to_fit();
         self.perf_maps.shrink_to_fit();
         self.jit_cache.shrink_to_fit();
+    }
+
+    /// The one table of opened files, which the unwinder's registry reads files through too.
+    pub fn files(&mut self) -> &mut ElfFiles {
+        &mut self.elf
     }
 
     /// The files `ids` that are open, shared (not handed over: they stay open here), for

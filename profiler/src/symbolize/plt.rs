@@ -6,6 +6,7 @@
 
 use std::{fs::File, sync::Arc};
 
+use crate::modules::ReadAt;
 use object::{
     Endianness, ReadCache, ReadRef,
     elf::{R_X86_64_IRELATIVE, R_X86_64_JUMP_SLOT, SHT_DYNSYM},
@@ -27,7 +28,7 @@ pub struct PltStubs {
 impl PltStubs {
     /// Reads the PLT of an ELF file; a file without one (or not ELF) has no stubs.
     pub fn read(file: &File) -> Self {
-        let cache = ReadCache::new(file);
+        let cache = ReadCache::new(ReadAt::new(file));
         Self::parse(&cache).unwrap_or_default()
     }
 

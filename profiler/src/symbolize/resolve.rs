@@ -18,9 +18,8 @@ use blazesym::{
 };
 
 use super::{
-    FileId,
+    ElfFile, FileId,
     debug_file::{Identity, by_build_id},
-    elf_files::ElfFile,
     frame::{self, Frame, FrameKind},
     plt::PltStubs,
 };

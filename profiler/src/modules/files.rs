@@ -6,16 +6,20 @@
 //! file itself; afterwards by its path, refusing symlinks), checked to be a regular file of
 //! bounded size with the device and inode the mapping had, and kept open; blazesym then reads
 //! it as `/proc/self/fd/N`, so nothing can be swapped between the check and the read.
+//! This is the one table of opened files: the unwinder's module registry reads a file's
+//! identity and CFI through the same descriptor (with [`ReadAt`]), so no file is opened twice.
 
 use std::{
     collections::HashMap,
     fs::File,
-    os::fd::AsRawFd,
+    os::{fd::AsRawFd, unix::fs::FileExt},
     path::{Path, PathBuf},
     sync::Arc,
 };
 
-use super::maps::MapEntry;
+use object::read::ReadCacheOps;
+
+use super::maps::{MapEntry, exec_mappings};
 use crate::untrusted::{self, MAX_ELF_BYTES, Refusal, Rules};
 
 /// A file's number in its [`ElfFiles`], stable for the whole run.
@@ -35,6 +39,43 @@ impl ElfFile {
     /// The path blazesym may open: our own descriptor of the checked file.
     pub fn fd_path(&self) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+    }
+}
+
+/// One reader's position in a shared file: reads are positional (pread), so the threads
+/// that read one descriptor (the unwinder's registry, the symbolizer) never move each
+/// other's offset. Wrap it in [`object::ReadCache`] to parse the file.
+pub struct ReadAt<'a> {
+    file: &'a File,
+    pos: u64,
+}
+
+impl<'a> ReadAt<'a> {
+    pub fn new(file: &'a File) -> Self {
+        Self { file, pos: 0 }
+    }
+}
+
+impl ReadCacheOps for ReadAt<'_> {
+    fn len(&mut self) -> Result<u64, ()> {
+        self.file.metadata().map(|m| m.len()).map_err(drop)
+    }
+
+    fn seek(&mut self, pos: u64) -> Result<u64, ()> {
+        self.pos = pos;
+        Ok(pos)
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, ()> {
+        let n = self.file.read_at(buf, self.pos).map_err(drop)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+
+    fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), ()> {
+        self.file.read_exact_at(buf, self.pos).map_err(drop)?;
+        self.pos += buf.len() as u64;
+        Ok(())
     }
 }
 
@@ -137,19 +178,44 @@ impl ElfFiles {
         }
     }
 
+    /// Reads the file behind `entry` of `pid` once (the unwinder's registry: identity and
+    /// CFI), with the same checks as for symbolizing; a file that was not open before is
+    /// closed again after, so open files still follow what samples need.
+    pub fn read_once<T>(
+        &mut self,
+        pid: u32,
+        entry: &MapEntry,
+        read: impl FnOnce(&ElfFile) -> T,
+    ) -> Option<T> {
+        let was_open = self
+            .ids
+            .get(&(entry.dev, entry.inode))
+            .is_some_and(|&id| self.get(id).is_some());
+        let id = self.id_for(pid, entry)?;
+        let out = read(&self.get(id)?);
+        if !was_open {
+            self.close(id);
+        }
+        Some(out)
+    }
+
     /// Closes every open file except the vDSO's copy (whoever was handed one keeps it open
     /// until done); the next sample that needs a file takes it back from them if they still
     /// hold it, else opens it again.
     pub fn close_all(&mut self) {
-        let vdso = self.vdso.flatten();
-        for (i, k) in self.known.iter_mut().enumerate() {
-            if Some(i as FileId) == vdso {
-                continue;
-            }
-            if let Some(Ok(file)) = &k.open {
-                k.handed = Arc::downgrade(file);
-                k.open = None;
-            }
+        for id in 0..self.known.len() {
+            self.close(id as FileId);
+        }
+    }
+
+    fn close(&mut self, id: FileId) {
+        if Some(id) == self.vdso.flatten() {
+            return;
+        }
+        let k = &mut self.known[id as usize];
+        if let Some(Ok(file)) = &k.open {
+            k.handed = Arc::downgrade(file);
+            k.open = None;
         }
     }
 
@@ -165,8 +231,8 @@ fn vdso_file() -> Option<File> {
     use std::io::Write as _;
     // SAFETY: getauxval has no preconditions; AT_SYSINFO_EHDR is the vDSO's address or 0.
     let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
-    let own = super::ProcessMaps::read(std::process::id()).ok()?;
-    let m = own.entries().iter().find(|e| e.name.as_ref() == "[vdso]")?;
+    let own = exec_mappings(std::process::id()).ok()?;
+    let m = own.iter().find(|e| e.is_vdso())?;
     if m.start != base {
         return None;
     }
