@@ -95,3 +95,29 @@ impl Budget {
         self.spent += t.elapsed();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_new_address_is_sent_once_per_prefetch() {
+        let mut fresh = Fresh::default();
+        let at = |file, offset| UserFrame::File { file, offset };
+        fresh.note(
+            [0xffff_ffff_8100_0010].into_iter(),
+            &[at(1, 0x20), at(0, 0x10)],
+        );
+        fresh.note(
+            [0xffff_ffff_8100_0010, 0xffff_ffff_8100_0000].into_iter(),
+            &[at(1, 0x20), UserFrame::Named(std::sync::Arc::from([]))],
+        );
+        let symbolizer = Symbolizer::new();
+        let p = fresh.take(&symbolizer).expect("something to name");
+        assert_eq!(p.user, [(0, 0x10), (1, 0x20)]);
+        assert_eq!(p.kernel, [0xffff_ffff_8100_0000, 0xffff_ffff_8100_0010]);
+        // Files never opened here are not in the job (the batch at the end has them).
+        assert!(p.files.is_empty());
+        assert!(fresh.take(&symbolizer).is_none(), "nothing new since");
+    }
+}
