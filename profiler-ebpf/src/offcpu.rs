@@ -7,10 +7,10 @@
 
 use aya_ebpf::{
     EbpfContext,
-    bindings::{BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_get_smp_processor_id, bpf_get_stack, bpf_ktime_get_ns, bpf_probe_read_user, generated,
+        bpf_get_smp_processor_id, bpf_get_stack, bpf_ktime_get_ns, generated,
     },
     macros::{map, tracepoint},
     maps::{Array, HashMap, PerCpuArray},
@@ -29,7 +29,7 @@ use profiler_common::{
 use crate::{
     record::RECORD_EVENTS,
     sampler::{CONFIG, kernel_has, targeted},
-    unwind::{Walked, saved_user_regs, wake_for_tables, walk_user_from},
+    unwind::{STACK_BYTES, Walked, saved_user_regs, user_frames, wake_for_tables, walk_user_from},
 };
 
 #[map]
@@ -54,8 +54,6 @@ static OFFCPU_TOTAL_BUF: PerCpuArray<Total> = PerCpuArray::with_max_entries(1, 0
 
 #[map]
 static OFFCPU_STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
-
-const STACK_BYTES: u32 = (MAX_STACK_DEPTH * 8) as u32;
 
 #[inline(always)]
 fn add(slot: u32, n: u64) {
@@ -304,47 +302,28 @@ unsafe fn user_stack<const TABLES: bool>(
     // SAFETY: every write is of MAX_STACK_DEPTH words from word k <= 127 of `frames`, which
     // has MAX_RECORD_FRAMES + 2 = 256 words.
     unsafe {
-        let dst = (*buf).frames.as_mut_ptr().add(k);
+        let mut walked = None;
         if TABLES && config.capture & capture::UNWIND_TABLES != 0 {
             let Some(regs) = saved_user_regs() else {
                 return 0; // a kernel thread
             };
             match walk_user_from(regs, tgid) {
-                Walked::Done(walk) => {
-                    generated::bpf_probe_read_kernel(
-                        dst.cast(),
-                        STACK_BYTES,
-                        walk.frames.as_ptr().cast(),
-                    );
-                    (*buf).header.flags |= walk.flags;
-                    return (walk.n as usize).min(MAX_STACK_DEPTH);
-                }
-                Walked::NoProcess => {
-                    (*buf).header.flags |= record_flags::UNWIND_NO_PROCESS;
-                }
+                Walked::Done(walk) => walked = Some(walk),
+                Walked::NoProcess => (*buf).header.flags |= record_flags::UNWIND_NO_PROCESS,
                 Walked::NoUser => {}
             }
         }
-        // Frame pointers: the word at the user stack pointer lets user space recover the
-        // caller of a leaf without a frame-pointer prologue (a libc syscall wrapper).
-        if kernel_has(kernel_features::TASK_PT_REGS)
-            && let Some((_, sp, _)) = saved_user_regs()
-            && let Ok(word) = bpf_probe_read_user(sp as *const u64)
-        {
-            (*buf).header.leaf_ret = word;
-            (*buf).header.flags |= record_flags::LEAF_RET;
-        }
-        let n = bpf_get_stack(
-            ctx.as_ptr(),
-            dst.cast(),
-            STACK_BYTES,
-            BPF_F_USER_STACK as u64,
-        );
-        if n >= 0 {
-            (n as usize / 8).min(MAX_STACK_DEPTH)
-        } else {
+        let sp = || {
+            kernel_has(kernel_features::TASK_PT_REGS)
+                .then(saved_user_regs)
+                .flatten()
+                .map(|(_, sp, _)| sp)
+        };
+        let dst = (*buf).frames.as_mut_ptr().add(k);
+        let header = &raw mut (*buf).header;
+        user_frames(ctx.as_ptr(), walked, sp, header, dst).unwrap_or_else(|| {
             add(stat::STACK_ERRORS, 1);
             0
-        }
+        })
     }
 }

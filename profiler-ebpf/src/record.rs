@@ -11,7 +11,7 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
         bpf_get_current_task_btf, bpf_get_smp_processor_id, bpf_get_stack, bpf_ktime_get_ns,
-        bpf_probe_read_kernel, bpf_probe_read_user, bpf_task_pt_regs, generated,
+        bpf_probe_read_kernel, bpf_task_pt_regs, generated,
     },
     macros::map,
     maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
@@ -28,7 +28,7 @@ use profiler_common::{
 use crate::{
     group,
     sampler::{CONFIG, REQUESTS, bump, kernel_has, request_cookie, targeted},
-    unwind::{Walked, wake_for_tables, walk_user},
+    unwind::{STACK_BYTES, Walked, user_frames, wake_for_tables, walk_user},
 };
 
 #[map]
@@ -45,8 +45,6 @@ static AGGREGATE: HashMap<AggregateKey, AggregateValue> =
 
 #[map]
 static STACK_TRACES: StackTrace = StackTrace::with_max_entries(AGGREGATE_STACKS, 0);
-
-const STACK_BYTES: u32 = (MAX_STACK_DEPTH * 8) as u32;
 
 /// With unwind tables (needs `bpf_loop`, Linux 5.17). Always returns 0: perf writes
 /// nothing itself.
@@ -194,21 +192,14 @@ unsafe fn user_stack<const TABLES: bool>(
     // SAFETY: the buffer is ours; every write is of MAX_STACK_DEPTH words from word k <= 127
     // of `frames`, which has MAX_RECORD_FRAMES = 127 + MAX_STACK_DEPTH words.
     unsafe {
-        let dst = (*buf).frames.as_mut_ptr().add(k);
+        let mut walked = None;
         if tables {
             match walk_user(ctx, tgid) {
                 Walked::Done(walk) => {
-                    // A constant size the verifier accepts; frames past `n` are ignored.
-                    generated::bpf_probe_read_kernel(
-                        dst.cast(),
-                        STACK_BYTES,
-                        walk.frames.as_ptr().cast(),
-                    );
-                    (*buf).header.flags |= walk.flags;
                     if walk.flags & record_flags::UNWIND_PARTIAL != 0 {
                         bump(stat::UNWIND_PARTIAL);
                     }
-                    return (walk.n as usize).min(MAX_STACK_DEPTH);
+                    walked = Some(walk);
                 }
                 Walked::NoProcess => {
                     (*buf).header.flags |= record_flags::UNWIND_NO_PROCESS;
@@ -217,28 +208,15 @@ unsafe fn user_stack<const TABLES: bool>(
                 Walked::NoUser => {}
             }
         }
-        // Frame pointers: keep the word at the user stack pointer, which user space uses to
-        // recover the caller of a function without a frame-pointer prologue.
-        if let Some(sp) = user_sp(ctx)
-            && let Ok(word) = bpf_probe_read_user(sp as *const u64)
-        {
-            (*buf).header.leaf_ret = word;
-            (*buf).header.flags |= record_flags::LEAF_RET;
-        }
-        let n = bpf_get_stack(
-            ctx.as_ptr(),
-            dst.cast(),
-            STACK_BYTES,
-            BPF_F_USER_STACK as u64,
-        );
-        if n >= 0 {
-            (n as usize / 8).min(MAX_STACK_DEPTH)
-        } else {
+        let dst = (*buf).frames.as_mut_ptr().add(k);
+        let header = &raw mut (*buf).header;
+        user_frames(ctx.as_ptr(), walked, || user_sp(ctx), header, dst).unwrap_or_else(|| {
             bump(stat::STACK_ERRORS);
             0
-        }
+        })
     }
 }
+
 /// Counts the sample in `AGGREGATE` under (process, event, stack ids, cgroup). Every sample
 /// ends in `AGGREGATED` or, when the map is full, `LOST`; stacks that lose a hash slot are
 /// counted under [`stack_id::COLLISION`], so the totals stay exact. With a counter group,

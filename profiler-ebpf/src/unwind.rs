@@ -6,10 +6,10 @@
 //! pointer, as `bpf_get_stack` would.
 
 use aya_ebpf::{
-    bindings::pt_regs,
+    bindings::{BPF_F_USER_STACK, pt_regs},
     helpers::{
-        bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_probe_read_kernel,
-        bpf_probe_read_user, bpf_task_pt_regs, generated::bpf_loop,
+        bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_get_stack, bpf_probe_read_kernel,
+        bpf_probe_read_user, bpf_task_pt_regs, generated, generated::bpf_loop,
     },
     macros::{map, tracepoint},
     maps::{Array, HashMap, PerCpuArray},
@@ -17,11 +17,15 @@ use aya_ebpf::{
 };
 use profiler_common::{
     MAX_STACK_DEPTH, record_flags,
+    stack::StackSampleHeader,
     unwind::{
         DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, MAX_UNWIND_PROCS, ProcUnwind, UnwindMapping,
         UnwindRow, cfa,
     },
 };
+
+/// Bytes of one stack's frames, the size every copy of one is made with.
+pub(crate) const STACK_BYTES: u32 = (MAX_STACK_DEPTH * 8) as u32;
 
 /// Every module's rows, each module a sorted run (user space sizes the array at load).
 #[map]
@@ -150,6 +154,42 @@ pub(crate) fn walk_user_from((pc, sp, bp): (u64, u64, u64), tgid: u32) -> Walked
     }
     // SAFETY: as above.
     Walked::Done(unsafe { &*walk })
+}
+
+/// Writes a user stack to `dst` (room for MAX_STACK_DEPTH words), for the sampler and the
+/// off-CPU program alike: a finished table walk's frames (its flags into `header`), else the
+/// frame-pointer walk, `bpf_get_stack` on the program's context `ctx`, keeping the word at
+/// the user stack pointer `sp()` in `header` (user space recovers the caller of a leaf
+/// without a frame-pointer prologue from it). Returns the frames written; `None` when
+/// `bpf_get_stack` failed (the caller counts it).
+///
+/// # Safety
+/// `dst` has room for MAX_STACK_DEPTH words; `header` is the record's, in the same buffer.
+#[inline(always)]
+pub(crate) unsafe fn user_frames(
+    ctx: *mut core::ffi::c_void,
+    walked: Option<&Walk>,
+    sp: impl FnOnce() -> Option<u64>,
+    header: *mut StackSampleHeader,
+    dst: *mut u64,
+) -> Option<usize> {
+    // SAFETY: the caller's buffer; every write is of MAX_STACK_DEPTH words to `dst`.
+    unsafe {
+        if let Some(walk) = walked {
+            // A constant size the verifier accepts; frames past `n` are ignored.
+            generated::bpf_probe_read_kernel(dst.cast(), STACK_BYTES, walk.frames.as_ptr().cast());
+            (*header).flags |= walk.flags;
+            return Some((walk.n as usize).min(MAX_STACK_DEPTH));
+        }
+        if let Some(sp) = sp()
+            && let Ok(word) = bpf_probe_read_user(sp as *const u64)
+        {
+            (*header).leaf_ret = word;
+            (*header).flags |= record_flags::LEAF_RET;
+        }
+        let n = bpf_get_stack(ctx, dst.cast(), STACK_BYTES, BPF_F_USER_STACK as u64);
+        (n >= 0).then(|| (n as usize / 8).min(MAX_STACK_DEPTH))
+    }
 }
 
 /// The user rip, rsp and rbp of the sampled task: from the sample's registers when it was
