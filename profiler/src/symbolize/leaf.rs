@@ -8,7 +8,7 @@
 //! it only if the bytes before it are a `call` instruction, so a random stack word is never
 //! taken for a frame.
 
-use std::{fs::File, os::unix::fs::FileExt, path::Path};
+use std::{fs::File, os::unix::fs::FileExt};
 
 /// `push %rbp; mov %rsp,%rbp`, optionally after `endbr64`.
 const PUSH_MOV: [u8; 4] = [0x55, 0x48, 0x89, 0xe5];
@@ -49,13 +49,10 @@ pub fn preceded_by_call(before: &[u8; 7]) -> bool {
     before[2] == 0xe8 || ff2(5) || ff2(4) || ff2(1) || ff2(0)
 }
 
-/// Reads `N` bytes of `path` at `offset`.
-pub fn read_bytes<const N: usize>(path: &Path, offset: u64) -> Option<[u8; N]> {
+/// Reads `N` bytes of `file` at `offset` (a positional read: the descriptor is shared).
+pub fn read_bytes<const N: usize>(file: &File, offset: u64) -> Option<[u8; N]> {
     let mut buf = [0u8; N];
-    File::open(path)
-        .ok()?
-        .read_exact_at(&mut buf, offset)
-        .ok()?;
+    file.read_exact_at(&mut buf, offset).ok()?;
     Some(buf)
 }
 

@@ -387,16 +387,10 @@ impl Symbolizer {
         }
     }
 
-    /// The size of the checked file behind `entry` of `pid`.
-    fn file_bytes(&mut self, pid: u32, entry: &MapEntry) -> Option<u64> {
+    /// The checked file behind `entry` of `pid`.
+    fn checked_file(&mut self, pid: u32, entry: &MapEntry) -> Option<ElfFile> {
         let id = self.elf.id_for(pid, entry)?;
-        Some(self.elf.get(id)?.file.metadata().ok()?.len())
-    }
-
-    /// The checked file behind `entry` of `pid`, as a path blazesym may open.
-    fn fd_path(&mut self, pid: u32, entry: &MapEntry) -> Option<std::path::PathBuf> {
-        let id = self.elf.id_for(pid, entry)?;
-        Some(self.elf.get(id)?.fd_path())
+        self.elf.get(id)
     }
 
     /// The caller frame a frame-pointer walk missed, if any (see [`leaf`]): given the user
@@ -421,11 +415,11 @@ impl Symbolizer {
         let (prologue, offset_in_fn) = match known {
             Some(v) => v?,
             None => {
-                if small_files_only && self.file_bytes(pid, &entry)? > SMALL_FILE_BYTES {
+                let file = self.checked_file(pid, &entry)?;
+                if small_files_only && file.file.metadata().ok()?.len() > SMALL_FILE_BYTES {
                     return None;
                 }
-                let file = self.fd_path(pid, &entry)?;
-                let mut src = Elf::new(file.clone());
+                let mut src = Elf::new(file.fd_path());
                 src.debug_syms = false;
                 let found = match self
                     .inner
@@ -433,7 +427,7 @@ impl Symbolizer {
                 {
                     Ok(Symbolized::Sym(sym)) => {
                         let start = offset - sym.offset as u64;
-                        leaf::read_bytes::<8>(&file, start)
+                        leaf::read_bytes::<8>(&file.file, start)
                             .map(|b| (leaf::classify_prologue(&b), sym.offset as u64))
                     }
                     _ => None,
@@ -450,9 +444,9 @@ impl Symbolizer {
         let is_call = match self.call_cache.get(&key) {
             Some(&v) => v,
             None => {
-                let file = self.fd_path(pid, &ret_entry)?;
+                let file = self.checked_file(pid, &ret_entry)?;
                 let v = ret_offset >= 7
-                    && leaf::read_bytes::<7>(&file, ret_offset - 7)
+                    && leaf::read_bytes::<7>(&file.file, ret_offset - 7)
                         .is_some_and(|b| leaf::preceded_by_call(&b));
                 self.call_cache.insert(key, v);
                 v
