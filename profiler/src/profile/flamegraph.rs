@@ -114,10 +114,7 @@ pub fn write_diff_flamegraph(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        profile::StackCount,
-        symbolize::{Frame, FrameKind},
-    };
+    use crate::symbolize::{Frame, FrameKind};
 
     #[test]
     fn an_empty_profile_is_an_svg_saying_so() {
@@ -133,23 +130,10 @@ mod tests {
 
     fn profile(leaf_count: u64, other: u64) -> Profile {
         let f = |n| Frame::named(n, FrameKind::User);
-        Profile {
-            stacks: vec![
-                StackCount::new(
-                    "cpu-clock".into(),
-                    "chain".into(),
-                    vec![f("main"), f("leaf")],
-                    leaf_count,
-                ),
-                StackCount::new(
-                    "cpu-clock".into(),
-                    "chain".into(),
-                    vec![f("main"), f("other")],
-                    other,
-                ),
-            ],
-            ..Default::default()
-        }
+        let mut p = Profile::default();
+        p.push("cpu-clock", "chain", &[f("main"), f("leaf")], leaf_count);
+        p.push("cpu-clock", "chain", &[f("main"), f("other")], other);
+        p
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Folded stacks (`comm;outer;...;leaf COUNT`), the format FlameGraph and inferno read.
 
-use std::{collections::BTreeMap, io, sync::Arc};
+use std::{collections::BTreeMap, io};
 
-use super::{Profile, StackCount};
+use super::Profile;
 use crate::symbolize::{Frame, FrameKind};
 
 /// Folded-format names may not contain the separators; replace them rather than corrupt lines.
@@ -23,7 +23,7 @@ pub fn folded_lines(profile: &Profile) -> BTreeMap<String, u64> {
             String::new()
         };
         line.push_str(&clean(&stack.comm));
-        for frame in &stack.frames {
+        for frame in profile.frames_of(stack) {
             line.push(';');
             line.push_str(&clean(&frame.function));
             if frame.kind == FrameKind::Kernel {
@@ -77,18 +77,13 @@ pub fn profile_from_folded(text: &str) -> Result<Profile, String> {
         }
         let mut names = names.into_iter();
         let comm = names.next().unwrap_or_default();
-        let frames = names
+        let frames: Vec<Frame> = names
             .map(|n| match n.strip_suffix("_[k]") {
                 Some(k) => Frame::named(k, FrameKind::Kernel),
                 None => Frame::named(&n, FrameKind::User),
             })
             .collect();
-        profile.stacks.push(StackCount::new(
-            Arc::from("samples"),
-            Arc::from(comm.as_str()),
-            frames,
-            count,
-        ));
+        profile.push("samples", &comm, &frames, count);
     }
     profile.info.samples = profile.total();
     Ok(profile)
@@ -118,56 +113,48 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::{
-        profile::StackCount,
-        symbolize::{Frame, FrameKind},
-    };
+    use crate::symbolize::{Frame, FrameKind};
 
-    fn frame(name: &str, kind: FrameKind) -> Frame {
-        Frame {
-            function: Arc::from(name),
-            module: None,
-            path: None,
-            file: None,
-            line: None,
-            kind,
-            inlined: false,
-            offset: None,
-        }
-    }
-
-    fn stack(comm: &str, names: &[&str], count: u64) -> StackCount {
-        let frames = names
+    /// Adds a cpu-clock stack of named frames (`k:` marks a kernel frame).
+    fn stack(profile: &mut Profile, comm: &str, names: &[&str], count: u64) {
+        let frames: Vec<Frame> = names
             .iter()
             .map(|n| match n.strip_prefix("k:") {
-                Some(k) => frame(k, FrameKind::Kernel),
-                None => frame(n, FrameKind::User),
+                Some(k) => Frame::named(k, FrameKind::Kernel),
+                None => Frame::named(n, FrameKind::User),
             })
             .collect();
-        StackCount::new(Arc::from("cpu-clock"), Arc::from(comm), frames, count)
+        profile.push("cpu-clock", comm, &frames, count);
     }
 
     #[test]
     fn golden_folded_output() {
-        let profile = Profile {
-            stacks: vec![
-                stack("chain", &["main", "outer", "middle", "leaf"], 90),
-                stack(
-                    "chain",
-                    &[
-                        "main",
-                        "outer",
-                        "middle",
-                        "leaf",
-                        "k:asm_sysvec_apic_timer_interrupt",
-                    ],
-                    3,
-                ),
-                stack("chain", &["main", "outer", "middle", "leaf"], 5),
-                stack("my prog", &["f;g", "[libc.so.6]"], 2),
+        let mut profile = Profile::default();
+        stack(
+            &mut profile,
+            "chain",
+            &["main", "outer", "middle", "leaf"],
+            90,
+        );
+        stack(
+            &mut profile,
+            "chain",
+            &[
+                "main",
+                "outer",
+                "middle",
+                "leaf",
+                "k:asm_sysvec_apic_timer_interrupt",
             ],
-            ..Default::default()
-        };
+            3,
+        );
+        stack(
+            &mut profile,
+            "chain",
+            &["main", "outer", "middle", "leaf"],
+            5,
+        );
+        stack(&mut profile, "my prog", &["f;g", "[libc.so.6]"], 2);
         let mut out = Vec::new();
         write_folded(&profile, &mut out).unwrap();
         let expected = "\
@@ -180,10 +167,8 @@ my_prog;f:g;[libc.so.6] 2
 
     #[test]
     fn lost_samples_have_their_own_line_and_read_back() {
-        let mut profile = Profile {
-            stacks: vec![stack("chain", &["main", "k:irq"], 4)],
-            ..Default::default()
-        };
+        let mut profile = Profile::default();
+        stack(&mut profile, "chain", &["main", "k:irq"], 4);
         profile.info.lost = 9;
         let mut out = Vec::new();
         write_folded(&profile, &mut out).unwrap();
@@ -193,9 +178,34 @@ my_prog;f:g;[libc.so.6] 2
         assert_eq!(back.info.lost, 9);
         assert_eq!(back.info.samples, 4);
         assert_eq!(back.stacks[0].comm.as_ref(), "chain");
-        let kinds: Vec<_> = back.stacks[0].frames.iter().map(|f| f.kind).collect();
+        let frames: Vec<&Frame> = back.frames_of(&back.stacks[0]).collect();
+        let kinds: Vec<_> = frames.iter().map(|f| f.kind).collect();
         assert_eq!(kinds, [FrameKind::User, FrameKind::Kernel]);
-        assert_eq!(back.stacks[0].frames[1].function.as_ref(), "irq");
+        assert_eq!(frames[1].function.as_ref(), "irq");
+    }
+
+    #[test]
+    fn folded_reads_back_into_shared_frames_and_writes_the_same_text() {
+        let text = "\
+chain;main;other 7
+chain;main;outer;leaf 90
+chain;main;outer;leaf;irq_[k] 3
+my_prog;main;[libc.so.6] 2
+[lost samples] 4
+";
+        let profile = profile_from_folded(text).unwrap();
+        // main (twice: user in chain and in my_prog is the same frame), outer, leaf, irq,
+        // other, [libc.so.6].
+        assert_eq!(profile.frames.len(), 6);
+        let main = profile.stacks[0].frames[0];
+        assert!(profile.stacks.iter().all(|s| s.frames[0] == main));
+        assert_eq!(profile.stacks[2].frames[..3], profile.stacks[1].frames[..]);
+        // Commands and events are shared strings too.
+        let (a, b) = (&profile.stacks[0], &profile.stacks[2]);
+        assert!(Arc::ptr_eq(&a.comm, &b.comm) && Arc::ptr_eq(&a.event, &b.event));
+        let mut out = Vec::new();
+        write_folded(&profile, &mut out).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), text);
     }
 
     #[test]

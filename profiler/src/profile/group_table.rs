@@ -185,11 +185,9 @@ pub fn render_group_table(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
     use crate::{
-        profile::{CounterTotal, StackCount},
+        profile::CounterTotal,
         symbolize::{Frame, FrameKind},
     };
 
@@ -198,23 +196,16 @@ mod tests {
     }
 
     fn group_profile() -> Profile {
-        let s = |event: &str, frames: &[&str], count| {
-            StackCount::new(
-                Arc::from(event),
-                Arc::from("w"),
-                frames.iter().map(|n| f(n)).collect(),
-                count,
-            )
-        };
-        let mut p = Profile {
-            stacks: vec![
-                s("cpu-clock", &["main", "faulter"], 10),
-                s("page-faults", &["main", "faulter"], 1000),
-                s("cpu-clock", &["main", "spinner"], 30),
-                s("page-faults", &["main", "spinner"], 3),
-            ],
-            ..Default::default()
-        };
+        let mut p = Profile::default();
+        for (event, frames, count) in [
+            ("cpu-clock", ["main", "faulter"], 10),
+            ("page-faults", ["main", "faulter"], 1000),
+            ("cpu-clock", ["main", "spinner"], 30),
+            ("page-faults", ["main", "spinner"], 3),
+        ] {
+            let frames: Vec<Frame> = frames.iter().map(|n| f(n)).collect();
+            p.push(event, "w", &frames, count);
+        }
         p.info.counters = vec![CounterTotal {
             name: "page-faults".into(),
             total: 1010,

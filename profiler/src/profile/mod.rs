@@ -1,9 +1,12 @@
 //! The in-memory profile: symbolized stacks with sample counts, plus what the run measured.
-//! Writers (folded stacks, the top table) read it and never touch the kernel.
+//! Shaped like pprof: each distinct frame is stored once in the profile's [`FrameTable`] and
+//! stacks are sequences of its ids, so memory grows with distinct frames, not with stacks
+//! times depth. Writers (folded stacks, the top table) read it and never touch the kernel.
 
 mod flamegraph;
 mod folded;
 mod format;
+mod frames;
 mod group_table;
 pub mod pprof;
 mod read;
@@ -17,6 +20,7 @@ use std::{collections::BTreeMap, sync::Arc};
 pub use flamegraph::{write_diff_flamegraph, write_flamegraph};
 pub use folded::{LOST_STACK, parse_folded, profile_from_folded, write_folded};
 pub use format::Format;
+pub use frames::{FrameId, FrameTable, Strings};
 pub use group_table::{Ratio, render_group_table};
 pub use pprof::{read_pprof, write_pprof};
 pub use read::{ReadError, read_profile};
@@ -39,8 +43,9 @@ pub struct StackCount {
     /// The cgroup v2 id (directory inode) of the sampled task; 0 when unknown.
     pub cgroup: u64,
     pub comm: Arc<str>,
-    /// Outermost frame first; user frames, then the kernel frames above them.
-    pub frames: Vec<Frame>,
+    /// Outermost frame first; user frames, then the kernel frames above them. Ids in the
+    /// profile's [`FrameTable`] ([`Profile::frames_of`] gives the frames).
+    pub frames: Box<[FrameId]>,
     pub count: u64,
 }
 
@@ -89,6 +94,8 @@ pub struct CounterTotal {
 #[derive(Clone, Debug, Default)]
 pub struct Profile {
     pub stacks: Vec<StackCount>,
+    /// The distinct frames the stacks' ids point at.
+    pub frames: FrameTable,
     pub info: RunInfo,
     /// Paths of the cgroups the samples came from, by id (relative to the cgroup2 root).
     pub cgroups: BTreeMap<u64, Arc<str>>,
@@ -96,7 +103,7 @@ pub struct Profile {
 
 impl StackCount {
     /// A stack with no thread, CPU or cgroup attribution (as read from folded stacks).
-    pub fn new(event: Arc<str>, comm: Arc<str>, frames: Vec<Frame>, count: u64) -> Self {
+    pub fn new(event: Arc<str>, comm: Arc<str>, frames: Box<[FrameId]>, count: u64) -> Self {
         Self {
             event,
             pid: 0,
@@ -111,6 +118,36 @@ impl StackCount {
 }
 
 impl Profile {
+    /// Adds a stack without thread, CPU or cgroup attribution, interning its event, command
+    /// and frames (outermost first); the caller may fill in the rest.
+    pub fn push(
+        &mut self,
+        event: &str,
+        comm: &str,
+        frames: &[Frame],
+        count: u64,
+    ) -> &mut StackCount {
+        let strings = self.frames.strings();
+        let (event, comm) = (strings.get(event), strings.get(comm));
+        let frames = self.frames.intern_all(frames);
+        self.stacks
+            .push(StackCount::new(event, comm, frames, count));
+        self.stacks.last_mut().expect("just pushed")
+    }
+
+    /// The frame of `id`, an id of one of this profile's stacks.
+    pub fn frame(&self, id: FrameId) -> &Frame {
+        self.frames.get(id)
+    }
+
+    /// The frames of `stack` (one of this profile's), outermost first.
+    pub fn frames_of<'a>(
+        &'a self,
+        stack: &'a StackCount,
+    ) -> impl DoubleEndedIterator<Item = &'a Frame> + 'a {
+        self.frames.resolve(&stack.frames)
+    }
+
     /// The cgroup path of `id`, or the id itself when the path is unknown.
     pub fn cgroup_name(&self, id: u64) -> Arc<str> {
         match self.cgroups.get(&id) {
@@ -164,21 +201,25 @@ impl Profile {
         info.counters.clear();
         Profile {
             stacks,
+            // Frames no kept stack uses stay, unseen: writers go from stacks to frames.
+            frames: self.frames.clone(),
             info,
             cgroups: self.cgroups.clone(),
         }
     }
 
     /// The stack (command and frames, whatever the thread or CPU) with the most samples,
-    /// for the report's summary line; ties go to the first seen.
+    /// for the report's summary line; ties go to the first seen. Its frame ids are this
+    /// profile's.
     pub fn hottest(&self) -> Option<StackCount> {
         let mut merged: Vec<StackCount> = Vec::new();
-        let mut index: std::collections::HashMap<(&str, &[Frame]), usize> = Default::default();
+        // Equal frames have equal ids: comparing ids compares stacks.
+        let mut index: std::collections::HashMap<(&str, &[FrameId]), usize> = Default::default();
         for s in self.stacks.iter().filter(|s| !self.is_counter(&s.event)) {
-            match index.get(&(s.comm.as_ref(), s.frames.as_slice())) {
+            match index.get(&(s.comm.as_ref(), &s.frames[..])) {
                 Some(&i) => merged[i].count += s.count,
                 None => {
-                    index.insert((s.comm.as_ref(), s.frames.as_slice()), merged.len());
+                    index.insert((s.comm.as_ref(), &s.frames[..]), merged.len());
                     merged.push(s.clone());
                 }
             }

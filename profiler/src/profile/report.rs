@@ -120,7 +120,10 @@ pub fn render_report(profile: &Profile, opts: ReportOptions) -> String {
         false => profile.hottest(),
     };
     if let Some(hot) = hottest {
-        let chain: Vec<&str> = hot.frames.iter().map(|f| f.function.as_ref()).collect();
+        let chain: Vec<&str> = profile
+            .frames_of(&hot)
+            .map(|f| f.function.as_ref())
+            .collect();
         let _ = writeln!(
             out,
             "hottest stack ({:.1}%, {}): {}",

@@ -22,14 +22,15 @@ fn speedscope(profile: &Profile) -> Value {
         for s in profile.stacks.iter().filter(|s| s.event == event) {
             let mut stack = Vec::with_capacity(s.frames.len() + 1);
             // The command is the root frame, as in folded stacks.
-            let names =
-                std::iter::once((s.comm.to_string(), None, None)).chain(s.frames.iter().map(|f| {
+            let names = std::iter::once((s.comm.to_string(), None, None)).chain(
+                profile.frames_of(s).map(|f| {
                     (
                         f.function.to_string(),
                         f.file.as_deref().map(str::to_string),
                         f.line,
                     )
-                }));
+                }),
+            );
             for key in names {
                 let next = frames.len();
                 let i = *index.entry(key.clone()).or_insert(next);
@@ -86,26 +87,14 @@ fn untracked(profile: &Profile) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        profile::StackCount,
-        symbolize::{Frame, FrameKind},
-    };
+    use crate::symbolize::{Frame, FrameKind};
 
     #[test]
     fn frames_are_shared_and_weights_are_counts() {
         let f = |n| Frame::named(n, FrameKind::User);
-        let mut p = Profile {
-            stacks: vec![
-                StackCount::new(
-                    "cpu-clock".into(),
-                    "c".into(),
-                    vec![f("main"), f("leaf")],
-                    9,
-                ),
-                StackCount::new("cpu-clock".into(), "c".into(), vec![f("main")], 1),
-            ],
-            ..Default::default()
-        };
+        let mut p = Profile::default();
+        p.push("cpu-clock", "c", &[f("main"), f("leaf")], 9);
+        p.push("cpu-clock", "c", &[f("main")], 1);
         p.info.lost = 2;
         let v = speedscope(&p);
         let names: Vec<&str> = v["shared"]["frames"]

@@ -55,14 +55,12 @@ pub(super) type Key = (Arc<str>, Option<Arc<str>>);
 pub(super) fn keys(profile: &Profile, stack: &StackCount, by: By) -> Vec<Key> {
     let one = |s: String| vec![(Arc::from(s.as_str()), None)];
     match by {
-        By::Function => stack
-            .frames
-            .iter()
+        By::Function => profile
+            .frames_of(stack)
             .map(|f| (f.function.clone(), f.module.clone()))
             .collect(),
-        By::Module => stack
-            .frames
-            .iter()
+        By::Module => profile
+            .frames_of(stack)
             .map(|f| {
                 (
                     f.module.clone().unwrap_or_else(|| Arc::from("[unknown]")),
@@ -190,10 +188,7 @@ impl TopTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        profile::StackCount,
-        symbolize::{Frame, FrameKind},
-    };
+    use crate::symbolize::{Frame, FrameKind};
 
     fn f(name: &str) -> Frame {
         Frame {
@@ -210,18 +205,9 @@ mod tests {
 
     #[test]
     fn self_and_total_with_recursion_counted_once() {
-        let profile = Profile {
-            stacks: vec![
-                StackCount::new(
-                    "cpu-clock".into(),
-                    "c".into(),
-                    vec![f("main"), f("a"), f("a"), f("leaf")],
-                    8,
-                ),
-                StackCount::new("cpu-clock".into(), "c".into(), vec![f("main"), f("b")], 2),
-            ],
-            ..Default::default()
-        };
+        let mut profile = Profile::default();
+        profile.push("cpu-clock", "c", &[f("main"), f("a"), f("a"), f("leaf")], 8);
+        profile.push("cpu-clock", "c", &[f("main"), f("b")], 2);
         let t = TopTable::build(&profile);
         assert_eq!(t.total, 10);
         let get = |n: &str| t.entries.iter().find(|e| e.function.as_ref() == n).unwrap();

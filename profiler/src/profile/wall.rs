@@ -34,30 +34,28 @@ pub fn wall_view(profile: &Profile, ns_per_sample: u64) -> Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        profile::StackCount,
-        symbolize::{Frame, FrameKind},
-    };
+    use crate::symbolize::{Frame, FrameKind};
 
     #[test]
     fn samples_become_nanoseconds_and_off_cpu_time_is_kept() {
         let frame = |n: &str| Frame::named(n, FrameKind::User);
-        let profile = Profile {
-            stacks: vec![
-                StackCount::new("cpu-clock".into(), "a".into(), vec![frame("spin")], 10),
-                StackCount::new(
-                    OFF_CPU_EVENT.into(),
-                    "a".into(),
-                    vec![frame("sleep"), frame("[off-cpu]")],
-                    5_000_000,
-                ),
-            ],
-            ..Default::default()
-        };
+        let mut profile = Profile::default();
+        profile.push("cpu-clock", "a", &[frame("spin")], 10);
+        profile.push(
+            OFF_CPU_EVENT,
+            "a",
+            &[frame("sleep"), frame("[off-cpu]")],
+            5_000_000,
+        );
         let wall = wall_view(&profile, 1_001_001);
         assert_eq!(wall.events(), vec![Arc::from(WALL_EVENT)]);
         assert_eq!(wall.stacks[0].count, 10_010_010);
         assert_eq!(wall.stacks[1].count, 5_000_000);
         assert_eq!(wall.total(), 15_010_010);
+        let names: Vec<&str> = wall
+            .frames_of(&wall.stacks[1])
+            .map(|f| f.function.as_ref())
+            .collect();
+        assert_eq!(names, ["sleep", "[off-cpu]"], "the frames are kept");
     }
 }

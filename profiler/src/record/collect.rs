@@ -17,7 +17,7 @@ use profiler_common::{
 use super::prefetch::{Fresh, Prefetch};
 use crate::{
     modules::ElfFiles,
-    profile::{Profile, RunInfo, StackCount},
+    profile::{FrameId, Profile, RunInfo, StackCount},
     symbolize::{ElfFile, FileId, Frame, FrameKind, Resolver, Symbolizer, UserFrame},
 };
 
@@ -372,9 +372,17 @@ impl Batch {
                 .flat_map(|s| s.kernel.iter().enumerate().map(|(i, &a)| lookup(i, a))),
         );
         let name_of = |id: FileId| files.get(&id).map(|f| (f.name.clone(), f.path.clone()));
+        let mut profile = Profile {
+            info,
+            ..Default::default()
+        };
+        // Each address's frames are interned once; its later stacks copy the ids.
+        let mut user_ids: HashMap<(FileId, u64), Box<[FrameId]>> = HashMap::new();
+        let mut kernel_ids: HashMap<u64, Box<[FrameId]>> = HashMap::new();
+        let mut missing_ids: HashMap<&'static str, FrameId> = HashMap::new();
         // Different addresses can symbolize to the same frames (two call sites in one
         // function): merge them so each distinct stack appears once.
-        type Key = (u32, u32, u32, u32, u64, Arc<str>, Vec<Frame>);
+        type Key = (u32, u32, u32, u32, u64, Arc<str>, Box<[FrameId]>);
         let mut merged: HashMap<Key, u64> = HashMap::new();
         let mut comms: HashMap<[u8; 16], Arc<str>> = HashMap::new();
         let mut cgroups = BTreeSet::new();
@@ -387,33 +395,47 @@ impl Batch {
                 })
                 .clone();
             // Stacks arrive innermost first; profiles store them outermost first.
-            let mut frames = Vec::new();
+            let table = &mut profile.frames;
+            let mut frames: Vec<FrameId> = Vec::new();
             for f in raw.user.iter().rev() {
                 match f {
-                    UserFrame::File { file, offset } => frames.extend(
-                        resolver
-                            .user(*file, *offset, name_of(*file))
-                            .iter()
-                            .cloned(),
-                    ),
-                    UserFrame::Named(named) => frames.extend(named.iter().cloned()),
+                    UserFrame::File { file, offset } => {
+                        let ids = user_ids.entry((*file, *offset)).or_insert_with(|| {
+                            table.intern_all(resolver.user(*file, *offset, name_of(*file)).iter())
+                        });
+                        frames.extend_from_slice(ids);
+                    }
+                    UserFrame::Named(named) => frames.extend(named.iter().map(|f| table.intern(f))),
                 }
             }
             for (i, &addr) in raw.kernel.iter().enumerate().rev() {
-                frames.extend(resolver.kernel(lookup(i, addr)).iter().cloned());
+                let addr = lookup(i, addr);
+                let ids = kernel_ids
+                    .entry(addr)
+                    .or_insert_with(|| table.intern_all(resolver.kernel(addr).iter()));
+                frames.extend_from_slice(ids);
             }
             if let Some(why) = raw.missing {
-                frames.push(Frame::named(why, FrameKind::User));
+                let id = *missing_ids
+                    .entry(why)
+                    .or_insert_with(|| table.intern(&Frame::named(why, FrameKind::User)));
+                frames.push(id);
             }
             if raw.cgroup != 0 {
                 cgroups.insert(raw.cgroup);
             }
             let key = (
-                raw.event, raw.pid, raw.tid, raw.cpu, raw.cgroup, comm, frames,
+                raw.event,
+                raw.pid,
+                raw.tid,
+                raw.cpu,
+                raw.cgroup,
+                comm,
+                frames.into_boxed_slice(),
             );
             *merged.entry(key).or_default() += count;
         }
-        let stacks = merged
+        profile.stacks = merged
             .into_iter()
             .map(
                 |((event, pid, tid, cpu, cgroup, comm, frames), count)| StackCount {
@@ -431,11 +453,8 @@ impl Batch {
                 },
             )
             .collect();
-        Profile {
-            stacks,
-            info,
-            cgroups: crate::cgroup::paths(&cgroups),
-        }
+        profile.cgroups = crate::cgroup::paths(&cgroups);
+        profile
     }
 }
 
@@ -477,5 +496,11 @@ mod tests {
         );
         assert_eq!(p.info.samples, 7);
         assert!(p.stacks.iter().all(|s| s.frames.len() == 1));
+        // One frame, the collision marker, shared by every stack.
+        assert_eq!(p.frames.len(), 1);
+        assert_eq!(
+            p.frame(p.stacks[0].frames[0]).function.as_ref(),
+            "[stack hash collision]"
+        );
     }
 }

@@ -8,7 +8,7 @@ use prost::Message as _;
 
 use super::{COMMENT_PREFIX, KERNEL_MODULE, proto};
 use crate::{
-    profile::{CounterTotal, Profile, RunInfo, StackCount, is_time_event},
+    profile::{CounterTotal, FrameId, Profile, RunInfo, StackCount, is_time_event},
     symbolize::{Frame, FrameKind},
 };
 
@@ -92,8 +92,9 @@ fn decode(p: &proto::Profile) -> Result<Profile, PprofError> {
         let file = (!file.is_empty()).then(|| Arc::from(file));
         functions.insert(f.id, (Arc::from(l.string(f.name)?), file));
     }
-    // Location id → its frames, caller first, inlined callees after it.
-    let mut locations: HashMap<u64, Vec<Frame>> = HashMap::new();
+    let mut profile = Profile::default();
+    // Location id → its frames' ids, caller first, inlined callees after it.
+    let mut locations: HashMap<u64, Vec<FrameId>> = HashMap::new();
     for loc in &p.location {
         let (module, path, kernel) = match loc.mapping_id {
             0 => (None, None, false),
@@ -150,7 +151,7 @@ fn decode(p: &proto::Profile) -> Result<Profile, PprofError> {
             };
             frames.push(f);
         }
-        locations.insert(loc.id, frames);
+        locations.insert(loc.id, profile.frames.intern_all(&frames).into_vec());
     }
     let count_index = p
         .sample_type
@@ -167,7 +168,8 @@ fn decode(p: &proto::Profile) -> Result<Profile, PprofError> {
             .position(|t| l.string(t.r#type).is_ok_and(|s| s == c.name));
         counter_index.push(i);
     }
-    let mut profile = Profile::default();
+    let samples = profile.frames.strings().get("samples");
+    let no_comm = profile.frames.strings().get("");
     for s in &p.sample {
         let mut frames = Vec::new();
         for id in s.location_id.iter().rev() {
@@ -175,16 +177,16 @@ fn decode(p: &proto::Profile) -> Result<Profile, PprofError> {
                 what: "location",
                 index: *id,
             })?;
-            frames.extend(loc.iter().cloned());
+            frames.extend_from_slice(loc);
         }
         let count = s.value.get(count_index).copied().unwrap_or(0).max(0) as u64;
-        let mut stack = StackCount::new(Arc::from("samples"), Arc::from(""), frames, count);
+        let mut stack = StackCount::new(samples.clone(), no_comm.clone(), frames.into(), count);
         let mut cgroup_path = None;
         for label in &s.label {
             let value = l.string(label.str)?;
             match l.string(label.key)? {
-                "event" => stack.event = Arc::from(value),
-                "comm" => stack.comm = Arc::from(value),
+                "event" => stack.event = profile.frames.strings().get(value),
+                "comm" => stack.comm = profile.frames.strings().get(value),
                 "pid" => stack.pid = label.num as u32,
                 "tid" => stack.tid = label.num as u32,
                 "cpu" => stack.cpu = label.num as u32,
@@ -211,7 +213,7 @@ fn decode(p: &proto::Profile) -> Result<Profile, PprofError> {
             let n = i.and_then(|i| s.value.get(i)).copied().unwrap_or(0).max(0) as u64;
             if n > 0 {
                 let mut weighted = stack.clone();
-                weighted.event = Arc::from(c.name.as_str());
+                weighted.event = profile.frames.strings().get(&c.name);
                 weighted.count = n;
                 profile.stacks.push(weighted);
             }

@@ -7,7 +7,7 @@ use prost::Message as _;
 
 use super::{COMMENT_PREFIX, KERNEL_MODULE, proto};
 use crate::{
-    profile::{Profile, StackCount, is_time_event},
+    profile::{FrameId, FrameTable, Profile, StackCount, is_time_event},
     symbolize::{Frame, FrameKind, Identity},
 };
 
@@ -37,7 +37,12 @@ impl Strings {
 }
 
 /// Ids of the mappings, functions and locations, each created once.
-struct Tables {
+struct Tables<'a> {
+    /// The profile's frames, which the stacks' ids point at.
+    frames: &'a FrameTable,
+    /// The location of each group of frame ids (a frame and those inlined into it) already
+    /// seen: each distinct group is made a location once, not once per stack.
+    group_ids: HashMap<&'a [FrameId], u64>,
     strings: Strings,
     mappings: Vec<proto::Mapping>,
     mapping_ids: HashMap<Arc<str>, u64>,
@@ -52,7 +57,7 @@ struct Tables {
     raw_location_ids: HashMap<(u64, u64), u64>,
 }
 
-impl Tables {
+impl<'a> Tables<'a> {
     fn mapping(&mut self, frame: &Frame) -> u64 {
         let name: Arc<str> = match (&frame.path, &frame.module, frame.kind) {
             (Some(p), _, _) => p.clone(),
@@ -167,13 +172,31 @@ impl Tables {
     }
 
     /// One location for a frame and the frames inlined into it (`group`, caller first).
-    fn location(&mut self, group: &[Frame]) -> u64 {
-        if let Some(offset) = group[0].offset {
-            return self.raw_location(&group[0], offset);
+    fn location(&mut self, group: &'a [FrameId]) -> u64 {
+        if let Some(&id) = self.group_ids.get(group) {
+            return id;
         }
-        let mapping_id = self.mapping(&group[0]);
-        let lines: Vec<(u64, i64)> = group
-            .iter()
+        let frames = self.frames;
+        let first = frames.get(group[0]);
+        let id = match first.offset {
+            // An address in no known file gets a location of its own each time (as it
+            // always has): not remembered.
+            Some(offset) if first.path.is_none() && first.module.is_none() => {
+                return self.raw_location(first, offset);
+            }
+            Some(offset) => self.raw_location(first, offset),
+            None => self.named_location(group),
+        };
+        self.group_ids.insert(group, id);
+        id
+    }
+
+    /// The location of named frames (caller first): found by its mapping and lines.
+    fn named_location(&mut self, group: &[FrameId]) -> u64 {
+        let frames = self.frames;
+        let mapping_id = self.mapping(frames.get(group[0]));
+        let lines: Vec<(u64, i64)> = frames
+            .resolve(group)
             .rev()
             .map(|f| (self.function(f), i64::from(f.line.unwrap_or(0))))
             .collect();
@@ -197,13 +220,13 @@ impl Tables {
         id
     }
 
-    /// Location ids of a stack, leaf first.
-    fn stack(&mut self, frames: &[Frame]) -> Vec<u64> {
-        let mut groups: Vec<&[Frame]> = Vec::new();
+    /// Location ids of a stack of frame ids (outermost first), leaf first.
+    fn stack(&mut self, ids: &'a [FrameId]) -> Vec<u64> {
+        let mut groups: Vec<&'a [FrameId]> = Vec::new();
         let mut start = 0;
-        for i in 1..=frames.len() {
-            if i == frames.len() || !frames[i].inlined {
-                groups.push(&frames[start..i]);
+        for i in 1..=ids.len() {
+            if i == ids.len() || !self.frames.get(ids[i]).inlined {
+                groups.push(&ids[start..i]);
                 start = i;
             }
         }
@@ -212,7 +235,7 @@ impl Tables {
 }
 
 /// A stack and its attribution: samples with equal keys merge in a counter group's profile.
-type GroupKey<'a> = (&'a [Frame], u32, u32, u32, u64, &'a str);
+type GroupKey<'a> = (&'a [FrameId], u32, u32, u32, u64, &'a str);
 
 /// What the second sample value measures, when it can be known: CPU time for clock events
 /// sampled by frequency, events for sampling by period.
@@ -246,6 +269,8 @@ fn weight(profile: &Profile) -> Option<(&'static str, &'static str, i64)> {
 /// The pprof message for `profile`.
 pub fn encode(profile: &Profile) -> proto::Profile {
     let mut t = Tables {
+        frames: &profile.frames,
+        group_ids: HashMap::new(),
         strings: Strings::new(),
         mappings: Vec::new(),
         mapping_ids: HashMap::new(),
@@ -311,7 +336,7 @@ pub fn encode(profile: &Profile) -> proto::Profile {
     for s in &profile.stacks {
         let counter = counters.iter().position(|c| *c.name == *s.event);
         let key = (
-            s.frames.as_slice(),
+            &s.frames[..],
             s.pid,
             s.tid,
             s.cpu,
