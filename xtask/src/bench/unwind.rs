@@ -419,7 +419,8 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
                      under the profiler and {ps_dwarf:.0} ns under perf --call-graph dwarf; \
                      perf without any call graph still costs {ps_floor:.0} ns: the timer \
                      interrupt and the overflow path, which every sampler on perf events pays \
-                     before its own work, {}. Of the profiler's share, its eBPF program is \
+                     before its own work, {}. Above that floor the profiler adds {:.0} ns to \
+                     perf's {:.0} ns. Of the profiler's share, its eBPF program is \
                      {nst:.0} ns with tables and {nsf:.0} ns with frame pointers (two \
                      bpf_probe_read_user and two binary searches per frame). perf pays after \
                      the run instead: it writes {:.0} bytes per sample and unwinds them in perf \
@@ -431,6 +432,8 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
                     } else {
                         "less than half of perf's whole cost"
                     },
+                    ps_prof - ps_floor,
+                    ps_dwarf - ps_floor,
                     m(&perf_bytes)
                 )
             },
