@@ -19,6 +19,11 @@ const MAX_FRESH: usize = 1 << 16;
 /// parsing each file again and again.
 const SHARE: u32 = 20;
 const FREE: Duration = Duration::from_millis(250);
+/// About how fast a file is read for names (a release build reads libc's debug file, 6 MiB,
+/// in 30 ms): a file is named ahead only if it can be read within the budget left, so one
+/// big file (a debug build's 100 MiB) does not take the thread for seconds and then have to
+/// be read again at the end for the addresses seen since.
+const READ_BYTES_PER_SEC: f64 = 100e6;
 
 /// Addresses of the stacks first seen since the last prefetch.
 #[derive(Default)]
@@ -87,11 +92,13 @@ impl Budget {
     /// symbols are in memory), files only while within the budget.
     pub fn resolve(&mut self, p: Prefetch, resolver: &mut Resolver) {
         resolver.resolve_kernel(p.kernel);
-        if self.spent > FREE + self.started.elapsed() / SHARE {
+        let left = (FREE + self.started.elapsed() / SHARE).saturating_sub(self.spent);
+        let max_bytes = (left.as_secs_f64() * READ_BYTES_PER_SEC) as u64;
+        if max_bytes == 0 {
             return;
         }
         let t = Instant::now();
-        resolver.prefetch_user(&p.files, p.user);
+        resolver.prefetch_user(&p.files, p.user, max_bytes);
         self.spent += t.elapsed();
     }
 }

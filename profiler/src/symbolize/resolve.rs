@@ -72,24 +72,28 @@ impl Resolver {
         files: &HashMap<FileId, ElfFile>,
         wanted: impl IntoIterator<Item = (FileId, u64)>,
     ) -> ResolveErrors {
-        self.resolve_user_files(files, wanted, true)
+        self.resolve_user_files(files, wanted, None)
     }
 
-    /// [`Resolver::resolve_user`] ahead of time, while recording: a file that cannot be
-    /// read is left for the batch that needs it, which then says so and counts it.
+    /// [`Resolver::resolve_user`] ahead of time, while recording, in files of at most
+    /// `max_bytes` (a bigger one is read once, by the batch at the end, not twice): a file
+    /// that cannot be read is left for the batch that needs it, which then says so and
+    /// counts it.
     pub fn prefetch_user(
         &mut self,
         files: &HashMap<FileId, ElfFile>,
         wanted: impl IntoIterator<Item = (FileId, u64)>,
+        max_bytes: u64,
     ) {
-        self.resolve_user_files(files, wanted, false);
+        self.resolve_user_files(files, wanted, Some(max_bytes));
     }
 
+    /// `ahead`: naming ahead, in files of at most that many bytes.
     fn resolve_user_files(
         &mut self,
         files: &HashMap<FileId, ElfFile>,
         wanted: impl IntoIterator<Item = (FileId, u64)>,
-        keep_misses: bool,
+        ahead: Option<u64>,
     ) -> ResolveErrors {
         if self.user_cache.len() > MAX_CACHED {
             self.user_cache.clear();
@@ -110,9 +114,14 @@ impl Resolver {
             let Some(file) = files.get(&id) else {
                 continue;
             };
+            if let Some(max) = ahead
+                && file.file.metadata().map_or(true, |m| m.len() > max)
+            {
+                continue;
+            }
             let frames = match self.file_frames(file, &offsets) {
                 Ok(frames) => frames,
-                Err(_) if !keep_misses => continue,
+                Err(_) if ahead.is_some() => continue,
                 Err(why) => {
                     errors.files.push(format!("{}: {why}", file.path));
                     offsets
