@@ -324,6 +324,34 @@ mod tests {
     }
 
     #[test]
+    fn a_file_read_once_stays_open_only_if_it_was() {
+        let maps = ProcessMaps::read(std::process::id()).unwrap();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let entry = maps
+            .entries()
+            .iter()
+            .find(|e| e.path.as_deref() == exe.to_str())
+            .expect("our executable is mapped")
+            .clone();
+        let mut files = ElfFiles::default();
+        let pid = std::process::id();
+        let head = |f: &ElfFile| {
+            let mut b = [0u8; 4];
+            f.file.read_exact_at(&mut b, 0).map(|()| b).ok()
+        };
+        assert_eq!(files.read_once(pid, &entry, head), Some(Some(*b"\x7fELF")));
+        let id = files.ids[&(entry.dev, entry.inode)];
+        assert!(files.get(id).is_none(), "closed: nothing needed it open");
+        assert_eq!(
+            files.id_for(pid, &entry),
+            Some(id),
+            "the same file, opened again"
+        );
+        assert!(files.read_once(pid, &entry, head).is_some());
+        assert!(files.get(id).is_some(), "still open for the symbolizer");
+    }
+
+    #[test]
     fn the_vdso_is_one_file_with_its_symbols() {
         let maps = ProcessMaps::read(std::process::id()).unwrap();
         let Some(vdso) = maps.entries().iter().find(|e| e.name.as_ref() == "[vdso]") else {

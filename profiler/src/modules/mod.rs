@@ -2,7 +2,7 @@
 //! id, else device and inode), shared by every process that maps it. A module knows where its
 //! code is loaded relative to file offsets, and owns its unwind table (built from `.eh_frame`
 //! on first demand). Files come from the one table of opened files ([`ElfFiles`], which the
-//! symbolizer names addresses through too): each is opened once, through
+//! symbolizer names addresses through too): one place opens and checks them, through
 //! `/proc/PID/map_files/`, so a process in another mount namespace, or one whose file was
 //! deleted or replaced, still resolves to what it maps.
 
