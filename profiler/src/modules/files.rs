@@ -290,16 +290,20 @@ mod tests {
     use super::*;
     use crate::symbolize::ProcessMaps;
 
-    #[test]
-    fn our_own_executable_is_opened_once_and_a_swapped_identity_refused() {
+    /// The mapping of this test binary's code.
+    fn own_executable() -> MapEntry {
         let maps = ProcessMaps::read(std::process::id()).unwrap();
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
-        let entry = maps
-            .entries()
+        maps.entries()
             .iter()
             .find(|e| e.path.as_deref() == exe.to_str())
             .expect("our executable is mapped")
-            .clone();
+            .clone()
+    }
+
+    #[test]
+    fn our_own_executable_is_opened_once_and_a_swapped_identity_refused() {
+        let entry = own_executable();
         let mut files = ElfFiles::default();
         let id = files.id_for(std::process::id(), &entry).expect("opened");
         let meta = std::fs::metadata(files.get(id).unwrap().fd_path()).unwrap();
@@ -325,14 +329,7 @@ mod tests {
 
     #[test]
     fn a_file_read_once_stays_open_only_if_it_was() {
-        let maps = ProcessMaps::read(std::process::id()).unwrap();
-        let exe = std::fs::read_link("/proc/self/exe").unwrap();
-        let entry = maps
-            .entries()
-            .iter()
-            .find(|e| e.path.as_deref() == exe.to_str())
-            .expect("our executable is mapped")
-            .clone();
+        let entry = own_executable();
         let mut files = ElfFiles::default();
         let pid = std::process::id();
         let head = |f: &ElfFile| {
