@@ -17,7 +17,7 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use profiler_common::{
-    MAX_STACK_DEPTH, SamplerConfig, capture, kernel_features,
+    MAX_STACK_DEPTH, SamplerConfig, capture,
     offcpu::{
         FNV_OFFSET, FNV_PRIME, OFF_CPU, OffCpuBuf, OffCpuConfig, PENDING_ENTRIES, RUNNABLE,
         STATE_BLOCKED, STATE_DEAD, TOTALS_ENTRIES, Total, TotalKey, stat,
@@ -28,7 +28,7 @@ use profiler_common::{
 
 use crate::{
     record::RECORD_EVENTS,
-    sampler::{CONFIG, kernel_has, targeted},
+    sampler::{CONFIG, targeted},
     unwind::{STACK_BYTES, Walked, saved_user_regs, user_frames, wake_for_tables, walk_user_from},
 };
 
@@ -313,12 +313,7 @@ unsafe fn user_stack<const TABLES: bool>(
                 Walked::NoUser => {}
             }
         }
-        let sp = || {
-            kernel_has(kernel_features::TASK_PT_REGS)
-                .then(saved_user_regs)
-                .flatten()
-                .map(|(_, sp, _)| sp)
-        };
+        let sp = || saved_user_regs().map(|(_, sp, _)| sp);
         let dst = (*buf).frames.as_mut_ptr().add(k);
         let header = &raw mut (*buf).header;
         user_frames(ctx.as_ptr(), walked, sp, header, dst).unwrap_or_else(|| {

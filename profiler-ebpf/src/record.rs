@@ -5,13 +5,10 @@
 
 use aya_ebpf::{
     EbpfContext,
-    bindings::{
-        BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, pt_regs,
-    },
+    bindings::{BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_get_current_task_btf, bpf_get_smp_processor_id, bpf_get_stack, bpf_ktime_get_ns,
-        bpf_probe_read_kernel, bpf_task_pt_regs, generated,
+        bpf_get_smp_processor_id, bpf_get_stack, bpf_ktime_get_ns, generated,
     },
     macros::map,
     maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
@@ -19,16 +16,16 @@ use aya_ebpf::{
 };
 use profiler_common::{
     AGGREGATE_ENTRIES, AGGREGATE_STACKS, AggregateKey, AggregateValue, DEFAULT_RING_BYTES,
-    MAX_STACK_DEPTH, RequestConfig, SamplerConfig, capture, group as group_consts, kernel_features,
-    record_flags, request_flags,
+    MAX_STACK_DEPTH, RequestConfig, SamplerConfig, capture, group as group_consts, record_flags,
+    request_flags,
     stack::{MAX_RECORD_FRAMES, STACK_HEADER_SIZE, StackSampleBuf},
     stack_id, stat,
 };
 
 use crate::{
     group,
-    sampler::{CONFIG, REQUESTS, bump, kernel_has, request_cookie, targeted},
-    unwind::{STACK_BYTES, Walked, user_frames, wake_for_tables, walk_user},
+    sampler::{CONFIG, REQUESTS, bump, request_cookie, targeted},
+    unwind::{STACK_BYTES, Walked, user_frames, user_regs, wake_for_tables, walk_user},
 };
 
 #[map]
@@ -210,7 +207,8 @@ unsafe fn user_stack<const TABLES: bool>(
         }
         let dst = (*buf).frames.as_mut_ptr().add(k);
         let header = &raw mut (*buf).header;
-        user_frames(ctx.as_ptr(), walked, || user_sp(ctx), header, dst).unwrap_or_else(|| {
+        let sp = || user_regs(ctx).map(|(_, sp, _)| sp);
+        user_frames(ctx.as_ptr(), walked, sp, header, dst).unwrap_or_else(|| {
             bump(stat::STACK_ERRORS);
             0
         })
@@ -297,31 +295,5 @@ fn add_one(key: &AggregateKey) -> bool {
             true
         }
         None => false,
-    }
-}
-
-/// The user stack pointer of the sampled task: from the sample's registers when it was
-/// taken in user mode (CPL 3), else from the user registers saved on kernel entry.
-#[inline(always)]
-fn user_sp(ctx: &PerfEventContext) -> Option<u64> {
-    // SAFETY: the context is readable; the saved user registers are read with
-    // bpf_probe_read_kernel, which tolerates any pointer.
-    unsafe {
-        let regs = &(*ctx.ctx).regs;
-        if regs.cs & 3 == 3 {
-            return Some(regs.rsp);
-        }
-        if !kernel_has(kernel_features::TASK_PT_REGS) {
-            return None;
-        }
-        let user_regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs;
-        if user_regs.is_null() {
-            return None;
-        }
-        let cs = bpf_probe_read_kernel(core::ptr::addr_of!((*user_regs).cs)).ok()?;
-        if cs & 3 != 3 {
-            return None; // a kernel thread: no user context
-        }
-        bpf_probe_read_kernel(core::ptr::addr_of!((*user_regs).rsp)).ok()
     }
 }

@@ -16,13 +16,15 @@ use aya_ebpf::{
     programs::{PerfEventContext, TracePointContext},
 };
 use profiler_common::{
-    MAX_STACK_DEPTH, record_flags,
+    MAX_STACK_DEPTH, kernel_features, record_flags,
     stack::StackSampleHeader,
     unwind::{
         DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, MAX_UNWIND_PROCS, ProcUnwind, UnwindMapping,
         UnwindRow, cfa,
     },
 };
+
+use crate::sampler::kernel_has;
 
 /// Bytes of one stack's frames, the size every copy of one is made with.
 pub(crate) const STACK_BYTES: u32 = (MAX_STACK_DEPTH * 8) as u32;
@@ -195,7 +197,7 @@ pub(crate) unsafe fn user_frames(
 /// The user rip, rsp and rbp of the sampled task: from the sample's registers when it was
 /// taken in user mode, else from those saved on kernel entry.
 #[inline(always)]
-fn user_regs(ctx: &PerfEventContext) -> Option<(u64, u64, u64)> {
+pub(crate) fn user_regs(ctx: &PerfEventContext) -> Option<(u64, u64, u64)> {
     // SAFETY: the context is readable; the saved user registers are read with
     // bpf_probe_read_kernel, which tolerates any pointer.
     unsafe {
@@ -208,9 +210,13 @@ fn user_regs(ctx: &PerfEventContext) -> Option<(u64, u64, u64)> {
 }
 
 /// The user rip, rsp and rbp the current task saved on kernel entry (`None` for a kernel
-/// thread). Needs `bpf_task_pt_regs` (`kernel_features::TASK_PT_REGS`): callers check.
+/// thread, and on kernels without `bpf_task_pt_regs`, before 5.15: the check on the loader's
+/// constant lets the verifier drop the call there).
 #[inline(always)]
 pub(crate) fn saved_user_regs() -> Option<(u64, u64, u64)> {
+    if !kernel_has(kernel_features::TASK_PT_REGS) {
+        return None;
+    }
     // SAFETY: the helpers return the current task and its saved registers, which are read
     // with bpf_probe_read_kernel, which tolerates any pointer.
     unsafe {
