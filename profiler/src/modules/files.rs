@@ -7,7 +7,8 @@
 //! bounded size with the device and inode the mapping had, and kept open; blazesym then reads
 //! it as `/proc/self/fd/N`, so nothing can be swapped between the check and the read.
 //! This is the one table of opened files: the unwinder's module registry reads a file's
-//! identity and CFI through the same descriptor (with [`ReadAt`]), so no file is opened twice.
+//! identity and CFI through it too (with [`ReadAt`]), so every file is opened and checked in
+//! one place, and while the symbolizer holds one open the registry reads that descriptor.
 
 use std::{
     collections::HashMap,

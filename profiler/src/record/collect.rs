@@ -189,9 +189,7 @@ impl Collector {
             Entry::Occupied(mut e) => *e.get_mut() += weight,
             Entry::Vacant(e) => {
                 let k = e.key();
-                let kernel = k.kernel.iter().enumerate();
-                self.fresh
-                    .note(kernel.map(|(i, &a)| kernel_lookup(i, a)), &k.user);
+                self.fresh.note(k.kernel_lookups(), &k.user);
                 e.insert(weight);
             }
         }
@@ -278,14 +276,7 @@ impl Collector {
         self.stacks.shrink_to_fit();
         // The batch names all of them.
         self.fresh = Fresh::default();
-        let ids: BTreeSet<FileId> = stacks
-            .keys()
-            .flat_map(|s| s.user.iter())
-            .filter_map(|f| match f {
-                UserFrame::File { file, .. } => Some(*file),
-                UserFrame::Named(_) => None,
-            })
-            .collect();
+        let ids: BTreeSet<FileId> = file_offsets(stacks.keys()).map(|(f, _)| f).collect();
         let files = self.symbolizer.hand_over(ids);
         for refusal in self.symbolizer.take_refusals() {
             eprintln!("profiler: warning: not read: {refusal}");
@@ -308,20 +299,24 @@ impl Collector {
     }
 }
 
-/// The address to look kernel frame `i` (innermost first) up at: every kernel frame but the
-/// innermost is a return address, so inside the call.
-fn kernel_lookup(i: usize, addr: u64) -> u64 {
-    if i > 0 { addr.saturating_sub(1) } else { addr }
+impl RawStack {
+    /// The addresses to look the kernel frames up at, innermost first: every kernel frame
+    /// but the innermost is a return address, so inside the call.
+    fn kernel_lookups(&self) -> impl DoubleEndedIterator<Item = u64> + '_ {
+        self.kernel
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| if i > 0 { a.saturating_sub(1) } else { a })
+    }
 }
 
 /// The (file, offset) of every user frame of `stacks` that is in a file.
 fn file_offsets<'a>(
     stacks: impl Iterator<Item = &'a RawStack>,
 ) -> impl Iterator<Item = (FileId, u64)> {
-    stacks.flat_map(|s| s.user.iter()).filter_map(|f| match f {
-        UserFrame::File { file, offset } => Some((*file, *offset)),
-        UserFrame::Named(_) => None,
-    })
+    stacks
+        .flat_map(|s| s.user.iter())
+        .filter_map(UserFrame::in_file)
 }
 
 /// Names `wanted` (one blazesym call per file); returns how many files could not be read,
@@ -365,12 +360,7 @@ impl Batch {
             events,
         } = self;
         info.unsymbolized += resolve_files(resolver, &files, file_offsets(raw_stacks.keys()));
-        let lookup = kernel_lookup;
-        resolver.resolve_kernel(
-            raw_stacks
-                .keys()
-                .flat_map(|s| s.kernel.iter().enumerate().map(|(i, &a)| lookup(i, a))),
-        );
+        resolver.resolve_kernel(raw_stacks.keys().flat_map(RawStack::kernel_lookups));
         let name_of = |id: FileId| files.get(&id).map(|f| (f.name.clone(), f.path.clone()));
         let mut profile = Profile {
             info,
@@ -408,8 +398,7 @@ impl Batch {
                     UserFrame::Named(named) => frames.extend(named.iter().map(|f| table.intern(f))),
                 }
             }
-            for (i, &addr) in raw.kernel.iter().enumerate().rev() {
-                let addr = lookup(i, addr);
+            for addr in raw.kernel_lookups().rev() {
                 let ids = kernel_ids
                     .entry(addr)
                     .or_insert_with(|| table.intern_all(resolver.kernel(addr).iter()));

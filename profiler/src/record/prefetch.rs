@@ -40,10 +40,7 @@ impl Fresh {
             return;
         }
         self.kernel.extend(kernel);
-        self.user.extend(user.iter().filter_map(|f| match f {
-            UserFrame::File { file, offset } => Some((*file, *offset)),
-            UserFrame::Named(_) => None,
-        }));
+        self.user.extend(user.iter().filter_map(UserFrame::in_file));
     }
 
     /// What was noted, with the files it is in, as a job for the symbolizing thread.

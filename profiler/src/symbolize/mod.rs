@@ -46,6 +46,17 @@ pub enum UserFrame {
     /// Named on arrival (JIT code from a perf map), or nothing can name it.
     Named(Arc<[Frame]>),
 }
+
+impl UserFrame {
+    /// The (file, offset) of a frame in a file; `None` for one named on arrival.
+    pub fn in_file(&self) -> Option<(FileId, u64)> {
+        match self {
+            UserFrame::File { file, offset } => Some((*file, *offset)),
+            UserFrame::Named(_) => None,
+        }
+    }
+}
+
 /// How the function around an address starts, and how far into it the address is.
 type PrologueAt = Option<(leaf::Prologue, u64)>;
 
