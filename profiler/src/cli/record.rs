@@ -112,7 +112,8 @@ pub struct RecordArgs {
     /// `page-faults/cpu-clock` for faults per sample). Repeatable.
     #[arg(long, value_name = "A/B")]
     pub ratio: Vec<String>,
-    /// Ring buffer size in pages (a power of two; perf's -m). Default 2048 (8 MiB).
+    /// Ring buffer size in pages (a power of two; perf's -m). Default: a quarter of a second of
+    /// samples at the asked rate, 1 to 8 MiB (4 MiB for processes and commands).
     #[arg(short = 'm', long = "mmap-pages", value_name = "PAGES")]
     pub mmap_pages: Option<u32>,
     /// Count samples per (process, stack) in a kernel map instead of sending each sample

@@ -141,12 +141,16 @@ impl RecordOptions {
         }
     }
 
-    /// The ring buffer's size: as asked, else about half a second of samples at the asked
-    /// rate on every sampled CPU (256 bytes a sample; most records are 100-300), a power of
-    /// two from 1 MiB up to 8 MiB for whole CPUs and 4 MiB for some tasks (their threads
-    /// bound their rate). Once written all round, the ring's pages count twice in RSS (the
-    /// kernel maps them twice for wrap-around reads): a 999 Hz system-wide run on 2 CPUs
-    /// needs 1 MiB, not 8. With a period (`-c`) the rate is unknown: the largest size.
+    /// The ring buffer's size: as asked, else about a quarter of a second of samples at the
+    /// asked rate on every sampled CPU (160 bytes a sample: a record is a 72-byte header and 8
+    /// bytes a frame; the benchmarks measure 120 on average, 185 with a counter group),
+    /// a power of two from 1 MiB up to 8 MiB for whole CPUs and 4 MiB for some tasks (their
+    /// threads bound their rate). The reader drains at least every `poll` (100 ms) and when a
+    /// quarter of the ring is full, so this leaves it more than 150 ms of slack before a
+    /// sample is lost (and counted). The whole ring counts twice in RSS from the start (the
+    /// kernel maps its pages twice, for wrap-around reads, when it is mapped): 9999 Hz for
+    /// one process on 2 CPUs needs 1 MiB (2 MiB of RSS), not 4 (8 MiB). With a period
+    /// (`-c`) the rate is unknown: the largest size.
     pub fn ring_size(&self) -> u32 {
         if let Some(bytes) = self.ring_bytes {
             return bytes;
@@ -166,8 +170,8 @@ impl RecordOptions {
             .frequency_hz
             .saturating_mul(cpus.max(1) as u64)
             .saturating_mul(self.events.len().max(1) as u64)
-            .saturating_mul(256);
-        (per_second / 2)
+            .saturating_mul(160);
+        (per_second / 4)
             .checked_next_power_of_two()
             .unwrap_or(u64::MAX)
             .clamp(1 << 20, u64::from(max)) as u32
@@ -410,16 +414,20 @@ mod tests {
         let mut opts = RecordOptions::new(Target::SystemWide);
         opts.cpus = Some(vec![0, 1]);
         opts.frequency_hz = 999;
-        assert_eq!(opts.ring_size(), MIB, "999 Hz on 2 CPUs: 0.5 MB a second");
-        opts.frequency_hz = 25_000;
+        assert_eq!(opts.ring_size(), MIB, "999 Hz on 2 CPUs: 0.3 MB a second");
+        opts.frequency_hz = 9999;
+        assert_eq!(opts.ring_size(), MIB, "9999 Hz on 2 CPUs: 3.2 MB a second");
+        opts.frequency_hz = 50_000;
+        assert_eq!(opts.ring_size(), 4 * MIB);
+        opts.frequency_hz = 100_000;
         assert_eq!(opts.ring_size(), 8 * MIB);
-        opts.cpus = Some((0..64).collect());
+        opts.cpus = Some((0..256).collect());
         opts.frequency_hz = 999;
         assert_eq!(opts.ring_size(), 8 * MIB, "at most 8 MiB");
         opts.period = Some(10_000);
         assert_eq!(opts.ring_size(), 8 * MIB, "a period: the rate is unknown");
         let mut task = RecordOptions::new(Target::Command(vec!["true".into()]));
-        task.cpus = Some((0..8).collect());
+        task.cpus = Some((0..16).collect());
         task.frequency_hz = 9999;
         assert_eq!(task.ring_size(), 4 * MIB, "tasks: at most 4 MiB");
         task.ring_bytes = Some(4096);
