@@ -55,11 +55,12 @@ impl KernelFeatures {
     /// assumed (the load then fails with the verifier's own message, as before).
     pub fn get() -> Self {
         static FEATURES_HERE: OnceLock<KernelFeatures> = OnceLock::new();
-        *FEATURES_HERE.get_or_init(|| match std::fs::read("/sys/kernel/btf/vmlinux") {
-            Ok(btf) => Self::from_btf(&btf),
-            Err(_) => Self {
-                has: [true; FEATURES.len()],
-            },
+        *FEATURES_HERE.get_or_init(|| {
+            std::fs::File::open("/sys/kernel/btf/vmlinux")
+                .and_then(Self::from_btf_reader)
+                .unwrap_or(Self {
+                    has: [true; FEATURES.len()],
+                })
         })
     }
 
@@ -67,11 +68,41 @@ impl KernelFeatures {
     /// separated, so a name is matched whole).
     pub fn from_btf(btf: &[u8]) -> Self {
         let mut has = [false; FEATURES.len()];
+        Self::find_in(btf, &mut has);
+        Self { has }
+    }
+
+    /// [`Self::from_btf`] over a blob read in pieces (vmlinux's is 5 MB; the recorder's
+    /// memory peaks early if it is read whole).
+    pub fn from_btf_reader(mut btf: impl std::io::Read) -> std::io::Result<Self> {
+        let mut has = [false; FEATURES.len()];
+        let keep = FEATURES
+            .iter()
+            .map(|f| f.helper.len() + 1)
+            .max()
+            .unwrap_or(0);
+        let mut buf = vec![0u8; 1 << 16];
+        let mut filled = 0;
+        loop {
+            let n = btf.read(&mut buf[filled..])?;
+            if n == 0 {
+                break;
+            }
+            filled += n;
+            Self::find_in(&buf[..filled], &mut has);
+            // A name cut at the end is found whole with the next piece.
+            let tail = filled.saturating_sub(keep);
+            buf.copy_within(tail..filled, 0);
+            filled -= tail;
+        }
+        Ok(Self { has })
+    }
+
+    fn find_in(btf: &[u8], has: &mut [bool; FEATURES.len()]) {
         for (h, f) in has.iter_mut().zip(&FEATURES) {
             let needle = [b"\0", f.helper.as_bytes(), b"\0"].concat();
-            *h = memchr::memmem::find(btf, &needle).is_some();
+            *h |= memchr::memmem::find(btf, &needle).is_some();
         }
-        Self { has }
     }
 
     fn has(&self, name: &str) -> bool {
@@ -127,6 +158,27 @@ mod tests {
         assert_eq!(has, [true, false, true, false]);
         assert!(!f.attach_cookies());
         assert_eq!(f.ebpf_bits(), kernel_features::TASK_PT_REGS);
+    }
+
+    #[test]
+    fn names_cut_between_reads_are_found() {
+        /// Hands out three bytes a read.
+        struct Trickle<'a>(&'a [u8]);
+        impl std::io::Read for Trickle<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let n = buf.len().min(3).min(self.0.len());
+                buf[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let btf = b"\0\0BPF_FUNC_ringbuf_output\0BPF_FUNC_loop_x\0BPF_FUNC_task_pt_regs\0";
+        let read = KernelFeatures::from_btf_reader(Trickle(btf)).unwrap();
+        assert_eq!(read, KernelFeatures::from_btf(btf));
+        if let Ok(vmlinux) = std::fs::read("/sys/kernel/btf/vmlinux") {
+            let read = KernelFeatures::from_btf_reader(vmlinux.as_slice()).unwrap();
+            assert_eq!(read, KernelFeatures::from_btf(&vmlinux));
+        }
     }
 
     #[test]

@@ -222,6 +222,9 @@ impl Sampler {
             (UNUSED_RING_BYTES, ring_bytes)
         };
         let mut ebpf = EbpfLoader::new()
+            // The kernel's BTF that new() parsed (18 MiB) goes before the load, not after:
+            // the programs have no CO-RE relocations to apply (a test checks).
+            .btf(None)
             .map_max_entries(RING, events)
             .map_max_entries(RECORD_RING, record_events)
             .map_max_entries("UNWIND_ROWS", unwind_rows)
@@ -513,4 +516,22 @@ fn raise_memlock_rlimit() {
     let inf = nix::sys::resource::RLIM_INFINITY;
     // Failure is harmless on memcg-accounted kernels; loading reports the real error if any.
     let _ = setrlimit(Resource::RLIMIT_MEMLOCK, inf, inf);
+}
+
+#[cfg(test)]
+mod tests {
+    /// The loader drops the kernel's BTF before loading (`.btf(None)`): right only while no
+    /// program asks for CO-RE relocations.
+    #[test]
+    fn the_programs_need_no_kernel_btf() {
+        if super::OBJECT.is_empty() {
+            eprintln!("skipped: built without the eBPF object (AYA_BUILD_SKIP)");
+            return;
+        }
+        let object = aya_obj::Object::parse(super::OBJECT).expect("the eBPF object parses");
+        assert!(
+            !object.has_btf_relocations(),
+            "a program uses CO-RE relocations: load with the kernel's BTF again"
+        );
+    }
 }
