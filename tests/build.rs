@@ -94,7 +94,8 @@ fn plt(out: &Path, dir: &Path, compiler: &cc::Tool) {
 }
 
 /// `debugged.c` stripped three ways, its debug information shipped as distributions do:
-/// `debugged_buildid` with its debug file under `debug-root/.build-id/`,
+/// `debugged_buildid` with its debug file under `debug-root/.build-id/` (its DWARF
+/// compressed, as Debian's `-dbgsym` packages ship it),
 /// `debugged_debuglink` with a `.gnu_debuglink` to `debugged_debuglink.debug` beside it,
 /// `debugged_minidebug` with MiniDebugInfo (`.gnu_debugdata`, as Fedora makes it).
 fn split_debug(out: &Path, dir: &Path, compiler: &cc::Tool) {
@@ -116,7 +117,7 @@ fn split_debug(out: &Path, dir: &Path, compiler: &cc::Tool) {
                 let tree = out.join("debug-root/.build-id").join(&id[..2]);
                 std::fs::create_dir_all(&tree).unwrap();
                 run(Command::new("objcopy")
-                    .arg("--only-keep-debug")
+                    .args(["--only-keep-debug", "--compress-debug-sections=zlib"])
                     .arg(&full)
                     .arg(tree.join(format!("{}.debug", &id[2..]))));
                 run(Command::new("strip")

@@ -13,6 +13,7 @@
 use std::{
     collections::HashMap,
     fs::File,
+    io,
     os::{fd::AsRawFd, unix::fs::FileExt},
     path::{Path, PathBuf},
     sync::Arc,
@@ -54,6 +55,19 @@ pub struct ReadAt<'a> {
 impl<'a> ReadAt<'a> {
     pub fn new(file: &'a File) -> Self {
         Self { file, pos: 0 }
+    }
+
+    /// Reading on from `pos` (as an [`io::Read`]).
+    pub fn positioned(file: &'a File, pos: u64) -> Self {
+        Self { file, pos }
+    }
+}
+
+impl io::Read for ReadAt<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.file.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
     }
 }
 

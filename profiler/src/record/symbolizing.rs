@@ -57,7 +57,7 @@ impl SymbolizeWorker {
                 its_tid.store(me, Ordering::Relaxed);
                 set_nice(me, BACKGROUND_NICE);
                 if kernel {
-                    resolver.load_kernel_symbols();
+                    let _ = resolver.load_kernel_symbols();
                 }
                 let mut budget = Budget::new();
                 while let Ok(first) = rx.recv() {

@@ -10,6 +10,8 @@
 
 mod debug_file;
 mod frame;
+mod inflated;
+mod kallsyms;
 mod leaf;
 mod maps;
 mod perfmap;

@@ -9,18 +9,17 @@ use std::{
     sync::Arc,
 };
 
-use blazesym::{
-    MaybeDefault,
-    symbolize::{
-        self as bz, Input, Symbolized,
-        source::{Elf, Kernel, Source},
-    },
+use blazesym::symbolize::{
+    self as bz, Input, Symbolized,
+    source::{Elf, Source},
 };
 
 use super::{
     ElfFile, FileId,
     debug_file::{Identity, by_build_id},
     frame::{self, Frame, FrameKind},
+    inflated::Inflated,
+    kallsyms::KernelSymbols,
     plt::PltStubs,
 };
 
@@ -38,10 +37,13 @@ pub struct ResolveErrors {
 }
 
 pub struct Resolver {
-    kernel: bz::Symbolizer,
+    /// Read at the first kernel address; `None` after a failed read (every kernel frame is
+    /// then unknown, as with kallsyms hidden).
+    kernel: Option<Option<KernelSymbols>>,
     kernel_cache: HashMap<u64, Arc<[Frame]>>,
     user_cache: HashMap<(FileId, u64), Arc<[Frame]>>,
     debug_dirs: Vec<PathBuf>,
+    inflated: Inflated,
     /// False: user frames keep their offsets (`record --symbolize none`).
     user: bool,
 }
@@ -52,10 +54,11 @@ impl Resolver {
         let mut dirs = debug_dirs.to_vec();
         dirs.extend(SYSTEM_DEBUG_DIRS.iter().map(PathBuf::from));
         Self {
-            kernel: bz::Symbolizer::builder().enable_code_info(false).build(),
+            kernel: None,
             kernel_cache: HashMap::new(),
             user_cache: HashMap::new(),
             debug_dirs: dirs,
+            inflated: Inflated::default(),
             user: true,
         }
     }
@@ -138,7 +141,11 @@ impl Resolver {
     }
 
     /// The frames of one file's offsets (sorted), in their order.
-    fn file_frames(&self, file: &ElfFile, offsets: &[u64]) -> Result<Vec<Arc<[Frame]>>, String> {
+    fn file_frames(
+        &mut self,
+        file: &ElfFile,
+        offsets: &[u64],
+    ) -> Result<Vec<Arc<[Frame]>>, String> {
         let plt = PltStubs::read(&file.file);
         let named_by_plt = |o: u64| plt.contains(o);
         let rest: Vec<u64> = offsets
@@ -162,8 +169,14 @@ impl Resolver {
             Some((debug, vaddrs?))
         });
         let (src, input) = match &separate {
-            Some((debug, vaddrs)) => (Elf::new(debug), Input::VirtOffset(vaddrs.as_slice())),
-            None => (Elf::new(file.fd_path()), Input::FileOffset(rest.as_slice())),
+            Some((debug, vaddrs)) => (
+                Elf::new(self.inflated.path_for(debug)),
+                Input::VirtOffset(vaddrs.as_slice()),
+            ),
+            None => (
+                Elf::new(self.inflated.path_for(&file.fd_path())),
+                Input::FileOffset(rest.as_slice()),
+            ),
         };
         let src = Elf {
             debug_syms: true,
@@ -208,7 +221,7 @@ impl Resolver {
     /// The frames of virtual addresses of a file of which only the separate debug file
     /// `debug` is at hand (named `name`, at `path` where it was recorded).
     pub fn debug_file_frames(
-        &self,
+        &mut self,
         debug: &std::path::Path,
         name: &Arc<str>,
         path: &Arc<str>,
@@ -221,7 +234,7 @@ impl Resolver {
             .build();
         let src = Elf {
             debug_syms: true,
-            ..Elf::new(debug)
+            ..Elf::new(self.inflated.path_for(debug))
         };
         let call = std::panic::AssertUnwindSafe(|| {
             symbolizer.symbolize(&Source::Elf(src), Input::VirtOffset(vaddrs))
@@ -258,17 +271,14 @@ impl Resolver {
         }
     }
 
-    /// Reads the kernel's symbols (blazesym keeps them for later calls) without naming
-    /// anything.
-    pub fn load_kernel_symbols(&mut self) {
-        let src = kernel_source();
-        // Any kernel address makes it parse kallsyms; the answer is not kept.
-        let _ = self
-            .kernel
-            .symbolize(&src, Input::AbsAddr(&[0xffff_ffff_8100_0000]));
+    /// Reads the kernel's symbols (kept for later calls) without naming anything.
+    pub fn load_kernel_symbols(&mut self) -> Option<&KernelSymbols> {
+        self.kernel
+            .get_or_insert_with(|| KernelSymbols::load().ok())
+            .as_ref()
     }
 
-    /// Names every kernel address of `addrs` not yet known, in one call.
+    /// Names every kernel address of `addrs` not yet known.
     pub fn resolve_kernel(&mut self, addrs: impl IntoIterator<Item = u64>) {
         if self.kernel_cache.len() > MAX_CACHED {
             self.kernel_cache.clear();
@@ -282,22 +292,22 @@ impl Resolver {
         if new.is_empty() {
             return;
         }
-        let src = kernel_source();
         let module: Arc<str> = Arc::from("[kernel.kallsyms]");
-        let found = self
-            .kernel
-            .symbolize(&src, Input::AbsAddr(&new))
-            .unwrap_or_default();
-        let mut found = found.into_iter();
-        for addr in new {
-            let frames = match found.next() {
-                Some(Symbolized::Sym(sym)) => {
-                    frame::from_sym(&sym, FrameKind::Kernel, &module, None)
-                }
-                _ => Arc::from([Frame::unknown(FrameKind::Kernel, Some(module.clone()))]),
-            };
-            self.kernel_cache.insert(addr, frames);
-        }
+        let symbols = self.load_kernel_symbols();
+        let frames: Vec<(u64, Arc<[Frame]>)> = new
+            .into_iter()
+            .map(|addr| {
+                let f = match symbols.and_then(|s| s.find(addr)) {
+                    Some(name) => Frame {
+                        module: Some(module.clone()),
+                        ..Frame::named(&name, FrameKind::Kernel)
+                    },
+                    None => Frame::unknown(FrameKind::Kernel, Some(module.clone())),
+                };
+                (addr, Arc::from([f]))
+            })
+            .collect();
+        self.kernel_cache.extend(frames);
     }
 
     /// The frames of a resolved kernel address.
@@ -319,13 +329,4 @@ fn miss(name: &Arc<str>, path: Option<&Arc<str>>, offset: u64) -> Arc<[Frame]> {
         path.cloned(),
         offset,
     )])
-}
-
-/// The running kernel's symbols, from kallsyms only (no vmlinux, no debug symbols).
-fn kernel_source() -> Source<'static> {
-    Source::Kernel(Kernel {
-        vmlinux: MaybeDefault::None,
-        debug_syms: false,
-        ..Default::default()
-    })
 }
