@@ -126,7 +126,8 @@ fn a_full_ring_at_50k_samples_per_second_is_counted_as_loss() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    // A one-page ring cannot keep up; the default 8 MiB one takes what the reader drains.
+    // A one-page ring cannot keep up; the default one (a quarter of a second of samples)
+    // takes what the reader drains.
     // Without naming user frames: what is measured is what loss costs, and naming at the end
     // reads the DWARF of whatever ran (this test's own debug build of the profiler, which
     // samples itself: 100 MiB of file pages).
@@ -138,7 +139,7 @@ fn a_full_ring_at_50k_samples_per_second_is_counted_as_loss() {
     let (n, lost) = (reported_samples(&small), reported_lost(&small));
     eprintln!("-m 1 at {hz} Hz x {cpus} CPUs: {n} samples, {lost} lost");
     eprintln!(
-        "8 MiB ring: {} samples, {} lost",
+        "default ring: {} samples, {} lost",
         reported_samples(&big),
         reported_lost(&big)
     );
@@ -153,7 +154,7 @@ fn a_full_ring_at_50k_samples_per_second_is_counted_as_loss() {
     // runs: a build beside the test has deep, distinct stacks).
     let kept = |report: &str| reported_samples(report) / 1024;
     assert_bounded("-m 1", &small_held, 32, 64 + kept(&small));
-    assert_bounded("8 MiB ring", &big_held, 32, 64 + kept(&big));
+    assert_bounded("default ring", &big_held, 32, 64 + kept(&big));
 }
 
 #[test]

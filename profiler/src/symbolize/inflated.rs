@@ -22,17 +22,22 @@ use object::{
 
 use crate::modules::ReadAt;
 
-/// Inflated copies kept for the run (a file named ahead is named again at the end), at
-/// most this many bytes of them on disk; past it they are dropped and made again.
+/// Inflated copies kept for the run (a file named ahead is named again at the end): at
+/// most this many bytes of them on disk, and this many files (each holds a descriptor);
+/// past either they are dropped and made again when needed.
 const MAX_KEPT_BYTES: u64 = 1 << 30;
-/// A section that claims to inflate more than this many times its compressed size is
-/// refused (a zlib stream can claim any size; blazesym then reads the file as it is).
+const MAX_KEPT_FILES: usize = 64;
+/// A file whose sections claim to inflate to more than this many times their compressed
+/// size, or to more than `MAX_INFLATED_BYTES` in all, is not inflated (blazesym then reads
+/// it as it is): a zlib stream can claim any size, and the file may be another user's.
 const MAX_RATIO: u64 = 64;
+const MAX_INFLATED_BYTES: u64 = 1 << 30;
 
-/// Inflated copies by (device, inode) of the file they were made from.
+/// Inflated copies by (device, inode, size, modification time) of the file they were made
+/// from.
 #[derive(Default)]
 pub struct Inflated {
-    copies: HashMap<(u64, u64), Option<File>>,
+    copies: HashMap<(u64, u64, u64, i64), Option<File>>,
     kept_bytes: u64,
 }
 
@@ -46,20 +51,26 @@ impl Inflated {
         let Ok(meta) = file.metadata() else {
             return path.to_path_buf();
         };
-        if self.kept_bytes > MAX_KEPT_BYTES {
-            self.copies.clear();
-            self.kept_bytes = 0;
+        let key = (
+            meta.dev(),
+            meta.ino(),
+            meta.size(),
+            meta.mtime_nsec() + meta.mtime() * 1_000_000_000,
+        );
+        if !self.copies.contains_key(&key) {
+            let kept_files = self.copies.values().filter(|c| c.is_some()).count();
+            if self.kept_bytes > MAX_KEPT_BYTES || kept_files >= MAX_KEPT_FILES {
+                self.copies.clear();
+                self.kept_bytes = 0;
+            }
         }
-        let copy = self
-            .copies
-            .entry((meta.dev(), meta.ino()))
-            .or_insert_with(|| {
-                let copy = inflate(&file).ok().flatten();
-                if let Some(c) = &copy {
-                    self.kept_bytes += c.metadata().map_or(0, |m| m.blocks() * 512);
-                }
-                copy
-            });
+        let copy = self.copies.entry(key).or_insert_with(|| {
+            let copy = inflate(&file).ok().flatten();
+            if let Some(c) = &copy {
+                self.kept_bytes += c.metadata().map_or(0, |m| m.blocks() * 512);
+            }
+            copy
+        });
         match copy {
             Some(c) => PathBuf::from(format!(
                 "/proc/self/fd/{}",
@@ -92,6 +103,7 @@ pub fn inflate(src: &File) -> io::Result<Option<File>> {
     let endian = header.endian().map_err(bad)?;
     let sections = header.section_headers(endian, &cache).map_err(bad)?;
     let mut compressed = Vec::new();
+    let mut total = 0u64;
     for (i, section) in sections.iter().enumerate() {
         let Some((ch, offset, size)) = section.compression(endian, &cache).map_err(bad)? else {
             continue;
@@ -100,7 +112,8 @@ pub fn inflate(src: &File) -> io::Result<Option<File>> {
             return Ok(None);
         }
         let inflated = ch.ch_size(endian);
-        if inflated > size.saturating_mul(MAX_RATIO).max(1 << 20) {
+        total = total.saturating_add(inflated);
+        if inflated > size.saturating_mul(MAX_RATIO).max(1 << 20) || total > MAX_INFLATED_BYTES {
             return Ok(None);
         }
         compressed.push(Packed {
