@@ -38,11 +38,23 @@ pub fn cargo(args: &[&str]) -> anyhow::Result<()> {
         .current_dir(workspace_root()))
 }
 
+/// A command line as a shell would take it: arguments with spaces or shell characters in
+/// single quotes.
 pub fn show(cmd: &Command) -> String {
     let mut s = cmd.get_program().to_string_lossy().into_owned();
     for a in cmd.get_args() {
+        let a = a.to_string_lossy();
+        let plain = !a.is_empty()
+            && a.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_./=:,+-@%".contains(c));
         s.push(' ');
-        s.push_str(&a.to_string_lossy());
+        if plain {
+            s.push_str(&a);
+        } else {
+            s.push('\'');
+            s.push_str(&a.replace('\'', "'\\''"));
+            s.push('\'');
+        }
     }
     s
 }
