@@ -28,10 +28,11 @@ use crate::modules::ReadAt;
 const MAX_KEPT_BYTES: u64 = 1 << 30;
 const MAX_KEPT_FILES: usize = 64;
 /// A file whose sections claim to inflate to more than this many times their compressed
-/// size, or to more than `MAX_INFLATED_BYTES` in all, is not inflated (blazesym then reads
-/// it as it is): a zlib stream can claim any size, and the file may be another user's.
+/// size, or whose copy would take more than `MAX_COPY_BYTES`, is not inflated (blazesym
+/// then reads it as it is): a zlib stream can claim any size, and the file may be another
+/// user's.
 const MAX_RATIO: u64 = 64;
-const MAX_INFLATED_BYTES: u64 = 1 << 30;
+const MAX_COPY_BYTES: u64 = 1 << 30;
 
 /// Inflated copies by (device, inode, size, modification time) of the file they were made
 /// from.
@@ -102,8 +103,9 @@ pub fn inflate(src: &File) -> io::Result<Option<File>> {
     };
     let endian = header.endian().map_err(bad)?;
     let sections = header.section_headers(endian, &cache).map_err(bad)?;
+    let len = src.metadata()?.len();
     let mut compressed = Vec::new();
-    let mut total = 0u64;
+    let mut total = len;
     for (i, section) in sections.iter().enumerate() {
         let Some((ch, offset, size)) = section.compression(endian, &cache).map_err(bad)? else {
             continue;
@@ -113,7 +115,7 @@ pub fn inflate(src: &File) -> io::Result<Option<File>> {
         }
         let inflated = ch.ch_size(endian);
         total = total.saturating_add(inflated);
-        if inflated > size.saturating_mul(MAX_RATIO).max(1 << 20) || total > MAX_INFLATED_BYTES {
+        if inflated > size.saturating_mul(MAX_RATIO).max(1 << 20) || total > MAX_COPY_BYTES {
             return Ok(None);
         }
         compressed.push(Packed {
@@ -127,7 +129,6 @@ pub fn inflate(src: &File) -> io::Result<Option<File>> {
     if compressed.is_empty() {
         return Ok(None);
     }
-    let len = src.metadata()?.len();
     let out = tempfile::tempfile_in(scratch_dir())?;
     // The file as it is, but for the compressed sections (left as holes).
     let mut holes: Vec<(u64, u64)> = compressed
