@@ -2,8 +2,9 @@
 //! array, names in one unlinked scratch file (read back with one pread per name asked). A
 //! recording holds the table from its first kernel address to its end, so its size is part
 //! of the profiler's steady memory: 122k symbols take 1.7 MiB here (and 2.8 MiB of names
-//! on disk), against 7 MiB as one allocation per name (blazesym's table). Names are asked
-//! once per distinct kernel address a run sees, a few thousand at most.
+//! on disk), against 7 MiB as one allocation per name (blazesym's table). A name is read
+//! once per distinct kernel address a run sees (thousands on a busy host), each a pread of a
+//! file the page cache holds.
 
 use std::{
     fs::File,
