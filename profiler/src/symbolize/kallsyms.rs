@@ -40,15 +40,29 @@ impl Names {
 
 impl KernelSymbols {
     pub fn load() -> io::Result<Self> {
-        Self::parse(BufReader::new(File::open("/proc/kallsyms")?))
+        Self::load_from(
+            || Ok(BufReader::new(File::open("/proc/kallsyms")?)),
+            Names::new,
+        )
+    }
+
+    /// The table of the lines `open` gives, its names kept in `names`; if they cannot be
+    /// written there (a full or read-only scratch disk), read again with names in memory.
+    fn load_from<R: BufRead>(
+        open: impl Fn() -> io::Result<R>,
+        names: impl FnOnce() -> Names,
+    ) -> io::Result<Self> {
+        Self::parse_into(open()?, names())
+            .or_else(|_| Self::parse_into(open()?, Names::Memory(Vec::new())))
+    }
+
+    #[cfg(test)]
+    fn parse(lines: impl BufRead) -> io::Result<Self> {
+        Self::parse_into(lines, Names::new())
     }
 
     /// Lines of `ADDRESS TYPE NAME [MODULE]`; a zero address (kallsyms hides them from those
     /// who may not see them) or an unreadable line is skipped.
-    pub fn parse(lines: impl BufRead) -> io::Result<Self> {
-        Self::parse_into(lines, Names::new())
-    }
-
     fn parse_into(mut lines: impl BufRead, names: Names) -> io::Result<Self> {
         let mut addrs = Vec::new();
         let mut starts = Vec::new();
@@ -153,7 +167,15 @@ ffffffff81000200 T late_in_file
         );
         let in_memory =
             KernelSymbols::parse_into(text.as_bytes(), Names::Memory(Vec::new())).unwrap();
-        for syms in [on_disk, in_memory] {
+        // A scratch file that cannot be written (here: opened read-only) leaves the names
+        // in memory.
+        let unwritable = KernelSymbols::load_from(
+            || Ok(text.as_bytes()),
+            || Names::Disk(File::open("/proc/self/exe").unwrap()),
+        )
+        .unwrap();
+        assert!(matches!(unwritable.names, Names::Memory(_)));
+        for syms in [on_disk, in_memory, unwritable] {
             assert_eq!(syms.len(), 5);
             assert_eq!(
                 syms.find(0xffff_ffff_80ff_ffff).as_deref(),
