@@ -82,9 +82,7 @@ impl ReadCacheOps for ReadAt<'_> {
     }
 
     fn read(&mut self, buf: &mut [u8]) -> Result<usize, ()> {
-        let n = self.file.read_at(buf, self.pos).map_err(drop)?;
-        self.pos += n as u64;
-        Ok(n)
+        io::Read::read(self, buf).map_err(drop)
     }
 
     fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), ()> {

@@ -46,11 +46,16 @@ impl Inflated {
     /// The path to hand blazesym for the ELF file at `path`: an inflated copy if it has
     /// compressed sections and one could be made, else `path` itself.
     pub fn path_for(&mut self, path: &Path) -> PathBuf {
-        let Ok(file) = File::open(path) else {
-            return path.to_path_buf();
-        };
+        match File::open(path) {
+            Ok(file) => self.path_of(&file, path.to_path_buf()),
+            Err(_) => path.to_path_buf(),
+        }
+    }
+
+    /// [`Inflated::path_for`] a file already open (`path` names it, for blazesym).
+    pub fn path_of(&mut self, file: &File, path: PathBuf) -> PathBuf {
         let Ok(meta) = file.metadata() else {
-            return path.to_path_buf();
+            return path;
         };
         let key = (
             meta.dev(),
@@ -66,7 +71,7 @@ impl Inflated {
             }
         }
         let copy = self.copies.entry(key).or_insert_with(|| {
-            let copy = inflate(&file).ok().flatten();
+            let copy = inflate(file).ok().flatten();
             if let Some(c) = &copy {
                 self.kept_bytes += c.metadata().map_or(0, |m| m.blocks() * 512);
             }
@@ -77,7 +82,7 @@ impl Inflated {
                 "/proc/self/fd/{}",
                 std::os::fd::AsRawFd::as_raw_fd(c)
             )),
-            None => path.to_path_buf(),
+            None => path,
         }
     }
 }
@@ -192,16 +197,16 @@ struct Packed {
 
 /// Copies bytes `from..to` of `src` to the same offsets of `dst`.
 fn copy_range(src: &File, dst: &File, from: u64, to: u64) -> io::Result<()> {
-    let mut buf = vec![0; 1 << 16];
-    let mut at = from;
-    while at < to {
-        let want = usize::try_from(to - at).map_or(buf.len(), |n| n.min(buf.len()));
-        let n = src.read_at(&mut buf[..want], at)?;
-        if n == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        dst.write_all_at(&buf[..n], at)?;
-        at += n as u64;
+    let mut part = ReadAt::positioned(src, from).take(to - from);
+    let copied = io::copy(
+        &mut part,
+        &mut WriteAt {
+            file: dst,
+            pos: from,
+        },
+    )?;
+    if copied < to - from {
+        return Err(io::ErrorKind::UnexpectedEof.into());
     }
     Ok(())
 }

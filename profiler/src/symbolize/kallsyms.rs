@@ -121,7 +121,8 @@ impl KernelSymbols {
         })
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.addrs.len()
     }
 

@@ -37,8 +37,8 @@ pub struct ResolveErrors {
 }
 
 pub struct Resolver {
-    /// Read at the first kernel address; `None` after a failed read (every kernel frame is
-    /// then unknown, as with kallsyms hidden).
+    /// `None` until the first kernel address; then the table, or `Some(None)` if kallsyms
+    /// could not be read (every kernel frame is then unknown, as with kallsyms hidden).
     kernel: Option<Option<KernelSymbols>>,
     kernel_cache: HashMap<u64, Arc<[Frame]>>,
     user_cache: HashMap<(FileId, u64), Arc<[Frame]>>,
@@ -174,7 +174,7 @@ impl Resolver {
                 Input::VirtOffset(vaddrs.as_slice()),
             ),
             None => (
-                Elf::new(self.inflated.path_for(&file.fd_path())),
+                Elf::new(self.inflated.path_of(&file.file, file.fd_path())),
                 Input::FileOffset(rest.as_slice()),
             ),
         };
