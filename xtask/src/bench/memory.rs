@@ -40,60 +40,57 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
     // the DWARF of what ran).
     let calls = ctx.size(1500, 150);
     let w = ctx.work(calls, 1);
-    let (p1_peak, p1, f1_peak, f1) = one_process(ctx, "9999", &w)?;
-    let mut real = Vec::new();
+    let mut per_process = vec![one_process(ctx, "9999", "work (one process)".into(), &w)?];
     for (label, workload) in real_software(ctx)? {
         let tag = label
             .split_whitespace()
             .next()
             .unwrap_or("real")
             .to_string();
-        real.push((label, one_process(ctx, &tag, &workload)?));
+        per_process.push(one_process(ctx, &tag, label, &workload)?);
     }
+    let work = &per_process[0];
+    let (p1_peak, f1_peak) = (work.profiler.0, work.perf.0);
     let mib = |kib: u64| kib as f64 / 1024.0;
     let (pm, fm) = (mib(peaks[0][2]), mib(peaks[1][2]));
     if peaks[0][2] == 0 || peaks[1][2] == 0 || p1_peak == 0 || f1_peak == 0 {
         anyhow::bail!("no VmHWM read from /proc");
     }
-    let mut rows = vec![
-        vec![
-            "profiler record".into(),
-            format!("{pm:.1}"),
-            format!("{:.1}", mib(peaks[0][0])),
-            format!("{:.1}", mib(peaks[0][1])),
-            format!("{:.2}", p.cpu_s),
-        ],
-        vec![
-            "perf record -g".into(),
-            format!("{fm:.1}"),
-            format!("{:.1}", mib(peaks[1][0])),
-            format!("{:.1}", mib(peaks[1][1])),
-            format!("{:.2}", f.cpu_s),
-        ],
-    ];
-    let mut commands = vec![ctx.show(&p.command), ctx.show(&f.command)];
-    let mut raw_real = Vec::new();
-    let per_process = std::iter::once((
-        "work (one process)".to_string(),
-        (p1_peak, &p1, f1_peak, &f1),
-    ))
-    .chain(
-        real.iter()
-            .map(|(l, (a, b, c, d))| (l.clone(), (*a, b, *c, d))),
-    );
-    for (label, (pk, pr, fk, fr)) in per_process {
-        for (tool, kib, run) in [("profiler record", pk, pr), ("perf record -g", fk, fr)] {
+    let (mut rows, mut commands) = (Vec::new(), Vec::new());
+    for (tool, [anon, file, hwm], run) in [
+        ("profiler record", peaks[0], &p),
+        ("perf record -g", peaks[1], &f),
+    ] {
+        rows.push(vec![
+            tool.into(),
+            format!("{:.1}", mib(hwm)),
+            format!("{:.1}", mib(anon)),
+            format!("{:.1}", mib(file)),
+            format!("{:.2}", run.cpu_s),
+        ]);
+        commands.push(ctx.show(&run.command));
+    }
+    for one in &per_process {
+        for (tool, (kib, run)) in [
+            ("profiler record", &one.profiler),
+            ("perf record -g", &one.perf),
+        ] {
             rows.push(vec![
-                format!("{tool} -F 9999 -- {label}"),
-                format!("{:.1}", mib(kib)),
+                format!("{tool} -F 9999 -- {}", one.label),
+                format!("{:.1}", mib(*kib)),
                 "-".into(),
                 "-".into(),
                 format!("{:.2}", run.cpu_s),
             ]);
             commands.push(ctx.show(&run.command));
         }
-        raw_real.push(json!({"workload": label, "profiler_hwm_kib": pk, "perf_hwm_kib": fk}));
     }
+    let raw_per_process: Vec<_> = per_process
+        .iter()
+        .map(|one| {
+            json!({"workload": one.label, "profiler_hwm_kib": one.profiler.0, "perf_hwm_kib": one.perf.0})
+        })
+        .collect();
     Ok(Section {
         title: "6. Memory",
         method: format!(
@@ -144,40 +141,53 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             "duration_s": secs,
             "profiler": {"hwm_kib": peaks[0][2], "peak_anon_kib": peaks[0][0], "peak_file_kib": peaks[0][1], "cpu_s": p.cpu_s, "wall_s": p.wall_s},
             "perf": {"hwm_kib": peaks[1][2], "peak_anon_kib": peaks[1][0], "peak_file_kib": peaks[1][1], "cpu_s": f.cpu_s, "wall_s": f.wall_s},
-            "per_process_9999hz": raw_real,
+            "per_process_9999hz": raw_per_process,
         }),
     })
 }
 
-/// `workload` at 9999 Hz under the profiler, then under perf record -g: each recorder's
-/// peak RSS (VmHWM, KiB) and its run.
+/// One workload recorded at 9999 Hz by each tool in turn: (peak RSS, VmHWM in KiB; its run).
+struct PerProcess {
+    label: String,
+    profiler: (u64, proc::Finished),
+    perf: (u64, proc::Finished),
+}
+
+/// `workload` under the profiler, then under perf record -g.
 fn one_process(
     ctx: &mut Ctx,
     tag: &str,
+    label: String,
     workload: &[String],
-) -> anyhow::Result<(u64, proc::Finished, u64, proc::Finished)> {
+) -> anyhow::Result<PerProcess> {
     let out = ctx.path(&format!("memory-{tag}.pb")).display().to_string();
-    let mut cmd = ctx.profiler(&["record", "-F", "9999", "-q", "-o", &out, "--"]);
-    cmd.args(workload);
-    let started = proc::start(&mut cmd, &ctx.log(&format!("memory-{tag}-profiler")))?;
-    let p_peak = poll_peaks(&[started.pid()])[0][2];
-    let p = started.wait(&[0])?;
+    let mut profiler = ctx.profiler(&["record", "-F", "9999", "-q", "-o", &out, "--"]);
+    profiler.args(workload);
     let out = ctx
         .path(&format!("memory-{tag}.data"))
         .display()
         .to_string();
-    let mut cmd = ctx.perf(&["record", "-F", "9999", "-g", "-q", "-o", &out, "--"]);
-    cmd.args(workload);
-    let started = proc::start(&mut cmd, &ctx.log(&format!("memory-{tag}-perf")))?;
-    let f_peak = poll_peaks(&[started.pid()])[0][2];
-    let f = started.wait(&[0])?;
-    Ok((p_peak, p, f_peak, f))
+    let mut perf = ctx.perf(&["record", "-F", "9999", "-g", "-q", "-o", &out, "--"]);
+    perf.args(workload);
+    let profiler = peak_of(&mut profiler, &ctx.log(&format!("memory-{tag}-profiler")))?;
+    let perf = peak_of(&mut perf, &ctx.log(&format!("memory-{tag}-perf")))?;
+    Ok(PerProcess {
+        label,
+        profiler,
+        perf,
+    })
 }
 
-/// Distribution and interpreter workloads this host has: xz compressing 16 MB of base64 (2 MB
-/// with `--quick`)
-/// (`xz -9 -T1`), and python3 running a busy loop (the interpreter `python3` resolves to,
-/// e.g. pyenv's, which ships its DWARF).
+/// Runs `cmd` to its end: its peak RSS (VmHWM, KiB) and its run.
+fn peak_of(cmd: &mut Command, log: &std::path::Path) -> anyhow::Result<(u64, proc::Finished)> {
+    let started = proc::start(cmd, log)?;
+    let peak = poll_peaks(&[started.pid()])[0][2];
+    Ok((peak, started.wait(&[0])?))
+}
+
+/// Distribution and interpreter workloads this host has: xz compressing 16 MB of base64
+/// (2 MB with `--quick`; `xz -9 -T1`), and python3 running a busy loop (the interpreter
+/// `python3` resolves to, e.g. pyenv's, which ships its DWARF).
 fn real_software(ctx: &Ctx) -> anyhow::Result<Vec<(String, Vec<String>)>> {
     let mut found = Vec::new();
     if let Some(xz) = on_path("xz") {
