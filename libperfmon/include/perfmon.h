@@ -37,6 +37,14 @@
 #include <stdint.h>
 #include <sys/ioctl.h>
 
+/* The device, as FreeBSD's header names it. */
+#define _PATH_PERFMON "/dev/perfmon"
+
+/* FreeBSD's <sys/cdefs.h> gives its programs this one; glibc's does not. */
+#ifndef __dead2
+#define __dead2 __attribute__((__noreturn__))
+#endif
+
 /* Counters per CPU. */
 #define NPMC 2
 
