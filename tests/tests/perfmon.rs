@@ -334,10 +334,9 @@ fn example_with(cmd: &mut Command, args: &[&str]) -> (i64, String) {
     (events, lines[0].to_string())
 }
 
-/// FreeBSD's own example, share/examples/perfmon/perfmon.c (1996), byte for byte: it is not
-/// in this repository (its code is FreeBSD's), so the test takes it from `FREEBSD_PERFMON_C`
-/// or `shared/fixtures/freebsd-perfmon.c` beside the clone, checked against the SHA-256 of
-/// FreeBSD's file. Built against the headers `cargo xtask install` installs, run under
+/// FreeBSD's own example, share/examples/perfmon/perfmon.c (1996), byte for byte: kept in
+/// `fixtures/freebsd/` with its MIT notice (or taken from `FREEBSD_PERFMON_C`), checked
+/// against the SHA-256 of FreeBSD's file. Built against the headers `cargo xtask install` installs, run under
 /// LD_PRELOAD with PERFMON_EVENTS mapping event 2 to page-faults, each loop's count of
 /// `touch 3000` is exactly 2000 more than the same loop's count of `touch 1000`.
 #[test]
@@ -350,14 +349,12 @@ fn freebsd_s_perfmon_c_counts_the_touch_fixture_exactly() {
     let candidates: Vec<PathBuf> = std::env::var_os("FREEBSD_PERFMON_C")
         .map(PathBuf::from)
         .into_iter()
-        .chain([root.join("../shared/fixtures/freebsd-perfmon.c")])
+        .chain([root.join("tests/fixtures/freebsd/perfmon.c")])
         .collect();
-    let Some(src) = candidates.iter().find(|p| p.is_file()) else {
-        eprintln!(
-            "SKIP: FreeBSD's share/examples/perfmon/perfmon.c not found (set FREEBSD_PERFMON_C; looked at {candidates:?})"
-        );
-        return;
-    };
+    let src = candidates
+        .iter()
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("FreeBSD's perfmon.c not found at {candidates:?}"));
     let sum = Command::new("sha256sum")
         .arg(src)
         .output()
