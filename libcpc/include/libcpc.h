@@ -2,8 +2,8 @@
  * libcpc.h - libcpc(3LIB), the Solaris CPU performance counter library, for Linux.
  *
  * Link with -lcpc (pkg-config: libcpc). Implemented over perf_event_open(2) and an eBPF
- * overflow program by the Rust crate profiler::cpc; see the project README, section
- * "libcpc for C programs".
+ * overflow program by the Rust crate profiler::cpc; see the project's docs/libcpc.md,
+ * section "libcpc for C programs".
  *
  * Every function, type and constant of libcpc(3LIB) is here with libcpc's value and return
  * convention: functions returning int give 0 (or an index) on success and -1 with errno on

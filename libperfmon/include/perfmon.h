@@ -7,7 +7,7 @@
  * request from Linux perf events. Written for this project from the perfmon(4) manual page;
  * the request numbers use Linux's _IOW/_IOR/_IOWR encoding, so they differ from FreeBSD's.
  *
- * Differences from FreeBSD (details in the project's README, "perfmon(4) for FreeBSD programs"):
+ * Differences from FreeBSD (details in the project's docs/perfmon.md):
  *  - Counters are CPU-wide as on FreeBSD. PERFMON_SCOPE in the environment chooses where:
  *      cpu      (default) the CPU the thread calling the first PMIOSETUP runs on; that thread
  *               is pinned to it (sched_setaffinity) until the writer closes the device.
@@ -36,6 +36,14 @@
 
 #include <stdint.h>
 #include <sys/ioctl.h>
+
+/* The device, as FreeBSD's header names it. */
+#define _PATH_PERFMON "/dev/perfmon"
+
+/* FreeBSD's <sys/cdefs.h> gives its programs this one; glibc's does not. */
+#ifndef __dead2
+#define __dead2 __attribute__((__noreturn__))
+#endif
 
 /* Counters per CPU. */
 #define NPMC 2

@@ -18,6 +18,7 @@ use profiler_core::{
 use crate::{
     abi::{NPMC, PMCF_EN, PMCF_SYS_FLAGS, Pmc, PmcTstamp},
     event::{Event, EventError},
+    names::{MappingError, Names},
     scope::{BadScope, Pinned, ScopeMode, scopes},
 };
 
@@ -34,8 +35,8 @@ pub enum PerfmonError {
     WriterBusy,
     #[error(transparent)]
     Event(#[from] EventError),
-    #[error("raw event {config:#x}: this host has no hardware PMU for it ({source})")]
-    NoPmu { config: u64, source: PerfError },
+    #[error("{event}: this host has no hardware PMU for it ({source})")]
+    NoPmu { event: Event, source: PerfError },
     #[error(transparent)]
     Perf(#[from] PerfError),
     #[error("binding the counter to a CPU: {0}")]
@@ -46,14 +47,18 @@ pub enum PerfmonError {
     Fault(&'static str),
     #[error(transparent)]
     Scope(#[from] BadScope),
+    #[error(transparent)]
+    Mapping(#[from] MappingError),
 }
 
 impl PerfmonError {
     pub fn errno(&self) -> c_int {
         match self {
-            PerfmonError::BadCounter(_) | PerfmonError::Event(_) | PerfmonError::Scope(_) => {
-                libc::EINVAL
-            }
+            PerfmonError::Event(EventError::NoMeaning(_)) => libc::ENXIO,
+            PerfmonError::BadCounter(_)
+            | PerfmonError::Event(_)
+            | PerfmonError::Scope(_)
+            | PerfmonError::Mapping(_) => libc::EINVAL,
             PerfmonError::NotSetUp(_) | PerfmonError::WriterBusy => libc::EBUSY,
             PerfmonError::ReadOnly(_) => libc::EPERM,
             PerfmonError::NoPmu { .. } => libc::ENXIO,
@@ -75,10 +80,16 @@ struct Counter {
     running: bool,
     /// The value when last stopped, reset or set up (the driver's shadow value).
     base: i64,
+    /// What the events read when the counter last started or was reset. Counts are taken
+    /// as differences from it, not by resetting the events: an inherited event's read
+    /// includes what its exited children counted, which PERF_EVENT_IOC_RESET leaves
+    /// (a program that runs commands under its counter would see them pile up).
+    origin: i64,
 }
 
 impl Counter {
-    fn count(&self) -> Result<i64, PerfmonError> {
+    /// The events' sum as read(2) gives it: own counts, live and exited children's.
+    fn raw(&self) -> Result<i64, PerfmonError> {
         let mut sum = 0i64;
         for e in &self.events {
             let mut v = [0u64; 1];
@@ -90,7 +101,9 @@ impl Counter {
 
     fn value(&self) -> Result<i64, PerfmonError> {
         if self.running {
-            Ok(self.base.wrapping_add(self.count()?))
+            Ok(self
+                .base
+                .wrapping_add(self.raw()?.wrapping_sub(self.origin)))
         } else {
             Ok(self.base)
         }
@@ -102,6 +115,8 @@ impl Counter {
 pub struct Device {
     kernel: &'static dyn Kernel,
     mode: ScopeMode,
+    /// What bare event numbers mean, read when the writer opens.
+    names: Names,
     writer: bool,
     /// `cpu` scope: the caller, pinned to the counted CPU at the first PMIOSETUP.
     pinned: Option<Pinned>,
@@ -120,6 +135,7 @@ impl Device {
         Self {
             kernel,
             mode: ScopeMode::Cpu,
+            names: Names::RAW_ONLY,
             writer: false,
             pinned: None,
             counters: [None, None],
@@ -127,14 +143,26 @@ impl Device {
     }
 
     /// open(2) of the device; `write` for O_WRONLY and O_RDWR. The scope is the one in
-    /// force when the writer opens.
+    /// force when the writer opens. Every bare event number is a raw code.
+    #[cfg(test)]
     pub fn open(&mut self, write: bool, mode: ScopeMode) -> Result<(), PerfmonError> {
+        self.open_named(write, mode, Names::RAW_ONLY)
+    }
+
+    /// open(2) with what event numbers mean for this writer (PERFMON_EVENTS, the P6 table).
+    pub fn open_named(
+        &mut self,
+        write: bool,
+        mode: ScopeMode,
+        names: Names,
+    ) -> Result<(), PerfmonError> {
         if write {
             if self.writer {
                 return Err(PerfmonError::WriterBusy);
             }
             self.writer = true;
             self.mode = mode;
+            self.names = names;
         }
         Ok(())
     }
@@ -159,14 +187,14 @@ impl Device {
             flags: pmc.flags & !PMCF_SYS_FLAGS,
             ..pmc
         };
-        let event = Event::of(&pmc)?;
+        let event = Event::of(&pmc, &self.names)?;
         if self.mode == ScopeMode::Cpu && self.pinned.is_none() {
             self.pinned = Some(Pinned::here().map_err(PerfmonError::Place)?);
         }
         let attr = event.attr(pmc.flags, self.mode.inherit());
         let mut events = Vec::new();
         for scope in scopes(self.mode, self.pinned.as_ref()).map_err(PerfmonError::Place)? {
-            events.push(self.open_event(event, &attr, scope)?);
+            events.push(self.open_event(&event, &attr, scope)?);
         }
         // Closing the old events (if any) stops the old configuration.
         self.counters[n] = Some(Counter {
@@ -174,24 +202,28 @@ impl Device {
             events,
             running: false,
             base: 0,
+            origin: 0,
         });
         Ok(())
     }
 
     fn open_event(
         &self,
-        event: Event,
+        event: &Event,
         attr: &profiler_core::perf::EventAttr,
         scope: Scope,
     ) -> Result<PerfEvent, PerfmonError> {
-        PerfEvent::open_in(self.kernel, attr, scope, None, || format!("{event:?}")).map_err(|e| {
-            match (event, e.errno()) {
-                (Event::Raw(config), Some(libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV)) => {
-                    PerfmonError::NoPmu { config, source: e }
+        PerfEvent::open_in(self.kernel, attr, scope, None, || event.to_string()).map_err(
+            |e| match e.errno() {
+                Some(libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV) if event.needs_pmu() => {
+                    PerfmonError::NoPmu {
+                        event: event.clone(),
+                        source: e,
+                    }
                 }
                 _ => PerfmonError::Perf(e),
-            }
-        })
+            },
+        )
     }
 
     /// PMIOGET: the configuration, with PMCF_EN while the counter runs.
@@ -206,9 +238,7 @@ impl Device {
 
     pub fn start(&mut self, num: c_int) -> Result<(), PerfmonError> {
         let c = self.counter(num)?;
-        for e in &c.events {
-            e.reset(false)?;
-        }
+        c.origin = c.raw()?;
         if !c.running {
             for e in &c.events {
                 e.enable(false)?;
@@ -232,9 +262,7 @@ impl Device {
 
     pub fn reset(&mut self, num: c_int) -> Result<(), PerfmonError> {
         let c = self.counter(num)?;
-        for e in &c.events {
-            e.reset(false)?;
-        }
+        c.origin = c.raw()?;
         c.base = 0;
         Ok(())
     }

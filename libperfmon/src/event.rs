@@ -1,18 +1,32 @@
-//! A `struct pmc` as a perf event: the seed's event number, unit mask, edge/invert bits and
-//! counter mask become a raw PMU event (the P6 event-select layout that x86 PMUs keep), or,
-//! with the extension flag PMCF_SW, the event number names a Linux software event.
+//! A `struct pmc` as a perf event. With the extension flag PMCF_SW the event number names a
+//! Linux software event. Without it the number means what [`Names`] says: the user's
+//! `PERFMON_EVENTS` entry, the P6 table's generic event, or (on a P6-compatible PMU) a raw
+//! event whose event-select value is the number, unit mask, edge/invert bits and counter
+//! mask (the P6 layout that x86 PMUs keep).
 
 use perf_event_open_sys::bindings;
-use profiler_core::perf::{EventAttr, SoftwareEvent};
+use profiler_core::{
+    events,
+    perf::{EventAttr, SoftwareEvent},
+};
 
-use crate::abi::{PMCF_E, PMCF_INV, PMCF_OS, PMCF_PC, PMCF_SW, PMCF_USR, Pmc};
+use crate::{
+    abi::{PMCF_E, PMCF_INV, PMCF_OS, PMCF_PC, PMCF_SW, PMCF_USR, Pmc},
+    names::{Meaning, Names},
+};
 
 /// What a counter counts, decided at PMIOSETUP.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// A raw PMU event: perf's `config` for PERF_TYPE_RAW.
     Raw(u64),
     Software(SoftwareEvent),
+    /// A named event: `PERFMON_EVENTS`'s choice or the P6 table's; `why` says which.
+    Named {
+        code: u8,
+        why: String,
+        event: Box<events::Event>,
+    },
 }
 
 /// Why a `struct pmc` names no event.
@@ -24,6 +38,10 @@ pub enum EventError {
         "a software event takes no unit mask, counter mask or PMCF_INV (unit {unit:#x}, mask {mask:#x}, flags {flags:#x})"
     )]
     SoftwareQualifiers { unit: u8, mask: u8, flags: u8 },
+    #[error(
+        "event {0:#x} is not one of perfmon(4)'s P6 events with a generic counterpart here, and this host has no P6-compatible PMU to count it as a raw code (PERFMON_EVENTS={0}=EVENT names what to count)"
+    )]
+    NoMeaning(u8),
 }
 
 fn software(event: u8) -> Option<SoftwareEvent> {
@@ -46,7 +64,7 @@ fn software(event: u8) -> Option<SoftwareEvent> {
 
 impl Event {
     /// The event a `struct pmc` names (its driver-only flags already cleared).
-    pub fn of(pmc: &Pmc) -> Result<Self, EventError> {
+    pub fn of(pmc: &Pmc, names: &Names) -> Result<Self, EventError> {
         if pmc.flags & PMCF_SW != 0 {
             if pmc.unit != 0 || pmc.mask != 0 || pmc.flags & PMCF_INV != 0 {
                 return Err(EventError::SoftwareQualifiers {
@@ -58,6 +76,18 @@ impl Event {
             return software(pmc.event)
                 .map(Event::Software)
                 .ok_or(EventError::NoSuchSoftwareEvent(pmc.event));
+        }
+        let (edge, invert) = (pmc.flags & PMCF_E != 0, pmc.flags & PMCF_INV != 0);
+        let named = |why: String, event: &events::Event| Event::Named {
+            code: pmc.event,
+            why,
+            event: Box::new(event.clone()),
+        };
+        match names.meaning(pmc.event, pmc.unit, pmc.mask, edge, invert) {
+            Meaning::Chosen(e) => return Ok(named("PERFMON_EVENTS".to_owned(), e)),
+            Meaning::Table(p6, e) => return Ok(named(format!("P6 {}", p6.name), e)),
+            Meaning::Unknown => return Err(EventError::NoMeaning(pmc.event)),
+            Meaning::Raw => {}
         }
         // PerfEvtSel: event 0-7, unit mask 8-15, E 18, PC 19, INV 23, counter mask 24-31;
         // USR (16) and OS (17) become perf's exclude bits instead.
@@ -72,10 +102,11 @@ impl Event {
 
     /// The perf attributes: disabled, counting, user/kernel as PMCF_USR/PMCF_OS say (neither
     /// counts nothing, as on the hardware).
-    pub fn attr(self, flags: u8, inherit: bool) -> EventAttr {
+    pub fn attr(&self, flags: u8, inherit: bool) -> EventAttr {
         let mut attr = match self {
-            Event::Raw(config) => EventAttr::new(bindings::PERF_TYPE_RAW, config),
-            Event::Software(e) => EventAttr::software(e),
+            Event::Raw(config) => EventAttr::new(bindings::PERF_TYPE_RAW, *config),
+            Event::Software(e) => EventAttr::software(*e),
+            Event::Named { event, .. } => event.attr(),
         };
         let kernel = flags & PMCF_OS != 0;
         attr.set_exclude_user(flags & PMCF_USR == 0)
@@ -84,11 +115,39 @@ impl Event {
             .set_inherit(inherit);
         attr
     }
+
+    /// Whether it needs the CPU's PMU (opening it fails without one).
+    pub fn needs_pmu(&self) -> bool {
+        match self {
+            Event::Raw(_) => true,
+            Event::Software(_) => false,
+            Event::Named { event, .. } => event.needs_cpu_pmu(),
+        }
+    }
+}
+
+impl std::fmt::Display for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Event::Raw(config) => write!(f, "raw event {config:#x}"),
+            Event::Software(e) => write!(f, "software event {e:?}"),
+            Event::Named { code, why, event } => {
+                write!(f, "event {code:#x} ({why}: {})", event.name)
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Names on a host with a P6-compatible PMU (`raw`) or without a PMU, and no
+    /// PERFMON_EVENTS.
+    fn names(raw: bool) -> Names {
+        let catalog = events::Catalog::from_roots(std::path::Path::new("/nonexistent"), None);
+        Names::new(&catalog, None, raw).unwrap()
+    }
 
     fn pmc(event: u8, unit: u8, flags: u8, mask: u8) -> Pmc {
         Pmc {
@@ -103,18 +162,41 @@ mod tests {
     #[test]
     fn hardware_events_keep_the_event_select_layout() {
         // L2_LD with all MESI bits, edge, inverted, counter mask 3, user and kernel.
-        let e = Event::of(&pmc(0x29, 0x0f, PMCF_USR | PMCF_OS | PMCF_E | PMCF_INV, 3));
+        let p6 = names(true);
+        let e = Event::of(
+            &pmc(0x29, 0x0f, PMCF_USR | PMCF_OS | PMCF_E | PMCF_INV, 3),
+            &p6,
+        );
         assert_eq!(e, Ok(Event::Raw(0x0384_0f29)));
         assert_eq!(
-            Event::of(&pmc(0xc0, 0, PMCF_USR, 0)),
-            Ok(Event::Raw(0xc0)),
+            Event::of(&pmc(0xc1, 0, PMCF_USR, 0), &p6),
+            Ok(Event::Raw(0xc1)),
             "USR/OS are not config bits"
         );
     }
 
     #[test]
+    fn table_events_are_generic_everywhere_and_other_numbers_need_a_p6_pmu() {
+        for host in [names(true), names(false)] {
+            let e = Event::of(&pmc(0xc0, 0, PMCF_USR, 0), &host).unwrap();
+            assert_eq!(e.to_string(), "event 0xc0 (P6 INST_RETIRED: instructions)");
+            let a = e.attr(PMCF_USR, false);
+            assert_eq!(
+                (a.raw().type_, a.raw().config),
+                (0, 1),
+                "HARDWARE, INSTRUCTIONS"
+            );
+            assert!(e.needs_pmu());
+        }
+        assert_eq!(
+            Event::of(&pmc(0xc1, 0, PMCF_USR, 0), &names(false)),
+            Err(EventError::NoMeaning(0xc1))
+        );
+    }
+
+    #[test]
     fn the_software_extension_names_perf_software_events() {
-        let e = Event::of(&pmc(2, 0, PMCF_SW | PMCF_USR | PMCF_E, 0)).unwrap();
+        let e = Event::of(&pmc(2, 0, PMCF_SW | PMCF_USR | PMCF_E, 0), &names(false)).unwrap();
         assert_eq!(e, Event::Software(SoftwareEvent::PageFaults));
         let a = e.attr(PMCF_SW | PMCF_USR, true);
         let r = a.raw();
@@ -125,15 +207,15 @@ mod tests {
         );
         assert_eq!((r.inherit(), r.disabled()), (1, 1));
         assert_eq!(
-            Event::of(&pmc(10, 0, PMCF_SW, 0)),
+            Event::of(&pmc(10, 0, PMCF_SW, 0), &names(false)),
             Err(EventError::NoSuchSoftwareEvent(10))
         );
         assert_eq!(
-            Event::of(&pmc(200, 0, PMCF_SW, 0)),
+            Event::of(&pmc(200, 0, PMCF_SW, 0), &names(false)),
             Err(EventError::NoSuchSoftwareEvent(200))
         );
         for (unit, mask, flags) in [(1, 0, 0), (0, 1, 0), (0, 0, PMCF_INV)] {
-            assert!(Event::of(&pmc(2, unit, PMCF_SW | flags, mask)).is_err());
+            assert!(Event::of(&pmc(2, unit, PMCF_SW | flags, mask), &names(false)).is_err());
         }
     }
 

@@ -22,6 +22,7 @@ use profiler_core::kernel::Linux;
 use crate::{
     abi::{Pmc, PmcData, Request},
     device::{Device, PerfmonError},
+    names::Names,
     scope::ScopeMode,
 };
 
@@ -124,13 +125,21 @@ fn is_device(path: *const c_char) -> bool {
 /// open(2) of /dev/perfmon.
 fn open_device(flags: c_int) -> c_int {
     let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
-    let mode = if write {
-        match ScopeMode::from_env() {
+    let (mode, names) = if write {
+        let mode = match ScopeMode::from_env() {
             Ok(m) => m,
             Err(e) => return refused("open", &e.into()),
+        };
+        // A bad mapping is the user's mistake, not the program's: always one line.
+        match Names::from_env() {
+            Ok(n) => (mode, n),
+            Err(e) => {
+                eprintln!("libperfmon: {e}");
+                return refused("open", &e.into());
+            }
         }
     } else {
-        ScopeMode::Cpu
+        (ScopeMode::Cpu, Names::RAW_ONLY)
     };
     crate::prefault::own_pages();
     let backing = libc::O_RDWR | (flags & libc::O_CLOEXEC);
@@ -138,7 +147,7 @@ fn open_device(flags: c_int) -> c_int {
     if fd < 0 {
         return fd;
     }
-    if let Err(e) = device().open(write, mode) {
+    if let Err(e) = device().open_named(write, mode, names) {
         call_next!(NEXT_CLOSE, CloseFn, fd);
         return refused("open", &e);
     }

@@ -5,12 +5,14 @@
 //!
 //! Layers, one way: `interpose` (the C edge: hooks, descriptor table, argument pointers) →
 //! `device` (the driver's state and rules, errnos) → `event` (a `struct pmc` as perf
-//! attributes) and `scope` (where counters count) → `profiler_core::perf`. `abi` holds the
+//! attributes; `names`: what a bare event number means, PERFMON_EVENTS and the P6 table) and
+//! `scope` (where counters count) → `profiler_core::perf`. `abi` holds the
 //! C layouts; `prefault` keeps the shim's own page faults out of the counts.
 
 mod abi;
 mod device;
 mod event;
 mod interpose;
+mod names;
 mod prefault;
 mod scope;

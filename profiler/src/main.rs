@@ -7,6 +7,9 @@ fn main() -> ExitCode {
     if let Some(code) = profiler::cli::run_persona(&args) {
         return code;
     }
+    if let Some(code) = profiler::cli::run_docs(&args) {
+        return code;
+    }
     match profiler::cli::parse(args) {
         Ok(cli) => profiler::cli::run(cli),
         Err(code) => code,

@@ -239,7 +239,7 @@ fn soak_twenty_seconds() {
 }
 
 #[test]
-#[ignore = "10 minutes: run by hand (see README, Reliability)"]
+#[ignore = "10 minutes: run by hand (see docs/reliability.md)"]
 fn soak_ten_minutes() {
     if !privileged() {
         return;

@@ -223,13 +223,31 @@ fn a_raw_event_without_a_pmu_is_enxio_and_nothing_works_without_the_shim() {
         );
         assert!(!ok);
         let lines: Vec<&str> = err.lines().collect();
+        // 0xc0 is P6 INST_RETIRED: the table counts it as `instructions`, which needs a PMU.
         assert!(
             lines[0].starts_with(
-                "libperfmon: PMIOSETUP: raw event 0xc0: this host has no hardware PMU"
+                "libperfmon: PMIOSETUP: event 0xc0 (P6 INST_RETIRED: instructions): this host has no hardware PMU"
             ),
             "{err}"
         );
         assert_eq!(lines[1], "perfmon: PMIOSETUP: No such device or address");
+        // FLOPS (0xc1) has no generic counterpart: without a P6-compatible PMU, ENXIO.
+        let (ok, _, err) = output(
+            preloaded(&exe, Some("process"))
+                .env("LIBPERFMON_DEBUG", "1")
+                .arg("0xc1"),
+        );
+        assert!(!ok);
+        assert!(
+            err.starts_with(
+                "libperfmon: PMIOSETUP: event 0xc1 is not one of perfmon(4)'s P6 events"
+            ),
+            "{err}"
+        );
+        assert!(
+            err.ends_with("perfmon: PMIOSETUP: No such device or address\n"),
+            "{err}"
+        );
     }
     let o = Command::new(&exe).args(["-s", "2"]).output().unwrap();
     assert!(!o.status.success());
@@ -250,5 +268,158 @@ fn a_raw_event_without_a_pmu_is_enxio_and_nothing_works_without_the_shim() {
             "libperfmon: open: PERFMON_SCOPE=\"thread\": expected cpu, all or process",
             "perfmon: /dev/perfmon: Invalid argument"
         ]
+    );
+}
+
+/// A program that cannot set PMCF_SW (the example without `-s`) counts page faults when
+/// PERFMON_EVENTS points its event number at them; a bad mapping is one line on stderr.
+#[test]
+fn perfmon_events_points_a_bare_event_number_at_any_event() {
+    if !privileged() {
+        return;
+    }
+    let _s = serial();
+    let exe = scratch("perfmon-events").join("perfmon");
+    compile("examples/perfmon.c", &exe);
+    for _ in 0..2 {
+        let mut c = preloaded(&exe, Some("process"));
+        c.env("PERFMON_EVENTS", "2=page-faults,3=context-switches");
+        let (n, config) = example_with(&mut c, &["-l", "5", "-p", "1000", "2"]);
+        assert_eq!(config, "counter 0: event 0x2 unit 0 flags 0x3 mask 0");
+        assert_eq!(n, 5000, "the program's own faults, exactly");
+    }
+    let mut c = preloaded(&exe, Some("process"));
+    c.env("PERFMON_EVENTS", "0x79=page-faults");
+    let (n, _) = example_with(&mut c, &["-u", "-l", "3", "-p", "333", "0x79"]);
+    assert_eq!(n, 999, "a P6 number taken over, user mode only");
+    for (mapping, line) in [
+        (
+            "2=page-fault",
+            "libperfmon: PERFMON_EVENTS: '2=page-fault': unknown event 'page-fault' (did you mean page-faults?)",
+        ),
+        (
+            "2=page-faults,2=cs",
+            "libperfmon: PERFMON_EVENTS: event number 2 is mapped twice",
+        ),
+        (
+            "page-faults",
+            "libperfmon: PERFMON_EVENTS: 'page-faults': expected NUMBER=EVENT, e.g. 2=page-faults",
+        ),
+    ] {
+        let (ok, out, err) = output(
+            preloaded(&exe, Some("process"))
+                .env("PERFMON_EVENTS", mapping)
+                .arg("2"),
+        );
+        assert!(!ok && out.is_empty(), "{mapping}: {out}");
+        assert_eq!(
+            err.lines().collect::<Vec<_>>(),
+            [line, "perfmon: /dev/perfmon: Invalid argument"],
+            "{mapping}"
+        );
+    }
+}
+
+fn example_with(cmd: &mut Command, args: &[&str]) -> (i64, String) {
+    let (ok, out, err) = output(cmd.args(args));
+    assert!(ok, "{out}\n{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    let events: i64 = lines[1]
+        .split(": ")
+        .nth(1)
+        .and_then(|s| s.strip_suffix(" events"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("count line: {out}"));
+    (events, lines[0].to_string())
+}
+
+/// FreeBSD's own example, share/examples/perfmon/perfmon.c (1996), byte for byte: kept in
+/// `fixtures/freebsd/` with its MIT notice (or taken from `FREEBSD_PERFMON_C`), checked
+/// against the SHA-256 of FreeBSD's file. Built against the headers `cargo xtask install` installs, run under
+/// LD_PRELOAD with PERFMON_EVENTS mapping event 2 to page-faults, each loop's count of
+/// `touch 3000` is exactly 2000 more than the same loop's count of `touch 1000`.
+#[test]
+fn freebsd_s_perfmon_c_counts_the_touch_fixture_exactly() {
+    if !privileged() {
+        return;
+    }
+    const SHA256: &str = "bd00e4b1623b7a81f6903c4aff4f73888eba01da7cb69078f1b8ea09ac2551d2";
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let candidates: Vec<PathBuf> = std::env::var_os("FREEBSD_PERFMON_C")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain([root.join("tests/fixtures/freebsd/perfmon.c")])
+        .collect();
+    let src = candidates
+        .iter()
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("FreeBSD's perfmon.c not found at {candidates:?}"));
+    let sum = Command::new("sha256sum")
+        .arg(src)
+        .output()
+        .expect("sha256sum");
+    assert!(
+        String::from_utf8_lossy(&sum.stdout).starts_with(SHA256),
+        "{} is not FreeBSD's perfmon.c unchanged",
+        src.display()
+    );
+    let _s = serial();
+    let dir = scratch("perfmon-freebsd");
+    let exe = dir.join("perfmon");
+    // As a user builds it: FreeBSD's code has warnings on Linux (%qd, an errx without its
+    // argument), none of them errors.
+    let cc = Command::new("cc")
+        .args(["-O1", "-g", "-I"])
+        .arg(source("include"))
+        .arg("-o")
+        .arg(&exe)
+        .arg(src)
+        .output()
+        .expect("running cc");
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let loops = 5;
+    let counts = |pages: u32| -> Vec<i64> {
+        // Address-space randomization moves the stack and mappings across page boundaries,
+        // which changes a process's start-up faults by a few from run to run; without it
+        // every run of a command faults the same.
+        let mut c = Command::new("setarch");
+        c.args(["-R"])
+            .arg(&exe)
+            .args(["-u", "-o", "-l", &loops.to_string(), "-c"])
+            .arg(format!("{} {pages}", fixture("touch").display()))
+            .arg("2")
+            .env("LD_PRELOAD", shim())
+            .env("PERFMON_SCOPE", "process")
+            .env("PERFMON_EVENTS", "2=page-faults");
+        let (ok, out, err) = output(&mut c);
+        assert!(ok, "{out}\n{err}");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), loops + 3, "{out}");
+        assert!(
+            lines[loops + 2].starts_with("clocks (at 1000-MHz): "),
+            "{out}"
+        );
+        (1..=loops)
+            .map(|i| {
+                lines[i - 1]
+                    .strip_prefix(&format!("{i}: "))
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or_else(|| panic!("loop line {i}: {out}"))
+            })
+            .collect()
+    };
+    let (small, big) = (counts(1000), counts(3000));
+    eprintln!("touch 1000: {small:?}\ntouch 3000: {big:?}");
+    assert!(small.iter().all(|&n| n > 1000), "{small:?}");
+    let differences: Vec<i64> = big.iter().zip(&small).map(|(b, s)| b - s).collect();
+    assert_eq!(
+        differences,
+        vec![2000; loops],
+        "1000 vs 3000 pages, loop by loop"
     );
 }

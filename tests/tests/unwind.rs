@@ -70,7 +70,7 @@ fn chain_share(
 /// Samples a process started under a recording may have walked with frame pointers before
 /// its tables were loaded: the reader sees its first record late when it is busy loading
 /// other processes' tables and naming their frames (measured 50 to 80 ms at 999 Hz with a
-/// debug build on a loaded 2-CPU VM; the README's Limits).
+/// debug build on a loaded 2-CPU VM; docs/limits.md).
 const STARTUP_SAMPLES: u64 = 200;
 
 /// As [`assert_whole`], allowing [`STARTUP_SAMPLES`] partial stacks first.
@@ -228,7 +228,7 @@ fn process_started_after_the_recording_began_has_whole_stacks() {
     std::thread::sleep(Duration::from_millis(300));
     // 5 s, so its steady state is measured: its first samples are walked with frame
     // pointers until the reader has loaded its tables (tens of milliseconds on a busy
-    // 2-CPU VM with a debug build; documented in the README's Limits).
+    // 2-CPU VM with a debug build; documented in docs/limits.md).
     let status = Command::new(fixture("nofp"))
         .arg("5")
         .stdout(Stdio::null())
@@ -439,7 +439,7 @@ fn a_full_row_array_evicts_modules_of_exited_processes() {
     let need = alone_py["row_bytes"].max(alone_rs["row_bytes"]);
     // Room for either, not both: the second needs the first's rows back. It runs 5 s, as a
     // process started under a recording walks its first tens of milliseconds with frame
-    // pointers (until its tables are loaded; the README's Limits).
+    // pointers (until its tables are loaded; docs/limits.md).
     let kib = need.div_ceil(1024) + 1;
     let (stacks, stats) = record_script(
         "evict-both",

@@ -1,7 +1,10 @@
 //! `cargo xtask install --prefix DIR`: a release build of the profiler, libcpc and libperfmon,
 //! installed as PREFIX/bin/profiler, PREFIX/lib/libcpc.so.1 (+ the libcpc.so link),
 //! PREFIX/include/libcpc.h, PREFIX/lib/pkgconfig/libcpc.pc, PREFIX/lib/libperfmon.so (the
-//! LD_PRELOAD shim) and PREFIX/include/perfmon.h (+ include/machine/perfmon.h).
+//! LD_PRELOAD shim) and PREFIX/include/perfmon.h (+ include/machine/perfmon.h and the
+//! include/machine/cpu.h FreeBSD programs include); then the man pages and shell completions
+//! under PREFIX/share, written by the installed profiler itself (`profiler __docs`: the
+//! clap-generated pages, the hand-written ones in man/, completions for bash, zsh and fish).
 
 use std::{
     fs,
@@ -33,6 +36,25 @@ pub fn install(prefix: &Path) -> anyhow::Result<()> {
     let installed = install_files(&root.join("target/release"), &root, &prefix)?;
     for p in installed {
         eprintln!("installed {}", p.display());
+    }
+    install_docs(&prefix)
+}
+
+/// The man pages and completions, by the installed binary (so they are its own parser's).
+fn install_docs(prefix: &Path) -> anyhow::Result<()> {
+    let out = crate::util::output(
+        std::process::Command::new(prefix.join("bin/profiler"))
+            .arg("__docs")
+            .arg(prefix.join("share")),
+    )?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "profiler __docs failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    for p in String::from_utf8_lossy(&out.stdout).lines() {
+        eprintln!("installed {p}");
     }
     Ok(())
 }
@@ -83,6 +105,10 @@ pub fn install_files(built: &Path, root: &Path, prefix: &Path) -> anyhow::Result
         root.join("libperfmon/include/machine/perfmon.h"),
         machine.join("perfmon.h"),
     )?);
+    out.push(copy(
+        root.join("libperfmon/include/machine/cpu.h"),
+        machine.join("cpu.h"),
+    )?);
     Ok(out)
 }
 
@@ -132,7 +158,8 @@ mod tests {
                 "lib/pkgconfig/libcpc.pc",
                 "lib/libperfmon.so",
                 "include/perfmon.h",
-                "include/machine/perfmon.h"
+                "include/machine/perfmon.h",
+                "include/machine/cpu.h"
             ]
         );
         assert_eq!(fs::read(prefix.join("lib/libperfmon.so")).unwrap(), b"shim");
@@ -140,9 +167,13 @@ mod tests {
         let src = tmp.join("uses_perfmon.c");
         fs::write(
             &src,
-            "#include <machine/perfmon.h>\n\
-             int main(void) { struct pmc p = {0}; p.pmc_flags = PMCF_USR; \
-             return (int)sizeof p + (PMIOSETUP != 0) - 9 + p.pmc_event; }\n",
+            "#include <machine/cpu.h>\n#include <machine/perfmon.h>\n#include <stdlib.h>\n\
+             static void usage(void) __dead2;\n\
+             static void usage(void) { exit(2); }\n\
+             int main(int argc, char **argv) { struct pmc p = {0}; p.pmc_flags = PMCF_USR; \
+             (void)argv; if (argc > 1) usage(); \
+             return (int)sizeof p + (PMIOSETUP != 0) - 9 + p.pmc_event \
+             + (_PATH_PERFMON[5] != 'p'); }\n",
         )
         .unwrap();
         if let Ok(s) = std::process::Command::new("cc")

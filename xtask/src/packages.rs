@@ -62,6 +62,11 @@ pub const TEST: &[Need] = &[
         probe: || runs("xz", &["--version"]),
     },
     Need {
+        what: "man-db (renders every installed man page: tests/tests/docs.rs)",
+        package: "man-db",
+        probe: || runs("man", &["--version"]),
+    },
+    Need {
         what: "go tool pprof (an independent reader of the pprof files)",
         package: "golang-go",
         probe: || runs("go", &["version"]),

@@ -21,6 +21,7 @@ mod format;
 mod generic;
 mod hardware;
 mod listing;
+pub mod p6;
 mod pmu;
 mod raw;
 mod software;

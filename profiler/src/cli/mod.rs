@@ -1,6 +1,7 @@
 //! Command-line interface: parsing and validation, one module per subcommand.
 
 mod counters;
+pub mod docs;
 mod getopt;
 mod list;
 mod persona;
@@ -102,6 +103,22 @@ pub fn run(cli: Cli) -> ExitCode {
 pub fn run_persona(args: &[std::ffi::OsString]) -> Option<ExitCode> {
     let who = persona::persona(args.first()?)?;
     Some(persona::run(who, args))
+}
+
+/// Runs `profiler __docs SHARE` (the man pages and completions `cargo xtask install`
+/// writes); `None` for any other command line. Outside clap, so that neither the pages nor
+/// the completions it writes offer it.
+pub fn run_docs(args: &[std::ffi::OsString]) -> Option<ExitCode> {
+    if args.get(1)? != "__docs" {
+        return None;
+    }
+    Some(match &args[2..] {
+        [share] => docs::run(std::path::Path::new(share)),
+        _ => {
+            eprintln!("profiler: usage: profiler __docs SHARE_DIR");
+            ExitCode::from(EXIT_USAGE)
+        }
+    })
 }
 
 /// Prints a runtime error as one line and returns exit status 1.

@@ -138,6 +138,16 @@ struct Generic {
     reason: Option<String>,
 }
 
+/// A perfmon(4) event number and what libperfmon counts it as (`events::p6`).
+#[derive(Serialize)]
+struct PerfmonEvent {
+    code: u8,
+    p6_name: &'static str,
+    maps_to: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<&'static str>,
+}
+
 #[derive(Serialize)]
 struct Listing {
     cciname: String,
@@ -150,6 +160,7 @@ struct Listing {
     generic_events: Vec<Generic>,
     kernel: String,
     kernel_features: Vec<KernelFeature>,
+    perfmon_events: Vec<PerfmonEvent>,
 }
 
 fn listing(cpc: &Cpc) -> Listing {
@@ -189,6 +200,15 @@ fn listing(cpc: &Cpc) -> Listing {
                 since: f.since,
                 available,
                 needed_for: f.needed_for,
+            })
+            .collect(),
+        perfmon_events: crate::cpc::events::p6::P6_EVENTS
+            .iter()
+            .map(|e| PerfmonEvent {
+                code: e.code,
+                p6_name: e.name,
+                maps_to: e.maps_to,
+                note: e.note,
             })
             .collect(),
     }
@@ -260,6 +280,14 @@ fn list_lines(cpc: &Cpc) -> String {
     for g in &l.generic_events {
         let state = if g.available { "" } else { "  (unavailable)" };
         s += &format!("  {:<14} -> {}{state}\n", g.name, g.maps_to);
+    }
+    s += "\nperfmon(4) event numbers (libperfmon.so; PERFMON_EVENTS overrides):\n";
+    for e in &l.perfmon_events {
+        let note = e.note.map(|n| format!(" ({n})")).unwrap_or_default();
+        s += &format!(
+            "  {:#04x} {:<20} -> {}{note}\n",
+            e.code, e.p6_name, e.maps_to
+        );
     }
     let generic_reasons: Vec<&str> = l
         .generic_events

@@ -375,7 +375,7 @@ fn record_chain(l: &Layout, mode: &str) -> CheckResult {
     let stacks = read_folded(&folded)?;
     let (total, leaf, whole) = chain_profile(&stacks);
     // Without bpf_task_pt_regs, kernel-mode samples at leaf's entry lack middle (documented
-    // in the README's Limits); every other leaf sample must be whole.
+    // in docs/limits.md); every other leaf sample must be whole.
     let excused = if l.kernel_mode_callers {
         0
     } else {

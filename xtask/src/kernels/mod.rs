@@ -3,7 +3,7 @@
 //! initramfs holding the release profiler, libcpc.so and the compiled fixtures, and runs the
 //! guest suite (`guest.rs`); `host` runs the same suite natively on this machine's kernel.
 //! One line per kernel and check; the consoles, failure evidence and verifier logs go to
-//! target/kernels/, with results.md (the README's table) and results.json.
+//! target/kernels/, with results.md (the table in docs/kernels.md) and results.json.
 
 mod boot;
 mod fetch;
@@ -396,7 +396,7 @@ fn summary(results: &[KernelResult], out: &Path, expected: usize) -> String {
     s
 }
 
-/// The README's table: one row per check, one column per kernel.
+/// The table of docs/kernels.md: one row per check, one column per kernel.
 fn markdown(results: &[KernelResult]) -> String {
     let mut s = String::from("| check |");
     for r in results {
