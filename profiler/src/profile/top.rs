@@ -1,9 +1,9 @@
-//! The top table: self and total share of samples per function, module, process, thread,
-//! CPU, cgroup or event.
+//! The top table: self and total share of one event's values (events, or time) per
+//! function, module, process, thread, CPU or cgroup.
 
 use std::{collections::HashMap, fmt::Write as _, sync::Arc};
 
-use super::{Profile, StackCount};
+use super::{Profile, StackCount, Unit};
 
 /// What the rows of the table are.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -36,17 +36,26 @@ pub struct TopEntry {
     pub function: Arc<str>,
     /// The function's module; for cgroups the container id; else empty.
     pub module: Option<Arc<str>>,
-    /// Samples where this was the innermost frame (for per-stack keys: all its samples).
+    /// The values (events, time) where this was the innermost frame (for per-stack keys:
+    /// all of them).
     pub self_samples: u64,
-    /// Samples where this was anywhere on the stack (counted once per sample).
+    /// The values where this was anywhere on the stack (counted once per stack).
     pub total_samples: u64,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct TopTable {
     pub entries: Vec<TopEntry>,
     pub total: u64,
     pub by: By,
+    /// The unit of the values (of the profile's one event).
+    pub unit: Unit,
+}
+
+/// Whether `frame` is a marker of off-CPU time (`[off-cpu]`), not code: it is on every
+/// off-CPU stack, so the time is the self time of the frame under it.
+fn is_marker(frame: &crate::symbolize::Frame) -> bool {
+    frame.module.is_none() && frame.function.starts_with(profiler_common::offcpu::MARKER)
 }
 
 pub(super) type Key = (Arc<str>, Option<Arc<str>>);
@@ -61,6 +70,7 @@ pub(super) fn keys(profile: &Profile, stack: &StackCount, by: By) -> Vec<Key> {
             .collect(),
         By::Module => profile
             .frames_of(stack)
+            .filter(|f| !is_marker(f))
             .map(|f| {
                 (
                     f.module.clone().unwrap_or_else(|| Arc::from("[unknown]")),
@@ -101,11 +111,26 @@ impl TopTable {
             for key in &keys {
                 if !seen.contains(&key) {
                     seen.push(key);
-                    acc.entry(key.clone()).or_default().1 += stack.count;
+                    let e = &mut acc.entry(key.clone()).or_default().1;
+                    *e = e.saturating_add(stack.count);
                 }
             }
-            if let Some(leaf) = keys.last() {
-                acc.entry(leaf.clone()).or_default().0 += stack.count;
+            // Self time of an off-CPU stack is its innermost code frame's, not the marker's.
+            let markers = match by {
+                By::Function => profile
+                    .frames_of(stack)
+                    .rev()
+                    .take_while(|f| is_marker(f))
+                    .count(),
+                _ => 0,
+            };
+            let leaf = keys
+                .len()
+                .checked_sub(1 + markers)
+                .or(keys.len().checked_sub(1));
+            if let Some(leaf) = leaf.map(|i| &keys[i]) {
+                let e = &mut acc.entry(leaf.clone()).or_default().0;
+                *e = e.saturating_add(stack.count);
             }
         }
         let mut entries: Vec<TopEntry> = acc
@@ -133,10 +158,12 @@ impl TopTable {
                 Sort::Name => name,
             }
         });
+        let events = profile.events();
         Self {
             entries,
             total: profile.total(),
             by,
+            unit: events.first().map_or(Unit::Samples, |e| profile.unit(e)),
         }
     }
 
@@ -163,7 +190,10 @@ impl TopTable {
         };
         let header = format!(
             "{:>7} {:>7} {:>8}  {:<40} {detail}",
-            "SELF%", "TOTAL%", "SAMPLES", what
+            "SELF%",
+            "TOTAL%",
+            self.unit.column(),
+            what
         );
         let _ = writeln!(s, "{}", header.trim_end());
         for e in self.entries.iter().take(limit) {
@@ -176,7 +206,7 @@ impl TopTable {
                 "{:>6.2}% {:>6.2}% {:>8}  {:<40} {detail}",
                 self.pct(e.self_samples),
                 self.pct(e.total_samples),
-                e.self_samples,
+                self.unit.cell(e.self_samples),
                 e.function,
             );
             let _ = writeln!(s, "{}", row.trim_end());
@@ -206,8 +236,13 @@ mod tests {
     #[test]
     fn self_and_total_with_recursion_counted_once() {
         let mut profile = Profile::default();
-        profile.push("cpu-clock", "c", &[f("main"), f("a"), f("a"), f("leaf")], 8);
-        profile.push("cpu-clock", "c", &[f("main"), f("b")], 2);
+        profile.push(
+            "page-faults",
+            "c",
+            &[f("main"), f("a"), f("a"), f("leaf")],
+            8,
+        );
+        profile.push("page-faults", "c", &[f("main"), f("b")], 2);
         let t = TopTable::build(&profile);
         assert_eq!(t.total, 10);
         let get = |n: &str| t.entries.iter().find(|e| e.function.as_ref() == n).unwrap();
@@ -229,7 +264,7 @@ mod tests {
         let text = t.render(2);
         assert_eq!(
             text,
-            "  SELF%  TOTAL%  SAMPLES  FUNCTION                                 MODULE\n \
+            "  SELF%  TOTAL%   EVENTS  FUNCTION                                 MODULE\n \
              80.00%  80.00%        8  leaf                                     chain\n \
              20.00%  20.00%        2  b                                        chain\n"
         );
