@@ -32,13 +32,19 @@ impl Default for ReportOptions {
 /// The event a report or flame graph shows when none is asked for: the first sampled one
 /// (time off the CPU after samples); `None` for a profile without stacks.
 pub fn default_event(profile: &Profile) -> Option<Arc<str>> {
+    events_in_order(profile).into_iter().next()
+}
+
+/// The events of the profile (not a group's counters), sampled events first, then time
+/// off the CPU.
+fn events_in_order(profile: &Profile) -> Vec<Arc<str>> {
     let mut events: Vec<Arc<str>> = profile
         .events()
         .into_iter()
         .filter(|e| !profile.is_counter(e))
         .collect();
     events.sort_by_key(|e| is_time_event(e));
-    events.into_iter().next()
+    events
 }
 
 /// The profile narrowed to its default event (a counter group stays whole: its counters are
@@ -106,7 +112,13 @@ pub fn summary_line(profile: &Profile) -> String {
         > 1;
     let what = match &event {
         // Several events (a file written whole): their samples, no sum across units.
-        _ if several => format!("{} samples of {}{rate}", info.samples, info.event),
+        _ if several => {
+            let events: Vec<String> = events_in_order(profile)
+                .iter()
+                .map(|e| profile.event_with_unit(e))
+                .collect();
+            format!("{} samples of {}{rate}", info.samples, events.join(", "))
+        }
         None => format!("{} samples{rate}", info.samples),
         Some(e) if is_time_event(e) => {
             format!("{} of {e}", profile.unit(e).show(profile.total()))
@@ -148,7 +160,11 @@ pub fn summary_line(profile: &Profile) -> String {
 /// added across them.
 fn event_table(profile: &Profile) -> String {
     let mut out = format!("{:<24} {:>10}  VALUE\n", "EVENT", "SAMPLES");
-    for event in profile.events() {
+    let counters = profile.info.counters.iter();
+    for event in events_in_order(profile)
+        .into_iter()
+        .chain(counters.map(|c| Arc::from(c.name.as_str())))
+    {
         let (mut samples, mut value) = (0u64, 0u64);
         for s in profile.stacks.iter().filter(|s| s.event == event) {
             samples = samples.saturating_add(s.samples);

@@ -52,6 +52,23 @@ pub struct TopTable {
     pub unit: Unit,
 }
 
+/// The index of the frame of `stack` that gets its self value: the innermost, except on an
+/// off-CPU stack (a marker innermost), whose time is the self time of the code that waited:
+/// its innermost user frame (the scheduler's kernel frames under it are on every such
+/// stack), or for a kernel thread its innermost frame that is not the marker.
+fn self_frame(profile: &Profile, stack: &StackCount) -> Option<usize> {
+    let frames: Vec<&crate::symbolize::Frame> = profile.frames_of(stack).collect();
+    let last = frames.len().checked_sub(1)?;
+    if !is_marker(frames[last]) {
+        return Some(last);
+    }
+    frames
+        .iter()
+        .rposition(|f| f.kind == crate::symbolize::FrameKind::User && !is_marker(f))
+        .or_else(|| frames.iter().rposition(|f| !is_marker(f)))
+        .or(Some(last))
+}
+
 /// Whether `frame` is a marker of off-CPU time (`[off-cpu]`), not code: it is on every
 /// off-CPU stack, so the time is the self time of the frame under it.
 fn is_marker(frame: &crate::symbolize::Frame) -> bool {
@@ -115,19 +132,10 @@ impl TopTable {
                     *e = e.saturating_add(stack.count);
                 }
             }
-            // Self time of an off-CPU stack is its innermost code frame's, not the marker's.
-            let markers = match by {
-                By::Function => profile
-                    .frames_of(stack)
-                    .rev()
-                    .take_while(|f| is_marker(f))
-                    .count(),
-                _ => 0,
+            let leaf = match by {
+                By::Function => self_frame(profile, stack),
+                _ => keys.len().checked_sub(1),
             };
-            let leaf = keys
-                .len()
-                .checked_sub(1 + markers)
-                .or(keys.len().checked_sub(1));
             if let Some(leaf) = leaf.map(|i| &keys[i]) {
                 let e = &mut acc.entry(leaf.clone()).or_default().0;
                 *e = e.saturating_add(stack.count);
@@ -231,6 +239,48 @@ mod tests {
             inlined: false,
             offset: None,
         }
+    }
+
+    #[test]
+    fn off_cpu_time_is_the_self_time_of_the_code_that_waited() {
+        let k = |n: &str| Frame {
+            kind: FrameKind::Kernel,
+            module: Some(Arc::from("[kernel.kallsyms]")),
+            ..f(n)
+        };
+        let marker = Frame::named("[off-cpu]", FrameKind::User);
+        let mut profile = Profile::default();
+        let waited = [
+            f("main"),
+            f("read"),
+            k("schedule"),
+            k("__traceiter_sched_switch"),
+        ];
+        let mut stack = waited.to_vec();
+        stack.push(marker.clone());
+        profile.push("off-cpu", "c", &stack, 2_000_000_000);
+        // A kernel thread's wait: no user frame.
+        profile.push(
+            "off-cpu",
+            "k",
+            &[k("kthread"), k("schedule"), marker],
+            1_000,
+        );
+        let t = TopTable::build(&profile);
+        let names: Vec<&str> = t.entries.iter().map(|e| e.function.as_ref()).collect();
+        assert_eq!(names[..2], ["read", "schedule"], "{names:?}");
+        assert_eq!(t.entries[0].self_samples, 2_000_000_000);
+        let marker_row = t
+            .entries
+            .iter()
+            .find(|e| &*e.function == "[off-cpu]")
+            .unwrap();
+        assert_eq!(
+            (marker_row.self_samples, marker_row.total_samples),
+            (0, 2_000_001_000)
+        );
+        assert!(t.render(1).contains("TIME  FUNCTION"));
+        assert!(t.render(1).contains(" 2.00s  read "), "{}", t.render(1));
     }
 
     #[test]

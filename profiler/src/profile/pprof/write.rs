@@ -274,11 +274,13 @@ pub fn encode(profile: &Profile) -> proto::Profile {
         r#type: t.strings.get("samples"),
         unit: t.strings.get("count"),
     }];
-    let events: Vec<Arc<str>> = profile
+    // Sampled events first, time off the CPU after them (as the report orders them).
+    let mut events: Vec<Arc<str>> = profile
         .events()
         .into_iter()
         .filter(|e| !profile.is_counter(e))
         .collect();
+    events.sort_by_key(|e| is_time_event(e));
     for e in &events {
         sample_type.push(proto::ValueType {
             r#type: t.strings.get(e),
