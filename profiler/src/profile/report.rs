@@ -191,7 +191,8 @@ fn event_table(profile: &Profile) -> String {
 /// The whole report as text, of one event: a profile of several is narrowed to its first
 /// ([`one_event`]; `--by event` lists them all, each in its unit).
 pub fn render_report(profile: &Profile, opts: ReportOptions) -> String {
-    if opts.by == By::Event {
+    // A counter group's table by event has a column per event already.
+    if opts.by == By::Event && profile.info.counters.is_empty() {
         let mut out = summary_line(profile);
         out.push_str(&event_table(profile));
         return out;
