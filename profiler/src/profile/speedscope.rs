@@ -102,7 +102,8 @@ mod tests {
         let f = |n| Frame::named(n, FrameKind::User);
         let mut p = Profile::default();
         // Page faults: 9 and 1 events (of 3 and 1 samples).
-        p.push("page-faults", "c", &[f("main"), f("leaf")], 9).samples = 3;
+        p.push("page-faults", "c", &[f("main"), f("leaf")], 9)
+            .samples = 3;
         p.push("page-faults", "c", &[f("main")], 1);
         p.info.lost = 2;
         let v = speedscope(&p);
@@ -117,7 +118,10 @@ mod tests {
         assert_eq!(prof["samples"], json!([[0, 1, 2], [0, 1]]));
         assert_eq!(prof["weights"], json!([9, 1]));
         assert_eq!(prof["endValue"], json!(10));
-        assert_eq!(prof["name"], json!("page-faults: 10 events, 2 samples lost"));
+        assert_eq!(
+            prof["name"],
+            json!("page-faults: 10 events, 2 samples lost")
+        );
         assert_eq!(prof["unit"], json!("none"));
     }
 }

@@ -476,7 +476,10 @@ fn record_page_faults(l: &Layout) -> CheckResult {
         .sum();
     // 20000 touches in run() at one sample per 100 faults of the per-CPU counters, each
     // standing for its 100 faults.
-    if !(19_000..=21_500).contains(&in_run) || in_run % 100 != 0 || in_run * 100 < total * 90 {
+    if !(19_000..=21_500).contains(&in_run)
+        || !in_run.is_multiple_of(100)
+        || in_run * 100 < total * 90
+    {
         return Err(fail(
             format!("{in_run} faults in run of {total} (expected 19000..=21500)"),
             &out,
