@@ -511,6 +511,12 @@ fn aggregate_mode_counts_in_the_kernel_with_the_same_profile() {
     assert!(out.contains("main > outer > "), "{out}");
     let py = python_decode(&pb);
     assert_eq!(py["total"], samples, "{py}");
+    // The kernel summed the samples' periods: 1e9 / 999 ns each for cpu-clock.
+    assert_eq!(
+        py["value_by_event"]["cpu-clock"],
+        samples * 1_001_001,
+        "{py}"
+    );
     assert_eq!(
         run_ok(&["report", "-i", pbs]).lines().next(),
         out.lines().find(|l| l.contains(" samples of "))

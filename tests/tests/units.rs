@@ -84,6 +84,17 @@ fn number_after(text: &str, before: &str) -> u64 {
 
 #[test]
 fn page_faults_at_a_frequency_split_as_the_program_counted_them() {
+    page_fault_split(&[]);
+}
+
+#[test]
+fn aggregated_in_the_kernel_page_faults_split_as_the_program_counted_them() {
+    page_fault_split(&["--aggregate"]);
+}
+
+/// `record ARGS -e page-faults -F 999 -- toucher`: touch() has the page faults the program
+/// counted, in every view.
+fn page_fault_split(args: &[&str]) {
     if !privileged() {
         return;
     }
@@ -94,22 +105,22 @@ fn page_faults_at_a_frequency_split_as_the_program_counted_them() {
     // 300 ms in spin() without a fault, then 200000 faults in touch(): at 999 Hz the
     // kernel's period grows from 1 (the loader's first faults) to thousands (touch's), so
     // counting samples gives the loader far more than its share.
-    let (stdout, _) = ok(
-        profiler(&[
-            "record",
-            "-e",
-            "page-faults",
-            "-F",
-            "999",
-            "-o",
-            pbs,
-            "--",
-            &path("toucher"),
-            "200000",
-            "300",
-        ]),
-        "record",
-    );
+    let program = path("toucher");
+    let mut argv = vec!["record"];
+    argv.extend_from_slice(args);
+    argv.extend([
+        "-e",
+        "page-faults",
+        "-F",
+        "999",
+        "-o",
+        pbs,
+        "--",
+        &program,
+        "200000",
+        "300",
+    ]);
+    let (stdout, _) = ok(profiler(&argv), "record");
     let touch_faults = truth(&stdout, "touch_faults");
     let all_faults = truth(&stdout, "total_faults");
     assert_eq!(touch_faults, 200_000, "huge pages off: a fault a page");
@@ -145,7 +156,7 @@ fn page_faults_at_a_frequency_split_as_the_program_counted_them() {
     let share = 100.0 * in_touch as f64 / toucher as f64;
     let known = 100.0 * touch_faults as f64 / all_faults as f64;
     eprintln!(
-        "touch: {in_touch} of {toucher} events ({share:.2} %); the program counted \
+        "{args:?} touch: {in_touch} of {toucher} events ({share:.2} %); the program counted \
          {touch_faults} of {all_faults} ({known:.2} %)"
     );
     assert!(
