@@ -102,7 +102,7 @@ fn page_fault_split(args: &[&str]) {
     let dir = scratch("units-faults");
     let pb = dir.join("faults.pb.gz");
     let pbs = pb.to_str().unwrap();
-    // 300 ms in spin() without a fault, then 200000 faults in touch(): at 999 Hz the
+    // 1.5 s in spin() without a fault, then 200000 faults in touch(): at 999 Hz the
     // kernel's period grows from 1 (the loader's first faults) to thousands (touch's), so
     // counting samples gives the loader far more than its share.
     let program = path("toucher");
@@ -118,7 +118,9 @@ fn page_fault_split(args: &[&str]) {
         "--",
         &program,
         "200000",
-        "300",
+        // Longer than a second: in-kernel aggregation captures a process's maps once a
+        // second, and must see the toucher alive to name its frames.
+        "1500",
     ]);
     let (stdout, _) = ok(profiler(&argv), "record");
     let touch_faults = truth(&stdout, "touch_faults");
@@ -150,9 +152,13 @@ fn page_fault_split(args: &[&str]) {
         .find(|l| l.split_whitespace().nth(3) == Some("toucher"))
         .and_then(|l| l.split_whitespace().nth(2)?.parse::<u64>().ok())
         .unwrap_or_else(|| panic!("no toucher row:\n{report}"));
-    // Every fault of touch() is in the profile but for the last period's (at most one
-    // sample's worth: 2 %), and the share is what the program counted: perf record -e
-    // page-faults -g gives touch 99.9 %; counting samples gave 99.2 % (89 % with 20000).
+    // The share is what the program counted: perf record -e page-faults -g gives touch
+    // 99.8-99.9 %; counting samples gave 98.3-98.9 % (85-90 % with 20000 pages). The count
+    // itself is an estimate: the events are per CPU, shared by every process there (the
+    // program filters), so their periods follow the whole CPU's fault rate, and on a busy
+    // host a sample can stand for thousands of faults: 166,714 to 249,765 for the 200,000
+    // in runs beside other builds, within 0.5 % on a quiet one. Counted in samples it
+    // would be a few hundred.
     let share = 100.0 * in_touch as f64 / toucher as f64;
     let known = 100.0 * touch_faults as f64 / all_faults as f64;
     eprintln!(
@@ -160,7 +166,7 @@ fn page_fault_split(args: &[&str]) {
          {touch_faults} of {all_faults} ({known:.2} %)"
     );
     assert!(
-        in_touch <= touch_faults + touch_faults / 100 && in_touch * 100 >= touch_faults * 98,
+        in_touch * 10 <= touch_faults * 14 && in_touch * 10 >= touch_faults * 6,
         "touch has {in_touch} page faults, the program took {touch_faults}\n{report}"
     );
     assert!(
