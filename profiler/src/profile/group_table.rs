@@ -194,7 +194,7 @@ pub fn render_group_table(
             false => "",
         };
         out.push_str(&format!(
-            "each ratio rests on the row's {sampled}{unit} (the first column)\n"
+            "each ratio rests on the row's {sampled}{unit}, the first column\n"
         ));
     }
     out
