@@ -82,7 +82,16 @@ fn shown_event(profile: &Profile) -> Option<Arc<str>> {
 /// stack errors when any).
 pub fn summary_line(profile: &Profile) -> String {
     let info = &profile.info;
+    let event = shown_event(profile);
     let rate = match (info.period, info.frequency_hz) {
+        // A clock's period is time.
+        (Some(n), _)
+            if event
+                .as_ref()
+                .is_some_and(|e| profile.unit(e) == Unit::Nanoseconds) =>
+        {
+            format!(" every {n} ns")
+        }
         (Some(n), _) => format!(" every {n} events"),
         (None, 0) => String::new(),
         (None, hz) => format!(" at {hz} Hz"),
@@ -103,7 +112,6 @@ pub fn summary_line(profile: &Profile) -> String {
     if info.untracked > 0 {
         errors += &format!("; children not followed {}", info.untracked);
     }
-    let event = shown_event(profile);
     let several = profile
         .events()
         .iter()
@@ -242,4 +250,70 @@ pub fn render_report(profile: &Profile, opts: ReportOptions) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symbolize::{Frame, FrameKind};
+
+    fn profile() -> Profile {
+        let f = |n| Frame::named(n, FrameKind::User);
+        let mut p = Profile::default();
+        p.push("cpu-clock", "a", &[f("main"), f("spin")], 20 * 1_001_001)
+            .samples = 20;
+        p.push(
+            "off-cpu",
+            "a",
+            &[f("main"), f("sleep"), f("[off-cpu]")],
+            2_002_542_432,
+        )
+        .samples = 0;
+        p.info.frequency_hz = 999;
+        p.info.duration_ms = 2_500;
+        p.info.samples = 20;
+        p
+    }
+
+    #[test]
+    fn headings_name_the_event_and_its_unit_and_never_add_units() {
+        let p = profile();
+        let (one, note) = one_event(&p);
+        assert_eq!(
+            note.as_deref(),
+            Some("also in this profile: off-cpu (ns); pick one with -e")
+        );
+        assert_eq!(
+            summary_line(&one),
+            "20 samples of cpu-clock at 999 Hz (20.0 ms) in 2.50 s; lost 0; filtered in kernel 0\n"
+        );
+        let off = p.for_event("off-cpu");
+        assert!(
+            summary_line(&off).starts_with("2.00 s of off-cpu in 2.50 s;"),
+            "{}",
+            summary_line(&off)
+        );
+        let text = render_report(&off, ReportOptions::default());
+        let first = text.lines().nth(2).unwrap();
+        assert!(first.contains(" sleep "), "not the marker first: {text}");
+        // --by event: each event in its unit, no shares across them.
+        let opts = ReportOptions {
+            by: By::Event,
+            ..Default::default()
+        };
+        let by_event = render_report(&p, opts);
+        assert!(
+            by_event.contains("cpu-clock                        20  20.0 ms"),
+            "{by_event}"
+        );
+        assert!(
+            by_event.contains("off-cpu                           0  2.00 s"),
+            "{by_event}"
+        );
+        assert!(!by_event.contains('%'), "{by_event}");
+        // A clock sampled every N: N is nanoseconds.
+        let mut every = one.clone();
+        every.info.period = Some(1_000_000);
+        assert!(summary_line(&every).contains(" every 1000000 ns ("));
+    }
 }
