@@ -35,7 +35,7 @@ fn totals(profile: &Profile) -> String {
         Unit::Samples => format!("{} samples", profile.total()),
         Unit::Nanoseconds => format!(
             "{} ({} ns)",
-            unit_of(profile).show(profile.total()),
+            Unit::Nanoseconds.show(profile.total()),
             profile.total()
         ),
     };
@@ -70,10 +70,6 @@ pub fn write_flamegraph(
 
 /// The unit of the profile's (one) event.
 fn unit(profile: &Profile) -> Unit {
-    unit_of(profile)
-}
-
-fn unit_of(profile: &Profile) -> Unit {
     super::default_event(profile).map_or(Unit::Samples, |e| profile.unit(&e))
 }
 

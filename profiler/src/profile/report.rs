@@ -73,16 +73,12 @@ pub fn one_event(profile: &Profile) -> (Profile, Option<String>) {
     (profile.for_event(&shown), Some(note))
 }
 
-/// The one event of a narrowed profile (its sampled event for a counter group).
-fn shown_event(profile: &Profile) -> Option<Arc<str>> {
-    default_event(profile)
-}
-
 /// One line: samples, event, rate, value in the event's unit, duration, lost, filtered (and
 /// stack errors when any).
 pub fn summary_line(profile: &Profile) -> String {
     let info = &profile.info;
-    let event = shown_event(profile);
+    // The one event of a narrowed profile (its sampled event for a counter group).
+    let event = default_event(profile);
     let rate = match (info.period, info.frequency_hz) {
         // A clock's period is time.
         (Some(n), _)
