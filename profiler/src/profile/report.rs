@@ -123,6 +123,10 @@ pub fn summary_line(profile: &Profile) -> String {
                 .collect();
             format!("{} samples of {}{rate}", info.samples, events.join(", "))
         }
+        // No stacks: the run's events, as recorded.
+        None if !info.event.is_empty() => {
+            format!("{} samples of {}{rate}", info.samples, info.event)
+        }
         None => format!("{} samples{rate}", info.samples),
         Some(e) if is_time_event(e) => {
             format!("{} of {e}", profile.unit(e).show(profile.total()))
