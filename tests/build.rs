@@ -8,6 +8,7 @@ use std::{
 const FIXTURES: &[(&str, &[&str])] = &[
     ("chain", &["-O1", "-g", "-fno-omit-frame-pointer"]),
     ("touch", &["-O1", "-g", "-pthread"]),
+    ("toucher", &["-O1", "-g", "-fno-omit-frame-pointer"]),
     ("forker", &["-O1", "-g"]),
     ("idle", &["-O1", "-g"]),
     ("spin", &["-O1", "-g", "-pthread"]),

@@ -120,6 +120,8 @@ pub struct AggregateKey {
 pub struct AggregateValue {
     /// Samples with this key (added atomically: CPUs share the entry).
     pub count: u64,
+    /// The events they stand for: the sum of their periods (added atomically).
+    pub events: u64,
     /// The command of the first sample with this key.
     pub comm: [u8; 16],
 }
@@ -284,7 +286,7 @@ const _: () = assert!(core::mem::size_of::<SampleRecord>() == 152);
 const _: () = assert!(core::mem::align_of::<SampleRecord>() == 8);
 const _: () = assert!(core::mem::size_of::<RequestConfig>() == 32);
 const _: () = assert!(core::mem::size_of::<AggregateKey>() == 24);
-const _: () = assert!(core::mem::size_of::<AggregateValue>() == 24);
+const _: () = assert!(core::mem::size_of::<AggregateValue>() == 32);
 const _: () = assert!(core::mem::size_of::<CgroupCounts>() == 8 * MAX_CGROUP_EVENTS);
 
 // SAFETY: both types are repr(C), contain only integers and arrays of integers, and have no

@@ -19,6 +19,10 @@ pub struct StackSampleHeader {
     /// The user word at the stack pointer ([`crate::record_flags::LEAF_RET`]): the return
     /// address of a leaf without a frame-pointer prologue (frame-pointer walks only).
     pub leaf_ret: u64,
+    /// The events this sample stands for: the period of the overflow that took it
+    /// (`bpf_perf_event_data.sample_period`). At a frequency (`-F`) the kernel changes the
+    /// period from sample to sample; 0 in off-CPU records (their weight is time).
+    pub period: u64,
     /// Process id (tgid), thread id, CPU.
     pub pid: u32,
     pub tid: u32,
@@ -51,7 +55,7 @@ pub const GROUP_TAIL_ROOM: usize = crate::group::TAIL_WORDS + 1;
 
 pub const STACK_HEADER_SIZE: usize = core::mem::size_of::<StackSampleHeader>();
 
-const _: () = assert!(STACK_HEADER_SIZE == 72);
+const _: () = assert!(STACK_HEADER_SIZE == 80);
 const _: () = assert!(STACK_HEADER_SIZE.is_multiple_of(8));
 const _: () = assert!(
     core::mem::size_of::<StackSampleBuf>()

@@ -225,6 +225,7 @@ fn switch_out<const TABLES: bool>(
         h.cgroup_id = bpf_get_current_cgroup_id();
         h.ip = 0;
         h.leaf_ret = 0;
+        h.period = 0;
         h.pid = tgid;
         h.tid = tid;
         h.cpu = bpf_get_smp_processor_id();

@@ -35,7 +35,8 @@ pub(crate) static RECORD_EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_
 #[map]
 static RECORD_BUF: PerCpuArray<StackSampleBuf> = PerCpuArray::with_max_entries(1, 0);
 
-// In-kernel aggregation (`record --aggregate`): sample counts per key, stacks by id.
+// In-kernel aggregation (`record --aggregate`): samples and their events per key, stacks
+// by id.
 #[map]
 static AGGREGATE: HashMap<AggregateKey, AggregateValue> =
     HashMap::with_max_entries(AGGREGATE_ENTRIES, 0);
@@ -100,6 +101,7 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
         h.cgroup_id = bpf_get_current_cgroup_id();
         h.ip = (*ctx.ctx).regs.rip;
         h.leaf_ret = 0;
+        h.period = (*ctx.ctx).sample_period;
         h.pid = tgid;
         h.tid = pid_tgid as u32;
         h.cpu = bpf_get_smp_processor_id();
@@ -215,7 +217,8 @@ unsafe fn user_stack<const TABLES: bool>(
     }
 }
 
-/// Counts the sample in `AGGREGATE` under (process, event, stack ids, cgroup). Every sample
+/// Counts the sample and its period's events in `AGGREGATE` under (process, event, stack
+/// ids, cgroup). Every sample
 /// ends in `AGGREGATED` or, when the map is full, `LOST`; stacks that lose a hash slot are
 /// counted under [`stack_id::COLLISION`], so the totals stay exact. With a counter group,
 /// the thread's counter increases since its previous counted sample are summed under the
@@ -259,15 +262,18 @@ fn aggregate(
         // SAFETY: the helper only reads the current task's cgroup id.
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
     };
-    let counted = add_one(&key) || {
+    // SAFETY: the program's context, which the verifier lets us read.
+    let period = unsafe { (*ctx.ctx).sample_period };
+    let counted = add_sample(&key, period) || {
         let value = AggregateValue {
             count: 1,
+            events: period,
             comm: bpf_get_current_comm().unwrap_or([0; 16]),
         };
         // BPF_NOEXIST: if another CPU inserted the key meanwhile, add to its entry instead.
         match AGGREGATE.insert(key, value, 1) {
             Ok(()) => true,
-            Err(_) => add_one(&key),
+            Err(_) => add_sample(&key, period),
         }
     };
     if !counted {
@@ -281,17 +287,22 @@ fn aggregate(
     }
 }
 
-/// Adds one to the count of an existing `AGGREGATE` entry; false if there is none.
+/// Adds one sample of `period` events to an existing `AGGREGATE` entry; false if there is
+/// none.
 #[inline(always)]
-fn add_one(key: &AggregateKey) -> bool {
+fn add_sample(key: &AggregateKey, period: u64) -> bool {
     match AGGREGATE.get_ptr_mut(key) {
         Some(value) => {
             use core::intrinsics::{AtomicOrdering, atomic_xadd};
-            // SAFETY: the pointer is to a live map value; CPUs share it, so the add is atomic
-            // (its result is unused, so LLVM emits the plain BPF atomic add).
+            // SAFETY: the pointer is to a live map value; CPUs share it, so the adds are
+            // atomic (their results are unused, so LLVM emits the plain BPF atomic add).
             unsafe {
-                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*value).count, 1)
-            };
+                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*value).count, 1);
+                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                    &raw mut (*value).events,
+                    period,
+                );
+            }
             true
         }
         None => false,

@@ -3,7 +3,8 @@
 perftools.profiles schema declared here field by field (the numbers of pprof's
 profile.proto), no code from this project. Prints a JSON summary of a profile file:
 total samples, samples per event label, per leaf function, sample types, comments,
-mapping file names with build ids, and label keys."""
+mapping file names with build ids, and label keys; and each event's values (the column
+named after the event label), per event and per (event, leaf function)."""
 
 import gzip
 import json
@@ -84,6 +85,8 @@ def main(path):
     functions = {f.id: s[f.name] for f in p.function}
     locations = {l.id: l for l in p.location}
     by_event, by_leaf, label_keys = {}, {}, set()
+    value_by_event, value_by_leaf = {}, {}
+    columns = {s[t.type]: i for i, t in enumerate(p.sample_type)}
     total = 0
     for sample in p.sample:
         n = sample.value[0]
@@ -95,6 +98,11 @@ def main(path):
         leaf_loc = locations[sample.location_id[0]]
         leaf = functions[leaf_loc.line[0].function_id] if leaf_loc.line else "?"
         by_leaf[leaf] = by_leaf.get(leaf, 0) + n
+        if ev in columns:
+            v = sample.value[columns[ev]]
+            value_by_event[ev] = value_by_event.get(ev, 0) + v
+            key = ev + ":" + leaf
+            value_by_leaf[key] = value_by_leaf.get(key, 0) + v
     print(json.dumps({
         "total": total,
         "by_event": by_event,
@@ -103,6 +111,11 @@ def main(path):
         "comments": [s[c] for c in p.comment],
         "mappings": {s[m.filename]: s[m.build_id] for m in p.mapping},
         "label_keys": sorted(label_keys),
+        "value_by_event": value_by_event,
+        "value_by_leaf": value_by_leaf,
+        "period": p.period,
+        "period_type": [s[p.period_type.type], s[p.period_type.unit]],
+        "default_sample_type": s[p.default_sample_type],
     }))
 
 

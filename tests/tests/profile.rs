@@ -46,27 +46,29 @@ fn python_decode(file: &Path) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("decoder JSON")
 }
 
-/// (self %, samples) of `function` in a report's table.
-fn row(report: &str, function: &str) -> Option<(f64, u64)> {
+/// (self %, self value as shown: events, or time such as `1.23s`) of `function` in a
+/// report's table.
+fn row(report: &str, function: &str) -> Option<(f64, String)> {
     report.lines().find_map(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
         (f.len() >= 4 && f[3] == function).then(|| {
             (
                 f[0].trim_end_matches('%').parse().unwrap(),
-                f[2].parse().unwrap(),
+                f[2].to_string(),
             )
         })
     })
 }
 
-/// `<title>NAME (N samples, P%)</title>` of an inferno SVG: (N, P) summed over such frames.
+/// `<title>NAME (N ns, P%)</title>` of an inferno SVG of cpu-clock (its frames count
+/// nanoseconds): (N, P) summed over such frames.
 fn svg_frame(svg: &str, name: &str) -> Option<(u64, f64)> {
     let prefix = format!("<title>{name} (");
     svg.match_indices(&prefix)
         .filter_map(|(i, _)| {
             let rest = &svg[i + prefix.len()..];
             let inner = &rest[..rest.find(")</title>")?];
-            let (n, pct) = inner.split_once(" samples, ")?;
+            let (n, pct) = inner.split_once(" ns, ")?;
             Some((
                 n.replace(',', "").parse().ok()?,
                 pct.trim_end_matches('%').parse().ok()?,
@@ -96,7 +98,7 @@ fn chain_pprof_reads_back_the_same_in_report_folded_svg_and_python() {
     // Our reader: the same totals and the leaf on top.
     let report = run_ok(&["report", "-i", pbs, "--limit", "5"]);
     assert_eq!(reported_samples(&report), samples);
-    let (leaf_pct, leaf_n) = row(&report, "leaf").expect("leaf row");
+    let (leaf_pct, leaf_time) = row(&report, "leaf").expect("leaf row");
     assert!(leaf_pct >= 90.0, "{report}");
     assert!(
         report.contains("main > outer > middle > leaf"),
@@ -107,7 +109,20 @@ fn chain_pprof_reads_back_the_same_in_report_folded_svg_and_python() {
     let py = python_decode(&pb);
     assert_eq!(py["total"], samples, "{py}");
     assert_eq!(py["by_event"]["cpu-clock"], samples, "{py}");
-    assert_eq!(py["by_leaf"]["leaf"], leaf_n, "{py}");
+    // cpu-clock at 999 Hz: each sample is 1001001 ns of CPU time, in its own column.
+    let leaf_n = py["by_leaf"]["leaf"].as_u64().expect("leaf samples");
+    assert_eq!(
+        py["value_by_leaf"]["cpu-clock:leaf"],
+        leaf_n * 1_001_001,
+        "{py}"
+    );
+    let secs = leaf_n as f64 * 1_001_001.0 / 1e9;
+    let shown = if secs >= 1.0 {
+        format!("{secs:.2}s")
+    } else {
+        format!("{:.0}ms", secs * 1e3)
+    };
+    assert_eq!(leaf_time, shown, "{report}");
     assert_eq!(
         py["sample_types"][0],
         serde_json::json!(["samples", "count"])
@@ -224,7 +239,10 @@ fn record_writes_svg_and_speedscope_directly() {
                 .iter()
                 .map(|w| w.as_u64().unwrap())
                 .sum();
-            assert!(weights >= 250, "{weights} samples");
+            // cpu-clock's nanoseconds: 1e9 / 499 ns a sample.
+            assert_eq!(weights % 2_004_008, 0, "{weights} ns");
+            assert!(weights / 2_004_008 >= 250, "{weights} ns");
+            assert_eq!(prof["unit"], "nanoseconds");
             assert_eq!(prof["endValue"], weights);
             let frames = v["shared"]["frames"].as_array().unwrap();
             assert!(frames.iter().any(|f| f["name"] == "leaf"));
@@ -373,8 +391,11 @@ fn lost_samples_are_reported_in_every_format() {
     ]);
     run_ok(&["flamegraph", "-i", pbs, "-o", svg.to_str().unwrap()]);
     let folded = std::fs::read_to_string(folded).unwrap();
+    // The header has the lost samples; their tower weighs them as the others (50000 ns
+    // each at 20 kHz), so it is drawn in the graph's unit.
+    assert!(folded.contains(&format!(" lost={lost}\n")), "folded");
     assert!(
-        folded.contains(&format!("[lost samples] {lost}\n")),
+        folded.contains(&format!("[lost samples] {}\n", lost * 50_000)),
         "folded"
     );
     let svg = std::fs::read_to_string(svg).unwrap();
@@ -490,6 +511,12 @@ fn aggregate_mode_counts_in_the_kernel_with_the_same_profile() {
     assert!(out.contains("main > outer > "), "{out}");
     let py = python_decode(&pb);
     assert_eq!(py["total"], samples, "{py}");
+    // The kernel summed the samples' periods: 1e9 / 999 ns each for cpu-clock.
+    assert_eq!(
+        py["value_by_event"]["cpu-clock"],
+        samples * 1_001_001,
+        "{py}"
+    );
     assert_eq!(
         run_ok(&["report", "-i", pbs]).lines().next(),
         out.lines().find(|l| l.contains(" samples of "))

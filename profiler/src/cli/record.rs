@@ -329,7 +329,15 @@ pub fn run(args: RecordArgs) -> ExitCode {
     };
     let profile = &outcome.profile;
     if !args.quiet {
-        print!("{}", render_report(profile, report));
+        // One event at a time (their units differ); the others are named on stderr.
+        let (one, note) = match report.by {
+            By::Event => (profile.clone(), None),
+            _ => crate::profile::one_event(profile),
+        };
+        if let Some(note) = note {
+            eprintln!("profiler: {note}");
+        }
+        print!("{}", render_report(&one, report));
     }
     if let Some(mut out) = output.take() {
         let path = out.path().display().to_string();

@@ -31,7 +31,8 @@ pub struct ReportArgs {
     /// Rows in the table.
     #[arg(long, default_value_t = 25, value_name = "N")]
     pub limit: usize,
-    /// Only the samples of this event.
+    /// The event to show (default: the first of the profile; one event at a time, as
+    /// events of different units do not add up).
     #[arg(short, long, value_name = "EVENT")]
     pub event: Option<String>,
     /// Only the samples of this cgroup (its path, as `--by cgroup` shows it).
@@ -60,7 +61,7 @@ pub struct FlamegraphArgs {
     /// The graph's title.
     #[arg(long, default_value = "Flame Graph")]
     pub title: String,
-    /// Only the samples of this event.
+    /// The event to draw (default: the first of the profile; one event at a time).
     #[arg(short, long, value_name = "EVENT")]
     pub event: Option<String>,
     /// Only the samples of this cgroup (one container's flame graph).
@@ -95,11 +96,20 @@ fn load(
             return Err(format!("{}: no samples in cgroup {cgroup}", path.display()));
         }
     }
-    if event.is_some() || cgroup.is_some() {
+    if cgroup.is_some() {
         // The summary line counts what is shown; lost and filtered stay the run's.
-        profile.info.samples = profile.stacks.iter().map(|s| s.count).sum();
+        profile.info.samples = profile.samples();
     }
     Ok(profile)
+}
+
+/// One event of `profile`: as narrowed by `-e`, else the first, the others named on stderr.
+fn one_event(profile: Profile) -> Profile {
+    let (one, note) = crate::profile::one_event(&profile);
+    if let Some(note) = note {
+        eprintln!("profiler: {note}");
+    }
+    one
 }
 
 pub fn run_report(args: ReportArgs) -> ExitCode {
@@ -129,6 +139,11 @@ pub fn run_report(args: ReportArgs) -> ExitCode {
         limit: args.limit,
         ratios,
     };
+    // `--by event` lists every event, each in its unit; other tables show one event.
+    let profile = match args.by {
+        By::Event => profile,
+        _ => one_event(profile),
+    };
     print!("{}", render_report(&profile, opts));
     ExitCode::SUCCESS
 }
@@ -144,7 +159,7 @@ pub fn run_flamegraph(args: FlamegraphArgs) -> ExitCode {
         None => load(&args.input, event, cgroup).map(|p| vec![p]),
     };
     let inputs = match inputs {
-        Ok(i) => i,
+        Ok(i) => i.into_iter().map(one_event).collect::<Vec<_>>(),
         Err(e) => return fail(e),
     };
     let mut out = match AtomicFile::create(&args.output) {

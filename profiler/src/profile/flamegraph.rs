@@ -1,14 +1,15 @@
-//! Flame graph SVGs, rendered by inferno from the profile's folded stacks.
+//! Flame graph SVGs, rendered by inferno from the profile's folded stacks: one event at a
+//! time, its frames' widths and counts in the event's unit (events, or nanoseconds).
 
 use std::io;
 
 use inferno::{differential, flamegraph};
 
-use super::{Profile, is_time_event, write_folded};
+use super::{Profile, Unit, folded::write_stacks, one_event};
 
 fn folded_text(profile: &Profile) -> io::Result<Vec<u8>> {
     let mut text = Vec::new();
-    write_folded(profile, &mut text)?;
+    write_stacks(profile, &mut text)?;
     Ok(text)
 }
 
@@ -20,49 +21,56 @@ fn options(title: &str, subtitle: String) -> flamegraph::Options<'static> {
     opts
 }
 
-/// The run's totals for the subtitle: what was delivered, and what the kernel lost.
+/// The run's totals for the subtitle: the event's value in its unit, and what the kernel
+/// lost.
 fn totals(profile: &Profile) -> String {
     let untracked = match profile.info.untracked {
         0 => String::new(),
         n => format!("; {n} children not followed"),
     };
+    let event = super::default_event(profile);
+    let event = event.as_deref().unwrap_or("samples");
+    let value = match unit(profile) {
+        Unit::Events => format!("{} events", profile.total()),
+        Unit::Samples => format!("{} samples", profile.total()),
+        Unit::Nanoseconds => format!(
+            "{} ({} ns)",
+            Unit::Nanoseconds.show(profile.total()),
+            profile.total()
+        ),
+    };
+    let samples = match unit(profile) {
+        Unit::Samples => String::new(),
+        _ if profile.info.samples == 0 => String::new(),
+        _ => format!(" in {} samples", profile.info.samples),
+    };
     format!(
-        "{} {} of {}; lost {}{untracked}",
-        profile.total(),
-        unit(profile),
-        if profile.info.event.is_empty() {
-            "samples"
-        } else {
-            &profile.info.event
-        },
+        "{value} of {event}{samples}; lost {} samples{untracked}",
         profile.info.lost
     )
 }
 
-/// Renders `profile` as a flame graph SVG. Lost samples appear as their own tower.
+/// Renders `profile` as a flame graph SVG, of its first event if it has several (see
+/// [`one_event`]). Lost samples appear as their own tower.
 pub fn write_flamegraph(
     profile: &Profile,
     title: &str,
     out: &mut impl io::Write,
 ) -> io::Result<()> {
+    let profile = &one_event(profile).0;
     let text = folded_text(profile)?;
     let text = String::from_utf8_lossy(&text);
     if text.trim().is_empty() {
         return write_empty(title, &totals(profile), out);
     }
     let mut opts = options(title, totals(profile));
-    opts.count_name = unit(profile).into();
+    opts.count_name = unit(profile).short().into();
     flamegraph::from_lines(&mut opts, text.lines(), out)
 }
 
-/// What the counts are: nanoseconds when every event is time (`--wall`, off-CPU alone).
-fn unit(profile: &Profile) -> &'static str {
-    let events = profile.events();
-    if !events.is_empty() && events.iter().all(|e| is_time_event(e)) {
-        "ns"
-    } else {
-        "samples"
-    }
+/// The unit of the profile's (one) event.
+fn unit(profile: &Profile) -> Unit {
+    super::default_event(profile).map_or(Unit::Samples, |e| profile.unit(&e))
 }
 
 /// A run with no samples still gets its file, saying so (inferno refuses empty input).
@@ -95,6 +103,7 @@ pub fn write_diff_flamegraph(
     title: &str,
     out: &mut impl io::Write,
 ) -> io::Result<()> {
+    let (before, after) = (&one_event(before).0, &one_event(after).0);
     let (a, b) = (folded_text(before)?, folded_text(after)?);
     let mut diff = Vec::new();
     let opts = differential::Options {
@@ -108,6 +117,7 @@ pub fn write_diff_flamegraph(
         return write_empty(title, &subtitle, out);
     }
     let mut opts = options(title, subtitle);
+    opts.count_name = unit(after).short().into();
     flamegraph::from_lines(&mut opts, diff.lines(), out)
 }
 
@@ -131,8 +141,9 @@ mod tests {
     fn profile(leaf_count: u64, other: u64) -> Profile {
         let f = |n| Frame::named(n, FrameKind::User);
         let mut p = Profile::default();
-        p.push("cpu-clock", "chain", &[f("main"), f("leaf")], leaf_count);
-        p.push("cpu-clock", "chain", &[f("main"), f("other")], other);
+        p.push("page-faults", "chain", &[f("main"), f("leaf")], leaf_count);
+        p.push("page-faults", "chain", &[f("main"), f("other")], other);
+        p.info.samples = p.samples();
         p
     }
 
@@ -145,10 +156,10 @@ mod tests {
         let svg = String::from_utf8(svg).unwrap();
         assert!(svg.starts_with("<?xml"));
         for needle in [
-            "leaf (90 samples",
-            "other (10 samples",
-            "[lost samples] (3 samples",
-            "lost 3",
+            "leaf (90 events",
+            "other (10 events",
+            "[lost samples] (3 events",
+            "lost 3 samples",
         ] {
             assert!(svg.contains(needle), "missing {needle}");
         }
@@ -156,12 +167,21 @@ mod tests {
 
     #[test]
     fn a_wall_clock_graph_counts_nanoseconds() {
-        let wall = crate::profile::wall_view(&profile(9, 1), 1_000_000);
+        let f = |n| Frame::named(n, FrameKind::User);
+        let mut p = Profile::default();
+        p.push("cpu-clock", "chain", &[f("main"), f("leaf")], 9_000_000)
+            .samples = 9;
+        p.push("cpu-clock", "chain", &[f("main"), f("other")], 1_000_000)
+            .samples = 1;
+        let wall = crate::profile::wall_view(&p);
         let mut svg = Vec::new();
         write_flamegraph(&wall, "w", &mut svg).unwrap();
         let svg = String::from_utf8(svg).unwrap();
         assert!(svg.contains("leaf (9,000,000 ns"), "{}", &svg[..800]);
-        assert!(svg.contains("10000000 ns of wall"), "no ns subtitle");
+        assert!(
+            svg.contains("10.0 ms (10000000 ns) of wall"),
+            "no ns subtitle"
+        );
     }
 
     #[test]
@@ -170,7 +190,7 @@ mod tests {
         write_diff_flamegraph(&profile(50, 50), &profile(90, 10), "d", &mut svg).unwrap();
         let svg = String::from_utf8(svg).unwrap();
         // inferno titles differential frames with the change in percentage points.
-        assert!(svg.contains("leaf (90 samples"), "{}", &svg[..500]);
+        assert!(svg.contains("leaf (90 events"), "{}", &svg[..500]);
         assert!(svg.contains("+40.00%"), "no growth shown");
         assert!(svg.contains("-40.00%"), "no shrink shown");
     }

@@ -1,9 +1,27 @@
 //! Folded stacks (`comm;outer;...;leaf COUNT`), the format FlameGraph and inferno read.
+//!
+//! A count is the stack's value in its event's unit, as in every view: events (the sum of
+//! the samples' periods), nanoseconds for the clocks and off-CPU time; not samples, as
+//! `perf script | stackcollapse-perf.pl` counts. Comment lines before the stacks say what
+//! the counts are, so `report` and `flamegraph` read a file back with the numbers it was
+//! written with:
+//!
+//! ```text
+//! # profiler-folded frequency_hz=99 period=0 duration_ms=2013
+//! # profiler-folded event=page-faults samples=200 unit=events
+//! ```
+//!
+//! With several events, each line's first frame is its event (FlameGraph tools then draw
+//! them side by side: give them one event's lines). Other tools skip the comment lines
+//! (flamegraph.pl and inferno count them as ignored lines).
 
-use std::{collections::BTreeMap, io};
+use std::{collections::BTreeMap, io, sync::Arc};
 
-use super::Profile;
+use super::{Profile, Unit};
 use crate::symbolize::{Frame, FrameKind};
+
+/// The start of the comment lines that describe a folded file's counts.
+const HEADER: &str = "# profiler-folded ";
 
 /// Folded-format names may not contain the separators; replace them rather than corrupt lines.
 fn clean(name: &str) -> String {
@@ -11,8 +29,8 @@ fn clean(name: &str) -> String {
 }
 
 /// Folded lines of `profile`, merged and sorted (deterministic output). Kernel frames carry
-/// the `_[k]` suffix FlameGraph uses to colour them. With samples of several events, each
-/// line starts with its event, so one flame graph shows them side by side.
+/// the `_[k]` suffix FlameGraph uses to colour them. With stacks of several events, each
+/// line starts with its event.
 pub fn folded_lines(profile: &Profile) -> BTreeMap<String, u64> {
     let mut lines: BTreeMap<String, u64> = BTreeMap::new();
     let several = profile.events().len() > 1;
@@ -30,7 +48,8 @@ pub fn folded_lines(profile: &Profile) -> BTreeMap<String, u64> {
                 line.push_str("_[k]");
             }
         }
-        *lines.entry(line).or_default() += stack.count;
+        let count = lines.entry(line).or_default();
+        *count = count.saturating_add(stack.count);
     }
     lines
 }
@@ -41,13 +60,67 @@ pub const LOST_STACK: &str = "[lost samples]";
 /// is processes, not samples: their samples are missing).
 pub const UNTRACKED_STACK: &str = "[children not followed]";
 
-/// Writes folded lines; samples the kernel lost get a line of their own ([`LOST_STACK`]).
+/// The comment lines that say what the counts are: the run's rate and duration, then each
+/// event with its samples and unit.
+fn header(profile: &Profile) -> String {
+    let info = &profile.info;
+    let mut out = format!(
+        "{HEADER}frequency_hz={} period={} duration_ms={} lost={}\n",
+        info.frequency_hz,
+        info.period.unwrap_or(0),
+        info.duration_ms,
+        info.lost
+    );
+    for event in profile.events() {
+        let samples = profile
+            .stacks
+            .iter()
+            .filter(|s| s.event == event)
+            .fold(0u64, |n, s| n.saturating_add(s.samples));
+        let samples = match profile.info.event_samples.get(event.as_ref()) {
+            Some(&n) if samples == 0 => n,
+            _ => samples,
+        };
+        out += &format!(
+            "{HEADER}event={} samples={samples} unit={}\n",
+            clean(&event),
+            profile.unit(&event).short()
+        );
+    }
+    out
+}
+
+/// Writes folded lines after the header comments; samples the kernel lost get a line of
+/// their own ([`LOST_STACK`]).
 pub fn write_folded(profile: &Profile, out: &mut impl io::Write) -> io::Result<()> {
+    // Folded stacks of samples of unknown weight (read from other tools) stay as they were.
+    let weighted = profile
+        .events()
+        .iter()
+        .any(|e| profile.unit(e) != Unit::Samples);
+    if weighted {
+        out.write_all(header(profile).as_bytes())?;
+    }
+    write_stacks(profile, out)
+}
+
+/// The stack lines alone (what inferno draws). Lost samples weigh what the profile's
+/// samples weigh on average, so their tower is in the unit of the others (the header keeps
+/// their number).
+pub(super) fn write_stacks(profile: &Profile, out: &mut impl io::Write) -> io::Result<()> {
     for (line, count) in folded_lines(profile) {
         writeln!(out, "{line} {count}")?;
     }
     if profile.info.lost > 0 {
-        writeln!(out, "{LOST_STACK} {}", profile.info.lost)?;
+        let (total, samples) = (profile.total(), profile.info.samples);
+        let lost = match profile.events().first() {
+            Some(e) if profile.unit(e) != Unit::Samples && samples > 0 && total > 0 => {
+                (u128::from(profile.info.lost) * u128::from(total) / u128::from(samples))
+                    .min(u128::from(u64::MAX)) as u64
+            }
+            _ => profile.info.lost,
+        };
+        writeln!(out, "{LOST_STACK} {}", lost.max(1))?;
     }
     if profile.info.untracked > 0 {
         writeln!(out, "{UNTRACKED_STACK} {}", profile.info.untracked)?;
@@ -55,17 +128,62 @@ pub fn write_folded(profile: &Profile, out: &mut impl io::Write) -> io::Result<(
     Ok(())
 }
 
+/// What the header comments of a folded file say.
+#[derive(Default)]
+struct Header {
+    /// Events with their samples and units, in order.
+    events: Vec<(String, u64, Unit)>,
+    frequency_hz: u64,
+    period: u64,
+    duration_ms: u64,
+    lost: Option<u64>,
+}
+
+impl Header {
+    fn parse(&mut self, line: &str) {
+        let fields: BTreeMap<&str, &str> = line
+            .split(' ')
+            .filter_map(|kv| kv.split_once('='))
+            .collect();
+        let num = |k: &str| fields.get(k).and_then(|v| v.parse::<u64>().ok());
+        if let Some(event) = fields.get("event") {
+            let unit = match fields.get("unit").copied() {
+                Some("ns") => Unit::Nanoseconds,
+                Some("events") => Unit::Events,
+                _ => Unit::Samples,
+            };
+            self.events
+                .push((event.to_string(), num("samples").unwrap_or(0), unit));
+            return;
+        }
+        self.frequency_hz = num("frequency_hz").unwrap_or(self.frequency_hz);
+        self.period = num("period").unwrap_or(self.period);
+        self.duration_ms = num("duration_ms").unwrap_or(self.duration_ms);
+        self.lost = num("lost").or(self.lost);
+    }
+}
+
 /// A profile from folded text: the first name of each line is the command (the convention
-/// of stackcollapse-perf and of [`write_folded`]), `_[k]` marks kernel frames, and a
-/// [`LOST_STACK`] line gives the lost count.
+/// of stackcollapse-perf and of [`write_folded`]), after its event when the header names
+/// several; `_[k]` marks kernel frames, and a [`LOST_STACK`] line gives the lost count.
+/// Without a header (other tools' files) the counts are samples of an unnamed event.
 pub fn profile_from_folded(text: &str) -> Result<Profile, String> {
     let mut profile = Profile::default();
+    let mut header = Header::default();
+    for line in text.lines() {
+        if let Some(h) = line.strip_prefix(HEADER) {
+            header.parse(h);
+        }
+    }
     let lines = parse_folded(text)?;
-    // Counts are samples: a file whose counts add up past u64 is not a profile.
+    // Counts are in one unit per event: a file whose counts add up past u64 is not a
+    // profile.
     lines
         .iter()
         .try_fold(0u64, |sum, (_, n)| sum.checked_add(*n))
         .ok_or("sample counts add up to more than 2^64")?;
+    let several = header.events.len() > 1;
+    let weighted = header.events.iter().any(|(_, _, u)| *u != Unit::Samples);
     for (names, count) in lines {
         if names.len() == 1 && names[0] == LOST_STACK {
             profile.info.lost += count;
@@ -76,6 +194,11 @@ pub fn profile_from_folded(text: &str) -> Result<Profile, String> {
             continue;
         }
         let mut names = names.into_iter();
+        let event = match (several, header.events.first()) {
+            (true, _) => names.next().unwrap_or_default(),
+            (false, Some((e, _, _))) => e.clone(),
+            (false, None) => "samples".to_string(),
+        };
         let comm = names.next().unwrap_or_default();
         let frames: Vec<Frame> = names
             .map(|n| match n.strip_suffix("_[k]") {
@@ -83,9 +206,40 @@ pub fn profile_from_folded(text: &str) -> Result<Profile, String> {
                 None => Frame::named(&n, FrameKind::User),
             })
             .collect();
-        profile.push("samples", &comm, &frames, count);
+        let stack = profile.push(&event, &comm, &frames, count);
+        if weighted {
+            // The samples of each stack are not in the file; each event's are, in the header.
+            stack.samples = 0;
+        }
     }
-    profile.info.samples = profile.total();
+    for (event, samples, unit) in &header.events {
+        let name: Arc<str> = Arc::from(event.as_str());
+        profile.units.insert(name, *unit);
+        if weighted {
+            profile.info.event_samples.insert(event.clone(), *samples);
+        }
+    }
+    let info = &mut profile.info;
+    info.frequency_hz = header.frequency_hz;
+    info.period = (header.period > 0).then_some(header.period);
+    info.duration_ms = header.duration_ms;
+    if let Some(lost) = header.lost {
+        // The lost line's count is in the events' unit; the header has the samples.
+        info.lost = lost;
+    }
+    info.event = header
+        .events
+        .iter()
+        .map(|(e, _, _)| e.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    info.samples = match weighted {
+        true => info.event_samples.values().sum(),
+        false => 0,
+    };
+    if !weighted {
+        profile.info.samples = profile.samples();
+    }
     Ok(profile)
 }
 
@@ -94,7 +248,8 @@ pub fn profile_from_folded(text: &str) -> Result<Profile, String> {
 pub fn parse_folded(text: &str) -> Result<Vec<(Vec<String>, u64)>, String> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
+        // Blank lines and comments (the header of [`write_folded`]) carry no stack.
+        if line.trim().is_empty() || line.starts_with('#') {
             continue;
         }
         let (stack, count) = line
@@ -158,6 +313,8 @@ mod tests {
         let mut out = Vec::new();
         write_folded(&profile, &mut out).unwrap();
         let expected = "\
+# profiler-folded frequency_hz=0 period=0 duration_ms=0 lost=0
+# profiler-folded event=cpu-clock samples=100 unit=ns
 chain;main;outer;middle;leaf 95
 chain;main;outer;middle;leaf;asm_sysvec_apic_timer_interrupt_[k] 3
 my_prog;f:g;[libc.so.6] 2
@@ -173,7 +330,12 @@ my_prog;f:g;[libc.so.6] 2
         let mut out = Vec::new();
         write_folded(&profile, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
-        assert_eq!(text, "chain;main;irq_[k] 4\n[lost samples] 9\n");
+        assert_eq!(
+            text,
+            "# profiler-folded frequency_hz=0 period=0 duration_ms=0 lost=9\n\
+             # profiler-folded event=cpu-clock samples=4 unit=ns\n\
+             chain;main;irq_[k] 4\n[lost samples] 9\n"
+        );
         let back = profile_from_folded(&text).unwrap();
         assert_eq!(back.info.lost, 9);
         assert_eq!(back.info.samples, 4);
@@ -206,6 +368,61 @@ my_prog;main;[libc.so.6] 2
         let mut out = Vec::new();
         write_folded(&profile, &mut out).unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), text);
+    }
+
+    #[test]
+    fn two_events_read_back_with_their_units_and_samples() {
+        let mut profile = Profile::default();
+        let f = |n: &str| Frame::named(n, FrameKind::User);
+        // 20 samples of cpu-clock at 999 Hz, and 7 of page-faults standing for 5000 faults.
+        profile
+            .push("cpu-clock", "t", &[f("main"), f("spin")], 20 * 1_001_001)
+            .samples = 20;
+        profile
+            .push("page-faults", "t", &[f("main"), f("touch")], 4_990)
+            .samples = 6;
+        profile.push("page-faults", "t", &[f("_start")], 10).samples = 1;
+        profile.info.frequency_hz = 999;
+        profile.info.duration_ms = 1_500;
+        profile.info.lost = 2;
+        profile.info.samples = 27;
+        let mut out = Vec::new();
+        write_folded(&profile, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.starts_with(
+                "# profiler-folded frequency_hz=999 period=0 duration_ms=1500 lost=2\n\
+                 # profiler-folded event=cpu-clock samples=20 unit=ns\n\
+                 # profiler-folded event=page-faults samples=7 unit=events\n\
+                 cpu-clock;t;main;spin 20020020\n"
+            ),
+            "{text}"
+        );
+        let back = profile_from_folded(&text).unwrap();
+        assert_eq!(back.info.lost, 2);
+        assert_eq!(back.info.frequency_hz, 999);
+        for (event, value, samples, unit) in [
+            ("cpu-clock", 20 * 1_001_001, 20, Unit::Nanoseconds),
+            ("page-faults", 5_000, 7, Unit::Events),
+        ] {
+            let one = back.for_event(event);
+            assert_eq!(one.total(), value, "{event}");
+            assert_eq!(one.info.samples, samples, "{event}");
+            assert_eq!(back.unit(event), unit, "{event}");
+            let mine = profile.for_event(event);
+            assert_eq!(
+                crate::profile::summary_line(&one),
+                crate::profile::summary_line(&mine),
+                "{event}: the same heading as the profile written"
+            );
+        }
+        let mut again = Vec::new();
+        write_folded(&back, &mut again).unwrap();
+        assert_eq!(
+            String::from_utf8(again).unwrap(),
+            text,
+            "written back the same"
+        );
     }
 
     #[test]

@@ -47,6 +47,8 @@ impl Format {
             Self::Svg => write_flamegraph(profile, title, out),
             Self::Speedscope => write_speedscope(profile, out),
             Self::Report => {
+                // One event: values of different units are not added up.
+                let profile = &super::one_event(profile).0;
                 write!(out, "{}", super::summary_line(profile))?;
                 write!(out, "{}", TopTable::build(profile).render(usize::MAX))
             }

@@ -1,6 +1,6 @@
-//! The report of a counter group: per row, the samples of the sampled event and what each
-//! counter of the group counted on those stacks, and ratios between them (`--ratio A/B`,
-//! e.g. `instructions/cycles` for IPC), each with the samples it rests on.
+//! The report of a counter group: per row, the sampled event's events (its CPU time in ms
+//! for a clock) and what each counter of the group counted on those stacks, and ratios
+//! between them (`--ratio A/B`, e.g. `instructions/cycles` for IPC).
 
 use std::{collections::HashMap, fmt::Write as _};
 
@@ -113,8 +113,16 @@ pub fn render_group_table(
         By::Cgroup => ("CGROUP", "CONTAINER"),
         By::Event => ("EVENT", ""),
     };
+    // Each column in its event's unit; time in milliseconds (a ratio per ms of CPU time).
+    let ms = |event: &str| profile.unit(event) == super::Unit::Nanoseconds;
     let mut names = vec![sampled.clone()];
     names.extend(counters.iter().map(|c| c.to_string()));
+    let mut headers = names.clone();
+    for h in &mut headers {
+        if ms(h) {
+            h.push_str("(ms)");
+        }
+    }
     let width = |s: &str| s.len().max(10);
     let mut out = String::new();
     let _ = writeln!(
@@ -129,7 +137,7 @@ pub fn render_group_table(
         }
     );
     let mut header = String::new();
-    for n in &names {
+    for n in &headers {
         let _ = write!(header, "{:>w$}  ", n, w = width(n));
     }
     let ratio_names: Vec<String> = ratios
@@ -140,27 +148,32 @@ pub fn render_group_table(
         let _ = write!(header, "{:>w$}  ", n, w = width(n));
     }
     let _ = writeln!(out, "{}", format!("{header}{what:<40} {detail}").trim_end());
-    let value_of = |values: &[u64], event: &str| -> u64 {
-        if event == sampled {
+    let value_of = |values: &[u64], event: &str| -> f64 {
+        let v = if event == sampled {
             values[0]
         } else {
             values[column(event)]
-        }
+        };
+        if ms(event) { v as f64 / 1e6 } else { v as f64 }
     };
     let mut line = |values: &[u64], label: &str, detail: &str| {
         let mut row = String::new();
-        for (n, v) in names.iter().zip(values) {
-            let _ = write!(row, "{:>w$}  ", v, w = width(n));
+        for ((n, h), v) in names.iter().zip(&headers).zip(values) {
+            let text = match ms(n) {
+                true => format!("{:.1}", *v as f64 / 1e6),
+                false => v.to_string(),
+            };
+            let _ = write!(row, "{:>w$}  ", text, w = width(h));
         }
         for (r, n) in ratios.iter().zip(&ratio_names) {
             let (a, b) = (
                 value_of(values, &r.numerator),
                 value_of(values, &r.denominator),
             );
-            let text = if b == 0 {
+            let text = if b == 0.0 {
                 "-".to_string()
             } else {
-                format!("{:.3}", a as f64 / b as f64)
+                format!("{:.3}", a / b)
             };
             let _ = write!(row, "{:>w$}  ", text, w = width(n));
         }
@@ -176,8 +189,12 @@ pub fn render_group_table(
     }
     line(&totals, "(all stacks)", "");
     if !ratios.is_empty() {
+        let unit = match ms(&sampled) {
+            true => " (milliseconds: a ratio to it is per ms)",
+            false => "",
+        };
         out.push_str(&format!(
-            "each ratio rests on the row's {sampled} samples (the first column)\n"
+            "each ratio rests on the row's {sampled}{unit}, the first column\n"
         ));
     }
     out
@@ -197,10 +214,11 @@ mod tests {
 
     fn group_profile() -> Profile {
         let mut p = Profile::default();
+        // cpu-clock at 1000 Hz: a millisecond a sample.
         for (event, frames, count) in [
-            ("cpu-clock", ["main", "faulter"], 10),
+            ("cpu-clock", ["main", "faulter"], 10_000_000),
             ("page-faults", ["main", "faulter"], 1000),
-            ("cpu-clock", ["main", "spinner"], 30),
+            ("cpu-clock", ["main", "spinner"], 30_000_000),
             ("page-faults", ["main", "spinner"], 3),
         ] {
             let frames: Vec<Frame> = frames.iter().map(|n| f(n)).collect();
@@ -221,7 +239,7 @@ mod tests {
         let r = Ratio::parse("page-faults/cpu-clock", &events).unwrap();
         let text = render_group_table(&p, By::Function, Sort::SelfSamples, 10, &[r]);
         let lines: Vec<&str> = text.lines().collect();
-        assert!(lines[1].contains("cpu-clock") && lines[1].contains("page-faults/cpu-clock"));
+        assert!(lines[1].contains("cpu-clock(ms)") && lines[1].contains("page-faults/cpu-clock"));
         let row = |name: &str| -> Vec<String> {
             lines
                 .iter()
@@ -231,15 +249,15 @@ mod tests {
                 .map(str::to_string)
                 .collect()
         };
-        assert_eq!(row("spinner")[..3], ["30", "3", "0.100"]);
-        assert_eq!(row("faulter")[..3], ["10", "1000", "100.000"]);
-        assert_eq!(row("stacks)")[..3], ["40", "1003", "25.075"]);
+        assert_eq!(row("spinner")[..3], ["30.0", "3", "0.100"]);
+        assert_eq!(row("faulter")[..3], ["10.0", "1000", "100.000"]);
+        assert_eq!(row("stacks)")[..3], ["40.0", "1003", "25.075"]);
         assert!(!text.lines().any(|l| l.contains(" main ")), "self only");
         let total = render_group_table(&p, By::Function, Sort::Total, 10, &[]);
         assert!(
             total
                 .lines()
-                .any(|l| l.split_whitespace().collect::<Vec<_>>()[..3] == ["40", "1003", "main"])
+                .any(|l| l.split_whitespace().collect::<Vec<_>>()[..3] == ["40.0", "1003", "main"])
         );
     }
 

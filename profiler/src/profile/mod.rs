@@ -13,6 +13,7 @@ mod read;
 mod report;
 mod speedscope;
 mod top;
+mod units;
 mod wall;
 
 use std::{collections::BTreeMap, sync::Arc};
@@ -24,14 +25,15 @@ pub use frames::{FrameId, FrameTable, Strings};
 pub use group_table::{Ratio, render_group_table};
 pub use pprof::{read_pprof, write_pprof};
 pub use read::{ReadError, read_profile};
-pub use report::{ReportOptions, render_report, summary_line};
+pub use report::{ReportOptions, default_event, one_event, render_report, summary_line};
 pub use speedscope::write_speedscope;
 pub use top::{By, Sort, TopEntry, TopTable};
+pub use units::Unit;
 pub use wall::{OFF_CPU_EVENT, WALL_EVENT, is_time_event, wall_view};
 
 use crate::symbolize::Frame;
 
-/// One distinct stack and how many samples landed on it.
+/// One distinct stack, the samples that landed on it and what they stand for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StackCount {
     /// The event whose overflow took the sample.
@@ -46,7 +48,12 @@ pub struct StackCount {
     /// Outermost frame first; user frames, then the kernel frames above them. Ids in the
     /// profile's [`FrameTable`] ([`Profile::frames_of`] gives the frames).
     pub frames: Box<[FrameId]>,
+    /// The stack's value in its event's unit ([`Profile::unit`]): the events its samples
+    /// stand for (the sum of their periods; nanoseconds for the clocks), off-CPU time, or a
+    /// counter's increase.
     pub count: u64,
+    /// The samples that carried it (0 for off-CPU time and counter increases).
+    pub samples: u64,
 }
 
 /// What a recording measured, besides the stacks.
@@ -79,6 +86,9 @@ pub struct RunInfo {
     /// The counters read with the sampled event (a counter group), with their totals; their
     /// per-stack increases are stacks of an event of the counter's name.
     pub counters: Vec<CounterTotal>,
+    /// Samples per event where the stacks do not carry theirs (read from folded stacks,
+    /// which keep each event's samples in their header, not per stack).
+    pub event_samples: BTreeMap<String, u64>,
 }
 
 /// A counter of a group over the whole run: `total` is what it counted for the targets
@@ -99,10 +109,14 @@ pub struct Profile {
     pub info: RunInfo,
     /// Paths of the cgroups the samples came from, by id (relative to the cgroup2 root).
     pub cgroups: BTreeMap<u64, Arc<str>>,
+    /// Units of events whose unit their name does not give (read from files); see
+    /// [`Profile::unit`].
+    pub units: BTreeMap<Arc<str>, Unit>,
 }
 
 impl StackCount {
-    /// A stack with no thread, CPU or cgroup attribution (as read from folded stacks).
+    /// A stack with no thread, CPU or cgroup attribution (as read from folded stacks), of
+    /// `count` samples weighing one each (set [`StackCount::samples`] when they differ).
     pub fn new(event: Arc<str>, comm: Arc<str>, frames: Box<[FrameId]>, count: u64) -> Self {
         Self {
             event,
@@ -113,6 +127,7 @@ impl StackCount {
             comm,
             frames,
             count,
+            samples: count,
         }
     }
 }
@@ -156,13 +171,22 @@ impl Profile {
         }
     }
 
-    /// All samples (not counter increases of a group); saturating, as counts read from
-    /// files may be anything.
+    /// The values of the stacks (not counter increases of a group): a sum in one unit for a
+    /// profile of one event ([`Profile::for_event`]); saturating, as counts read from files
+    /// may be anything.
     pub fn total(&self) -> u64 {
         self.stacks
             .iter()
             .filter(|s| !self.is_counter(&s.event))
             .fold(0u64, |sum, s| sum.saturating_add(s.count))
+    }
+
+    /// The samples of the stacks (not counter increases of a group).
+    pub fn samples(&self) -> u64 {
+        self.stacks
+            .iter()
+            .filter(|s| !self.is_counter(&s.event))
+            .fold(0u64, |sum, s| sum.saturating_add(s.samples))
     }
 
     /// Whether `event` is a counter read with the sampled event (its stacks carry counter
@@ -192,20 +216,27 @@ impl Profile {
             .cloned()
             .collect();
         let mut info = self.info.clone();
+        info.event = event.to_string();
         if self.is_counter(event) {
             // The counter's counts are this profile's weights, not samples at a rate.
-            info.event = event.to_string();
             info.frequency_hz = 0;
             info.period = None;
         }
         info.counters.clear();
-        Profile {
+        let mut profile = Profile {
             stacks,
             // Frames no kept stack uses stay, unseen: writers go from stacks to frames.
             frames: self.frames.clone(),
             info,
             cgroups: self.cgroups.clone(),
-        }
+            units: self.units.clone(),
+        };
+        // The summary counts the samples of what is shown; lost and filtered stay the run's.
+        profile.info.samples = match self.info.event_samples.get(event) {
+            Some(&n) if profile.samples() == 0 => n,
+            _ => profile.samples(),
+        };
+        profile
     }
 
     /// The stack (command and frames, whatever the thread or CPU) with the most samples,

@@ -50,10 +50,18 @@ fn speedscope(profile: &Profile) -> Value {
             weights.push(s.count);
         }
         let total: u64 = weights.iter().sum();
+        // Weights are the event's values: nanoseconds of time, or events.
+        let unit = profile.unit(&event);
         profiles.push(json!({
             "type": "sampled",
-            "name": format!("{event}: {total} samples, {} lost{}", profile.info.lost, untracked(profile)),
-            "unit": "none",
+            "name": format!(
+                "{event}: {} {}, {} samples lost{}",
+                total,
+                unit.short(),
+                profile.info.lost,
+                untracked(profile)
+            ),
+            "unit": if unit == super::Unit::Nanoseconds { "nanoseconds" } else { "none" },
             "startValue": 0,
             "endValue": total,
             "samples": samples,
@@ -90,11 +98,13 @@ mod tests {
     use crate::symbolize::{Frame, FrameKind};
 
     #[test]
-    fn frames_are_shared_and_weights_are_counts() {
+    fn frames_are_shared_and_weights_are_events() {
         let f = |n| Frame::named(n, FrameKind::User);
         let mut p = Profile::default();
-        p.push("cpu-clock", "c", &[f("main"), f("leaf")], 9);
-        p.push("cpu-clock", "c", &[f("main")], 1);
+        // Page faults: 9 and 1 events (of 3 and 1 samples).
+        p.push("page-faults", "c", &[f("main"), f("leaf")], 9)
+            .samples = 3;
+        p.push("page-faults", "c", &[f("main")], 1);
         p.info.lost = 2;
         let v = speedscope(&p);
         let names: Vec<&str> = v["shared"]["frames"]
@@ -108,6 +118,10 @@ mod tests {
         assert_eq!(prof["samples"], json!([[0, 1, 2], [0, 1]]));
         assert_eq!(prof["weights"], json!([9, 1]));
         assert_eq!(prof["endValue"], json!(10));
-        assert_eq!(prof["name"], json!("cpu-clock: 10 samples, 2 lost"));
+        assert_eq!(
+            prof["name"],
+            json!("page-faults: 10 events, 2 samples lost")
+        );
+        assert_eq!(prof["unit"], json!("none"));
     }
 }

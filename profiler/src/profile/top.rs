@@ -1,9 +1,9 @@
-//! The top table: self and total share of samples per function, module, process, thread,
-//! CPU, cgroup or event.
+//! The top table: self and total share of one event's values (events, or time) per
+//! function, module, process, thread, CPU or cgroup.
 
 use std::{collections::HashMap, fmt::Write as _, sync::Arc};
 
-use super::{Profile, StackCount};
+use super::{Profile, StackCount, Unit};
 
 /// What the rows of the table are.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -36,17 +36,43 @@ pub struct TopEntry {
     pub function: Arc<str>,
     /// The function's module; for cgroups the container id; else empty.
     pub module: Option<Arc<str>>,
-    /// Samples where this was the innermost frame (for per-stack keys: all its samples).
+    /// The values (events, time) where this was the innermost frame (for per-stack keys:
+    /// all of them).
     pub self_samples: u64,
-    /// Samples where this was anywhere on the stack (counted once per sample).
+    /// The values where this was anywhere on the stack (counted once per stack).
     pub total_samples: u64,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct TopTable {
     pub entries: Vec<TopEntry>,
     pub total: u64,
     pub by: By,
+    /// The unit of the values (of the profile's one event).
+    pub unit: Unit,
+}
+
+/// The index of the frame of `stack` that gets its self value: the innermost, except on an
+/// off-CPU stack (a marker innermost), whose time is the self time of the code that waited:
+/// its innermost user frame (the scheduler's kernel frames under it are on every such
+/// stack), or for a kernel thread its innermost frame that is not the marker.
+fn self_frame(profile: &Profile, stack: &StackCount) -> Option<usize> {
+    let frames: Vec<&crate::symbolize::Frame> = profile.frames_of(stack).collect();
+    let last = frames.len().checked_sub(1)?;
+    if !is_marker(frames[last]) {
+        return Some(last);
+    }
+    frames
+        .iter()
+        .rposition(|f| f.kind == crate::symbolize::FrameKind::User && !is_marker(f))
+        .or_else(|| frames.iter().rposition(|f| !is_marker(f)))
+        .or(Some(last))
+}
+
+/// Whether `frame` is a marker of off-CPU time (`[off-cpu]`), not code: it is on every
+/// off-CPU stack, so the time is the self time of the frame under it.
+fn is_marker(frame: &crate::symbolize::Frame) -> bool {
+    frame.module.is_none() && frame.function.starts_with(profiler_common::offcpu::MARKER)
 }
 
 pub(super) type Key = (Arc<str>, Option<Arc<str>>);
@@ -61,6 +87,7 @@ pub(super) fn keys(profile: &Profile, stack: &StackCount, by: By) -> Vec<Key> {
             .collect(),
         By::Module => profile
             .frames_of(stack)
+            .filter(|f| !is_marker(f))
             .map(|f| {
                 (
                     f.module.clone().unwrap_or_else(|| Arc::from("[unknown]")),
@@ -101,11 +128,17 @@ impl TopTable {
             for key in &keys {
                 if !seen.contains(&key) {
                     seen.push(key);
-                    acc.entry(key.clone()).or_default().1 += stack.count;
+                    let e = &mut acc.entry(key.clone()).or_default().1;
+                    *e = e.saturating_add(stack.count);
                 }
             }
-            if let Some(leaf) = keys.last() {
-                acc.entry(leaf.clone()).or_default().0 += stack.count;
+            let leaf = match by {
+                By::Function => self_frame(profile, stack),
+                _ => keys.len().checked_sub(1),
+            };
+            if let Some(leaf) = leaf.map(|i| &keys[i]) {
+                let e = &mut acc.entry(leaf.clone()).or_default().0;
+                *e = e.saturating_add(stack.count);
             }
         }
         let mut entries: Vec<TopEntry> = acc
@@ -133,10 +166,12 @@ impl TopTable {
                 Sort::Name => name,
             }
         });
+        let events = profile.events();
         Self {
             entries,
             total: profile.total(),
             by,
+            unit: events.first().map_or(Unit::Samples, |e| profile.unit(e)),
         }
     }
 
@@ -163,7 +198,10 @@ impl TopTable {
         };
         let header = format!(
             "{:>7} {:>7} {:>8}  {:<40} {detail}",
-            "SELF%", "TOTAL%", "SAMPLES", what
+            "SELF%",
+            "TOTAL%",
+            self.unit.column(),
+            what
         );
         let _ = writeln!(s, "{}", header.trim_end());
         for e in self.entries.iter().take(limit) {
@@ -176,7 +214,7 @@ impl TopTable {
                 "{:>6.2}% {:>6.2}% {:>8}  {:<40} {detail}",
                 self.pct(e.self_samples),
                 self.pct(e.total_samples),
-                e.self_samples,
+                self.unit.cell(e.self_samples),
                 e.function,
             );
             let _ = writeln!(s, "{}", row.trim_end());
@@ -204,10 +242,57 @@ mod tests {
     }
 
     #[test]
+    fn off_cpu_time_is_the_self_time_of_the_code_that_waited() {
+        let k = |n: &str| Frame {
+            kind: FrameKind::Kernel,
+            module: Some(Arc::from("[kernel.kallsyms]")),
+            ..f(n)
+        };
+        let marker = Frame::named("[off-cpu]", FrameKind::User);
+        let mut profile = Profile::default();
+        let waited = [
+            f("main"),
+            f("read"),
+            k("schedule"),
+            k("__traceiter_sched_switch"),
+        ];
+        let mut stack = waited.to_vec();
+        stack.push(marker.clone());
+        profile.push("off-cpu", "c", &stack, 2_000_000_000);
+        // A kernel thread's wait: no user frame.
+        profile.push(
+            "off-cpu",
+            "k",
+            &[k("kthread"), k("schedule"), marker],
+            1_000,
+        );
+        let t = TopTable::build(&profile);
+        let names: Vec<&str> = t.entries.iter().map(|e| e.function.as_ref()).collect();
+        assert_eq!(names[..2], ["read", "schedule"], "{names:?}");
+        assert_eq!(t.entries[0].self_samples, 2_000_000_000);
+        let marker_row = t
+            .entries
+            .iter()
+            .find(|e| &*e.function == "[off-cpu]")
+            .unwrap();
+        assert_eq!(
+            (marker_row.self_samples, marker_row.total_samples),
+            (0, 2_000_001_000)
+        );
+        assert!(t.render(1).contains("TIME  FUNCTION"));
+        assert!(t.render(1).contains(" 2.00s  read "), "{}", t.render(1));
+    }
+
+    #[test]
     fn self_and_total_with_recursion_counted_once() {
         let mut profile = Profile::default();
-        profile.push("cpu-clock", "c", &[f("main"), f("a"), f("a"), f("leaf")], 8);
-        profile.push("cpu-clock", "c", &[f("main"), f("b")], 2);
+        profile.push(
+            "page-faults",
+            "c",
+            &[f("main"), f("a"), f("a"), f("leaf")],
+            8,
+        );
+        profile.push("page-faults", "c", &[f("main"), f("b")], 2);
         let t = TopTable::build(&profile);
         assert_eq!(t.total, 10);
         let get = |n: &str| t.entries.iter().find(|e| e.function.as_ref() == n).unwrap();
@@ -229,7 +314,7 @@ mod tests {
         let text = t.render(2);
         assert_eq!(
             text,
-            "  SELF%  TOTAL%  SAMPLES  FUNCTION                                 MODULE\n \
+            "  SELF%  TOTAL%   EVENTS  FUNCTION                                 MODULE\n \
              80.00%  80.00%        8  leaf                                     chain\n \
              20.00%  20.00%        2  b                                        chain\n"
         );

@@ -1,6 +1,7 @@
 //! Time views of a profile with off-CPU time (`record --off-cpu`): the `off-cpu` event counts
-//! nanoseconds; the wall-clock view (`--wall`) converts the on-CPU samples to nanoseconds too
-//! and puts both under one `wall` event, so a thread's stacks add up to its wall time.
+//! nanoseconds; the wall-clock view (`--wall`) puts them and the on-CPU time of the clock
+//! events (nanoseconds too: the sum of their samples' periods) under one `wall` event, so a
+//! thread's stacks add up to its wall time.
 
 use std::sync::Arc;
 
@@ -11,20 +12,18 @@ pub const OFF_CPU_EVENT: &str = "off-cpu";
 /// The event of the wall-clock view; its counts are nanoseconds.
 pub const WALL_EVENT: &str = "wall";
 
-/// Whether `event`'s counts are nanoseconds rather than samples.
+/// Whether `event` is time off the CPU or wall time (not a sampled event).
 pub fn is_time_event(event: &str) -> bool {
     event == OFF_CPU_EVENT || event == WALL_EVENT
 }
 
-/// The wall-clock view: every on-CPU sample becomes `ns_per_sample` nanoseconds, off-CPU
-/// stacks keep theirs (and their `[off-cpu]` frame), all under the `wall` event.
-pub fn wall_view(profile: &Profile, ns_per_sample: u64) -> Profile {
+/// The wall-clock view: the on-CPU nanoseconds of clock events and the off-CPU stacks
+/// (with their `[off-cpu]` frame), all under the `wall` event. `record` allows `--wall`
+/// with clock events only, whose values are nanoseconds already.
+pub fn wall_view(profile: &Profile) -> Profile {
     let wall: Arc<str> = Arc::from(WALL_EVENT);
     let mut out = profile.clone();
     for s in &mut out.stacks {
-        if !is_time_event(&s.event) {
-            s.count = s.count.saturating_mul(ns_per_sample);
-        }
         s.event = wall.clone();
     }
     out.info.event = WALL_EVENT.to_string();
@@ -37,17 +36,20 @@ mod tests {
     use crate::symbolize::{Frame, FrameKind};
 
     #[test]
-    fn samples_become_nanoseconds_and_off_cpu_time_is_kept() {
+    fn on_and_off_cpu_nanoseconds_under_one_event() {
         let frame = |n: &str| Frame::named(n, FrameKind::User);
         let mut profile = Profile::default();
-        profile.push("cpu-clock", "a", &[frame("spin")], 10);
+        // Ten samples at 999 Hz: 10 x 1001001 ns.
+        profile
+            .push("cpu-clock", "a", &[frame("spin")], 10_010_010)
+            .samples = 10;
         profile.push(
             OFF_CPU_EVENT,
             "a",
             &[frame("sleep"), frame("[off-cpu]")],
             5_000_000,
         );
-        let wall = wall_view(&profile, 1_001_001);
+        let wall = wall_view(&profile);
         assert_eq!(wall.events(), vec![Arc::from(WALL_EVENT)]);
         assert_eq!(wall.stacks[0].count, 10_010_010);
         assert_eq!(wall.stacks[1].count, 5_000_000);

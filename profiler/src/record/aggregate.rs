@@ -1,7 +1,8 @@
-//! Reading the in-kernel aggregation map (`record --aggregate`): counts per (process, event,
-//! stacks, cgroup), turned into per-interval deltas for the collector. Entries are never
-//! deleted while recording (a delete would race with the kernel's increments and lose
-//! counts), so each read reports what grew since the last one. With a counter group, the
+//! Reading the in-kernel aggregation map (`record --aggregate`): samples and the events they
+//! stand for (the sum of their periods) per (process, event, stacks, cgroup), turned into
+//! per-interval deltas for the collector. Entries are never deleted while recording (a
+//! delete would race with the kernel's increments and lose counts), so each read reports
+//! what grew since the last one. With a counter group, the
 //! kernel also sums each counter's per-thread increases per key (`AGGREGATE_GROUP`): their
 //! growth goes to the same stacks, as the counters' events.
 
@@ -9,13 +10,16 @@ use std::collections::HashMap;
 
 use profiler_common::{AggregateKey, group::MAX_COUNTERS, stack_id};
 
-use super::{Collector, collect::CountedStack};
+use super::{
+    Collector,
+    collect::{CountedStack, Weight},
+};
 use crate::bpf::{BpfError, Sampler};
 
 #[derive(Default)]
 pub struct AggregateReader {
-    /// Counts as of the last read, and each key's command.
-    seen: HashMap<AggregateKey, (u64, [u8; 16])>,
+    /// Samples and events as of the last read, and each key's command.
+    seen: HashMap<AggregateKey, (Weight, [u8; 16])>,
     /// Stacks by id; a stack-map slot is never overwritten without BPF_F_REUSE_STACKID.
     stacks: HashMap<i32, Vec<u64>>,
     /// The counter group's sums, when one is recorded.
@@ -62,7 +66,7 @@ impl AggregateReader {
         for (key, value) in sampler.aggregated()? {
             if let std::collections::hash_map::Entry::Vacant(e) = self.seen.entry(key) {
                 collector.observe(key.pid);
-                e.insert((0, value.comm));
+                e.insert((Weight::default(), value.comm));
             }
         }
         Ok(())
@@ -81,12 +85,19 @@ impl AggregateReader {
             None => Vec::new(),
         };
         for (key, value) in sampler.aggregated()? {
+            let now = Weight {
+                value: value.events,
+                samples: value.count,
+            };
             let before = self
                 .seen
-                .insert(key, (value.count, value.comm))
-                .map_or(0, |(n, _)| n);
-            let delta = value.count.saturating_sub(before);
-            if delta == 0 {
+                .insert(key, (now, value.comm))
+                .map_or(Weight::default(), |(n, _)| n);
+            let delta = Weight {
+                value: now.value.saturating_sub(before.value),
+                samples: now.samples.saturating_sub(before.samples),
+            };
+            if delta.samples == 0 {
                 continue;
             }
             let (kernel, user) = self.stacks_of(sampler, &key)?;

@@ -53,9 +53,24 @@ pub struct CountedStack<'a> {
     pub missing: Option<&'static str>,
 }
 
+/// What landed on one stack: its value in its event's unit (events; nanoseconds for clocks
+/// and off-CPU time; a counter's increase) and the samples that carried it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Weight {
+    pub value: u64,
+    pub samples: u64,
+}
+
+impl std::ops::AddAssign for Weight {
+    fn add_assign(&mut self, other: Weight) {
+        self.value = self.value.saturating_add(other.value);
+        self.samples += other.samples;
+    }
+}
+
 #[derive(Default)]
 pub struct Collector {
-    stacks: HashMap<RawStack, u64>,
+    stacks: HashMap<RawStack, Weight>,
     samples: u64,
     /// Samples of the intervals already taken.
     all_samples: u64,
@@ -67,7 +82,7 @@ pub struct Collector {
 /// One interval's stacks with the files their offsets are in: everything needed to name
 /// them, on any thread, after every process in them has gone.
 pub struct Batch {
-    stacks: HashMap<RawStack, u64>,
+    stacks: HashMap<RawStack, Weight>,
     files: HashMap<FileId, ElfFile>,
     info: RunInfo,
     events: Vec<Arc<str>>,
@@ -91,7 +106,8 @@ impl Collector {
     }
 
     /// [`Collector::add`], and the increase `weights[k]` of each counter of a group on the
-    /// same stack, as samples of event `first_counter + k`.
+    /// same stack, as values of event `first_counter + k`. The sample weighs its period's
+    /// events (one when the kernel gave none).
     pub fn add_weighted(
         &mut self,
         rec: &StackSampleHeader,
@@ -100,13 +116,27 @@ impl Collector {
         weights: &[u64],
     ) {
         self.samples += 1;
-        self.add_stack(rec, frames, None, 1, (first_counter, weights));
+        let weight = Weight {
+            value: rec.period.max(1),
+            samples: 1,
+        };
+        self.add_stack(rec, frames, None, weight, (first_counter, weights));
     }
 
     /// Counts one off-CPU record (`record --off-cpu`): `ns` nanoseconds off the CPU, under
     /// its kept stack with a marker frame innermost ([`offcpu::marker`]).
     pub fn add_off_cpu(&mut self, rec: &StackSampleHeader, frames: &[u8], ns: u64) {
-        self.add_stack(rec, frames, Some(offcpu::marker(rec.flags)), ns, (0, &[]));
+        let weight = Weight {
+            value: ns,
+            samples: 0,
+        };
+        self.add_stack(
+            rec,
+            frames,
+            Some(offcpu::marker(rec.flags)),
+            weight,
+            (0, &[]),
+        );
     }
 
     fn add_stack(
@@ -114,7 +144,7 @@ impl Collector {
         rec: &StackSampleHeader,
         frames: &[u8],
         marker: Option<&'static str>,
-        weight: u64,
+        weight: Weight,
         (first_counter, weights): (u32, &[u64]),
     ) {
         self.symbolizer.observe(rec.pid, Some(rec.comm));
@@ -176,7 +206,10 @@ impl Collector {
                     user: key.user.clone(),
                     ..key
                 };
-                *self.stacks.entry(counter).or_default() += w;
+                *self.stacks.entry(counter).or_default() += Weight {
+                    value: w,
+                    samples: 0,
+                };
             }
         }
         self.count(key, weight);
@@ -184,7 +217,7 @@ impl Collector {
 
     /// Adds `weight` to `key`'s count; a stack seen for the first time has its addresses
     /// noted for naming ahead.
-    fn count(&mut self, key: RawStack, weight: u64) {
+    fn count(&mut self, key: RawStack, weight: Weight) {
         match self.stacks.entry(key) {
             Entry::Occupied(mut e) => *e.get_mut() += weight,
             Entry::Vacant(e) => {
@@ -216,10 +249,11 @@ impl Collector {
         self.symbolizer.observe(pid, None);
     }
 
-    /// Counts `count` samples of event `event` on one in-kernel aggregation entry's stack.
-    pub fn add_counted(&mut self, event: u32, stack: &CountedStack<'_>, count: u64) {
-        self.samples += count;
-        self.add_entry(event, stack, count);
+    /// Counts `weight` (samples and the events they stand for) of event `event` on one
+    /// in-kernel aggregation entry's stack.
+    pub fn add_counted(&mut self, event: u32, stack: &CountedStack<'_>, weight: Weight) {
+        self.samples += weight.samples;
+        self.add_entry(event, stack, weight);
     }
 
     /// Adds the increase `weights[k]` of each counter of a group on one in-kernel
@@ -233,12 +267,16 @@ impl Collector {
     ) {
         for (k, &w) in weights.iter().enumerate() {
             if w != 0 {
-                self.add_entry(first_counter + k as u32, stack, w);
+                let weight = Weight {
+                    value: w,
+                    samples: 0,
+                };
+                self.add_entry(first_counter + k as u32, stack, weight);
             }
         }
     }
 
-    fn add_entry(&mut self, event: u32, stack: &CountedStack<'_>, weight: u64) {
+    fn add_entry(&mut self, event: u32, stack: &CountedStack<'_>, weight: Weight) {
         let CountedStack {
             pid,
             cgroup,
@@ -373,10 +411,10 @@ impl Batch {
         // Different addresses can symbolize to the same frames (two call sites in one
         // function): merge them so each distinct stack appears once.
         type Key = (u32, u32, u32, u32, u64, Arc<str>, Box<[FrameId]>);
-        let mut merged: HashMap<Key, u64> = HashMap::new();
+        let mut merged: HashMap<Key, Weight> = HashMap::new();
         let mut comms: HashMap<[u8; 16], Arc<str>> = HashMap::new();
         let mut cgroups = BTreeSet::new();
-        for (raw, count) in raw_stacks {
+        for (raw, weight) in raw_stacks {
             let comm = comms
                 .entry(raw.comm)
                 .or_insert_with(|| {
@@ -422,12 +460,12 @@ impl Batch {
                 comm,
                 frames.into_boxed_slice(),
             );
-            *merged.entry(key).or_default() += count;
+            *merged.entry(key).or_default() += weight;
         }
         profile.stacks = merged
             .into_iter()
             .map(
-                |((event, pid, tid, cpu, cgroup, comm, frames), count)| StackCount {
+                |((event, pid, tid, cpu, cgroup, comm, frames), weight)| StackCount {
                     event: events
                         .get(event as usize)
                         .cloned()
@@ -438,7 +476,8 @@ impl Batch {
                     cgroup,
                     comm,
                     frames,
-                    count,
+                    count: weight.value,
+                    samples: weight.samples,
                 },
             )
             .collect();
@@ -462,7 +501,14 @@ mod tests {
             user: &[],
             missing: Some("[stack hash collision]"),
         };
-        c.add_counted(0, &stack, 7);
+        c.add_counted(
+            0,
+            &stack,
+            Weight {
+                value: 7_000,
+                samples: 7,
+            },
+        );
         // Counters 1 and 2 of a group whose first counter is event 1: a zero adds nothing.
         c.add_counter_weights(1, &stack, &[70, 0]);
         c.add_counter_weights(1, &stack, &[5, 0]);
@@ -481,8 +527,10 @@ mod tests {
         };
         assert_eq!(
             (of("cpu-clock"), of("page-faults"), of("context-switches")),
-            (7, 75, 0)
+            (7_000, 75, 0)
         );
+        let samples: u64 = p.stacks.iter().map(|s| s.samples).sum();
+        assert_eq!(samples, 7, "counter increases are no samples");
         assert_eq!(p.info.samples, 7);
         assert!(p.stacks.iter().all(|s| s.frames.len() == 1));
         // One frame, the collision marker, shared by every stack.

@@ -142,7 +142,7 @@ impl RecordOptions {
     }
 
     /// The ring buffer's size: as asked, else about a quarter of a second of samples at the
-    /// asked rate on every sampled CPU (160 bytes a sample: a record is a 72-byte header and 8
+    /// asked rate on every sampled CPU (160 bytes a sample: a record is an 80-byte header and 8
     /// bytes a frame; the benchmarks measure 120 on average, 185 with a counter group),
     /// a power of two from 1 MiB up to 8 MiB for whole CPUs and 4 MiB for some tasks (their
     /// threads bound their rate). The reader drains at least every `poll` (100 ms) and when a
@@ -391,10 +391,10 @@ pub async fn record_with(
     on_interval: &mut dyn FnMut(Profile),
 ) -> Result<RecordOutcome, RecordError> {
     // `--wall`: every profile handed over is the wall-clock view.
-    let wall = opts.wall.then(|| offcpu::ns_per_sample(opts));
+    let wall = opts.wall;
     let view = move |p: Profile| match wall {
-        Some(ns) => crate::profile::wall_view(&p, ns),
-        None => p,
+        true => crate::profile::wall_view(&p),
+        false => p,
     };
     let mut on_interval = |p: Profile| on_interval(view(p));
     let mut session = Session::setup(opts)?;

@@ -39,15 +39,6 @@ pub(super) fn validate(opts: &RecordOptions) -> Result<(), UsageError> {
     Ok(())
 }
 
-/// Nanoseconds of CPU time one on-CPU sample stands for: the period (in ns for the clock
-/// events), or 1e9 / frequency (perf turns a clock event's frequency into that period).
-pub(super) fn ns_per_sample(opts: &RecordOptions) -> u64 {
-    match opts.period {
-        Some(n) => n,
-        None => 1_000_000_000 / opts.frequency_hz.max(1),
-    }
-}
-
 /// The attached off-CPU program and what has been taken of its in-kernel totals.
 pub(super) struct OffCpu {
     hook: OffCpuHook,

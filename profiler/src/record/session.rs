@@ -718,6 +718,7 @@ fn run_info(
         refused: 0,
         unsymbolized: 0,
         counters: Vec::new(),
+        event_samples: Default::default(),
     };
     *reported = *stats;
     info

@@ -8,7 +8,7 @@ use prost::Message as _;
 
 use super::{COMMENT_PREFIX, KERNEL_MODULE, proto};
 use crate::{
-    profile::{CounterTotal, FrameId, Profile, RunInfo, StackCount, is_time_event},
+    profile::{CounterTotal, FrameId, Profile, RunInfo, StackCount, Unit},
     symbolize::{Frame, FrameKind},
 };
 
@@ -168,6 +168,16 @@ fn decode(p: &proto::Profile) -> Result<Profile, PprofError> {
             .position(|t| l.string(t.r#type).is_ok_and(|s| s == c.name));
         counter_index.push(i);
     }
+    // Columns named after an event (not `samples`, not a counter): index and unit.
+    let mut event_columns: HashMap<&str, (usize, Unit)> = HashMap::new();
+    for (i, t) in p.sample_type.iter().enumerate() {
+        let name = l.string(t.r#type)?;
+        if i != count_index && !counters.iter().any(|c| c.name == name) {
+            event_columns
+                .entry(name)
+                .or_insert((i, Unit::from_pprof(l.string(t.unit)?)));
+        }
+    }
     let samples = profile.frames.strings().get("samples");
     let no_comm = profile.frames.strings().get("");
     for s in &p.sample {
@@ -181,6 +191,7 @@ fn decode(p: &proto::Profile) -> Result<Profile, PprofError> {
         }
         let count = s.value.get(count_index).copied().unwrap_or(0).max(0) as u64;
         let mut stack = StackCount::new(samples.clone(), no_comm.clone(), frames.into(), count);
+        let value_at = |i: usize| s.value.get(i).copied().unwrap_or(0).max(0) as u64;
         let mut cgroup_path = None;
         for label in &s.label {
             let value = l.string(label.str)?;
@@ -195,14 +206,17 @@ fn decode(p: &proto::Profile) -> Result<Profile, PprofError> {
                 _ => {}
             }
         }
-        // Off-CPU and wall stacks count in their own nanosecond column (as written).
-        if is_time_event(&stack.event)
-            && let Some(i) = p
-                .sample_type
-                .iter()
-                .position(|t| l.string(t.r#type).is_ok_and(|s| s == stack.event.as_ref()))
-        {
-            stack.count = s.value.get(i).copied().unwrap_or(0).max(0) as u64;
+        // Each event's values are in the column named after it, in its unit (as written);
+        // profiles without one (written before, or by other tools) count samples.
+        match event_columns.get(stack.event.as_ref()) {
+            Some(&(i, unit)) => {
+                stack.count = value_at(i);
+                profile.units.insert(stack.event.clone(), unit);
+            }
+            None if stack.event.as_ref() != "samples" => {
+                profile.units.insert(stack.event.clone(), Unit::Samples);
+            }
+            None => {}
         }
         if let Some(path) = cgroup_path
             && stack.cgroup != 0
@@ -215,6 +229,7 @@ fn decode(p: &proto::Profile) -> Result<Profile, PprofError> {
                 let mut weighted = stack.clone();
                 weighted.event = profile.frames.strings().get(&c.name);
                 weighted.count = n;
+                weighted.samples = 0;
                 profile.stacks.push(weighted);
             }
         }
@@ -223,7 +238,7 @@ fn decode(p: &proto::Profile) -> Result<Profile, PprofError> {
         }
     }
     profile.info.counters = counters;
-    let total = profile.total();
+    let total = profile.samples();
     profile.info = RunInfo {
         counters: std::mem::take(&mut profile.info.counters),
         ..run_info(&l, p, total)?

@@ -40,6 +40,7 @@ fn sample_profile() -> Profile {
             unsymbolized: 6,
             period: None,
             counters: Vec::new(),
+            event_samples: Default::default(),
         },
         ..Default::default()
     };
@@ -134,9 +135,14 @@ fn inlined_frames_share_one_location_innermost_first() {
             .iter()
             .map(|t| (s(t.r#type), s(t.unit)))
             .collect::<Vec<_>>(),
-        [("samples", "count")],
-        "no CPU-time weight for a mix of clock and non-clock events"
+        [
+            ("samples", "count"),
+            ("cpu-clock", "nanoseconds"),
+            ("page-faults", "count")
+        ],
+        "each event's values in a column of its own, in its unit"
     );
+    assert_eq!(msg.period_type, None, "no one period for two events");
     assert!(msg.comment.iter().any(|&c| s(c) == "profiler.lost=7"));
     assert!(msg.comment.iter().any(|&c| s(c) == "profiler.untracked=4"));
     assert!(msg.comment.iter().any(|&c| s(c) == "profiler.refused=5"));
@@ -151,10 +157,41 @@ fn inlined_frames_share_one_location_innermost_first() {
 fn clock_events_carry_cpu_nanoseconds() {
     let mut p = sample_profile();
     p.stacks.truncate(1);
+    // 90 samples at 999 Hz: the kernel's period for the clock is 1e9 / 999 ns.
+    p.stacks[0].count = 90 * 1_001_001;
     let msg = super::encode(&p);
     assert_eq!(msg.sample_type.len(), 2);
-    assert_eq!(msg.sample[0].value, vec![90, 90 * (1_000_000_000 / 999)]);
-    assert_eq!(msg.period, 1_000_000_000 / 999);
+    assert_eq!(msg.sample[0].value, vec![90, 90 * 1_001_001]);
+    assert_eq!(msg.period, 1_001_001);
+    let s = |i: i64| msg.string_table[i as usize].as_str();
+    let period_type = msg.period_type.as_ref().expect("a period type");
+    assert_eq!(
+        (s(period_type.r#type), s(period_type.unit)),
+        ("cpu-clock", "nanoseconds")
+    );
+}
+
+#[test]
+fn events_at_a_frequency_count_their_periods_beside_their_samples() {
+    let mut p = sample_profile();
+    p.info.event = "page-faults".into();
+    p.stacks.remove(0);
+    // 10 samples of page faults standing for 12345 faults.
+    p.stacks[0].count = 12_345;
+    let msg = super::encode(&p);
+    let s = |i: i64| msg.string_table[i as usize].as_str();
+    let types: Vec<(&str, &str)> = msg
+        .sample_type
+        .iter()
+        .map(|t| (s(t.r#type), s(t.unit)))
+        .collect();
+    assert_eq!(types, [("samples", "count"), ("page-faults", "count")]);
+    assert_eq!(msg.sample[0].value, vec![10, 12_345]);
+    assert_eq!(s(msg.default_sample_type), "page-faults");
+    assert_eq!(msg.period, 0, "a frequency: no fixed period");
+    let back = read_pprof(&msg.encode_to_vec()).unwrap();
+    assert_eq!((back.total(), back.samples()), (12_345, 10));
+    assert_eq!(back.unit("page-faults"), crate::profile::Unit::Events);
 }
 
 #[test]
@@ -234,6 +271,7 @@ fn a_counter_group_has_a_sample_type_per_counter_and_round_trips() {
     let mut leader = p.stacks[1].clone();
     leader.event = Arc::from("cpu-clock");
     leader.count = 3;
+    leader.samples = 3;
     p.stacks.push(leader);
     p.info.event = "cpu-clock".into();
     p.info.counters = vec![crate::profile::CounterTotal {
@@ -283,7 +321,10 @@ fn a_counter_group_has_a_sample_type_per_counter_and_round_trips() {
 fn off_cpu_and_wall_time_have_nanosecond_columns_of_their_own() {
     let mut p = sample_profile();
     p.stacks.truncate(1);
+    // 90 samples of cpu-clock at 999 Hz: 1001001 ns each.
+    p.stacks[0].count = 90 * 1_001_001;
     let mut off = p.stacks[0].clone();
+    off.samples = 0;
     off.event = Arc::from(crate::profile::OFF_CPU_EVENT);
     let marker = p.frames.intern(&Frame::named("[off-cpu]", FrameKind::User));
     off.frames = off.frames.iter().copied().chain([marker]).collect();
@@ -300,24 +341,31 @@ fn off_cpu_and_wall_time_have_nanosecond_columns_of_their_own() {
         types,
         [
             ("samples", "count"),
-            ("cpu", "nanoseconds"),
+            ("cpu-clock", "nanoseconds"),
             ("off-cpu", "nanoseconds")
         ]
     );
-    assert_eq!(msg.sample[0].value, vec![90, 90 * (1_000_000_000 / 999), 0]);
+    assert_eq!(msg.sample[0].value, vec![90, 90 * 1_001_001, 0]);
     assert_eq!(msg.sample[1].value, vec![0, 0, 250_000_000]);
-    assert_eq!(msg.default_sample_type, 0);
-    // Read back, the off-CPU stack counts its nanoseconds again.
+    assert_eq!(s(msg.default_sample_type), "cpu-clock");
+    // Read back, each stack has its samples and its value in its event's unit.
     let back = read_pprof(&msg.encode_to_vec()).unwrap();
-    assert_eq!(back.stacks[1].count, 250_000_000);
-    assert_eq!(back.stacks[0].count, 90);
+    assert_eq!(
+        (back.stacks[1].count, back.stacks[1].samples),
+        (250_000_000, 0)
+    );
+    assert_eq!(
+        (back.stacks[0].count, back.stacks[0].samples),
+        (90 * 1_001_001, 90)
+    );
+    assert_eq!(back.unit("off-cpu"), crate::profile::Unit::Nanoseconds);
 
     // The wall view: one time column, which the profile opens on.
-    let wall = crate::profile::wall_view(&p, 1_001_001);
+    let wall = crate::profile::wall_view(&p);
     let msg = super::encode(&wall);
     let s = |i: i64| msg.string_table[i as usize].as_str();
     assert_eq!(msg.sample_type.len(), 2);
     assert_eq!(s(msg.default_sample_type), "wall");
-    assert_eq!(msg.sample[0].value, vec![0, 90 * 1_001_001]);
+    assert_eq!(msg.sample[0].value, vec![90, 90 * 1_001_001]);
     assert_eq!(msg.sample[1].value, vec![0, 250_000_000]);
 }

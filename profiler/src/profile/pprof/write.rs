@@ -7,7 +7,7 @@ use prost::Message as _;
 
 use super::{COMMENT_PREFIX, KERNEL_MODULE, proto};
 use crate::{
-    profile::{FrameId, FrameTable, Profile, StackCount, is_time_event},
+    profile::{FrameId, FrameTable, Profile, StackCount, Unit, is_time_event},
     symbolize::{Frame, FrameKind, Identity},
 };
 
@@ -237,33 +237,17 @@ impl<'a> Tables<'a> {
 /// A stack and its attribution: samples with equal keys merge in a counter group's profile.
 type GroupKey<'a> = (&'a [FrameId], u32, u32, u32, u64, &'a str);
 
-/// What the second sample value measures, when it can be known: CPU time for clock events
-/// sampled by frequency, events for sampling by period.
-fn weight(profile: &Profile) -> Option<(&'static str, &'static str, i64)> {
+/// The period one sample of the profile's only sampled event stands for, when it is fixed:
+/// `-c N`, or a clock at a frequency (perf turns it into a period of 1e9 / frequency ns).
+fn fixed_period(profile: &Profile, event: &str) -> i64 {
     let info = &profile.info;
-    // Off-CPU and wall time have nanosecond columns of their own (`time_columns`).
-    let sampled = profile.events();
-    let sampled: Vec<&str> = sampled
-        .iter()
-        .map(|e| e.as_ref())
-        .filter(|e| !is_time_event(e) && !profile.is_counter(e))
-        .collect();
-    if sampled.is_empty() {
-        return None;
+    match info.period {
+        Some(n) => n as i64,
+        None if profile.unit(event) == Unit::Nanoseconds && info.frequency_hz > 0 => {
+            1_000_000_000 / info.frequency_hz as i64
+        }
+        None => 0,
     }
-    if let Some(n) = info.period {
-        return Some(("events", "count", n as i64));
-    }
-    let clocks = sampled
-        .iter()
-        .all(|e| matches!(*e, "cpu-clock" | "task-clock"));
-    (clocks && info.frequency_hz > 0).then(|| {
-        (
-            "cpu",
-            "nanoseconds",
-            1_000_000_000 / info.frequency_hz as i64,
-        )
-    })
 }
 
 /// The pprof message for `profile`.
@@ -282,57 +266,47 @@ pub fn encode(profile: &Profile) -> proto::Profile {
         raw_mapping_ids: HashMap::new(),
         raw_location_ids: HashMap::new(),
     };
+    // Samples first, then one column per event in its unit (`page-faults`/`count`,
+    // `cpu-clock`/`nanoseconds`, `off-cpu`/`nanoseconds`), as pprof's own CPU profiles
+    // put `cpu`/`nanoseconds` beside `samples`/`count`: each stack counts its samples and
+    // its event's value, nothing is added across events.
     let mut sample_type = vec![proto::ValueType {
         r#type: t.strings.get("samples"),
         unit: t.strings.get("count"),
     }];
-    let weight = weight(profile);
-    let mut period_type = None;
-    let mut period = 0;
-    if let Some((ty, unit, per_sample)) = weight {
-        let vt = proto::ValueType {
-            r#type: t.strings.get(ty),
-            unit: t.strings.get(unit),
-        };
-        sample_type.push(vt.clone());
-        period_type = Some(vt);
-        period = per_sample;
-    }
-    // One nanosecond column per time event (`off-cpu`, `wall`): their stacks count only
-    // there, sampled stacks only in the columns before.
-    let time_columns: Vec<Arc<str>> = profile
+    // Sampled events first, time off the CPU after them (as the report orders them).
+    let mut events: Vec<Arc<str>> = profile
         .events()
         .into_iter()
-        .filter(|e| is_time_event(e))
+        .filter(|e| !profile.is_counter(e))
         .collect();
-    for e in &time_columns {
+    events.sort_by_key(|e| is_time_event(e));
+    for e in &events {
         sample_type.push(proto::ValueType {
             r#type: t.strings.get(e),
-            unit: t.strings.get("nanoseconds"),
+            unit: t.strings.get(profile.unit(e).pprof()),
         });
     }
-    // A profile of time only (`--wall`) opens on its time.
-    let default_sample_type = match time_columns.first() {
-        Some(e) if weight.is_none() && time_columns.len() == 1 => t.strings.get(e),
-        _ => 0,
+    // The period, when one sampled event has a fixed one.
+    let (period_type, period) = match events.as_slice() {
+        [one] if !is_time_event(one) => (Some(sample_type[1].clone()), fixed_period(profile, one)),
+        _ => (None, 0),
     };
-    let first_time = sample_type.len() - time_columns.len();
-    // A counter group: one sample type per counter (named after it, unit `count`), and
-    // each stack's samples and counter counts in one sample.
+    // Viewers open on the first event's values, not on samples.
+    let default_sample_type = events.first().map_or(0, |e| t.strings.get(e));
+    // A counter group: one sample type per counter (named after it), and each stack's
+    // samples and counter counts in one sample.
     let counters = &profile.info.counters;
     for c in counters {
         sample_type.push(proto::ValueType {
             r#type: t.strings.get(&c.name),
-            unit: t.strings.get("count"),
+            unit: t.strings.get(profile.unit(&c.name).pprof()),
         });
     }
     let first_counter = sample_type.len() - counters.len();
     let mut samples: Vec<proto::Sample> = Vec::new();
     let mut merged: HashMap<GroupKey<'_>, usize> = HashMap::new();
-    let sampled = profile
-        .events()
-        .into_iter()
-        .find(|e| !profile.is_counter(e) && !is_time_event(e));
+    let sampled = events.iter().find(|e| !is_time_event(e)).cloned();
     for s in &profile.stacks {
         let counter = counters.iter().position(|c| *c.name == *s.event);
         let key = (
@@ -371,15 +345,13 @@ pub fn encode(profile: &Profile) -> proto::Profile {
             }
         };
         let value = &mut samples[at].value;
-        match (counter, time_columns.iter().position(|e| *e == s.event)) {
-            (Some(k), _) => value[first_counter + k] += s.count as i64,
-            (None, Some(i)) => value[first_time + i] += s.count as i64,
-            (None, None) => {
-                value[0] += s.count as i64;
-                if let Some((_, _, per_sample)) = weight {
-                    value[1] += s.count as i64 * per_sample;
-                }
-            }
+        let column = match counter {
+            Some(k) => first_counter + k,
+            None => 1 + events.iter().position(|e| *e == s.event).unwrap_or(0),
+        };
+        value[column] = value[column].saturating_add(s.count as i64);
+        if counter.is_none() {
+            value[0] = value[0].saturating_add(s.samples as i64);
         }
     }
     let info = &profile.info;
