@@ -195,7 +195,10 @@ impl Profile {
         self.info.counters.iter().any(|c| c.name == event)
     }
 
-    /// The events the samples came from, in first-seen order.
+    /// The events the samples came from: in the order the run asked for them
+    /// (`info.event`, record's `-e` or a file's own order), then any others in first-seen
+    /// order. Never the order samples happened to arrive in, so the default event and the
+    /// columns are the same in the run's own report and in its file read back.
     pub fn events(&self) -> Vec<Arc<str>> {
         let mut out: Vec<Arc<str>> = Vec::new();
         for s in &self.stacks {
@@ -203,6 +206,10 @@ impl Profile {
                 out.push(s.event.clone());
             }
         }
+        let asked: Vec<&str> = self.info.event.split(',').map(str::trim).collect();
+        let rank = |e: &Arc<str>| asked.iter().position(|a| *a == e.as_ref());
+        // Stable: the unlisted keep their first-seen order after the listed ones.
+        out.sort_by_key(|e| rank(e).unwrap_or(usize::MAX));
         out
     }
 
@@ -256,5 +263,25 @@ impl Profile {
             }
         }
         merged.into_iter().rev().max_by_key(|s| s.count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_come_in_the_order_asked_for_not_the_order_samples_arrived() {
+        let mut p = Profile::default();
+        p.info.event = "page-faults,cpu-clock".into();
+        p.push("extra", "c", &[], 1);
+        p.push("cpu-clock", "c", &[], 1);
+        p.push("page-faults", "c", &[], 1);
+        let names: Vec<String> = p.events().iter().map(|e| e.to_string()).collect();
+        assert_eq!(names, ["page-faults", "cpu-clock", "extra"]);
+        // With nothing asked for (a foreign file), first seen first.
+        p.info.event.clear();
+        let names: Vec<String> = p.events().iter().map(|e| e.to_string()).collect();
+        assert_eq!(names, ["extra", "cpu-clock", "page-faults"]);
     }
 }
