@@ -11,6 +11,9 @@ use tokio::time::Instant;
 
 use super::{Shared, retry, send::Client};
 
+/// The wait between tries once the run is ending (the flush deadline bounds them).
+const CLOSING_RETRY: Duration = Duration::from_millis(250);
+
 /// The end of the run, as the tasks see it: once closed, a task stops when its queue is
 /// empty or at the deadline, whichever comes first.
 pub struct Closing {
@@ -36,6 +39,17 @@ impl Closing {
 
     fn deadline(&self) -> Option<Instant> {
         *self.deadline.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Completes once `close` was called.
+    async fn started(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.deadline().is_some() {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Completes at the deadline once closed (never before `close`).
@@ -136,9 +150,18 @@ pub async fn run(shared: Arc<Shared>, mut client: Client, closing: Arc<Closing>)
             }
         };
         if let Some(delay) = wait {
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
-                _ = closing.passed() => return,
+            if closing.deadline().is_some() {
+                // Flushing: the store gets a try every CLOSING_RETRY until the deadline.
+                tokio::select! {
+                    _ = tokio::time::sleep(delay.min(CLOSING_RETRY)) => {}
+                    _ = closing.passed() => return,
+                }
+            } else {
+                // A long backoff is cut short by the end of the run: one more try now.
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = closing.started() => {}
+                }
             }
         }
         if let Err(e) = outcome {

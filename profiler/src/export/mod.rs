@@ -82,7 +82,15 @@ impl Endpoint {
         if protocol == Protocol::OtlpGrpc && parsed.path() != "/" {
             return Err(err("a gRPC endpoint has no path"));
         }
-        let port = parsed.port().unwrap_or(port);
+        // The URL parser forgets a port equal to http(s)'s default (`:443`): look at the text.
+        let authority = rest.split('/').next().unwrap_or("");
+        let explicit = authority
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+        let port = match explicit {
+            true => parsed.port_or_known_default().unwrap_or(port),
+            false => port,
+        };
         let path = parsed.path().trim_end_matches('/');
         Ok(Self {
             url: url.to_string(),
@@ -179,8 +187,6 @@ pub struct Exporter {
     otlp_wanted: bool,
     closing: Arc<deliver::Closing>,
     thread: Option<JoinHandle<()>>,
-    /// When the previous interval ended (the next one's start), unix seconds.
-    last_until: u64,
 }
 
 fn unix_now() -> u64 {
@@ -287,7 +293,6 @@ impl Exporter {
             },
             closing,
             thread: Some(thread),
-            last_until: 0,
         })
     }
 
@@ -301,10 +306,8 @@ impl Exporter {
     pub fn submit_message(&mut self, message: &pprof::proto::Profile, rate: u64) {
         let until = unix_now();
         let duration = (message.duration_nanos.max(0) as u64).div_ceil(1_000_000_000);
-        let from = until
-            .saturating_sub(duration.max(1))
-            .max(self.last_until.min(until));
-        self.last_until = until;
+        // Whole seconds, at least one (Pyroscope wants from < until).
+        let from = until.saturating_sub(duration.max(1));
         let otlp_body = self.otlp_wanted.then(|| {
             otlp::request(message, &self.defaults, |pid, labels| {
                 ProcessInfo::read(

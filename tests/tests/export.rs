@@ -1,0 +1,560 @@
+//! `record --export`: the profiles that reach a store are the files written beside them.
+//! The stores are `tests/export/receiver.py`: OTLP gRPC and HTTP receivers built on the
+//! official `opentelemetry-proto` package and `grpcio`, and a Pyroscope-shaped `/ingest`,
+//! on 127.0.0.1 only, in a virtualenv under `target/` that the first test creates
+//! (`pip install opentelemetry-proto grpcio`). Each receiver logs every request with its
+//! samples in a normal form, which `receiver.py decode` gives for a pprof file too.
+
+use std::{
+    io::{BufRead as _, BufReader},
+    net::TcpListener,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use profiler_tests::*;
+use serde_json::Value;
+
+const PROTOCOLS: [&str; 3] = ["grpc", "http", "pyroscope"];
+
+fn receiver_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("export/receiver.py")
+}
+
+/// The virtualenv's python with `opentelemetry-proto` and `grpcio`, created under target/
+/// the first time.
+fn python() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test>
+    let target = exe.ancestors().nth(3).expect("target dir").to_path_buf();
+    let venv = target.join("otlp-venv");
+    let py = venv.join("bin/python");
+    let ready = |py: &Path| {
+        Command::new(py)
+            .args([
+                "-c",
+                "import grpc, opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2_grpc",
+            ])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !ready(&py) {
+        let status = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .expect("python3 -m venv (Debian: python3-venv, which cargo xtask test installs)");
+        assert!(status.success(), "creating {}", venv.display());
+        let status = Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "opentelemetry-proto", "grpcio"])
+            .status()
+            .expect("pip install");
+        assert!(status.success(), "pip install opentelemetry-proto grpcio");
+        assert!(ready(&py), "the venv cannot import the OTLP stubs");
+    }
+    py
+}
+
+/// The receivers, killed (and reaped) when dropped.
+struct Receiver {
+    child: KillOnDrop,
+    ports: Value,
+}
+
+impl Receiver {
+    /// Starts the three receivers logging to `log`; `ports` 0 takes free ones.
+    fn start(log: &Path, ports: [u16; 3], fail: Option<&str>) -> Receiver {
+        let mut cmd = Command::new(python());
+        cmd.arg(receiver_script())
+            .args(["serve", "--out"])
+            .arg(log)
+            .args(["--grpc-port", &ports[0].to_string()])
+            .args(["--http-port", &ports[1].to_string()])
+            .args(["--pyroscope-port", &ports[2].to_string()])
+            .args(["--max-seconds", "120"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        if let Some(f) = fail {
+            cmd.args(["--fail", f]);
+        }
+        let mut child = KillOnDrop(cmd.spawn().expect("starting receiver.py"));
+        let out = child.stdout.take().expect("piped");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(out).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the receivers did not start within 60 s");
+        let ports: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("receiver.py said {line:?}: {e}"));
+        Receiver { child, ports }
+    }
+
+    fn port(&self, protocol: &str) -> u16 {
+        self.ports[protocol].as_u64().expect("port") as u16
+    }
+
+    fn ports(&self) -> [u16; 3] {
+        PROTOCOLS.map(|p| self.port(p))
+    }
+
+    /// `--export` arguments for the protocols.
+    fn exports(&self, protocols: &[&str]) -> Vec<String> {
+        protocols
+            .iter()
+            .flat_map(|p| {
+                let scheme = match *p {
+                    "grpc" => "otlp+grpc",
+                    "http" => "otlp+http",
+                    _ => "pyroscope+http",
+                };
+                [
+                    "--export".to_string(),
+                    format!("{scheme}://127.0.0.1:{}", self.port(p)),
+                ]
+            })
+            .collect()
+    }
+
+    fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The requests logged so far.
+fn requests(log: &Path) -> Vec<Value> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// The samples a protocol's store accepted, request by request, in arrival order.
+fn accepted(log: &Path, protocol: &str) -> Vec<Value> {
+    requests(log)
+        .into_iter()
+        .filter(|r| r["protocol"] == protocol && r["status"] == 200)
+        .map(|r| r["summary"].clone())
+        .collect()
+}
+
+/// The pprof files of a series directory in order, and their normal forms.
+fn written(dir: &Path) -> Vec<Value> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "gz"))
+        .collect();
+    files.sort();
+    files.iter().map(|f| decode(f)).collect()
+}
+
+fn decode(file: &Path) -> Value {
+    let out = Command::new(python())
+        .arg(receiver_script())
+        .arg("decode")
+        .arg(file)
+        .output()
+        .expect("receiver.py decode");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// The rows and counters of a normal form (what must match between file and store).
+fn samples(v: &Value) -> Value {
+    serde_json::json!({"rows": v["rows"], "counters": v["counters"]})
+}
+
+/// Asserts that `protocol`'s store got exactly the intervals of the files, in order.
+fn assert_same_intervals(log: &Path, protocol: &str, files: &[Value]) {
+    let got: Vec<Value> = accepted(log, protocol).iter().map(samples).collect();
+    let want: Vec<Value> = files.iter().map(samples).collect();
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{protocol}: {} intervals accepted, {} files",
+        got.len(),
+        want.len()
+    );
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g, w, "{protocol}: interval {i} differs from its file");
+    }
+}
+
+/// The `N sent, N spooled, N dropped` of each destination, by URL scheme's protocol.
+fn totals(stderr: &str) -> Vec<(String, [u64; 3])> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("profiler: export: ")?;
+            let (counts, url) = rest.split_once(" (")?;
+            let n: Vec<u64> = counts
+                .split(", ")
+                .map(|c| c.split(' ').next()?.parse().ok())
+                .collect::<Option<_>>()?;
+            Some((url.split(':').next()?.to_string(), n.try_into().ok()?))
+        })
+        .collect()
+}
+
+/// A port nothing listens on (bound, then released).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn count_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |d| {
+        d.filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "gz"))
+        })
+        .count()
+    })
+}
+
+#[test]
+fn every_interval_reaches_three_stores_as_its_file_says() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("export-all");
+    let log = dir.join("requests.jsonl");
+    let receiver = Receiver::start(&log, [0; 3], None);
+    let series = dir.join("profiles");
+    let mut args: Vec<String> = ["record", "-F", "199", "-q", "--interval", "1", "-o"]
+        .map(String::from)
+        .to_vec();
+    args.push(series.display().to_string());
+    args.extend(receiver.exports(&PROTOCOLS));
+    args.extend(["--export-header", "Authorization=Bearer t0ken"].map(String::from));
+    args.extend(["--service-name", "fallback"].map(String::from));
+    args.extend(["--", &path("chain"), "6.5"].map(String::from));
+    let out = Command::new(profiler_bin())
+        .args(&args)
+        .env("OTEL_SERVICE_NAME", "chain-service")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let files = written(&series);
+    assert!(files.len() >= 6, "{} files: {stderr}", files.len());
+    for p in PROTOCOLS {
+        assert_same_intervals(&log, p, &files);
+    }
+    // Each destination's line: every interval sent, none spooled or dropped.
+    let totals = totals(&stderr);
+    assert_eq!(totals.len(), 3, "{stderr}");
+    for (url, n) in &totals {
+        assert_eq!(*n, [files.len() as u64, 0, 0], "{url}: {stderr}");
+    }
+    // The chain's samples: its resource names it and its service (from its environment).
+    let reqs = requests(&log);
+    let chain = reqs
+        .iter()
+        .filter(|r| r["protocol"] == "grpc")
+        .flat_map(|r| {
+            r["summary"]["resources"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .find(|r| r["process.executable.name"] == "chain")
+        .expect("a resource for the chain");
+    assert_eq!(chain["service.name"], "chain-service", "{chain}");
+    assert!(chain["host.name"].as_str().is_some_and(|h| !h.is_empty()));
+    assert!(chain["process.pid"].as_i64().is_some_and(|p| p > 0));
+    let leafs: u64 = files
+        .iter()
+        .flat_map(|f| f["rows"].as_array().cloned().unwrap_or_default())
+        .filter(|r| r["type"] == "samples" && r["stack"][0] == "leaf")
+        .map(|r| r["value"].as_u64().unwrap())
+        .sum();
+    let all: u64 = files
+        .iter()
+        .flat_map(|f| f["rows"].as_array().cloned().unwrap_or_default())
+        .filter(|r| r["type"] == "samples")
+        .map(|r| r["value"].as_u64().unwrap())
+        .sum();
+    assert!(
+        leafs * 10 >= all * 9,
+        "the chain spends its time in leaf: {leafs} of {all}"
+    );
+    // Headers reached every store; Pyroscope got the upload's metadata.
+    for r in &reqs {
+        assert_eq!(r["headers"]["authorization"], "Bearer t0ken", "{r}");
+        if r["protocol"] == "pyroscope" {
+            let q = &r["query"];
+            assert!(
+                q["name"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("fallback{hostname="),
+                "{q}"
+            );
+            assert_eq!(
+                (&q["format"], &q["sampleRate"]),
+                (&"pprof".into(), &"199".into())
+            );
+            let (from, until): (u64, u64) = (
+                q["from"].as_str().unwrap().parse().unwrap(),
+                q["until"].as_str().unwrap().parse().unwrap(),
+            );
+            assert!(from < until, "{q}");
+        }
+    }
+    receiver.stop();
+}
+
+#[test]
+fn a_one_shot_profile_goes_out_at_the_end_with_build_ids_and_offsets() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("export-once");
+    let log = dir.join("requests.jsonl");
+    let receiver = Receiver::start(&log, [0; 3], None);
+    let file = dir.join("once.pb.gz");
+    let mut args: Vec<String> = ["record", "-F", "199", "-q", "--symbolize", "none", "-o"]
+        .map(String::from)
+        .to_vec();
+    args.push(file.display().to_string());
+    args.extend(receiver.exports(&["http"]));
+    args.extend(["--", &path("chain"), "1.5"].map(String::from));
+    let out = Command::new(profiler_bin()).args(&args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let want = decode(&file);
+    assert_same_intervals(&log, "http", std::slice::from_ref(&want));
+    // Unnamed user frames travel as file, build id and file offset.
+    let raw = want["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["stack"].as_array().unwrap().clone())
+        .filter_map(|f| f.as_str().map(str::to_string))
+        .find(|f| f.contains("/chain@"))
+        .unwrap_or_else(|| panic!("no unsymbolized chain frame: {want}"));
+    let (_, build) = raw.split_once('@').unwrap();
+    assert!(build.split('+').next().unwrap().len() >= 16, "{raw}");
+    receiver.stop();
+}
+
+#[test]
+fn intervals_outlive_a_store_outage_in_order_and_once() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("export-outage");
+    let log = dir.join("requests.jsonl");
+    let receiver = Receiver::start(&log, [0; 3], None);
+    let ports = receiver.ports();
+    let series = dir.join("profiles");
+    let mut args: Vec<String> = ["record", "-F", "99", "-q", "--interval", "1", "-o"]
+        .map(String::from)
+        .to_vec();
+    args.push(series.display().to_string());
+    args.extend(receiver.exports(&PROTOCOLS));
+    args.extend([
+        "--spool".to_string(),
+        dir.join("spool").display().to_string(),
+    ]);
+    args.extend(["--", &path("chain"), "9.5"].map(String::from));
+    let child = Command::new(profiler_bin())
+        .args(&args)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let child = KillOnDrop(child);
+    // Down after the first interval arrived everywhere, for three intervals' files.
+    wait_for("the first interval at every store", 30, || {
+        PROTOCOLS
+            .iter()
+            .all(|p| !accepted(&log, p).is_empty())
+            .then_some(())
+    });
+    receiver.stop();
+    let down_at = count_files(&series);
+    wait_for("three intervals while the store is down", 30, || {
+        (count_files(&series) >= down_at + 3).then_some(())
+    });
+    let receiver = Receiver::start(&log, ports, None);
+    let mut child = child;
+    let status = wait_for("the recording to end", 60, || child.try_wait().unwrap());
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{stderr}");
+    let files = written(&series);
+    for p in PROTOCOLS {
+        assert_same_intervals(&log, p, &files);
+    }
+    assert!(stderr.contains("spooling intervals meanwhile"), "{stderr}");
+    assert!(stderr.contains("reachable again"), "{stderr}");
+    for (url, n) in totals(&stderr) {
+        assert_eq!(n, [files.len() as u64, 0, 0], "{url}: {stderr}");
+    }
+    receiver.stop();
+}
+
+#[test]
+fn a_store_answering_503_for_a_while_gets_every_interval() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("export-503");
+    let log = dir.join("requests.jsonl");
+    let receiver = Receiver::start(&log, [0; 3], Some("503:3"));
+    let series = dir.join("profiles");
+    let mut args: Vec<String> = ["record", "-F", "99", "-q", "--interval", "1", "-o"]
+        .map(String::from)
+        .to_vec();
+    args.push(series.display().to_string());
+    args.extend(receiver.exports(&PROTOCOLS));
+    args.extend(["--", &path("chain"), "5.5"].map(String::from));
+    let out = Command::new(profiler_bin()).args(&args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let files = written(&series);
+    for p in PROTOCOLS {
+        assert_same_intervals(&log, p, &files);
+        let refused = requests(&log)
+            .iter()
+            .filter(|r| r["protocol"] == p && r["status"] == 503)
+            .count();
+        assert_eq!(refused, 3, "{p}");
+    }
+    for (url, n) in totals(&stderr) {
+        assert_eq!(n, [files.len() as u64, 0, 0], "{url}: {stderr}");
+    }
+    receiver.stop();
+}
+
+#[test]
+fn a_store_refusing_auth_costs_one_line_an_interval_and_nothing_else() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("export-401");
+    let log = dir.join("requests.jsonl");
+    let receiver = Receiver::start(&log, [0; 3], Some("401"));
+    let series = dir.join("profiles");
+    let mut args: Vec<String> = ["record", "-F", "99", "-q", "--interval", "1", "-o"]
+        .map(String::from)
+        .to_vec();
+    args.push(series.display().to_string());
+    args.extend(receiver.exports(&PROTOCOLS));
+    args.extend(["--", &path("chain"), "3.5"].map(String::from));
+    let out = Command::new(profiler_bin()).args(&args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let n = count_files(&series);
+    assert!(n >= 4, "files are still written: {n}");
+    let lines = |needle: &str| {
+        stderr
+            .lines()
+            .filter(|l| l.contains("not accepted") && l.contains(needle))
+            .count()
+    };
+    assert_eq!(lines("Unauthenticated"), n, "gRPC: {stderr}");
+    assert_eq!(
+        lines("HTTP 401"),
+        2 * n,
+        "OTLP HTTP and Pyroscope: {stderr}"
+    );
+    for (url, t) in totals(&stderr) {
+        assert_eq!(t, [0, 0, n as u64], "{url}: {stderr}");
+    }
+    receiver.stop();
+}
+
+#[test]
+fn what_a_stopped_run_could_not_send_is_sent_first_by_the_next() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("export-spool");
+    let log = dir.join("requests.jsonl");
+    let spool = dir.join("spool");
+    let port = free_port();
+    let url = format!("otlp+http://127.0.0.1:{port}");
+    // The target is the test's own: a recording stopped by SIGTERM leaves its command
+    // running, and this one is killed when the test ends, which also ends any recording.
+    let target = KillOnDrop(
+        Command::new(fixture("chain"))
+            .arg("60")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let record = |series: &Path| {
+        let mut args: Vec<String> = ["record", "-F", "99", "-q", "--interval", "1", "-o"]
+            .map(String::from)
+            .to_vec();
+        args.push(series.display().to_string());
+        args.extend(["--export".to_string(), url.clone()]);
+        args.extend(["--spool".to_string(), spool.display().to_string()]);
+        args.extend(["--export-flush".to_string(), "1".to_string()]);
+        args.extend(["-p".to_string(), target.id().to_string()]);
+        Command::new(profiler_bin())
+            .args(&args)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let stop = |child: std::process::Child| {
+        // SAFETY: kill(2) on our own child, which has not been reaped.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        child.wait_with_output().unwrap()
+    };
+    // Nothing listens: the intervals wait in the spool; SIGTERM ends the run.
+    let first = dir.join("first");
+    let child = record(&first);
+    wait_for("three intervals", 30, || {
+        (count_files(&first) >= 3).then_some(())
+    });
+    let out = stop(child);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let before = written(&first);
+    assert_eq!(
+        totals(&stderr),
+        [("otlp+http".to_string(), [0, before.len() as u64, 0])],
+        "{stderr}"
+    );
+    // The store is back: the next run sends the earlier run's intervals first, in order.
+    let receiver = Receiver::start(&log, [0, port, 0], None);
+    let second = dir.join("second");
+    let child = record(&second);
+    wait_for("two intervals of the second run", 30, || {
+        (count_files(&second) >= 2).then_some(())
+    });
+    let out = stop(child);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("spooled by an earlier run are sent first"),
+        "{stderr}"
+    );
+    let mut all = before;
+    all.extend(written(&second));
+    assert_same_intervals(&log, "http", &all);
+    receiver.stop();
+}
