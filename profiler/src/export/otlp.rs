@@ -414,7 +414,7 @@ mod tests {
         let (main, leaf) = (frame("main"), frame("leaf"));
         let s = p.push("cpu-clock", "chain", &[main.clone(), leaf.clone()], 5);
         (s.pid, s.tid, s.cpu) = (10, 11, 1);
-        let s = p.push("cpu-clock", "other", &[main.clone()], 2);
+        let s = p.push("cpu-clock", "other", std::slice::from_ref(&main), 2);
         (s.pid, s.tid) = (20, 20);
         let message = encode(&p);
         let defaults = ResourceDefaults {
