@@ -558,3 +558,64 @@ fn what_a_stopped_run_could_not_send_is_sent_first_by_the_next() {
     assert_same_intervals(&log, "http", &all);
     receiver.stop();
 }
+
+/// Off-CPU time and a counter group's counts are sample types of their own in the file; each
+/// reaches the stores as its own OTLP profile (and in Pyroscope's pprof as is), sample for
+/// sample.
+#[test]
+fn off_cpu_and_counter_group_columns_go_out_as_their_own_sample_types() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    for (name, extra, fixture_args) in [
+        ("offcpu", &["--off-cpu"][..], &["waits", "25", "2"][..]),
+        (
+            "group",
+            &["--read", "page-faults"][..],
+            &["chain", "3.5"][..],
+        ),
+    ] {
+        let dir = scratch(&format!("export-{name}"));
+        let log = dir.join("requests.jsonl");
+        let receiver = Receiver::start(&log, [0; 3], None);
+        let series = dir.join("profiles");
+        let mut args: Vec<String> = ["record", "-F", "99", "-q", "--interval", "1", "-o"]
+            .map(String::from)
+            .to_vec();
+        args.push(series.display().to_string());
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args.extend(receiver.exports(&PROTOCOLS));
+        args.push("--".into());
+        args.push(path(fixture_args[0]));
+        args.extend(fixture_args[1..].iter().map(|a| a.to_string()));
+        let out = Command::new(profiler_bin())
+            .args(&args)
+            .stdout(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name}: {stderr}");
+        let files = written(&series);
+        let types: std::collections::BTreeSet<String> = files
+            .iter()
+            .flat_map(|f| f["rows"].as_array().cloned().unwrap_or_default())
+            .map(|r| {
+                format!(
+                    "{}/{}",
+                    r["type"].as_str().unwrap(),
+                    r["unit"].as_str().unwrap()
+                )
+            })
+            .collect();
+        let wanted = match name {
+            "offcpu" => "off-cpu/nanoseconds",
+            _ => "page-faults/count",
+        };
+        assert!(types.contains(wanted), "{name}: {types:?}");
+        for p in PROTOCOLS {
+            assert_same_intervals(&log, p, &files);
+        }
+        receiver.stop();
+    }
+}
