@@ -364,6 +364,10 @@ impl Exporter {
             .iter()
             .map(|d| {
                 let counts = d.queue.lock().unwrap_or_else(|p| p.into_inner()).close();
+                // A run that failed before its first interval has nothing to say here.
+                if counts == Counts::default() {
+                    return (d.endpoint.clone(), counts);
+                }
                 let rejected = match counts.rejected {
                     0 => String::new(),
                     n => format!(", {n} of them refused by the store"),
