@@ -397,7 +397,23 @@ fn intervals_outlive_a_store_outage_in_order_and_once() {
     });
     let receiver = Receiver::start(&log, ports, None);
     let mut child = child;
-    let status = wait_for("the recording to end", 60, || child.try_wait().unwrap());
+    // The profiler's peak resident size (VmHWM), as late in the run as it can be read.
+    let mut peak_kib = 0u64;
+    let status = wait_for("the recording to end", 60, || {
+        if let Ok(s) = std::fs::read_to_string(format!("/proc/{}/status", child.id())) {
+            peak_kib = s
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+                .unwrap_or(peak_kib);
+        }
+        child.try_wait().unwrap()
+    });
+    eprintln!(
+        "peak RSS of the profiler through the outage: {} MiB",
+        peak_kib >> 10
+    );
+    assert!(peak_kib < 400 << 10, "peak RSS {peak_kib} KiB");
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     assert!(status.success(), "{stderr}");
@@ -513,6 +529,8 @@ fn what_a_stopped_run_could_not_send_is_sent_first_by_the_next() {
         args.push(series.display().to_string());
         args.extend(["--export".to_string(), url.clone()]);
         args.extend(["--spool".to_string(), spool.display().to_string()]);
+        // Room for two or three intervals of this profile (1.4 to 1.8 KB each).
+        args.extend(["--spool-max".to_string(), "4K".to_string()]);
         args.extend(["--export-flush".to_string(), "1".to_string()]);
         args.extend(["-p".to_string(), target.id().to_string()]);
         Command::new(profiler_bin())
@@ -535,11 +553,29 @@ fn what_a_stopped_run_could_not_send_is_sent_first_by_the_next() {
     let out = stop(child);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let before = written(&first);
+    let store = spool.join(format!("otlp_http___127.0.0.1_{port}"));
+    let files: Vec<std::fs::Metadata> = std::fs::read_dir(&store)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap())
+        .collect();
+    let bytes: u64 = files.iter().map(|m| m.len()).sum();
+    assert!(bytes <= 4096, "the spool holds {bytes} bytes, over its 4K");
+    let kept = files.len();
+    // The oldest were dropped to keep the newest, and counted.
+    assert!(
+        kept >= 1 && kept < before.len(),
+        "{kept} of {}",
+        before.len()
+    );
     assert_eq!(
         totals(&stderr),
-        [("otlp+http".to_string(), [0, before.len() as u64, 0])],
+        [(
+            "otlp+http".to_string(),
+            [0, kept as u64, (before.len() - kept) as u64]
+        )],
         "{stderr}"
     );
+    let before = before[before.len() - kept..].to_vec();
     // The store is back: the next run sends the earlier run's intervals first, in order.
     let receiver = Receiver::start(&log, [0, port, 0], None);
     let second = dir.join("second");
