@@ -6,7 +6,7 @@ served with `grpcio` (OTLP gRPC) and http.server (OTLP HTTP), and a Pyroscope-sh
 (`../pprof/decode_pprof.py`'s schema). Nothing here comes from the profiler's code.
 
     receiver.py serve --out FILE [--grpc-port N] [--http-port N] [--pyroscope-port N]
-                      [--fail CODE[:COUNT]] [--max-seconds S]
+                      [--fail CODE[:COUNT]] [--max-seconds S] [--tls-cert PEM --tls-key PEM]
         Listens on 127.0.0.1 only (port 0: a free one), prints {"grpc":..,"http":..,
         "pyroscope":..} on stdout once serving, appends one JSON line per request to FILE
         (protocol, headers, the decoded samples in a normal form), and exits when stdin
@@ -25,6 +25,7 @@ import argparse
 import gzip
 import json
 import os
+import ssl
 import sys
 import threading
 import time
@@ -198,7 +199,12 @@ def serve(args):
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     pb_grpc.add_ProfilesServiceServicer_to_server(Profiles(), server)
-    grpc_port = server.add_insecure_port("127.0.0.1:%d" % args.grpc_port)
+    if args.tls_cert:
+        creds = grpc.ssl_server_credentials(
+            [(open(args.tls_key, "rb").read(), open(args.tls_cert, "rb").read())])
+        grpc_port = server.add_secure_port("127.0.0.1:%d" % args.grpc_port, creds)
+    else:
+        grpc_port = server.add_insecure_port("127.0.0.1:%d" % args.grpc_port)
     server.start()
 
     class Handler(BaseHTTPRequestHandler):
@@ -245,6 +251,10 @@ def serve(args):
     def http_server(port, protocol):
         srv = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         srv.protocol = protocol
+        if args.tls_cert:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(args.tls_cert, args.tls_key)
+            srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
         threading.Thread(target=srv.serve_forever, daemon=True).start()
         return srv
 
@@ -281,6 +291,8 @@ def main():
     s.add_argument("--pyroscope-port", type=int, default=0)
     s.add_argument("--fail")
     s.add_argument("--max-seconds", type=float, default=300)
+    s.add_argument("--tls-cert", help="serve TLS with this PEM certificate (and --tls-key)")
+    s.add_argument("--tls-key")
     d = sub.add_parser("decode")
     d.add_argument("file")
     args = ap.parse_args()

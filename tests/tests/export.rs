@@ -66,6 +66,16 @@ struct Receiver {
 impl Receiver {
     /// Starts the three receivers logging to `log`; `ports` 0 takes free ones.
     fn start(log: &Path, ports: [u16; 3], fail: Option<&str>) -> Receiver {
+        Self::start_with(log, ports, fail, None)
+    }
+
+    /// [`Receiver::start`], serving TLS with `tls` (certificate and key files) when given.
+    fn start_with(
+        log: &Path,
+        ports: [u16; 3],
+        fail: Option<&str>,
+        tls: Option<(&Path, &Path)>,
+    ) -> Receiver {
         let mut cmd = Command::new(python());
         cmd.arg(receiver_script())
             .args(["serve", "--out"])
@@ -78,6 +88,9 @@ impl Receiver {
             .stdout(Stdio::piped());
         if let Some(f) = fail {
             cmd.args(["--fail", f]);
+        }
+        if let Some((cert, key)) = tls {
+            cmd.arg("--tls-cert").arg(cert).arg("--tls-key").arg(key);
         }
         let mut child = KillOnDrop(cmd.spawn().expect("starting receiver.py"));
         let out = child.stdout.take().expect("piped");
@@ -654,4 +667,147 @@ fn off_cpu_and_counter_group_columns_go_out_as_their_own_sample_types() {
         }
         receiver.stop();
     }
+}
+
+/// Runs openssl with `args` in `dir`.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl (cargo xtask test installs it)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// TLS to every store: trusted through --export-ca, and refused without it (the test CA is
+/// in no system store).
+#[test]
+fn tls_exports_trust_the_given_ca_and_only_it() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("export-tls");
+    // A CA, and a certificate it signs for 127.0.0.1.
+    openssl(
+        &dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=profiler test CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+    );
+    openssl(
+        &dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+    );
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(
+        &dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+        ],
+    );
+    let log = dir.join("requests.jsonl");
+    let receiver = Receiver::start_with(
+        &log,
+        [0; 3],
+        None,
+        Some((&dir.join("server.pem"), &dir.join("server.key"))),
+    );
+    let exports: Vec<String> = [
+        ("otlp+grpcs", "grpc"),
+        ("otlp+https", "http"),
+        ("pyroscope+https", "pyroscope"),
+    ]
+    .iter()
+    .flat_map(|(scheme, p)| {
+        [
+            "--export".to_string(),
+            format!("{scheme}://127.0.0.1:{}", receiver.port(p)),
+        ]
+    })
+    .collect();
+    let run = |name: &str, ca: bool| {
+        let file = dir.join(format!("{name}.pb.gz"));
+        let mut args: Vec<String> = ["record", "-F", "99", "-q", "--export-flush", "2", "-o"]
+            .map(String::from)
+            .to_vec();
+        args.push(file.display().to_string());
+        args.extend(exports.iter().cloned());
+        if ca {
+            args.push("--export-ca".into());
+            args.push(dir.join("ca.pem").display().to_string());
+        }
+        args.extend(["--", &path("chain"), "1"].map(String::from));
+        let out = Command::new(profiler_bin()).args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        (decode(&file), stderr)
+    };
+    let (want, stderr) = run("trusted", true);
+    for p in PROTOCOLS {
+        assert_same_intervals(&log, p, std::slice::from_ref(&want));
+    }
+    for (url, n) in totals(&stderr) {
+        assert_eq!(n, [1, 0, 0], "{url}: {stderr}");
+    }
+    // System roots only: the handshake fails, nothing reaches a store.
+    let (_, stderr) = run("untrusted", false);
+    for (url, n) in totals(&stderr) {
+        assert_eq!(n, [0, 0, 1], "{url}: {stderr}");
+    }
+    assert_eq!(
+        requests(&log).len(),
+        3,
+        "only the trusted run's requests arrived"
+    );
+    receiver.stop();
 }

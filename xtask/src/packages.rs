@@ -53,6 +53,11 @@ pub const TEST: &[Need] = &[
         probe: || runs("python3", &["-c", "import ensurepip, venv"]),
     },
     Need {
+        what: "openssl (the export tests' TLS certificates)",
+        package: "openssl",
+        probe: || runs("openssl", &["version"]),
+    },
+    Need {
         what: "pkg-config (reads the installed libcpc.pc)",
         package: "pkg-config",
         probe: || runs("pkg-config", &["--version"]),
