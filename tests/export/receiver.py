@@ -23,6 +23,7 @@ and unit, and the value; rows sorted. Plus the run's counters (pprof comments
 
 import argparse
 import gzip
+import hashlib
 import json
 import os
 import ssl
@@ -40,6 +41,7 @@ from decode_pprof import profile_class  # noqa: E402
 # --- normal forms ---------------------------------------------------------------------------
 
 def pprof_rows(data):
+    digest = hashlib.sha256(data).hexdigest()
     if data[:2] == b"\x1f\x8b":
         data = gzip.decompress(data)
     p = profile_class()()
@@ -72,7 +74,9 @@ def pprof_rows(data):
         key, _, value = s[c].partition("=")
         if key.startswith("profiler."):
             counters[key] = int(value) if value.lstrip("-").isdigit() else value
-    return normal(rows, counters if rows else None)
+    out = normal(rows, counters if rows else None)
+    out["sha256"] = digest
+    return out
 
 
 # OTLP sample attributes back to the pprof labels they were made from.

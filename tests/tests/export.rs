@@ -270,6 +270,13 @@ fn every_interval_reaches_three_stores_as_its_file_says() {
     for p in PROTOCOLS {
         assert_same_intervals(&log, p, &files);
     }
+    // Pyroscope gets the files themselves, byte for byte.
+    let uploads: Vec<Value> = accepted(&log, "pyroscope")
+        .iter()
+        .map(|s| s["sha256"].clone())
+        .collect();
+    let hashes: Vec<Value> = files.iter().map(|f| f["sha256"].clone()).collect();
+    assert_eq!(uploads, hashes);
     // Each destination's line: every interval sent, none spooled or dropped.
     let totals = totals(&stderr);
     assert_eq!(totals.len(), 3, "{stderr}");

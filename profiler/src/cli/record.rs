@@ -11,7 +11,7 @@ use crate::{
         DEFAULT_SPOOL_MAX, Endpoint, ExportOptions, Exporter, parse_header, read_header_file,
     },
     output::AtomicFile,
-    profile::{By, Format, Profile, Ratio, ReportOptions, Sort, render_report},
+    profile::{By, Format, Profile, Ratio, ReportOptions, Sort, pprof, render_report},
     record::{CallGraph, Mode, RecordError, RecordOptions, Stop, Target, record_with},
 };
 
@@ -395,22 +395,27 @@ pub fn run(args: RecordArgs) -> ExitCode {
     };
     let mut write_error = None;
     let mut on_interval = |profile: Profile| {
+        // With an exporter the interval is encoded once, for the file and the stores.
+        let message = exporter.as_ref().map(|_| pprof::encode(&profile));
         if let Some(s) = series.as_mut()
-            && let Err(e) = s.write(&profile)
+            && let Err(e) = s.write_encoded(&profile, message.as_ref())
         {
             eprintln!("profiler: error: {e}");
             write_error.get_or_insert(e);
         }
-        if let Some(x) = exporter.as_mut() {
-            x.submit(&profile);
+        if let (Some(x), Some(m)) = (exporter.as_mut(), &message) {
+            x.submit_message(m, profile.info.frequency_hz);
         }
     };
     let recorded = runtime.block_on(record_with(&opts, &mut on_interval));
     // The last (or, without --interval, the only) profile goes out too; then pending
     // intervals get the flush timeout, and the rest stays spooled.
+    let mut last = None;
     if let Some(mut x) = exporter.take() {
         if let Ok(o) = &recorded {
-            x.submit(&o.profile);
+            let message = pprof::encode(&o.profile);
+            x.submit_message(&message, o.profile.info.frequency_hz);
+            last = Some(message);
         }
         x.finish();
     }
@@ -439,7 +444,7 @@ pub fn run(args: RecordArgs) -> ExitCode {
 
     if let Some(s) = series.as_mut() {
         // The last, partial interval.
-        if let Err(e) = s.write(profile) {
+        if let Err(e) = s.write_encoded(profile, last.as_ref()) {
             return fail(e);
         }
     }
