@@ -386,6 +386,8 @@ pub fn run(args: RecordArgs) -> ExitCode {
         Ok(e) => e,
         Err(e) => return fail(e),
     };
+    let mut opts = opts;
+    opts.status_extra = exporter.as_ref().map(Exporter::status);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -350,6 +350,22 @@ impl Exporter {
         }
     }
 
+    /// The status line's part: all stores' totals so far (`export: 12 sent, 2 spooled, 0
+    /// dropped`), spooled meaning waiting in the spool now.
+    pub fn status(&self) -> crate::record::StatusExtra {
+        let destinations = self.destinations.clone();
+        crate::record::StatusExtra(Arc::new(move || {
+            let (mut sent, mut spooled, mut dropped) = (0, 0, 0);
+            for d in &destinations {
+                let q = d.queue.lock().unwrap_or_else(|p| p.into_inner());
+                sent += q.counts.sent;
+                spooled += q.spooled_now();
+                dropped += q.counts.dropped;
+            }
+            format!("export: {sent} sent, {spooled} spooled, {dropped} dropped")
+        }))
+    }
+
     /// Sends what is pending within the flush timeout, leaves the rest in the spool, and
     /// prints and returns each destination's totals.
     pub fn finish(mut self) -> Vec<(Endpoint, Counts)> {

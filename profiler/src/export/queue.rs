@@ -74,6 +74,11 @@ impl Queue {
         Ok(())
     }
 
+    /// Intervals waiting in the spool now.
+    pub fn spooled_now(&self) -> u64 {
+        self.spool.as_ref().map_or(0, |s| s.len() as u64)
+    }
+
     /// The next interval to send (read back from the spool when it is there).
     pub fn front(&self) -> Option<Result<Item, std::io::Error>> {
         match self.memory.front() {
