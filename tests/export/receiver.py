@@ -235,7 +235,13 @@ def serve(args):
             code = failing.next(protocol)
             if code is not None:
                 log.write(protocol, code, headers)
-                return self.reply(code, b"test receiver answers %d" % code)
+                text = b"test receiver answers %d" % code
+                if protocol == "http":
+                    # OTLP/HTTP: a google.rpc.Status (field 2: message), as a Collector
+                    # answers; written by hand, the package does not ship that message.
+                    status = b"\x12" + bytes([len(text)]) + text
+                    return self.reply(code, status, "application/x-protobuf")
+                return self.reply(code, text)
             if protocol == "http" and url.path == "/v1development/profiles":
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)

@@ -287,8 +287,9 @@ fn a_store_refusing_auth_costs_one_line_an_interval_and_nothing_else() {
             .count()
     };
     assert_eq!(lines("Unauthenticated"), n, "gRPC: {stderr}");
+    // The store's own explanation is in the line (OTLP/HTTP's google.rpc.Status decoded).
     assert_eq!(
-        lines("HTTP 401"),
+        lines("HTTP 401: test receiver answers 401"),
         2 * n,
         "OTLP HTTP and Pyroscope: {stderr}"
     );

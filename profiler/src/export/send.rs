@@ -182,6 +182,10 @@ impl Client {
                     .await
                     .map_err(|e| transport_error(&endpoint.url, &e))?;
                 let status = response.status();
+                let protobuf = response
+                    .headers()
+                    .get("content-type")
+                    .is_some_and(|v| v.as_bytes().starts_with(b"application/x-protobuf"));
                 let retry_after = response
                     .headers()
                     .get("retry-after")
@@ -192,10 +196,16 @@ impl Client {
                     .await
                     .map_err(|e| transport_error(&endpoint.url, &e))?;
                 if !status.is_success() {
+                    // OTLP/HTTP explains a failure in a google.rpc.Status message.
+                    let message = protobuf
+                        .then(|| RpcStatus::decode(body.as_ref()).ok())
+                        .flatten()
+                        .map(|s| s.message)
+                        .filter(|m| !m.is_empty());
                     return Err(ExportError::Http {
                         endpoint: endpoint.url.clone(),
                         status: status.as_u16(),
-                        body: printable(&body),
+                        body: message.unwrap_or_else(|| printable(&body)),
                         retry_after,
                     });
                 }
@@ -306,9 +316,12 @@ fn multipart(pprof: &[u8]) -> (Vec<u8>, String) {
     (body, boundary)
 }
 
-/// `google.rpc.Status` details of a gRPC error, for its `google.rpc.RetryInfo`.
+/// `google.rpc.Status`: an OTLP/HTTP error body, and a gRPC error's details (for their
+/// `google.rpc.RetryInfo`).
 #[derive(Clone, PartialEq, prost::Message)]
 struct RpcStatus {
+    #[prost(string, tag = "2")]
+    message: String,
     #[prost(message, repeated, tag = "3")]
     details: Vec<RpcAny>,
 }
@@ -397,6 +410,7 @@ mod tests {
     #[test]
     fn retry_info_in_status_details() {
         let details = RpcStatus {
+            message: String::new(),
             details: vec![RpcAny {
                 type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
                 value: RetryInfo {
