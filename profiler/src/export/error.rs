@@ -50,15 +50,22 @@ pub enum ExportError {
 impl ExportError {
     /// Whether the same request may succeed later: the store was away or asked us to slow
     /// down (gRPC codes OTLP calls retryable, HTTP 408, 429 and 5xx). Everything else (bad
-    /// auth, a request the store refuses) fails the same way every time.
+    /// auth, a request the store refuses) fails the same way every time. gRPC
+    /// RESOURCE_EXHAUSTED is retried when the store says when (RetryInfo), as OTLP says:
+    /// without it, it is what a request over the store's size limit gets, and retrying that
+    /// one would hold every later interval back forever.
     pub fn retryable(&self) -> bool {
         use tonic::Code;
         match self {
             Self::Transport { .. } => true,
+            Self::Grpc {
+                code: Code::ResourceExhausted,
+                retry_after,
+                ..
+            } => retry_after.is_some(),
             Self::Grpc { code, .. } => matches!(
                 code,
                 Code::Unavailable
-                    | Code::ResourceExhausted
                     | Code::Cancelled
                     | Code::DeadlineExceeded
                     | Code::Aborted
@@ -110,7 +117,17 @@ mod tests {
             assert!(!http(s).retryable(), "{s}");
         }
         assert!(grpc(tonic::Code::Unavailable).retryable());
-        assert!(grpc(tonic::Code::ResourceExhausted).retryable());
+        assert!(
+            !grpc(tonic::Code::ResourceExhausted).retryable(),
+            "too large"
+        );
+        let throttled = ExportError::Grpc {
+            endpoint: "e".into(),
+            code: tonic::Code::ResourceExhausted,
+            message: String::new(),
+            retry_after: Some(std::time::Duration::from_secs(1)),
+        };
+        assert!(throttled.retryable(), "throttled, with RetryInfo");
         assert!(!grpc(tonic::Code::Unauthenticated).retryable());
         assert!(!grpc(tonic::Code::InvalidArgument).retryable());
         assert_eq!(http(401).to_string(), "e: HTTP 401");
