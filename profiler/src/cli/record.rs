@@ -405,7 +405,7 @@ pub fn run(args: RecordArgs) -> ExitCode {
             eprintln!("profiler: error: {e}");
             write_error.get_or_insert(e);
         }
-        if let (Some(x), Some(m)) = (exporter.as_mut(), &message) {
+        if let (Some(x), Some(m)) = (exporter.as_mut(), message) {
             x.submit_message(m, profile.info.frequency_hz);
         }
     };
@@ -416,7 +416,7 @@ pub fn run(args: RecordArgs) -> ExitCode {
     if let Some(mut x) = exporter.take() {
         if let Ok(o) = &recorded {
             let message = pprof::encode(&o.profile);
-            x.submit_message(&message, o.profile.info.frequency_hz);
+            x.submit_message(message.clone(), o.profile.info.frequency_hz);
             last = Some(message);
         }
         x.finish();

@@ -182,11 +182,25 @@ struct Shared {
 /// [`Exporter::finish`].
 pub struct Exporter {
     destinations: Vec<Arc<Shared>>,
+    /// To the exporter's thread, which makes each protocol's request of an interval there,
+    /// off the recording's thread (the ring's reader); dropped to end the run.
+    intervals: Option<tokio::sync::mpsc::UnboundedSender<Interval>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// One interval handed over: its pprof message, sampling rate, and when it ended.
+struct Interval {
+    message: pprof::proto::Profile,
+    rate: u64,
+    until: u64,
+}
+
+/// What the exporter's thread needs to turn an interval into each destination's request.
+struct Requests {
+    destinations: Vec<Arc<Shared>>,
     defaults: otlp::ResourceDefaults,
     pyroscope_wanted: bool,
     otlp_wanted: bool,
-    closing: Arc<deliver::Closing>,
-    thread: Option<JoinHandle<()>>,
 }
 
 fn unix_now() -> u64 {
@@ -257,7 +271,22 @@ impl Exporter {
         }
         let closing = Arc::new(deliver::Closing::new(opts.flush_timeout));
         let tasks: Vec<_> = destinations.iter().cloned().zip(clients).collect();
-        let closing_task = closing.clone();
+        let requests = Requests {
+            pyroscope_wanted: opts
+                .endpoints
+                .iter()
+                .any(|e| e.protocol == Protocol::Pyroscope),
+            otlp_wanted: opts
+                .endpoints
+                .iter()
+                .any(|e| e.protocol != Protocol::Pyroscope),
+            destinations: destinations.clone(),
+            defaults: otlp::ResourceDefaults {
+                host_name,
+                service_name: opts.service_name.clone(),
+            },
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Interval>();
         let thread = std::thread::Builder::new()
             .name("profiler-export".into())
             .spawn(move || {
@@ -265,9 +294,17 @@ impl Exporter {
                     let handles: Vec<_> = tasks
                         .into_iter()
                         .map(|(shared, client)| {
-                            tokio::spawn(deliver::run(shared, client, closing_task.clone()))
+                            tokio::spawn(deliver::run(shared, client, closing.clone()))
                         })
                         .collect();
+                    // Every interval handed over is queued before the flush deadline starts.
+                    while let Some(interval) = rx.recv().await {
+                        requests.queue(&interval);
+                    }
+                    closing.close();
+                    for d in &requests.destinations {
+                        d.wake.notify_one();
+                    }
                     for h in handles {
                         let _ = h.await;
                     }
@@ -278,33 +315,82 @@ impl Exporter {
                 reason: format!("starting the exporter's thread: {e}"),
             })?;
         Ok(Self {
-            pyroscope_wanted: opts
-                .endpoints
-                .iter()
-                .any(|e| e.protocol == Protocol::Pyroscope),
-            otlp_wanted: opts
-                .endpoints
-                .iter()
-                .any(|e| e.protocol != Protocol::Pyroscope),
             destinations,
-            defaults: otlp::ResourceDefaults {
-                host_name,
-                service_name: opts.service_name.clone(),
-            },
-            closing,
+            intervals: Some(tx),
             thread: Some(thread),
         })
     }
 
-    /// Queues one interval for every destination (encoding it for each protocol once).
+    /// Queues one interval for every destination (each protocol's request is made once, on
+    /// the exporter's thread).
     pub fn submit(&mut self, profile: &Profile) {
-        let message = pprof::encode(profile);
-        self.submit_message(&message, profile.info.frequency_hz);
+        self.submit_message(pprof::encode(profile), profile.info.frequency_hz);
     }
 
     /// [`Exporter::submit`] for an encoded pprof message.
-    pub fn submit_message(&mut self, message: &pprof::proto::Profile, rate: u64) {
-        let until = unix_now();
+    pub fn submit_message(&mut self, message: pprof::proto::Profile, rate: u64) {
+        let interval = Interval {
+            message,
+            rate,
+            until: unix_now(),
+        };
+        if let Some(tx) = &self.intervals {
+            // The thread ends only when this sender is dropped (finish).
+            let _ = tx.send(interval);
+        }
+    }
+
+    /// The status line's part: all stores' totals so far (`export: 12 sent, 2 spooled, 0
+    /// dropped`), spooled meaning waiting in the spool now.
+    pub fn status(&self) -> crate::record::StatusExtra {
+        let destinations = self.destinations.clone();
+        crate::record::StatusExtra(Arc::new(move || {
+            let (mut sent, mut spooled, mut dropped) = (0, 0, 0);
+            for d in &destinations {
+                let q = d.queue.lock().unwrap_or_else(|p| p.into_inner());
+                sent += q.counts.sent;
+                spooled += q.spooled_now();
+                dropped += q.counts.dropped;
+            }
+            format!("export: {sent} sent, {spooled} spooled, {dropped} dropped")
+        }))
+    }
+
+    /// Sends what is pending within the flush timeout, leaves the rest in the spool, and
+    /// prints and returns each destination's totals.
+    pub fn finish(mut self) -> Vec<(Endpoint, Counts)> {
+        // The thread queues what it was handed, then flushes until the deadline.
+        self.intervals = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.destinations
+            .iter()
+            .map(|d| {
+                let counts = d.queue.lock().unwrap_or_else(|p| p.into_inner()).close();
+                // A run that failed before its first interval has nothing to say here.
+                if counts == Counts::default() {
+                    return (d.endpoint.clone(), counts);
+                }
+                let rejected = match counts.rejected {
+                    0 => String::new(),
+                    n => format!(", {n} of them refused by the store"),
+                };
+                eprintln!(
+                    "profiler: export: {} sent, {} spooled, {} dropped ({}: {} bytes sent{rejected})",
+                    counts.sent, counts.spooled, counts.dropped, d.endpoint.url, counts.bytes_sent
+                );
+                (d.endpoint.clone(), counts)
+            })
+            .collect()
+    }
+}
+
+impl Requests {
+    /// Makes each protocol's request of `interval` and queues it for every destination.
+    fn queue(&self, interval: &Interval) {
+        let message = &interval.message;
+        let until = interval.until;
         let duration = (message.duration_nanos.max(0) as u64).div_ceil(1_000_000_000);
         // Whole seconds, at least one (Pyroscope wants from < until).
         let from = until.saturating_sub(duration.max(1));
@@ -335,7 +421,7 @@ impl Exporter {
                 seq: q.next_seq(),
                 from,
                 until,
-                rate,
+                rate: interval.rate,
                 body,
             };
             if let Err(e) = q.push(item) {
@@ -348,53 +434,6 @@ impl Exporter {
             drop(q);
             d.wake.notify_one();
         }
-    }
-
-    /// The status line's part: all stores' totals so far (`export: 12 sent, 2 spooled, 0
-    /// dropped`), spooled meaning waiting in the spool now.
-    pub fn status(&self) -> crate::record::StatusExtra {
-        let destinations = self.destinations.clone();
-        crate::record::StatusExtra(Arc::new(move || {
-            let (mut sent, mut spooled, mut dropped) = (0, 0, 0);
-            for d in &destinations {
-                let q = d.queue.lock().unwrap_or_else(|p| p.into_inner());
-                sent += q.counts.sent;
-                spooled += q.spooled_now();
-                dropped += q.counts.dropped;
-            }
-            format!("export: {sent} sent, {spooled} spooled, {dropped} dropped")
-        }))
-    }
-
-    /// Sends what is pending within the flush timeout, leaves the rest in the spool, and
-    /// prints and returns each destination's totals.
-    pub fn finish(mut self) -> Vec<(Endpoint, Counts)> {
-        self.closing.close();
-        for d in &self.destinations {
-            d.wake.notify_one();
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        self.destinations
-            .iter()
-            .map(|d| {
-                let counts = d.queue.lock().unwrap_or_else(|p| p.into_inner()).close();
-                // A run that failed before its first interval has nothing to say here.
-                if counts == Counts::default() {
-                    return (d.endpoint.clone(), counts);
-                }
-                let rejected = match counts.rejected {
-                    0 => String::new(),
-                    n => format!(", {n} of them refused by the store"),
-                };
-                eprintln!(
-                    "profiler: export: {} sent, {} spooled, {} dropped ({}: {} bytes sent{rejected})",
-                    counts.sent, counts.spooled, counts.dropped, d.endpoint.url, counts.bytes_sent
-                );
-                (d.endpoint.clone(), counts)
-            })
-            .collect()
     }
 }
 
