@@ -22,6 +22,7 @@ pub mod cpc {
 
 pub mod cgroup;
 pub mod cli;
+pub mod export;
 pub mod modules;
 pub mod output;
 pub mod profile;

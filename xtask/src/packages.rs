@@ -47,6 +47,17 @@ pub const TEST: &[Need] = &[
         probe: protobuf,
     },
     Need {
+        what: "python3 venv (the export tests' OTLP receivers: a virtualenv under target/ \
+               with opentelemetry-proto and grpcio from PyPI, made by the tests)",
+        package: "python3-venv",
+        probe: || runs("python3", &["-c", "import ensurepip, venv"]),
+    },
+    Need {
+        what: "openssl (the export tests' TLS certificates)",
+        package: "openssl",
+        probe: || runs("openssl", &["version"]),
+    },
+    Need {
         what: "pkg-config (reads the installed libcpc.pc)",
         package: "pkg-config",
         probe: || runs("pkg-config", &["--version"]),

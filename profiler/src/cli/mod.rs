@@ -27,7 +27,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Sample stacks on any event; print the hottest functions, write pprof, SVG, folded.
-    Record(record::RecordArgs),
+    Record(Box<record::RecordArgs>),
     /// Print the top table of a recorded profile (pprof or folded).
     Report(report::ReportArgs),
     /// Render a recorded profile as a flame graph SVG (or folded stacks, or a diff).
@@ -88,7 +88,7 @@ fn one_line(e: &clap::Error) -> String {
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
-        Command::Record(args) => record::run(args),
+        Command::Record(args) => record::run(*args),
         Command::Report(args) => report::run_report(args),
         Command::Flamegraph(args) => report::run_flamegraph(args),
         Command::Track(args) => track::run(args),

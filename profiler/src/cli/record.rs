@@ -7,8 +7,11 @@ use clap::Args;
 use super::series::Series;
 use super::{EXIT_USAGE, fail};
 use crate::{
+    export::{
+        DEFAULT_SPOOL_MAX, Endpoint, ExportOptions, Exporter, parse_header, read_header_file,
+    },
     output::AtomicFile,
-    profile::{By, Format, Profile, Ratio, ReportOptions, Sort, render_report},
+    profile::{By, Format, Profile, Ratio, ReportOptions, Sort, pprof, render_report},
     record::{CallGraph, Mode, RecordError, RecordOptions, Stop, Target, record_with},
 };
 
@@ -165,12 +168,80 @@ pub struct RecordArgs {
     /// Print no report (the output file is still written).
     #[arg(short, long)]
     pub quiet: bool,
+    /// Send each interval (or, without --interval, the profile at the end) to a profile
+    /// store: `otlp+grpc://HOST:4317`, `otlp+http://HOST:4318` (protobuf, gzip),
+    /// `pyroscope+http://HOST:4040`; `otlp+grpcs`, `otlp+https`, `pyroscope+https` for TLS.
+    /// Repeatable.
+    #[arg(long = "export", value_name = "URL")]
+    pub export: Vec<String>,
+    /// A header sent with every export request (`Authorization=Bearer ...`,
+    /// `X-Scope-OrgID=tenant`). Repeatable.
+    #[arg(long = "export-header", value_name = "K=V", requires = "export")]
+    pub export_header: Vec<String>,
+    /// Headers from a file, one `K=V` a line (keeps secrets off the command line).
+    #[arg(long = "export-header-file", value_name = "FILE", requires = "export")]
+    pub export_header_file: Option<PathBuf>,
+    /// Trust the CA certificates of this PEM file instead of the system's (TLS exports).
+    #[arg(long = "export-ca", value_name = "FILE", requires = "export")]
+    pub export_ca: Option<PathBuf>,
+    /// `service.name` of processes whose environment has no OTEL_SERVICE_NAME, and the
+    /// Pyroscope application name.
+    #[arg(long = "service-name", value_name = "NAME", default_value = "profiler")]
+    pub service_name: String,
+    /// Keep intervals the store cannot take in DIR (sent in order when it is back, or by the
+    /// next run); without it they wait in memory (8 intervals per store at most).
+    #[arg(long = "spool", value_name = "DIR", requires = "export")]
+    pub spool: Option<PathBuf>,
+    /// The spool's bound per store (K, M or G suffix; default 256M): past it the oldest
+    /// intervals are dropped, and counted.
+    #[arg(long = "spool-max", value_name = "SIZE", value_parser = byte_size, requires = "spool")]
+    pub spool_max: Option<u64>,
+    /// At the end, how long to wait for pending intervals to be sent (the rest stays
+    /// spooled).
+    #[arg(
+        long = "export-flush",
+        value_name = "SECS",
+        default_value_t = 5.0,
+        requires = "export"
+    )]
+    pub export_flush: f64,
     /// The command to start and profile until it exits (after `--`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
 
 impl RecordArgs {
+    /// The exporter's options, when there is an --export.
+    fn export_options(&self) -> Result<Option<ExportOptions>, String> {
+        if self.export.is_empty() {
+            return Ok(None);
+        }
+        let endpoints = self
+            .export
+            .iter()
+            .map(|u| Endpoint::parse(u))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
+        let mut headers = self
+            .export_header
+            .iter()
+            .map(|h| parse_header(h))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
+        if let Some(f) = &self.export_header_file {
+            headers.extend(read_header_file(f).map_err(|e| e.to_string())?);
+        }
+        Ok(Some(ExportOptions {
+            endpoints,
+            headers,
+            service_name: self.service_name.clone(),
+            ca_file: self.export_ca.clone(),
+            spool: self.spool.clone(),
+            spool_max_bytes: self.spool_max.unwrap_or(DEFAULT_SPOOL_MAX),
+            flush_timeout: seconds("export-flush", self.export_flush)?,
+        }))
+    }
+
     fn options(&self) -> Result<RecordOptions, String> {
         let target = if self.all_cpus {
             Target::SystemWide
@@ -282,6 +353,13 @@ pub fn run(args: RecordArgs) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    let export = match args.export_options() {
+        Ok(e) => e,
+        Err(msg) => {
+            eprintln!("profiler: {msg}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     let report = ReportOptions {
         by: args.by,
         sort: args.sort,
@@ -303,6 +381,13 @@ pub fn run(args: RecordArgs) -> ExitCode {
         },
         _ => {}
     }
+    // The spools are opened (and proved writable) before anything is attached.
+    let mut exporter = match export.as_ref().map(Exporter::start).transpose() {
+        Ok(e) => e,
+        Err(e) => return fail(e),
+    };
+    let mut opts = opts;
+    opts.status_extra = exporter.as_ref().map(Exporter::status);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -312,14 +397,31 @@ pub fn run(args: RecordArgs) -> ExitCode {
     };
     let mut write_error = None;
     let mut on_interval = |profile: Profile| {
+        // With an exporter the interval is encoded once, for the file and the stores.
+        let message = exporter.as_ref().map(|_| pprof::encode(&profile));
         if let Some(s) = series.as_mut()
-            && let Err(e) = s.write(&profile)
+            && let Err(e) = s.write_encoded(&profile, message.as_ref())
         {
             eprintln!("profiler: error: {e}");
             write_error.get_or_insert(e);
         }
+        if let (Some(x), Some(m)) = (exporter.as_mut(), message) {
+            x.submit_message(m, profile.info.frequency_hz);
+        }
     };
-    let outcome = match runtime.block_on(record_with(&opts, &mut on_interval)) {
+    let recorded = runtime.block_on(record_with(&opts, &mut on_interval));
+    // The last (or, without --interval, the only) profile goes out too; then pending
+    // intervals get the flush timeout, and the rest stays spooled.
+    let mut last = None;
+    if let Some(mut x) = exporter.take() {
+        if let Ok(o) = &recorded {
+            let message = pprof::encode(&o.profile);
+            x.submit_message(message.clone(), o.profile.info.frequency_hz);
+            last = Some(message);
+        }
+        x.finish();
+    }
+    let outcome = match recorded {
         Ok(o) => o,
         Err(e @ RecordError::Usage(_)) => {
             eprintln!("profiler: {e}");
@@ -352,7 +454,7 @@ pub fn run(args: RecordArgs) -> ExitCode {
 
     if let Some(s) = series.as_mut() {
         // The last, partial interval.
-        if let Err(e) = s.write(profile) {
+        if let Err(e) = s.write_encoded(profile, last.as_ref()) {
             return fail(e);
         }
     }
@@ -398,6 +500,28 @@ fn title(opts: &RecordOptions) -> String {
         Target::Cgroup(c) => format!("cgroup {}", c.display()),
     };
     format!("{} of {what}", opts.events.join(", "))
+}
+
+/// `--spool-max SIZE`: bytes, with an optional K, M or G suffix.
+fn byte_size(text: &str) -> Result<u64, String> {
+    let (digits, shift) = match text.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => (
+            &text[..i],
+            match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                _ => return Err(format!("`{text}`: the suffix must be K, M or G")),
+            },
+        ),
+        _ => (text, 0),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size (e.g. 256M)"))?;
+    n.checked_shl(shift)
+        .filter(|b| b >> shift == n && *b > 0)
+        .ok_or_else(|| format!("`{text}`: must be from 1 byte to 16 EiB"))
 }
 
 /// `--unwind-memory SIZE` as a number of 8-byte rows.

@@ -42,8 +42,14 @@ impl Series {
         })
     }
 
-    /// Writes the next interval's file: `profile-<unix seconds>-<sequence>.<ext>`.
-    pub fn write(&mut self, profile: &Profile) -> Result<PathBuf, OutputError> {
+    /// Writes the next interval's file: `profile-<unix seconds>-<sequence>.<ext>`; a pprof
+    /// series takes the profile's pprof `message` when it is already made (the exporter's),
+    /// so it is not encoded twice.
+    pub fn write_encoded(
+        &mut self,
+        profile: &Profile,
+        message: Option<&crate::profile::pprof::proto::Profile>,
+    ) -> Result<PathBuf, OutputError> {
         self.seq += 1;
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -59,9 +65,11 @@ impl Series {
             path: path.clone(),
             source,
         };
-        self.format
-            .write(profile, "profiler interval", &mut file)
-            .map_err(err)?;
+        match (self.format, message) {
+            (Format::Pprof, Some(m)) => crate::profile::pprof::write_message(m, &mut file),
+            _ => self.format.write(profile, "profiler interval", &mut file),
+        }
+        .map_err(err)?;
         file.commit()?;
         eprintln!(
             "profiler: wrote {} ({} samples, {} lost)",

@@ -23,6 +23,7 @@ pub use collect::Collector;
 pub use error::{RecordError, SampleEventError, UsageError};
 pub use group::split_group;
 pub use session::Session;
+pub use status::StatusExtra;
 pub use unwind::{TableLoader, TableStats};
 pub use workload::{Workload, WorkloadError, resolve_command};
 
@@ -91,6 +92,8 @@ pub struct RecordOptions {
     pub symbolize_user: bool,
     /// Print a status line (elapsed, samples, lost) to stderr every second.
     pub status_line: bool,
+    /// What else the status line says (the exporter's totals).
+    pub status_extra: Option<StatusExtra>,
     /// Count samples per (process, stack) in the kernel instead of one record per sample.
     pub aggregate: bool,
     /// Walk stacks in the eBPF program (false only to measure the program's cost without
@@ -129,6 +132,7 @@ impl RecordOptions {
             debug_dirs: Vec::new(),
             symbolize_user: true,
             status_line: false,
+            status_extra: None,
             aggregate: false,
             stacks: true,
             call_graph: CallGraph::default(),

@@ -241,7 +241,7 @@ impl<'a> Session<'a> {
             .map_err(io("starting the symbolizing thread"))?,
             aggregated: AggregateReader::new(group.as_ref().map(|g| g.first_event)),
             off_cpu,
-            status: StatusLine::new(opts.status_line),
+            status: StatusLine::new(opts.status_line, opts.status_extra.clone()),
             reported: SamplerStats::default(),
             ring_bytes: 0,
             started,

@@ -8,7 +8,7 @@
 //! lost, filtered, stack errors) as `profiler.KEY=VALUE` comments, so nothing the report
 //! shows is lost in the file.
 
-mod proto;
+pub mod proto;
 mod read;
 mod symbolize;
 mod write;

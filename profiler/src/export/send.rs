@@ -1,0 +1,439 @@
+//! Sending one request to one store: OTLP over gRPC (tonic) or HTTP (reqwest, protobuf,
+//! gzip), or a pprof upload to Pyroscope's `/ingest`. Each answer becomes `Ok(bytes sent)` or
+//! an [`ExportError`] that knows whether to try again.
+
+use std::{io::Write as _, time::Duration};
+
+use bytes::{Buf as _, BufMut as _};
+use flate2::{Compression, write::GzEncoder};
+use prost::Message as _;
+use tonic::{
+    codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder},
+    codegen::http::uri::PathAndQuery,
+    metadata::{MetadataKey, MetadataValue},
+    transport::{Certificate, Channel, ClientTlsConfig},
+};
+
+use super::{
+    Endpoint, ExportError, Protocol, otlp_proto::ExportProfilesServiceResponse, retry, spool::Item,
+};
+
+/// How long one request may take, connection included.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+const EXPORT_PATH: &str =
+    "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export";
+
+pub enum Client {
+    Grpc {
+        endpoint: Endpoint,
+        grpc: tonic::client::Grpc<Channel>,
+        headers: Vec<(
+            MetadataKey<tonic::metadata::Ascii>,
+            MetadataValue<tonic::metadata::Ascii>,
+        )>,
+    },
+    Http {
+        endpoint: Endpoint,
+        http: reqwest::Client,
+        headers: reqwest::header::HeaderMap,
+        /// Pyroscope's application name with its labels (`service{hostname=h}`).
+        pyroscope_name: String,
+    },
+}
+
+/// The CA certificates to trust instead of the system's, PEM.
+pub type CaPem = Option<Vec<u8>>;
+
+impl Client {
+    /// A client for `endpoint`; connects lazily (a store that is down now is not an error
+    /// here). Must be called inside a tokio runtime.
+    pub fn new(
+        endpoint: &Endpoint,
+        headers: &[(String, String)],
+        ca: &CaPem,
+        pyroscope_name: &str,
+    ) -> Result<Self, ExportError> {
+        let client_err = |reason: String| ExportError::Client {
+            endpoint: endpoint.url.clone(),
+            reason,
+        };
+        match endpoint.protocol {
+            Protocol::OtlpGrpc => {
+                let mut ch = Channel::from_shared(endpoint.base.clone())
+                    .map_err(|e| client_err(e.to_string()))?
+                    .connect_timeout(REQUEST_TIMEOUT)
+                    .timeout(REQUEST_TIMEOUT);
+                if endpoint.tls {
+                    let tls = match ca {
+                        Some(pem) => {
+                            ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem))
+                        }
+                        None => ClientTlsConfig::new().with_native_roots(),
+                    };
+                    ch = ch.tls_config(tls).map_err(|e| client_err(e.to_string()))?;
+                }
+                let grpc = tonic::client::Grpc::new(ch.connect_lazy())
+                    .send_compressed(CompressionEncoding::Gzip)
+                    .accept_compressed(CompressionEncoding::Gzip);
+                let headers = headers
+                    .iter()
+                    .map(|(k, v)| {
+                        let key = MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())
+                            .map_err(|e| client_err(format!("header {k}: {e}")))?;
+                        let value = MetadataValue::try_from(v.as_str())
+                            .map_err(|e| client_err(format!("header {k}: {e}")))?;
+                        Ok((key, value))
+                    })
+                    .collect::<Result<_, ExportError>>()?;
+                Ok(Self::Grpc {
+                    endpoint: endpoint.clone(),
+                    grpc,
+                    headers,
+                })
+            }
+            Protocol::OtlpHttp | Protocol::Pyroscope => {
+                let mut b = reqwest::Client::builder()
+                    .no_proxy()
+                    .timeout(REQUEST_TIMEOUT)
+                    .connect_timeout(REQUEST_TIMEOUT)
+                    .use_rustls_tls();
+                if let Some(pem) = ca {
+                    let certs = reqwest::Certificate::from_pem_bundle(pem)
+                        .map_err(|e| client_err(format!("the CA file: {e}")))?;
+                    b = b.tls_built_in_root_certs(false);
+                    for c in certs {
+                        b = b.add_root_certificate(c);
+                    }
+                }
+                let http = b.build().map_err(|e| client_err(e.to_string()))?;
+                let mut map = reqwest::header::HeaderMap::new();
+                for (k, v) in headers {
+                    let key = reqwest::header::HeaderName::from_bytes(k.as_bytes())
+                        .map_err(|e| client_err(format!("header {k}: {e}")))?;
+                    let value = reqwest::header::HeaderValue::from_str(v)
+                        .map_err(|e| client_err(format!("header {k}: {e}")))?;
+                    map.insert(key, value);
+                }
+                Ok(Self::Http {
+                    endpoint: endpoint.clone(),
+                    http,
+                    headers: map,
+                    pyroscope_name: pyroscope_name.to_string(),
+                })
+            }
+        }
+    }
+
+    pub fn endpoint(&self) -> &Endpoint {
+        match self {
+            Self::Grpc { endpoint, .. } | Self::Http { endpoint, .. } => endpoint,
+        }
+    }
+
+    /// Sends one interval; `Ok` is the number of body bytes sent.
+    pub async fn send(&mut self, item: &Item) -> Result<u64, ExportError> {
+        match self {
+            Self::Grpc {
+                endpoint,
+                grpc,
+                headers,
+            } => send_grpc(endpoint, grpc, headers, item).await,
+            Self::Http {
+                endpoint,
+                http,
+                headers,
+                pyroscope_name,
+            } => {
+                let (request, len) = match endpoint.protocol {
+                    Protocol::Pyroscope => {
+                        let (body, boundary) = multipart(&item.body);
+                        let len = body.len() as u64;
+                        let r = http
+                            .post(format!("{}/ingest", endpoint.base))
+                            .query(&[
+                                ("name", pyroscope_name.as_str()),
+                                ("from", &item.from.to_string()),
+                                ("until", &item.until.to_string()),
+                                ("format", "pprof"),
+                                ("spyName", "profiler"),
+                                ("sampleRate", &item.rate.to_string()),
+                            ])
+                            .header(
+                                "content-type",
+                                format!("multipart/form-data; boundary={boundary}"),
+                            )
+                            .body(body);
+                        (r, len)
+                    }
+                    _ => {
+                        let body = gzip(&item.body);
+                        let len = body.len() as u64;
+                        let r = http
+                            .post(format!("{}/v1development/profiles", endpoint.base))
+                            .header("content-type", "application/x-protobuf")
+                            .header("content-encoding", "gzip")
+                            .body(body);
+                        (r, len)
+                    }
+                };
+                let response = request
+                    .headers(headers.clone())
+                    .send()
+                    .await
+                    .map_err(|e| transport_error(&endpoint.url, &e))?;
+                let status = response.status();
+                let protobuf = response
+                    .headers()
+                    .get("content-type")
+                    .is_some_and(|v| v.as_bytes().starts_with(b"application/x-protobuf"));
+                let retry_after = response
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(retry::parse_retry_after);
+                let body = response
+                    .bytes()
+                    .await
+                    .map_err(|e| transport_error(&endpoint.url, &e))?;
+                if !status.is_success() {
+                    // OTLP/HTTP explains a failure in a google.rpc.Status message.
+                    let message = protobuf
+                        .then(|| RpcStatus::decode(body.as_ref()).ok())
+                        .flatten()
+                        .map(|s| s.message)
+                        .filter(|m| !m.is_empty());
+                    return Err(ExportError::Http {
+                        endpoint: endpoint.url.clone(),
+                        status: status.as_u16(),
+                        body: message.unwrap_or_else(|| printable(&body)),
+                        retry_after,
+                    });
+                }
+                if endpoint.protocol == Protocol::OtlpHttp {
+                    partial_success(endpoint, &body)?;
+                }
+                Ok(len)
+            }
+        }
+    }
+}
+
+async fn send_grpc(
+    endpoint: &Endpoint,
+    grpc: &mut tonic::client::Grpc<Channel>,
+    headers: &[(
+        MetadataKey<tonic::metadata::Ascii>,
+        MetadataValue<tonic::metadata::Ascii>,
+    )],
+    item: &Item,
+) -> Result<u64, ExportError> {
+    let status_error = |s: tonic::Status| ExportError::Grpc {
+        endpoint: endpoint.url.clone(),
+        code: s.code(),
+        message: s.message().to_string(),
+        retry_after: retry_info(s.details()),
+    };
+    grpc.ready().await.map_err(|e| ExportError::Transport {
+        endpoint: endpoint.url.clone(),
+        reason: e.to_string(),
+    })?;
+    let mut request = tonic::Request::new(item.body.clone());
+    for (k, v) in headers {
+        request.metadata_mut().insert(k.clone(), v.clone());
+    }
+    let response = grpc
+        .unary(request, PathAndQuery::from_static(EXPORT_PATH), RawCodec)
+        .await
+        .map_err(status_error)?;
+    partial_success(endpoint, &response.into_inner())?;
+    // The body as compressed on the wire is not visible through tonic: report what gzip
+    // makes of it, the same compression tonic applies.
+    Ok(gzip(&item.body).len() as u64)
+}
+
+/// An OTLP response that says every profile was rejected is an error (not retried); one
+/// that rejected some or carries a warning is printed and counts as sent.
+fn partial_success(endpoint: &Endpoint, body: &[u8]) -> Result<(), ExportError> {
+    let Ok(response) = ExportProfilesServiceResponse::decode(body) else {
+        return Ok(());
+    };
+    let Some(p) = response.partial_success else {
+        return Ok(());
+    };
+    if p.rejected_profiles > 0 || !p.error_message.is_empty() {
+        eprintln!(
+            "profiler: export: {}: the store rejected {} profiles: {}",
+            endpoint.url, p.rejected_profiles, p.error_message
+        );
+    }
+    Ok(())
+}
+
+fn transport_error(endpoint: &str, e: &reqwest::Error) -> ExportError {
+    // reqwest's Display omits the cause ("error sending request"): add the chain.
+    let mut reason = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        reason.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    ExportError::Transport {
+        endpoint: endpoint.to_string(),
+        reason,
+    }
+}
+
+/// At most a line of a response body, for the error message.
+fn printable(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
+    text.lines()
+        .next()
+        .unwrap_or("")
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect()
+}
+
+pub fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+    gz.write_all(bytes).expect("writing to memory");
+    gz.finish().expect("writing to memory")
+}
+
+/// A `multipart/form-data` body with the pprof file in field `profile`, as Pyroscope's own
+/// agents upload it, and its boundary.
+fn multipart(pprof: &[u8]) -> (Vec<u8>, String) {
+    let boundary = "profiler-pprof-3f9a1c0b7e5d4a2b".to_string();
+    let mut body = Vec::with_capacity(pprof.len() + 256);
+    body.extend_from_slice(
+        format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"profile\"; filename=\"profile.pprof\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    body.extend_from_slice(pprof);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    (body, boundary)
+}
+
+/// `google.rpc.Status`: an OTLP/HTTP error body, and a gRPC error's details (for their
+/// `google.rpc.RetryInfo`).
+#[derive(Clone, PartialEq, prost::Message)]
+struct RpcStatus {
+    #[prost(string, tag = "2")]
+    message: String,
+    #[prost(message, repeated, tag = "3")]
+    details: Vec<RpcAny>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct RpcAny {
+    #[prost(string, tag = "1")]
+    type_url: String,
+    #[prost(bytes = "vec", tag = "2")]
+    value: Vec<u8>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct RetryInfo {
+    #[prost(message, optional, tag = "1")]
+    retry_delay: Option<RpcDuration>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct RpcDuration {
+    #[prost(int64, tag = "1")]
+    seconds: i64,
+    #[prost(int32, tag = "2")]
+    nanos: i32,
+}
+
+/// The delay a gRPC error's RetryInfo asks for (OTLP's throttling signal).
+fn retry_info(details: &[u8]) -> Option<Duration> {
+    let status = RpcStatus::decode(details).ok()?;
+    status.details.iter().find_map(|d| {
+        if !d.type_url.ends_with("google.rpc.RetryInfo") {
+            return None;
+        }
+        let d = RetryInfo::decode(d.value.as_slice()).ok()?.retry_delay?;
+        Some(Duration::new(
+            d.seconds.max(0) as u64,
+            d.nanos.max(0) as u32,
+        ))
+    })
+}
+
+/// A codec that sends already-encoded protobuf bytes and hands back the response's.
+#[derive(Clone, Copy, Default)]
+struct RawCodec;
+
+impl Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        *self
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        *self
+    }
+}
+
+impl Encoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), Self::Error> {
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl Decoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, Self::Error> {
+        let mut out = vec![0; src.remaining()];
+        src.copy_to_slice(&mut out);
+        Ok(Some(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_info_in_status_details() {
+        let details = RpcStatus {
+            message: String::new(),
+            details: vec![RpcAny {
+                type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
+                value: RetryInfo {
+                    retry_delay: Some(RpcDuration {
+                        seconds: 2,
+                        nanos: 500_000_000,
+                    }),
+                }
+                .encode_to_vec(),
+            }],
+        }
+        .encode_to_vec();
+        assert_eq!(retry_info(&details), Some(Duration::from_millis(2500)));
+        assert_eq!(retry_info(b""), None);
+    }
+
+    #[test]
+    fn the_multipart_body_carries_the_file_whole() {
+        let (body, boundary) = multipart(b"\x1f\x8bPPROF");
+        let text = String::from_utf8_lossy(&body);
+        assert!(text.starts_with(&format!("--{boundary}\r\n")));
+        assert!(text.contains("name=\"profile\""));
+        assert!(text.contains("\r\n\r\n\u{1f}\u{fffd}PPROF\r\n"));
+        assert!(text.ends_with(&format!("--{boundary}--\r\n")));
+    }
+}

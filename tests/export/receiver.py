@@ -1,0 +1,316 @@
+#!/usr/bin/env python3
+"""Profile-store receivers for the export tests, built on the official definitions: the
+`opentelemetry-proto` package's profiles v1development messages and collector service stubs,
+served with `grpcio` (OTLP gRPC) and http.server (OTLP HTTP), and a Pyroscope-shaped
+`/ingest` endpoint whose pprof uploads are decoded with Google's protobuf runtime
+(`../pprof/decode_pprof.py`'s schema). Nothing here comes from the profiler's code.
+
+    receiver.py serve --out FILE [--grpc-port N] [--http-port N] [--pyroscope-port N]
+                      [--fail CODE[:COUNT]] [--max-seconds S] [--tls-cert PEM --tls-key PEM]
+        Listens on 127.0.0.1 only (port 0: a free one), prints {"grpc":..,"http":..,
+        "pyroscope":..} on stdout once serving, appends one JSON line per request to FILE
+        (protocol, headers, the decoded samples in a normal form), and exits when stdin
+        closes or after --max-seconds. --fail: answer the first COUNT requests of each
+        protocol (all, without COUNT) with HTTP CODE (gRPC: the code OTLP maps it to).
+    receiver.py decode FILE
+        Prints the normal form of a pprof file, to compare with what was received.
+
+The normal form of a profile: one row per (sample, value type) with a non-zero value:
+labels (pid, tid, comm, cpu, event, ...), the stack (leaf first; a named frame is its
+functions, inlined first; an unnamed one is file, build id and file offset), the value's type
+and unit, and the value; rows sorted. Plus the run's counters (pprof comments
+`profiler.K=V`, OTLP profile attributes)."""
+
+import argparse
+import gzip
+import hashlib
+import json
+import os
+import ssl
+import sys
+import threading
+import time
+from concurrent import futures
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pprof"))
+from decode_pprof import profile_class  # noqa: E402
+
+
+# --- normal forms ---------------------------------------------------------------------------
+
+def pprof_rows(data):
+    digest = hashlib.sha256(data).hexdigest()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    p = profile_class()()
+    p.ParseFromString(data)
+    s = p.string_table
+    functions = {f.id: s[f.name] for f in p.function}
+    mappings = {m.id: m for m in p.mapping}
+    locations = {}
+    for loc in p.location:
+        if loc.line:
+            locations[loc.id] = "|".join(functions[ln.function_id] for ln in loc.line)
+        else:
+            m = mappings.get(loc.mapping_id)
+            if m is None:
+                locations[loc.id] = "?+%x" % loc.address
+            else:
+                offset = loc.address - m.memory_start + m.file_offset
+                locations[loc.id] = "%s@%s+%x" % (s[m.filename], s[m.build_id], offset)
+    types = [(s[t.type], s[t.unit]) for t in p.sample_type]
+    rows = []
+    for sample in p.sample:
+        labels = {s[l.key]: (s[l.str] if l.str else l.num) for l in sample.label}
+        stack = [locations[i] for i in sample.location_id]
+        for (ty, unit), value in zip(types, sample.value):
+            if value:
+                rows.append({"labels": labels, "stack": stack, "type": ty, "unit": unit,
+                             "value": value})
+    counters = {}
+    for c in p.comment:
+        key, _, value = s[c].partition("=")
+        if key.startswith("profiler."):
+            counters[key] = int(value) if value.lstrip("-").isdigit() else value
+    out = normal(rows, counters if rows else None)
+    out["sha256"] = digest
+    return out
+
+
+# OTLP sample attributes back to the pprof labels they were made from.
+OTLP_LABELS = {"thread.id": "tid", "thread.name": "comm", "cpu.logical_number": "cpu"}
+
+
+def any_value(v):
+    kind = v.WhichOneof("value")
+    return getattr(v, kind) if kind else None
+
+
+def otlp_rows(req):
+    d = req.dictionary
+    s = d.string_table
+
+    def attrs(indices):
+        out = {}
+        for i in indices:
+            kv = d.attribute_table[i]
+            out[s[kv.key_strindex]] = any_value(kv.value)
+        return out
+
+    def frame(i):
+        loc = d.location_table[i]
+        if loc.lines:
+            return "|".join(s[d.function_table[ln.function_index].name_strindex]
+                            for ln in loc.lines)
+        m = d.mapping_table[loc.mapping_index]
+        build = attrs(m.attribute_indices).get("process.executable.build_id.gnu", "")
+        offset = loc.address - m.memory_start + m.file_offset
+        return "%s@%s+%x" % (s[m.filename_strindex], build, offset)
+
+    rows, counters, resources = [], None, []
+    for rp in req.resource_profiles:
+        res = {kv.key: any_value(kv.value) for kv in rp.resource.attributes}
+        resources.append(res)
+        for sp in rp.scope_profiles:
+            for prof in sp.profiles:
+                ty = s[prof.sample_type.type_strindex]
+                unit = s[prof.sample_type.unit_strindex]
+                counters = {k: v for k, v in attrs(prof.attribute_indices).items()}
+                for sample in prof.samples:
+                    labels = {"pid": res["process.pid"]}
+                    for k, v in attrs(sample.attribute_indices).items():
+                        labels[OTLP_LABELS.get(k, k.replace("profiler.", "", 1))] = v
+                    stack = [frame(i) for i in d.stack_table[sample.stack_index].location_indices]
+                    for value in sample.values:
+                        rows.append({"labels": labels, "stack": stack, "type": ty,
+                                     "unit": unit, "value": value})
+    out = normal(rows, counters)
+    out["resources"] = resources
+    return out
+
+
+def normal(rows, counters):
+    rows.sort(key=lambda r: json.dumps(r, sort_keys=True))
+    return {"rows": rows, "counters": counters}
+
+
+# --- behaviour --------------------------------------------------------------------------------
+
+class Failing:
+    """Answers the first COUNT requests of each protocol with CODE (all of them without
+    COUNT)."""
+
+    def __init__(self, spec):
+        self.code, self.left = None, {}
+        if spec:
+            code, _, count = spec.partition(":")
+            self.code = int(code)
+            self.count = int(count) if count else None
+        self.lock = threading.Lock()
+
+    def next(self, protocol):
+        if self.code is None:
+            return None
+        with self.lock:
+            if self.count is None:
+                return self.code
+            n = self.left.setdefault(protocol, self.count)
+            if n == 0:
+                return None
+            self.left[protocol] = n - 1
+            return self.code
+
+
+class Log:
+    def __init__(self, path):
+        self.f = open(path, "a", encoding="utf-8")
+        self.lock = threading.Lock()
+
+    def write(self, protocol, status, headers, summary=None, extra=None):
+        line = {"protocol": protocol, "status": status, "headers": headers,
+                "summary": summary, "time": time.time()}
+        line.update(extra or {})
+        with self.lock:
+            self.f.write(json.dumps(line, sort_keys=True) + "\n")
+            self.f.flush()
+
+
+GRPC_CODES = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 400: "INVALID_ARGUMENT",
+              429: "RESOURCE_EXHAUSTED", 503: "UNAVAILABLE", 500: "INTERNAL"}
+
+
+def serve(args):
+    import grpc
+    from opentelemetry.proto.collector.profiles.v1development import (
+        profiles_service_pb2 as pb, profiles_service_pb2_grpc as pb_grpc)
+
+    log, failing = Log(args.out), Failing(args.fail)
+
+    class Profiles(pb_grpc.ProfilesServiceServicer):
+        def Export(self, request, context):
+            headers = {k: v for k, v in context.invocation_metadata()
+                       if k in ("authorization", "x-scope-orgid")}
+            code = failing.next("grpc")
+            if code is not None:
+                log.write("grpc", code, headers)
+                context.abort(getattr(grpc.StatusCode, GRPC_CODES.get(code, "UNAVAILABLE")),
+                              "test receiver answers %d" % code)
+            log.write("grpc", 200, headers, otlp_rows(request),
+                      {"bytes": request.ByteSize()})
+            return pb.ExportProfilesServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    pb_grpc.add_ProfilesServiceServicer_to_server(Profiles(), server)
+    if args.tls_cert:
+        creds = grpc.ssl_server_credentials(
+            [(open(args.tls_key, "rb").read(), open(args.tls_cert, "rb").read())])
+        grpc_port = server.add_secure_port("127.0.0.1:%d" % args.grpc_port, creds)
+    else:
+        grpc_port = server.add_insecure_port("127.0.0.1:%d" % args.grpc_port)
+    server.start()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def reply(self, code, body=b"", ctype="text/plain"):
+            self.send_response(code)
+            if code in (429, 503):
+                self.send_header("Retry-After", "1")
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            url = urlparse(self.path)
+            protocol = self.server.protocol
+            headers = {k.lower(): v for k, v in self.headers.items()
+                       if k.lower() in ("authorization", "x-scope-orgid")}
+            code = failing.next(protocol)
+            if code is not None:
+                log.write(protocol, code, headers)
+                text = b"test receiver answers %d" % code
+                if protocol == "http":
+                    # OTLP/HTTP: a google.rpc.Status (field 2: message), as a Collector
+                    # answers; written by hand, the package does not ship that message.
+                    status = b"\x12" + bytes([len(text)]) + text
+                    return self.reply(code, status, "application/x-protobuf")
+                return self.reply(code, text)
+            if protocol == "http" and url.path == "/v1development/profiles":
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                req = pb.ExportProfilesServiceRequest()
+                req.ParseFromString(body)
+                log.write(protocol, 200, headers, otlp_rows(req), {"bytes": len(body)})
+                return self.reply(200, pb.ExportProfilesServiceResponse().SerializeToString(),
+                                  "application/x-protobuf")
+            if protocol == "pyroscope" and url.path == "/ingest":
+                query = {k: v[0] for k, v in parse_qs(url.query).items()}
+                pprof = multipart_file(self.headers.get("Content-Type", ""), body, "profile")
+                log.write(protocol, 200, headers, pprof_rows(pprof),
+                          {"query": query, "bytes": len(pprof)})
+                return self.reply(200)
+            self.reply(404, b"no such endpoint")
+
+    def http_server(port, protocol):
+        srv = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        srv.protocol = protocol
+        if args.tls_cert:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(args.tls_cert, args.tls_key)
+            srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        return srv
+
+    http = http_server(args.http_port, "http")
+    pyro = http_server(args.pyroscope_port, "pyroscope")
+    print(json.dumps({"grpc": grpc_port, "http": http.server_address[1],
+                      "pyroscope": pyro.server_address[1]}), flush=True)
+    # Until the test closes our stdin (or dies), bounded in time whatever happens.
+    done = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+    done.wait(args.max_seconds)
+    server.stop(0)
+    http.shutdown()
+    pyro.shutdown()
+
+
+def multipart_file(content_type, body, field):
+    """The bytes of form field `field` in a multipart/form-data body."""
+    boundary = content_type.split("boundary=", 1)[1].strip('"').encode()
+    for part in body.split(b"--" + boundary):
+        head, sep, data = part.partition(b"\r\n\r\n")
+        if sep and b'name="%s"' % field.encode() in head:
+            return data[:-2] if data.endswith(b"\r\n") else data
+    raise ValueError("no %s field in the upload" % field)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve")
+    s.add_argument("--out", required=True)
+    s.add_argument("--grpc-port", type=int, default=0)
+    s.add_argument("--http-port", type=int, default=0)
+    s.add_argument("--pyroscope-port", type=int, default=0)
+    s.add_argument("--fail")
+    s.add_argument("--max-seconds", type=float, default=300)
+    s.add_argument("--tls-cert", help="serve TLS with this PEM certificate (and --tls-key)")
+    s.add_argument("--tls-key")
+    d = sub.add_parser("decode")
+    d.add_argument("file")
+    args = ap.parse_args()
+    if args.cmd == "serve":
+        serve(args)
+    else:
+        print(json.dumps(pprof_rows(open(args.file, "rb").read()), sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,586 @@
+//! `record --export`: the profiles that reach a store are the files written beside them.
+//! The stores are `tests/export/receiver.py`: OTLP gRPC and HTTP receivers built on the
+//! official `opentelemetry-proto` package and `grpcio`, and a Pyroscope-shaped `/ingest`,
+//! on 127.0.0.1 only, in a virtualenv under `target/` that the first test creates
+//! (`pip install opentelemetry-proto grpcio`). Each receiver logs every request with its
+//! samples in a normal form, which `receiver.py decode` gives for a pprof file too.
+
+mod stores;
+
+use std::{
+    path::Path,
+    process::{Command, Stdio},
+};
+
+use profiler_tests::*;
+use serde_json::Value;
+use stores::*;
+
+#[test]
+fn every_interval_reaches_three_stores_as_its_file_says() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("export-all");
+    let log = dir.join("requests.jsonl");
+    let receiver = Receiver::start(&log, [0; 3], None);
+    let series = dir.join("profiles");
+    let mut args: Vec<String> = ["record", "-F", "199", "-q", "--interval", "1", "-o"]
+        .map(String::from)
+        .to_vec();
+    args.push(series.display().to_string());
+    args.extend(receiver.exports(&PROTOCOLS));
+    args.extend(["--export-header", "Authorization=Bearer t0ken"].map(String::from));
+    args.extend(["--service-name", "fallback"].map(String::from));
+    args.extend(["--", &path("chain"), "6.5"].map(String::from));
+    let out = Command::new(profiler_bin())
+        .args(&args)
+        .env("OTEL_SERVICE_NAME", "chain-service")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let files = written(&series);
+    assert!(files.len() >= 6, "{} files: {stderr}", files.len());
+    for p in PROTOCOLS {
+        assert_same_intervals(&log, p, &files);
+    }
+    // Pyroscope gets the files themselves, byte for byte.
+    let uploads: Vec<Value> = accepted(&log, "pyroscope")
+        .iter()
+        .map(|s| s["sha256"].clone())
+        .collect();
+    let hashes: Vec<Value> = files.iter().map(|f| f["sha256"].clone()).collect();
+    assert_eq!(uploads, hashes);
+    // Each destination's line: every interval sent, none spooled or dropped.
+    let totals = totals(&stderr);
+    assert_eq!(totals.len(), 3, "{stderr}");
+    for (url, n) in &totals {
+        assert_eq!(*n, [files.len() as u64, 0, 0], "{url}: {stderr}");
+    }
+    // The chain's samples: its resource names it and its service (from its environment).
+    let reqs = requests(&log);
+    let chain = reqs
+        .iter()
+        .filter(|r| r["protocol"] == "grpc")
+        .flat_map(|r| {
+            r["summary"]["resources"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .find(|r| r["process.executable.name"] == "chain")
+        .expect("a resource for the chain");
+    assert_eq!(chain["service.name"], "chain-service", "{chain}");
+    assert!(chain["host.name"].as_str().is_some_and(|h| !h.is_empty()));
+    assert!(chain["process.pid"].as_i64().is_some_and(|p| p > 0));
+    let leafs: u64 = files
+        .iter()
+        .flat_map(|f| f["rows"].as_array().cloned().unwrap_or_default())
+        .filter(|r| r["type"] == "samples" && r["stack"][0] == "leaf")
+        .map(|r| r["value"].as_u64().unwrap())
+        .sum();
+    let all: u64 = files
+        .iter()
+        .flat_map(|f| f["rows"].as_array().cloned().unwrap_or_default())
+        .filter(|r| r["type"] == "samples")
+        .map(|r| r["value"].as_u64().unwrap())
+        .sum();
+    assert!(
+        leafs * 10 >= all * 9,
+        "the chain spends its time in leaf: {leafs} of {all}"
+    );
+    // Headers reached every store; Pyroscope got the upload's metadata.
+    for r in &reqs {
+        assert_eq!(r["headers"]["authorization"], "Bearer t0ken", "{r}");
+        if r["protocol"] == "pyroscope" {
+            let q = &r["query"];
+            assert!(
+                q["name"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("fallback{hostname="),
+                "{q}"
+            );
+            assert_eq!(
+                (&q["format"], &q["sampleRate"]),
+                (&"pprof".into(), &"199".into())
+            );
+            let (from, until): (u64, u64) = (
+                q["from"].as_str().unwrap().parse().unwrap(),
+                q["until"].as_str().unwrap().parse().unwrap(),
+            );
+            assert!(from < until, "{q}");
+        }
+    }
+    receiver.stop();
+}
+
+#[test]
+fn a_one_shot_profile_goes_out_at_the_end_with_build_ids_and_offsets() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("export-once");
+    let log = dir.join("requests.jsonl");
+    let receiver = Receiver::start(&log, [0; 3], None);
+    let file = dir.join("once.pb.gz");
+    let mut args: Vec<String> = ["record", "-F", "199", "-q", "--symbolize", "none", "-o"]
+        .map(String::from)
+        .to_vec();
+    args.push(file.display().to_string());
+    args.extend(receiver.exports(&["http"]));
+    args.extend(["--", &path("chain"), "1.5"].map(String::from));
+    let out = Command::new(profiler_bin()).args(&args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let want = decode(&file);
+    assert_same_intervals(&log, "http", std::slice::from_ref(&want));
+    // Unnamed user frames travel as file, build id and file offset.
+    let raw = want["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["stack"].as_array().unwrap().clone())
+        .filter_map(|f| f.as_str().map(str::to_string))
+        .find(|f| f.contains("/chain@"))
+        .unwrap_or_else(|| panic!("no unsymbolized chain frame: {want}"));
+    let (_, build) = raw.split_once('@').unwrap();
+    assert!(build.split('+').next().unwrap().len() >= 16, "{raw}");
+    receiver.stop();
+}
+
+#[test]
+fn intervals_outlive_a_store_outage_in_order_and_once() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("export-outage");
+    let log = dir.join("requests.jsonl");
+    let receiver = Receiver::start(&log, [0; 3], None);
+    let ports = receiver.ports();
+    let series = dir.join("profiles");
+    let mut args: Vec<String> = ["record", "-F", "99", "-q", "--interval", "1", "-o"]
+        .map(String::from)
+        .to_vec();
+    args.push(series.display().to_string());
+    args.extend(receiver.exports(&PROTOCOLS));
+    args.extend([
+        "--spool".to_string(),
+        dir.join("spool").display().to_string(),
+    ]);
+    // A bound, not a wait: the run ends as soon as everything is sent (a busy machine may
+    // take a few seconds to reconnect after the outage).
+    args.extend(["--export-flush", "20"].map(String::from));
+    args.extend(["--", &path("chain"), "9.5"].map(String::from));
+    let child = Command::new(profiler_bin())
+        .args(&args)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let child = KillOnDrop(child);
+    // Down after the first interval arrived everywhere, for three intervals' files.
+    wait_for("the first interval at every store", 30, || {
+        PROTOCOLS
+            .iter()
+            .all(|p| !accepted(&log, p).is_empty())
+            .then_some(())
+    });
+    receiver.stop();
+    let down_at = count_files(&series);
+    wait_for("three intervals while the store is down", 30, || {
+        (count_files(&series) >= down_at + 3).then_some(())
+    });
+    let receiver = Receiver::start(&log, ports, None);
+    let mut child = child;
+    // The profiler's peak resident size (VmHWM), as late in the run as it can be read.
+    let mut peak_kib = 0u64;
+    let status = wait_for("the recording to end", 60, || {
+        if let Ok(s) = std::fs::read_to_string(format!("/proc/{}/status", child.id())) {
+            peak_kib = s
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+                .unwrap_or(peak_kib);
+        }
+        child.try_wait().unwrap()
+    });
+    eprintln!(
+        "peak RSS of the profiler through the outage: {} MiB",
+        peak_kib >> 10
+    );
+    assert!(peak_kib < 400 << 10, "peak RSS {peak_kib} KiB");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{stderr}");
+    let files = written(&series);
+    assert!(stderr.contains("spooling intervals meanwhile"), "{stderr}");
+    assert!(stderr.contains("reachable again"), "{stderr}");
+    for (url, n) in totals(&stderr) {
+        assert_eq!(n, [files.len() as u64, 0, 0], "{url}: {stderr}");
+    }
+    for p in PROTOCOLS {
+        assert_same_intervals(&log, p, &files);
+    }
+    receiver.stop();
+}
+
+#[test]
+fn a_store_answering_503_for_a_while_gets_every_interval() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("export-503");
+    let log = dir.join("requests.jsonl");
+    let receiver = Receiver::start(&log, [0; 3], Some("503:3"));
+    let series = dir.join("profiles");
+    let mut args: Vec<String> = ["record", "-F", "99", "-q", "--interval", "1", "-o"]
+        .map(String::from)
+        .to_vec();
+    args.push(series.display().to_string());
+    args.extend(receiver.exports(&PROTOCOLS));
+    args.extend(["--", &path("chain"), "5.5"].map(String::from));
+    let out = Command::new(profiler_bin()).args(&args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let files = written(&series);
+    for p in PROTOCOLS {
+        assert_same_intervals(&log, p, &files);
+        let refused = requests(&log)
+            .iter()
+            .filter(|r| r["protocol"] == p && r["status"] == 503)
+            .count();
+        assert_eq!(refused, 3, "{p}");
+    }
+    for (url, n) in totals(&stderr) {
+        assert_eq!(n, [files.len() as u64, 0, 0], "{url}: {stderr}");
+    }
+    receiver.stop();
+}
+
+#[test]
+fn a_store_refusing_auth_costs_one_line_an_interval_and_nothing_else() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("export-401");
+    let log = dir.join("requests.jsonl");
+    let receiver = Receiver::start(&log, [0; 3], Some("401"));
+    let series = dir.join("profiles");
+    let mut args: Vec<String> = ["record", "-F", "99", "-q", "--interval", "1", "-o"]
+        .map(String::from)
+        .to_vec();
+    args.push(series.display().to_string());
+    args.extend(receiver.exports(&PROTOCOLS));
+    args.extend(["--", &path("chain"), "3.5"].map(String::from));
+    let out = Command::new(profiler_bin()).args(&args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let n = count_files(&series);
+    assert!(n >= 4, "files are still written: {n}");
+    let lines = |needle: &str| {
+        stderr
+            .lines()
+            .filter(|l| l.contains("not accepted") && l.contains(needle))
+            .count()
+    };
+    assert_eq!(lines("Unauthenticated"), n, "gRPC: {stderr}");
+    // The store's own explanation is in the line (OTLP/HTTP's google.rpc.Status decoded).
+    assert_eq!(
+        lines("HTTP 401: test receiver answers 401"),
+        2 * n,
+        "OTLP HTTP and Pyroscope: {stderr}"
+    );
+    for (url, t) in totals(&stderr) {
+        assert_eq!(t, [0, 0, n as u64], "{url}: {stderr}");
+    }
+    receiver.stop();
+}
+
+#[test]
+fn what_a_stopped_run_could_not_send_is_sent_first_by_the_next() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("export-spool");
+    let log = dir.join("requests.jsonl");
+    let spool = dir.join("spool");
+    let port = free_port();
+    let url = format!("otlp+http://127.0.0.1:{port}");
+    // The target is the test's own: a recording stopped by SIGTERM leaves its command
+    // running, and this one is killed when the test ends, which also ends any recording.
+    let target = KillOnDrop(
+        Command::new(fixture("chain"))
+            .arg("60")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let record = |series: &Path| {
+        let mut args: Vec<String> = ["record", "-F", "99", "-q", "--interval", "1", "-o"]
+            .map(String::from)
+            .to_vec();
+        args.push(series.display().to_string());
+        args.extend(["--export".to_string(), url.clone()]);
+        args.extend(["--spool".to_string(), spool.display().to_string()]);
+        // Room for two or three intervals of this profile (1.4 to 1.8 KB each).
+        args.extend(["--spool-max".to_string(), "4K".to_string()]);
+        args.extend(["--export-flush".to_string(), "1".to_string()]);
+        args.extend(["-p".to_string(), target.id().to_string()]);
+        Command::new(profiler_bin())
+            .args(&args)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let stop = |child: std::process::Child| {
+        // SAFETY: kill(2) on our own child, which has not been reaped.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        child.wait_with_output().unwrap()
+    };
+    // Nothing listens: the intervals wait in the spool; SIGTERM ends the run.
+    let first = dir.join("first");
+    let child = record(&first);
+    wait_for("three intervals", 30, || {
+        (count_files(&first) >= 3).then_some(())
+    });
+    let out = stop(child);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let before = written(&first);
+    let store = spool.join(format!("otlp_http___127.0.0.1_{port}"));
+    let files: Vec<std::fs::Metadata> = std::fs::read_dir(&store)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap())
+        .collect();
+    let bytes: u64 = files.iter().map(|m| m.len()).sum();
+    assert!(bytes <= 4096, "the spool holds {bytes} bytes, over its 4K");
+    let kept = files.len();
+    // The oldest were dropped to keep the newest, and counted.
+    assert!(
+        kept >= 1 && kept < before.len(),
+        "{kept} of {}",
+        before.len()
+    );
+    assert_eq!(
+        totals(&stderr),
+        [(
+            "otlp+http".to_string(),
+            [0, kept as u64, (before.len() - kept) as u64]
+        )],
+        "{stderr}"
+    );
+    let before = before[before.len() - kept..].to_vec();
+    // The store is back: the next run sends the earlier run's intervals first, in order.
+    let receiver = Receiver::start(&log, [0, port, 0], None);
+    let second = dir.join("second");
+    let child = record(&second);
+    wait_for("two intervals of the second run", 30, || {
+        (count_files(&second) >= 2).then_some(())
+    });
+    let out = stop(child);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("spooled by an earlier run are sent first"),
+        "{stderr}"
+    );
+    let mut all = before;
+    all.extend(written(&second));
+    assert_same_intervals(&log, "http", &all);
+    receiver.stop();
+}
+
+/// Off-CPU time and a counter group's counts are sample types of their own in the file; each
+/// reaches the stores as its own OTLP profile (and in Pyroscope's pprof as is), sample for
+/// sample.
+#[test]
+fn off_cpu_and_counter_group_columns_go_out_as_their_own_sample_types() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    for (name, extra, fixture_args) in [
+        ("offcpu", &["--off-cpu"][..], &["waits", "25", "2"][..]),
+        (
+            "group",
+            &["--read", "page-faults"][..],
+            &["chain", "3.5"][..],
+        ),
+    ] {
+        let dir = scratch(&format!("export-{name}"));
+        let log = dir.join("requests.jsonl");
+        let receiver = Receiver::start(&log, [0; 3], None);
+        let series = dir.join("profiles");
+        let mut args: Vec<String> = ["record", "-F", "99", "-q", "--interval", "1", "-o"]
+            .map(String::from)
+            .to_vec();
+        args.push(series.display().to_string());
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args.extend(receiver.exports(&PROTOCOLS));
+        args.push("--".into());
+        args.push(path(fixture_args[0]));
+        args.extend(fixture_args[1..].iter().map(|a| a.to_string()));
+        let out = Command::new(profiler_bin())
+            .args(&args)
+            .stdout(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name}: {stderr}");
+        let files = written(&series);
+        let types: std::collections::BTreeSet<String> = files
+            .iter()
+            .flat_map(|f| f["rows"].as_array().cloned().unwrap_or_default())
+            .map(|r| {
+                format!(
+                    "{}/{}",
+                    r["type"].as_str().unwrap(),
+                    r["unit"].as_str().unwrap()
+                )
+            })
+            .collect();
+        let wanted = match name {
+            "offcpu" => "off-cpu/nanoseconds",
+            _ => "page-faults/count",
+        };
+        assert!(types.contains(wanted), "{name}: {types:?}");
+        for p in PROTOCOLS {
+            assert_same_intervals(&log, p, &files);
+        }
+        receiver.stop();
+    }
+}
+
+/// TLS to every store: trusted through --export-ca, and refused without it (the test CA is
+/// in no system store).
+#[test]
+fn tls_exports_trust_the_given_ca_and_only_it() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("export-tls");
+    // A CA, and a certificate it signs for 127.0.0.1.
+    openssl(
+        &dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=profiler test CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+    );
+    openssl(
+        &dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+    );
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(
+        &dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+        ],
+    );
+    let log = dir.join("requests.jsonl");
+    let receiver = Receiver::start_with(
+        &log,
+        [0; 3],
+        None,
+        Some((&dir.join("server.pem"), &dir.join("server.key"))),
+    );
+    let exports: Vec<String> = [
+        ("otlp+grpcs", "grpc"),
+        ("otlp+https", "http"),
+        ("pyroscope+https", "pyroscope"),
+    ]
+    .iter()
+    .flat_map(|(scheme, p)| {
+        [
+            "--export".to_string(),
+            format!("{scheme}://127.0.0.1:{}", receiver.port(p)),
+        ]
+    })
+    .collect();
+    let run = |name: &str, ca: bool| {
+        let file = dir.join(format!("{name}.pb.gz"));
+        let mut args: Vec<String> = ["record", "-F", "99", "-q", "--export-flush", "2", "-o"]
+            .map(String::from)
+            .to_vec();
+        args.push(file.display().to_string());
+        args.extend(exports.iter().cloned());
+        if ca {
+            args.push("--export-ca".into());
+            args.push(dir.join("ca.pem").display().to_string());
+        }
+        args.extend(["--", &path("chain"), "1"].map(String::from));
+        let out = Command::new(profiler_bin()).args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        (decode(&file), stderr)
+    };
+    let (want, stderr) = run("trusted", true);
+    for p in PROTOCOLS {
+        assert_same_intervals(&log, p, std::slice::from_ref(&want));
+    }
+    for (url, n) in totals(&stderr) {
+        assert_eq!(n, [1, 0, 0], "{url}: {stderr}");
+    }
+    // System roots only: the handshake fails, nothing reaches a store.
+    let (_, stderr) = run("untrusted", false);
+    for (url, n) in totals(&stderr) {
+        assert_eq!(n, [0, 0, 1], "{url}: {stderr}");
+    }
+    assert_eq!(
+        requests(&log).len(),
+        3,
+        "only the trusted run's requests arrived"
+    );
+    receiver.stop();
+}
