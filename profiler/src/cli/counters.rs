@@ -11,7 +11,10 @@ use std::{
     time::Duration,
 };
 
-use super::{EXIT_FAILURE, EXIT_USAGE};
+use super::{
+    EXIT_FAILURE, EXIT_USAGE,
+    exit::{self, Ended},
+};
 use crate::{
     cpc::{Cpc, CpcError},
     tools::{
@@ -106,6 +109,16 @@ pub fn sets(voice: Voice, cpc: &Cpc, specs: &[String]) -> Result<Vec<SetSpec>, E
         .collect()
 }
 
+/// `profiler track`'s set when no `-c` is given, perf stat's default events: hardware ones
+/// where the host has a cpu PMU, software ones otherwise; user and system mode (`sys`), as
+/// perf stat counts them.
+pub fn default_set(cpc: &Cpc) -> &'static str {
+    match cpc.catalog().cpu_pmu_name() {
+        Some(_) => "cycles,instructions,branches,branch-misses,sys",
+        None => "task-clock,context-switches,cpu-migrations,page-faults,sys",
+    }
+}
+
 /// A float of seconds, >= 0 (`-T`, cpustat's interval and `-p`).
 pub fn seconds(what: &str, text: &str) -> Result<Duration, String> {
     text.trim()
@@ -188,7 +201,15 @@ pub fn run_track(voice: Voice, cpc: &Cpc, mut req: TrackRequest) -> ExitCode {
     };
     match track(cpc, &req.opts, &target, out) {
         Ok(outcome) if outcome.errors => ExitCode::from(EXIT_FAILURE),
-        Ok(_) => ExitCode::SUCCESS,
+        Ok(outcome) => {
+            use crate::tools::track::ptrace::Report;
+            let command = match outcome.command_end {
+                Some(Report::Exited { code, .. }) => Some(Ended::Exited(code)),
+                Some(Report::Killed { signal, .. }) => Some(Ended::Killed(signal)),
+                _ => None,
+            };
+            exit::status(outcome.interrupted.map(|s| s as i32), command)
+        }
         Err(tools::track::TrackError::Bind(e)) => voice.fail(voice.cpc(&e)),
         Err(e) => voice.fail(e),
     }
@@ -209,7 +230,7 @@ pub fn run_stat(voice: Voice, cpc: &Cpc, mut req: StatRequest) -> ExitCode {
     };
     match stat(cpc, &req.opts, Box::new(std::io::stdout())) {
         Ok(outcome) if outcome.errors => ExitCode::from(EXIT_FAILURE),
-        Ok(_) => ExitCode::SUCCESS,
+        Ok(outcome) => exit::status(outcome.interrupted.map(|s| s as i32), None),
         // The reader went away (`| head`): a normal end.
         Err(tools::stat::StatError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
             ExitCode::SUCCESS
