@@ -26,7 +26,7 @@ fn online_cpus() -> usize {
 /// Starts `profiler ARGS` (per-cgroup counting) with stdout piped and returns once it has
 /// said on stderr that counting has begun.
 fn start_profiler(args: &[&str]) -> (Child, BufReader<ChildStdout>) {
-    let mut child = Command::new(profiler_bin())
+    let mut child = profiler_command()
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -316,7 +316,7 @@ fn each_containers_flame_graph_holds_only_its_own_workload() {
     let b = TestCgroup::create("flame-b");
     let dir = scratch("cgroup-flame");
     let file = dir.join("all.pb.gz");
-    let mut rec = Command::new(profiler_bin())
+    let mut rec = profiler_command()
         .args(["record", "-a", "-F", "499", "-d", "3", "-q", "-o"])
         .arg(&file)
         .stdout(Stdio::null())

@@ -55,7 +55,7 @@ fn sigint_ends_the_run_with_totals() {
         return;
     }
     let _guard = serial();
-    let mut child = Command::new(profiler_bin())
+    let mut child = profiler_command()
         .args(["stat", "-c", "cpu-clock", "0.2"])
         .stdout(Stdio::piped())
         .spawn()

@@ -18,7 +18,7 @@ fn attach_with_p_and_detach_on_sigint_leaves_the_target_running() {
         (thread_count(target.id()) == 3).then_some(())
     });
     let pid = target.id().to_string();
-    let mut tracker = Command::new(profiler_bin())
+    let mut tracker = profiler_command()
         .args(["track", "-T", "0.2", "-c", "task-clock", "-p", &pid])
         .stdout(Stdio::piped())
         .spawn()

@@ -78,11 +78,19 @@ pub fn open_or_help(voice: Voice, help: bool, subcommand: &str) -> Result<Cpc, E
         use clap::CommandFactory;
         let mut cli = super::Cli::command();
         cli.build(); // names the subcommand "profiler <name>" in its usage line
-        let usage = cli
+        // The examples end the text, after the capabilities.
+        let (usage, examples) = cli
             .find_subcommand_mut(subcommand)
-            .map(|c| c.render_help().to_string())
+            .map(|c| {
+                let examples = c.get_after_help().map(|e| e.to_string());
+                let mut c = c.clone().after_help(None::<&str>);
+                (c.render_help().to_string(), examples)
+            })
             .unwrap_or_default();
         print_help(&usage, &cpc);
+        if let Some(examples) = examples {
+            let _ = writeln!(std::io::stdout().lock(), "\n{examples}");
+        }
         return Err(ExitCode::SUCCESS);
     }
     Ok(cpc)

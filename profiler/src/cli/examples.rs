@@ -5,8 +5,7 @@ pub const RECORD: &str = "\
 Examples:
   profiler record -F 999 ./myprog arg     profile a command until it exits (profile.pb.gz)
   profiler record -a -d 5 -o system.svg   the whole system for 5 s, as a flame graph
-  profiler record -e page-faults -c 100 -o - -- make | go tool pprof -top -
-                                          one sample per 100 page faults, pprof on stdout";
+  profiler record -e page-faults -c 100 -o - make | profiler report -i -";
 
 pub const REPORT: &str = "\
 Examples:
