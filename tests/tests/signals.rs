@@ -3,11 +3,7 @@
 //! (checked from outside: loaded programs and links, and /proc's fds). Two profilers at once
 //! each get their own exact profile.
 
-use std::{
-    process::{Command, Stdio},
-    thread,
-    time::Duration,
-};
+use std::{process::Stdio, thread, time::Duration};
 
 use profiler_tests::*;
 

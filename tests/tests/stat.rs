@@ -1,6 +1,6 @@
 //! `profiler stat` (cpustat) and `profiler list` end to end, on real per-CPU counters.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use profiler_tests::*;
 
