@@ -38,7 +38,7 @@ fn attach_with_p_and_detach_on_sigint_leaves_the_target_running() {
     // SAFETY: kill sends a signal to the tracker we spawned.
     unsafe { libc::kill(tracker.id() as i32, libc::SIGINT) };
     let status = tracker.wait().unwrap();
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(status.code(), Some(130), "128 + SIGINT");
     let stdout = lines.finish();
     let ticks: Vec<TableRow> = table(&stdout)
         .into_iter()

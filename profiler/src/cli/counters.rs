@@ -171,10 +171,12 @@ pub fn cpu_list(text: &str) -> Result<Vec<u32>, String> {
     Ok(cpus)
 }
 
-/// `-o file` (line-buffered, as cputrack sets it), or stdout (line-buffered already).
+/// `-o file` (line-buffered, as cputrack sets it), or stdout (line-buffered already) for no
+/// `-o` or `-o -`.
 pub fn output(voice: Voice, path: Option<&Path>) -> Result<Box<dyn Write>, ExitCode> {
     match path {
         None => Ok(Box::new(std::io::stdout())),
+        Some(p) if crate::output::is_stdout(p) => Ok(Box::new(std::io::stdout())),
         Some(p) => crate::output::create_streaming(p)
             .map(|f| Box::new(LineWriter::new(f)) as Box<dyn Write>)
             .map_err(|e| voice.fail(format!("cannot open '{}' for writing: {e}", p.display()))),
@@ -266,7 +268,7 @@ pub fn run_cgroup_stat(
         Err(code) => return code,
     };
     match cgroup_stat(cpc, &set, &opts, out) {
-        Ok(_) => ExitCode::SUCCESS,
+        Ok(interrupted) => exit::status(interrupted.map(|s| s as i32), None),
         Err(CgroupStatError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
             ExitCode::SUCCESS
         }
