@@ -1,12 +1,6 @@
 //! `profiler record`.
 
-use std::{
-    ffi::OsString,
-    io::IsTerminal as _,
-    path::{Path, PathBuf},
-    process::ExitCode,
-    time::Duration,
-};
+use std::{ffi::OsString, io::IsTerminal as _, path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::Args;
 
@@ -115,8 +109,8 @@ pub struct RecordArgs {
     /// Stop after this many seconds (default: until the command or targets exit, or Ctrl-C).
     #[arg(short, long, value_name = "SECS")]
     pub duration: Option<f64>,
-    /// Write the profile to FILE (default `profile.pb.gz`, the previous one kept as
-    /// `profile.pb.gz.old`): pprof, or by extension `.svg` (flame graph), `.folded`/`.txt`
+    /// Write the profile to FILE (default `profile.pb.gz`, or `profile.svg`.. with --format;
+    /// the previous one kept as `profile.pb.gz.old`): pprof, or by extension `.svg` (flame graph), `.folded`/`.txt`
     /// (folded stacks), `.json` (speedscope). `-` is standard output (the table then goes to
     /// stderr). With --interval: an existing directory.
     #[arg(short, long, value_name = "FILE|DIR")]
@@ -304,7 +298,12 @@ pub fn run(args: RecordArgs) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let path = args.output.as_deref().unwrap_or(Path::new(DEFAULT_OUTPUT));
+    // Without -o: profile.pb.gz, or profile.<ext> of the --format asked for.
+    let default = match args.format {
+        None | Some(Format::Pprof) => PathBuf::from(DEFAULT_OUTPUT),
+        Some(f) => PathBuf::from(format!("profile.{}", f.extension())),
+    };
+    let path = args.output.as_deref().unwrap_or(&default);
     let to_stdout = args.interval.is_none() && is_stdout(path);
     // Our stdout carries the profile: the command's goes to stderr, as the table does.
     opts.command_stdout_to_stderr = to_stdout;
@@ -355,7 +354,9 @@ pub fn run(args: RecordArgs) -> ExitCode {
         None => match Sink::create(path) {
             Ok(mut sink) => {
                 if let (Sink::File(f), None) = (&mut sink, &args.output) {
-                    f.keep_previous_as(PathBuf::from(format!("{DEFAULT_OUTPUT}.old")));
+                    let mut old = default.clone().into_os_string();
+                    old.push(".old");
+                    f.keep_previous_as(PathBuf::from(old));
                 }
                 output = Some(sink);
             }
