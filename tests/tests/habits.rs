@@ -296,6 +296,18 @@ fn record_writes_profile_pb_gz_and_keeps_the_previous() {
     let out = in_dir(&dir, &["report"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(leading_number(&text(&out.stdout)) >= 3000);
+    // With --format and no -o, the name follows the format.
+    let out = in_dir(
+        &dir,
+        &["record", "-q", "--format", "folded", &touch, "1000"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let folded = std::fs::read_to_string(dir.join("profile.folded")).unwrap();
+    assert!(
+        folded.lines().all(|l| l.rsplit_once(' ').is_some()),
+        "{folded}"
+    );
+    assert_eq!(std::fs::read(dir.join("profile.pb.gz")).unwrap(), second);
 }
 
 #[test]
