@@ -93,6 +93,13 @@ fn record_and_track_exit_with_the_commands_status() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+    // And keeps Solaris's rule that -c is required (the default set is `profiler track`'s).
+    let out = Command::new(links.join("cputrack"))
+        .arg("true")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("no event specification"));
     // The profiler's own errors keep 1 (and 2 for usage), whatever the command would do.
     let out = in_dir(
         &dir,
