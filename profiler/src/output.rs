@@ -28,6 +28,8 @@ pub struct OutputError {
 pub struct AtomicFile {
     target: PathBuf,
     file: Option<BufWriter<NamedTempFile>>,
+    /// Where a file already at the target is moved when this one is committed.
+    previous: Option<PathBuf>,
 }
 
 impl AtomicFile {
@@ -65,11 +67,18 @@ impl AtomicFile {
         Ok(Self {
             target: target.to_path_buf(),
             file: Some(BufWriter::new(file)),
+            previous: None,
         })
     }
 
     pub fn path(&self) -> &Path {
         &self.target
+    }
+
+    /// At commit, a regular file already at the target is renamed to `old` first (as perf
+    /// keeps `perf.data.old`), replacing any `old` there.
+    pub fn keep_previous_as(&mut self, old: PathBuf) {
+        self.previous = Some(old);
     }
 
     /// Flushes, syncs and renames into place. rename(2) replaces a symlink at the target
@@ -82,8 +91,101 @@ impl AtomicFile {
         let file = self.file.take().expect("committed once");
         let file = file.into_inner().map_err(|e| err(e.into_error()))?;
         file.as_file().sync_all().map_err(err)?;
+        if let Some(old) = &self.previous
+            && std::fs::symlink_metadata(&self.target).is_ok_and(|m| m.is_file())
+        {
+            std::fs::rename(&self.target, old).map_err(|source| OutputError {
+                path: old.clone(),
+                source,
+            })?;
+        }
         file.persist(&self.target).map_err(|e| err(e.error))?;
         Ok(())
+    }
+}
+
+/// `-o -`: standard output.
+pub fn is_stdout(path: &Path) -> bool {
+    path.as_os_str() == "-"
+}
+
+/// Where a profile goes: a file written atomically, or standard output for `-o -`. A
+/// reader that goes away (`| head`) ends the output quietly, as for any Unix filter.
+pub enum Sink {
+    File(AtomicFile),
+    Stdout {
+        out: BufWriter<io::Stdout>,
+        closed: bool,
+    },
+}
+
+impl Sink {
+    /// Standard output for `-`, else an [`AtomicFile`] (created now, so an unwritable
+    /// path fails before anything runs).
+    pub fn create(path: &Path) -> Result<Sink, OutputError> {
+        if is_stdout(path) {
+            return Ok(Sink::Stdout {
+                out: BufWriter::new(io::stdout()),
+                closed: false,
+            });
+        }
+        AtomicFile::create(path).map(Sink::File)
+    }
+
+    /// How messages name it: the file's path, or "standard output".
+    pub fn name(&self) -> String {
+        match self {
+            Sink::File(f) => f.path().display().to_string(),
+            Sink::Stdout { .. } => "standard output".into(),
+        }
+    }
+
+    pub fn is_stdout(&self) -> bool {
+        matches!(self, Sink::Stdout { .. })
+    }
+
+    /// Renames the file into place, or flushes standard output.
+    pub fn commit(self) -> Result<(), OutputError> {
+        match self {
+            Sink::File(f) => f.commit(),
+            Sink::Stdout { mut out, .. } => match out.flush() {
+                Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(OutputError {
+                    path: PathBuf::from("-"),
+                    source: e,
+                }),
+                _ => Ok(()),
+            },
+        }
+    }
+}
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Sink::File(f) => f.write(buf),
+            Sink::Stdout { closed: true, .. } => Ok(buf.len()),
+            Sink::Stdout { out, closed } => match out.write(buf) {
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                    *closed = true;
+                    Ok(buf.len())
+                }
+                other => other,
+            },
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Sink::File(f) => f.flush(),
+            Sink::Stdout { closed: true, .. } => Ok(()),
+            Sink::Stdout { out, closed } => match out.flush() {
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                    *closed = true;
+                    Ok(())
+                }
+                other => other,
+            },
+        }
     }
 }
 
@@ -166,6 +268,23 @@ mod tests {
             1,
             "aborted write leaves nothing"
         );
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn the_previous_file_is_kept_as_old() {
+        let d = scratch("previous");
+        let target = d.join("profile.pb.gz");
+        let old = d.join("profile.pb.gz.old");
+        for (i, text) in ["first", "second", "third"].into_iter().enumerate() {
+            let mut f = AtomicFile::create(&target).unwrap();
+            f.keep_previous_as(old.clone());
+            f.write_all(text.as_bytes()).unwrap();
+            f.commit().unwrap();
+            assert_eq!(fs::read_to_string(&target).unwrap(), text);
+            let before = ["", "first", "second"][i];
+            assert_eq!(fs::read_to_string(&old).unwrap_or_default(), before);
+        }
         fs::remove_dir_all(&d).unwrap();
     }
 

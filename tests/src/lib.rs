@@ -103,10 +103,31 @@ pub fn path(name: &str) -> String {
 
 /// Runs the profiler with `args` and returns its output.
 pub fn profiler(args: &[&str]) -> Output {
-    Command::new(profiler_bin())
+    profiler_command()
         .args(args)
         .output()
         .expect("running the profiler")
+}
+
+/// A command running the profiler in [`work_dir`], so that what a run writes by default
+/// (`profile.pb.gz`, `flamegraph.svg`) never lands in the checkout.
+pub fn profiler_command() -> Command {
+    let mut cmd = Command::new(profiler_bin());
+    cmd.current_dir(work_dir());
+    cmd
+}
+
+/// The working directory of the profiler runs of this test process: a scratch directory
+/// anyone may write in (sticky, as /tmp), since some runs are made as `nobody`.
+pub fn work_dir() -> &'static std::path::Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = scratch("cwd");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777))
+            .expect("opening the scratch working directory to all");
+        dir
+    })
 }
 
 /// [`our_programs`] once `done` holds for them, or after 2 s: the kernel frees a closed BPF
@@ -663,7 +684,7 @@ pub fn record_from_the_start(target: &mut std::process::Child, args: &[&str]) ->
         assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0);
     };
     signal(target.id(), libc::SIGSTOP);
-    let mut rec = Command::new(profiler_bin())
+    let mut rec = profiler_command()
         .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

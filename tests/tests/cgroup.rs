@@ -26,7 +26,7 @@ fn online_cpus() -> usize {
 /// Starts `profiler ARGS` (per-cgroup counting) with stdout piped and returns once it has
 /// said on stderr that counting has begun.
 fn start_profiler(args: &[&str]) -> (Child, BufReader<ChildStdout>) {
-    let mut child = Command::new(profiler_bin())
+    let mut child = profiler_command()
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -45,14 +45,15 @@ fn start_profiler(args: &[&str]) -> (Child, BufReader<ChildStdout>) {
     (child, out)
 }
 
-/// Sends SIGINT and collects the rest of stdout; the run must end with status 0.
+/// Sends SIGINT and collects the rest of stdout; the run must end with status 130 (128 +
+/// SIGINT, its totals printed).
 fn interrupt(mut child: Child, mut out: BufReader<ChildStdout>) -> String {
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let mut rest = String::new();
     out.read_to_string(&mut rest).unwrap();
     let status = child.wait().unwrap();
-    assert!(status.success(), "profiler ended with {status}");
+    assert_eq!(status.code(), Some(130), "profiler ended with {status}");
     rest
 }
 
@@ -316,7 +317,7 @@ fn each_containers_flame_graph_holds_only_its_own_workload() {
     let b = TestCgroup::create("flame-b");
     let dir = scratch("cgroup-flame");
     let file = dir.join("all.pb.gz");
-    let mut rec = Command::new(profiler_bin())
+    let mut rec = profiler_command()
         .args(["record", "-a", "-F", "499", "-d", "3", "-q", "-o"])
         .arg(&file)
         .stdout(Stdio::null())

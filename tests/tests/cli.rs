@@ -88,7 +88,7 @@ fn with_closed_stdout(args: &[&str]) -> std::process::Output {
     }
     // SAFETY: fds[1] is a valid pipe write end owned by nothing else.
     let stdout = unsafe { std::process::Stdio::from(std::os::fd::OwnedFd::from_raw_fd(fds[1])) };
-    std::process::Command::new(profiler_bin())
+    profiler_command()
         .args(args)
         .stdout(stdout)
         .output()

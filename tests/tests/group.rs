@@ -61,7 +61,7 @@ fn waiting_fixture(mode: &str) -> KillOnDrop {
 /// (and filtered) overflows of other tasks, and the counters are enabled right after.
 fn recording(args: &[&str]) -> KillOnDrop {
     let mut child = KillOnDrop(
-        Command::new(profiler_bin())
+        profiler_command()
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -269,7 +269,7 @@ fn totals_equal_track(args: &[&str]) {
     let pid = fx.id().to_string();
     // track counts user and kernel mode (`sys`), as record's counters do.
     let track = KillOnDrop(
-        Command::new(profiler_bin())
+        profiler_command()
             .args(["track", "-T", "0", "-c", "page-faults,sys", "-p", &pid])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

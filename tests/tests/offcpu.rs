@@ -114,7 +114,7 @@ fn spin_sleep_and_pipe_read_times_are_in_their_stacks() {
         lines.now().contains("ready").then_some(())
     });
     let pid = waits.id().to_string();
-    let mut record = Command::new(profiler_bin())
+    let mut record = profiler_command()
         .args(["record", "-F", "999", "--wall", "-q", "-p", &pid, "-o"])
         .arg(&folded)
         .stderr(Stdio::piped())

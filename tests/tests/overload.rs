@@ -33,7 +33,7 @@ fn reported_lost(stdout: &str) -> u64 {
 
 /// Records with `args` while `watch`ing it; the report, and what it held over time.
 fn record_watched(args: &[&str]) -> (String, Vec<Held>) {
-    let child = Command::new(profiler_bin())
+    let child = profiler_command()
         .arg("record")
         .args(args)
         .stdout(Stdio::piped())

@@ -26,6 +26,7 @@ fn as_nobody(args: &[&str]) -> Output {
     });
     Command::new(bin)
         .args(args)
+        .current_dir(work_dir())
         .uid(NOBODY)
         .gid(NOBODY)
         .output()
@@ -35,7 +36,7 @@ fn as_nobody(args: &[&str]) -> Output {
 /// The profiler run as root without the capabilities `drop` (removed from the bounding set
 /// before exec, so root's exec does not regain them).
 fn as_root_without(drop: &'static [libc::c_ulong], args: &[&str]) -> Output {
-    let mut cmd = Command::new(profiler_bin());
+    let mut cmd = profiler_command();
     cmd.args(args);
     // SAFETY: prctl is async-signal-safe; the closure allocates nothing and touches only
     // the child's own capability bounding set between fork and exec.
@@ -113,7 +114,7 @@ fn under_sudo_outputs_belong_to_the_invoking_user() {
     let _s = serial();
     let dir = scratch("sudo");
     let sudo = |args: &[&str]| {
-        let out = Command::new(profiler_bin())
+        let out = profiler_command()
             .args(args)
             .env("SUDO_UID", NOBODY.to_string())
             .env("SUDO_GID", NOBODY.to_string())

@@ -206,7 +206,7 @@ fn sigint_still_reports_and_detaches() {
         .args(["1", "30"])
         .spawn()
         .unwrap();
-    let child = Command::new(profiler_bin())
+    let child = profiler_command()
         .args(["record", "-a", "-F", "99", "-d", "30"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -3,11 +3,7 @@
 //! (checked from outside: loaded programs and links, and /proc's fds). Two profilers at once
 //! each get their own exact profile.
 
-use std::{
-    process::{Command, Stdio},
-    thread,
-    time::Duration,
-};
+use std::{process::Stdio, thread, time::Duration};
 
 use profiler_tests::*;
 
@@ -28,7 +24,7 @@ fn each_stop_signal_writes_the_report_and_leaves_nothing_attached() {
         (libc::SIGHUP, "hup"),
     ] {
         let out = dir.join(format!("{name}.pb.gz"));
-        let mut child = Command::new(profiler_bin())
+        let mut child = profiler_command()
             .args(["record", "-a", "-F", "199", "-d", "600", "-o"])
             .arg(&out)
             .stdout(Stdio::piped())
@@ -82,7 +78,7 @@ fn a_signal_during_set_up_still_leaves_nothing() {
     let links = our_links();
     // At increasing delays, so the signal lands before, during and after attaching.
     for delay_ms in [0, 5, 20, 60, 150] {
-        let child = Command::new(profiler_bin())
+        let child = profiler_command()
             .args(["record", "-a", "-F", "99", "-d", "600", "-q"])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -125,7 +121,7 @@ fn two_profilers_at_once_each_get_their_own_exact_profile() {
     // One sample per page fault: each touch process faults exactly pages × threads times in
     // its loop, whatever the other profiler does at the same time.
     let start = |name: &str, pages: &str, threads: &str| {
-        Command::new(profiler_bin())
+        profiler_command()
             .args(["record", "-q", "-e", "page-faults", "-c", "1", "-o"])
             .arg(dir.join(name))
             .args(["--", &path("touch"), pages, threads])
@@ -168,8 +164,9 @@ fn the_counting_tools_end_on_each_stop_signal_with_their_totals() {
     let _s = serial();
     let holders = holders_of_perf_or_bpf();
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // cpustat: the totals are still printed; Solaris's status (0) is kept.
-        let stat = Command::new(profiler_bin())
+        // cpustat: the counts up to the signal (a partial row per CPU) and the totals are
+        // printed; the status is 128 + N.
+        let stat = profiler_command()
             .args(["stat", "-c", "cpu-clock", "0.2"])
             .stdout(Stdio::piped())
             .spawn()
@@ -179,12 +176,13 @@ fn the_counting_tools_end_on_each_stop_signal_with_their_totals() {
         // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(stat.id() as i32, sig) };
         let out = stat.wait_with_output().unwrap();
-        assert_eq!(out.status.code(), Some(0), "stat, signal {sig}");
+        assert_eq!(out.status.code(), Some(128 + sig), "stat, signal {sig}");
         let rows = table(&String::from_utf8_lossy(&out.stdout));
         assert!(rows.last().is_some_and(|r| r.is(2, "total")), "{rows:?}");
+        assert!(rows.iter().any(|r| r.is(2, "partial")), "{rows:?}");
 
         // cputrack: the command it started gets the signal too; its rows are printed.
-        let mut track = Command::new(profiler_bin())
+        let mut track = profiler_command()
             .args(["track", "-c", "task-clock", "-T", "0.2", "--"])
             .arg(fixture("spin"))
             .args(["1", "600"])
@@ -202,8 +200,16 @@ fn the_counting_tools_end_on_each_stop_signal_with_their_totals() {
         unsafe { libc::kill(track.id() as i32, sig) };
         let status = track.wait().unwrap();
         let stdout = lines.finish();
-        assert_eq!(status.code(), Some(0), "track, signal {sig}: {stdout}");
+        assert_eq!(
+            status.code(),
+            Some(128 + sig),
+            "track, signal {sig}: {stdout}"
+        );
         let rows = table(&stdout);
+        assert!(
+            rows.last().is_some_and(|r| r.is(2, "exit")),
+            "the totals up to the signal:\n{stdout}"
+        );
         let ticks: Vec<&TableRow> = rows.iter().filter(|r| r.is(2, "tick")).collect();
         assert!(!ticks.is_empty(), "ticks before the signal:\n{stdout}");
         // The spinner's pid is its main thread's tid, the smallest of its threads.

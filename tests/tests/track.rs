@@ -243,7 +243,7 @@ fn n_samples_then_the_process_runs_on_untraced() {
     let file = dir.join("rows.txt");
     let start = Instant::now();
     // The rows go to a file: chain, let go, keeps running (and would hold a stdout pipe).
-    let status = Command::new(profiler_bin())
+    let status = profiler_command()
         .args(["track", "-N", "2", "-T", "0.1", "-c", "task-clock"])
         .args(["-o", file.to_str().unwrap(), "--", &path("chain"), "1.5"])
         .stdout(Stdio::null())

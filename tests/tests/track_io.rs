@@ -18,7 +18,7 @@ fn attach_with_p_and_detach_on_sigint_leaves_the_target_running() {
         (thread_count(target.id()) == 3).then_some(())
     });
     let pid = target.id().to_string();
-    let mut tracker = Command::new(profiler_bin())
+    let mut tracker = profiler_command()
         .args(["track", "-T", "0.2", "-c", "task-clock", "-p", &pid])
         .stdout(Stdio::piped())
         .spawn()
@@ -38,7 +38,7 @@ fn attach_with_p_and_detach_on_sigint_leaves_the_target_running() {
     // SAFETY: kill sends a signal to the tracker we spawned.
     unsafe { libc::kill(tracker.id() as i32, libc::SIGINT) };
     let status = tracker.wait().unwrap();
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(status.code(), Some(130), "128 + SIGINT");
     let stdout = lines.finish();
     let ticks: Vec<TableRow> = table(&stdout)
         .into_iter()
@@ -118,7 +118,6 @@ fn bad_specs_and_targets_are_one_line_errors() {
             "unknown event 'page-fault' (did you mean page-faults",
         ),
         (&["track", "-c", "page-faults"], 2, "no command to start"),
-        (&["track", "true"], 2, "no event specification"),
         (
             &["track", "-c", "task-clock", "-p", "1", "--", "true"],
             2,

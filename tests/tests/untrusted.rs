@@ -71,7 +71,7 @@ struct Outcome {
 fn record_pid(pid: u32, dir: &Path, name: &str) -> Outcome {
     let folded = dir.join(format!("{name}.folded"));
     let start = Instant::now();
-    let child = Command::new(profiler_bin())
+    let child = profiler_command()
         .args([
             "record",
             "-F",
@@ -268,7 +268,7 @@ fn sigterm_ends_a_run_whose_target_planted_a_fifo_promptly() {
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
     let mut worst = Duration::ZERO;
     for _ in 0..3 {
-        let mut child = Command::new(profiler_bin())
+        let mut child = profiler_command()
             .args([
                 "record",
                 "-F",

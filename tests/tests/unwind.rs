@@ -213,7 +213,7 @@ fn process_started_after_the_recording_began_has_whole_stacks() {
     let _guard = serial();
     let dir = scratch("unwind-late");
     let folded = dir.join("out.folded");
-    let rec = Command::new(profiler_bin())
+    let rec = profiler_command()
         .args(["record", "-a", "-F", "999", "-d", "6.5", "-q", "-o"])
         .arg(&folded)
         .stdout(Stdio::null())

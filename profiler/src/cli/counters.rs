@@ -11,7 +11,10 @@ use std::{
     time::Duration,
 };
 
-use super::{EXIT_FAILURE, EXIT_USAGE};
+use super::{
+    EXIT_FAILURE, EXIT_USAGE,
+    exit::{self, Ended},
+};
 use crate::{
     cpc::{Cpc, CpcError},
     tools::{
@@ -75,11 +78,19 @@ pub fn open_or_help(voice: Voice, help: bool, subcommand: &str) -> Result<Cpc, E
         use clap::CommandFactory;
         let mut cli = super::Cli::command();
         cli.build(); // names the subcommand "profiler <name>" in its usage line
-        let usage = cli
+        // The examples end the text, after the capabilities.
+        let (usage, examples) = cli
             .find_subcommand_mut(subcommand)
-            .map(|c| c.render_help().to_string())
+            .map(|c| {
+                let examples = c.get_after_help().map(|e| e.to_string());
+                let mut c = c.clone().after_help(None::<&str>);
+                (c.render_help().to_string(), examples)
+            })
             .unwrap_or_default();
         print_help(&usage, &cpc);
+        if let Some(examples) = examples {
+            let _ = writeln!(std::io::stdout().lock(), "\n{examples}");
+        }
         return Err(ExitCode::SUCCESS);
     }
     Ok(cpc)
@@ -104,6 +115,16 @@ pub fn sets(voice: Voice, cpc: &Cpc, specs: &[String]) -> Result<Vec<SetSpec>, E
         .iter()
         .map(|s| spec::parse(s, &ctx).map_err(|e| voice.usage(voice.with_func(e.func(), e))))
         .collect()
+}
+
+/// `profiler track`'s set when no `-c` is given, perf stat's default events: hardware ones
+/// where the host has a cpu PMU, software ones otherwise; user and system mode (`sys`), as
+/// perf stat counts them.
+pub fn default_set(cpc: &Cpc) -> &'static str {
+    match cpc.catalog().cpu_pmu_name() {
+        Some(_) => "cycles,instructions,branches,branch-misses,sys",
+        None => "task-clock,context-switches,cpu-migrations,page-faults,sys",
+    }
 }
 
 /// A float of seconds, >= 0 (`-T`, cpustat's interval and `-p`).
@@ -150,10 +171,12 @@ pub fn cpu_list(text: &str) -> Result<Vec<u32>, String> {
     Ok(cpus)
 }
 
-/// `-o file` (line-buffered, as cputrack sets it), or stdout (line-buffered already).
+/// `-o file` (line-buffered, as cputrack sets it), or stdout (line-buffered already) for no
+/// `-o` or `-o -`.
 pub fn output(voice: Voice, path: Option<&Path>) -> Result<Box<dyn Write>, ExitCode> {
     match path {
         None => Ok(Box::new(std::io::stdout())),
+        Some(p) if crate::output::is_stdout(p) => Ok(Box::new(std::io::stdout())),
         Some(p) => crate::output::create_streaming(p)
             .map(|f| Box::new(LineWriter::new(f)) as Box<dyn Write>)
             .map_err(|e| voice.fail(format!("cannot open '{}' for writing: {e}", p.display()))),
@@ -188,7 +211,15 @@ pub fn run_track(voice: Voice, cpc: &Cpc, mut req: TrackRequest) -> ExitCode {
     };
     match track(cpc, &req.opts, &target, out) {
         Ok(outcome) if outcome.errors => ExitCode::from(EXIT_FAILURE),
-        Ok(_) => ExitCode::SUCCESS,
+        Ok(outcome) => {
+            use crate::tools::track::ptrace::Report;
+            let command = match outcome.command_end {
+                Some(Report::Exited { code, .. }) => Some(Ended::Exited(code)),
+                Some(Report::Killed { signal, .. }) => Some(Ended::Killed(signal)),
+                _ => None,
+            };
+            exit::status(outcome.interrupted.map(|s| s as i32), command)
+        }
         Err(tools::track::TrackError::Bind(e)) => voice.fail(voice.cpc(&e)),
         Err(e) => voice.fail(e),
     }
@@ -209,7 +240,7 @@ pub fn run_stat(voice: Voice, cpc: &Cpc, mut req: StatRequest) -> ExitCode {
     };
     match stat(cpc, &req.opts, Box::new(std::io::stdout())) {
         Ok(outcome) if outcome.errors => ExitCode::from(EXIT_FAILURE),
-        Ok(_) => ExitCode::SUCCESS,
+        Ok(outcome) => exit::status(outcome.interrupted.map(|s| s as i32), None),
         // The reader went away (`| head`): a normal end.
         Err(tools::stat::StatError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
             ExitCode::SUCCESS
@@ -237,7 +268,7 @@ pub fn run_cgroup_stat(
         Err(code) => return code,
     };
     match cgroup_stat(cpc, &set, &opts, out) {
-        Ok(_) => ExitCode::SUCCESS,
+        Ok(interrupted) => exit::status(interrupted.map(|s| s as i32), None),
         Err(CgroupStatError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
             ExitCode::SUCCESS
         }

@@ -2,6 +2,8 @@
 
 mod counters;
 pub mod docs;
+mod examples;
+mod exit;
 mod getopt;
 mod list;
 mod persona;
@@ -27,18 +29,25 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Sample stacks on any event; print the hottest functions, write pprof, SVG, folded.
+    #[command(after_help = examples::RECORD)]
     Record(Box<record::RecordArgs>),
     /// Print the top table of a recorded profile (pprof or folded).
+    #[command(after_help = examples::REPORT)]
     Report(report::ReportArgs),
     /// Render a recorded profile as a flame graph SVG (or folded stacks, or a diff).
+    #[command(after_help = examples::FLAMEGRAPH)]
     Flamegraph(report::FlamegraphArgs),
     /// Count events per thread of a command or process (Solaris cputrack).
+    #[command(after_help = examples::TRACK)]
     Track(track::TrackArgs),
     /// Count events per CPU, system-wide (Solaris cpustat).
+    #[command(after_help = examples::STAT)]
     Stat(stat::StatArgs),
     /// List the counter interface and the events this host can count.
+    #[command(after_help = examples::LIST)]
     List(list::ListArgs),
     /// Name the frames of a profile recorded with `record --symbolize none`.
+    #[command(after_help = examples::SYMBOLIZE)]
     Symbolize(symbolize::SymbolizeArgs),
 }
 
@@ -74,15 +83,33 @@ where
     })
 }
 
-/// clap's message without its usage block and tips: the first line, minus the "error: " tag.
+/// clap's message without its usage block and tips: the first line, minus the "error: " tag,
+/// plus clap's suggestion for a misspelt subcommand, flag or value ("did you mean ..?").
 fn one_line(e: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue};
     let text = e.render().to_string();
     let first = text.lines().next().unwrap_or("invalid arguments");
-    first
+    let mut line = first
         .strip_prefix("error: ")
         .unwrap_or(first)
         .trim()
-        .to_string()
+        .to_string();
+    let suggested = [
+        ContextKind::SuggestedSubcommand,
+        ContextKind::SuggestedArg,
+        ContextKind::SuggestedValue,
+    ]
+    .into_iter()
+    .find_map(|kind| match e.get(kind)? {
+        ContextValue::String(s) => Some(vec![s.clone()]),
+        ContextValue::Strings(v) if !v.is_empty() => Some(v.clone()),
+        _ => None,
+    });
+    if let Some(names) = suggested {
+        let names: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
+        line += &format!("; did you mean {}?", names.join(" or "));
+    }
+    line
 }
 
 /// Runs a parsed command line.
@@ -176,5 +203,76 @@ mod tests {
         };
         assert!(r.all_cpus);
         assert_eq!(r.freq, 99, "default frequency");
+    }
+
+    fn record(args: &[&str]) -> record::RecordArgs {
+        match parse_ok(args).command {
+            Command::Record(r) => r,
+            c => panic!("{c:?}"),
+        }
+    }
+
+    #[test]
+    fn perf_habits_parse() {
+        // The command without `--`, its own flags left to it.
+        let r = record(&["profiler", "record", "-F", "999", "./toucher", "-x", "--y"]);
+        assert_eq!(r.command, vec!["./toucher", "-x", "--y"]);
+        assert_eq!(r.freq, 999);
+        // -g is accepted beside --call-graph.
+        let r = record(&["profiler", "record", "-g", "--call-graph", "fp", "--", "ls"]);
+        assert!(r.call_stacks);
+        assert_eq!(r.call_graph, record::CallGraphArg::Fp);
+        // -a or -C with a command: whole CPUs while it runs.
+        for args in [
+            &["profiler", "record", "-a", "--", "sleep", "1"][..],
+            &["profiler", "record", "-C", "0", "sleep", "1"],
+        ] {
+            let r = record(args);
+            assert_eq!(r.command, vec!["sleep", "1"]);
+            assert!(r.all_cpus || r.cpus.is_some());
+        }
+        // -C alone is a target (those CPUs, whole); -t, -G, -p still exclude a command and -a.
+        assert_eq!(
+            record(&["profiler", "record", "-C", "1"]).cpus.as_deref(),
+            Some("1")
+        );
+        for bad in [
+            &["profiler", "record", "-t", "1", "-a"][..],
+            &["profiler", "record", "-G", "/x", "--", "ls"],
+            &["profiler", "record", "-p", "1", "-t", "2"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn typos_get_a_suggestion_on_one_line() {
+        let e = Cli::try_parse_from(["profiler", "reprot"]).unwrap_err();
+        assert_eq!(
+            one_line(&e),
+            "unrecognized subcommand 'reprot'; did you mean 'report'?"
+        );
+        let e = Cli::try_parse_from(["profiler", "record", "--durration", "1", "-a"]).unwrap_err();
+        assert_eq!(
+            one_line(&e),
+            "unexpected argument '--durration' found; did you mean '--duration'?"
+        );
+    }
+
+    #[test]
+    fn every_subcommand_help_ends_with_examples() {
+        use clap::CommandFactory;
+        let mut cli = Cli::command();
+        cli.build();
+        for sub in cli.get_subcommands_mut().filter(|s| s.get_name() != "help") {
+            let help = sub.render_help().to_string();
+            let tail = help.rsplit_once("Examples:\n").map(|(_, t)| t);
+            let lines: Vec<&str> = tail
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.trim_start().starts_with("profiler "))
+                .collect();
+            assert!((2..=3).contains(&lines.len()), "{}: {help}", sub.get_name());
+        }
     }
 }

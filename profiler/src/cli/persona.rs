@@ -132,6 +132,7 @@ fn cputrack(opts: Vec<Opt>, operands: Vec<OsString>) -> Result<TrackRequest, Str
         header: true,
         json: false,
         debug: false,
+        header_note: None,
     };
     let (mut specs, mut pid, mut output) = (Vec::new(), None, None::<PathBuf>);
     for opt in opts {

@@ -5,12 +5,12 @@ use std::{ffi::OsString, io::IsTerminal as _, path::PathBuf, process::ExitCode, 
 use clap::Args;
 
 use super::series::Series;
-use super::{EXIT_USAGE, fail};
+use super::{EXIT_USAGE, exit::Ended, fail};
 use crate::{
     export::{
         DEFAULT_SPOOL_MAX, Endpoint, ExportOptions, Exporter, parse_header, read_header_file,
     },
-    output::AtomicFile,
+    output::{Sink, is_stdout},
     profile::{By, Format, Profile, Ratio, ReportOptions, Sort, pprof, render_report},
     record::{CallGraph, Mode, RecordError, RecordOptions, Stop, Target, record_with},
 };
@@ -34,8 +34,15 @@ pub enum SymbolizeArg {
     None,
 }
 
+/// One target is required: processes, threads, a cgroup, or the whole system (`-a`, or the
+/// CPUs of `-C`), which a command may bound (as in perf: `record -a -- sleep 5`).
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("target").required(true).args(["pid", "tid", "all_cpus", "cgroup", "command"])))]
+#[command(group(
+    clap::ArgGroup::new("target")
+        .required(true)
+        .multiple(true)
+        .args(["pid", "tid", "all_cpus", "cpus", "cgroup", "command"])
+))]
 pub struct RecordArgs {
     /// Sampling frequency in Hz (per CPU).
     #[arg(
@@ -68,13 +75,20 @@ pub struct RecordArgs {
         short = 't',
         long = "tid",
         value_delimiter = ',',
-        value_name = "TID[,TID..]"
+        value_name = "TID[,TID..]",
+        conflicts_with_all = ["cgroup", "command", "all_cpus"]
     )]
     pub tid: Vec<u32>,
     /// Profile the tasks of this cgroup v2 directory.
-    #[arg(short = 'G', long = "cgroup", value_name = "PATH")]
+    #[arg(
+        short = 'G',
+        long = "cgroup",
+        value_name = "PATH",
+        conflicts_with_all = ["command", "all_cpus"]
+    )]
     pub cgroup: Option<PathBuf>,
-    /// Only on these CPUs (e.g. `0-3,6`); with any target.
+    /// Only on these CPUs (e.g. `0-3,6`). Alone or with a command: these CPUs, whole (the
+    /// command bounds the run); with -p, -t or -G: their samples on these CPUs.
     #[arg(short = 'C', long = "cpu", value_name = "CPULIST")]
     pub cpus: Option<String>,
     /// Sample user mode only.
@@ -84,20 +98,28 @@ pub struct RecordArgs {
     #[arg(long)]
     pub kernel: bool,
     /// Profile these processes (comma-separated pids).
-    #[arg(short, long, value_delimiter = ',', value_name = "PID[,PID..]")]
+    #[arg(
+        short,
+        long,
+        value_delimiter = ',',
+        value_name = "PID[,PID..]",
+        conflicts_with_all = ["tid", "cgroup", "command", "all_cpus"]
+    )]
     pub pid: Vec<u32>,
-    /// Profile the whole system.
+    /// Profile the whole system (with a command: for as long as it runs).
     #[arg(short = 'a', long = "all-cpus")]
     pub all_cpus: bool,
     /// Stop after this many seconds (default: until the command or targets exit, or Ctrl-C).
     #[arg(short, long, value_name = "SECS")]
     pub duration: Option<f64>,
-    /// Write the profile to FILE: pprof (default), or by extension `.svg` (flame graph),
-    /// `.folded`/`.txt` (folded stacks), `.json` (speedscope). With --interval: a directory.
+    /// Write the profile to FILE (default `profile.pb.gz`, or `profile.svg`.. with --format;
+    /// the previous one kept as `profile.pb.gz.old`): pprof, or by extension `.svg` (flame graph), `.folded`/`.txt`
+    /// (folded stacks), `.json` (speedscope). `-` is standard output (the table then goes to
+    /// stderr). With --interval: an existing directory.
     #[arg(short, long, value_name = "FILE|DIR")]
     pub output: Option<PathBuf>,
     /// The output's format, whatever its name.
-    #[arg(long, value_enum, value_name = "FORMAT", requires = "output")]
+    #[arg(long, value_enum, value_name = "FORMAT")]
     pub format: Option<Format>,
     /// Continuous mode: write one profile per interval into the -o directory.
     #[arg(long, value_name = "SECS", requires = "output")]
@@ -140,6 +162,10 @@ pub struct RecordArgs {
     /// Walk no stacks in the kernel (benchmarks: the eBPF program's cost without them).
     #[arg(long, hide = true)]
     pub no_stacks: bool,
+    /// Record call stacks: accepted for perf's habit; stacks are always recorded (see
+    /// --call-graph for how user stacks are walked).
+    #[arg(short = 'g')]
+    pub call_stacks: bool,
     /// How user stacks are walked: `dwarf` (unwind tables from .eh_frame where a module
     /// has them, frame pointers elsewhere) or `fp` (frame pointers only).
     #[arg(
@@ -205,8 +231,9 @@ pub struct RecordArgs {
         requires = "export"
     )]
     pub export_flush: f64,
-    /// The command to start and profile until it exits (after `--`).
-    #[arg(last = true, value_name = "CMD")]
+    /// The command to start and profile until it exits (options end at its name; `--`
+    /// also ends them).
+    #[arg(trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
 
@@ -243,7 +270,15 @@ impl RecordArgs {
     }
 
     fn options(&self) -> Result<RecordOptions, String> {
-        let target = if self.all_cpus {
+        // -a, or -C without a task target: whole CPUs (bounded by a command if one is given).
+        let whole_cpus = self.all_cpus
+            || (self.cpus.is_some()
+                && self.pid.is_empty()
+                && self.tid.is_empty()
+                && self.cgroup.is_none());
+        let target = if !self.command.is_empty() {
+            Target::Command(self.command.clone())
+        } else if whole_cpus {
             Target::SystemWide
         } else if !self.pid.is_empty() {
             Target::Pids(self.pid.clone())
@@ -252,9 +287,10 @@ impl RecordArgs {
         } else if let Some(cg) = &self.cgroup {
             Target::Cgroup(cg.clone())
         } else {
-            Target::Command(self.command.clone())
+            return Err("give a target: -p, -t, -G, -a, -C or a command".into());
         };
         let mut opts = RecordOptions::new(target);
+        opts.whole_system = whole_cpus;
         opts.frequency_hz = self.freq;
         opts.period = self.count;
         opts.cpus = self
@@ -322,20 +358,30 @@ fn seconds(what: &str, secs: f64) -> Result<Duration, String> {
     }
 }
 
+/// What `record` writes when no `-o` is given, and what `report` and `flamegraph` read.
+pub const DEFAULT_OUTPUT: &str = "profile.pb.gz";
+
 pub fn run(args: RecordArgs) -> ExitCode {
-    let opts = match args.options() {
+    let mut opts = match args.options() {
         Ok(o) => o,
         Err(msg) => {
             eprintln!("profiler: {msg}");
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let format = args
-        .format
-        .unwrap_or_else(|| match (&args.output, args.interval) {
-            (Some(path), None) => Format::for_path(path),
-            _ => Format::Pprof,
-        });
+    // Without -o: profile.pb.gz, or profile.<ext> of the --format asked for.
+    let default = match args.format {
+        None | Some(Format::Pprof) => PathBuf::from(DEFAULT_OUTPUT),
+        Some(f) => PathBuf::from(format!("profile.{}", f.extension())),
+    };
+    let path = args.output.as_deref().unwrap_or(&default);
+    let to_stdout = args.interval.is_none() && is_stdout(path);
+    // Our stdout carries the profile: the command's goes to stderr, as the table does.
+    opts.command_stdout_to_stderr = to_stdout;
+    let format = args.format.unwrap_or_else(|| match args.interval {
+        None => Format::for_path(path),
+        Some(_) => Format::Pprof,
+    });
     let names: Vec<String> = opts.events.iter().chain(&opts.read).cloned().collect();
     let ratios = match args
         .ratio
@@ -370,16 +416,30 @@ pub fn run(args: RecordArgs) -> ExitCode {
     // attached: a file is created as a hidden temp file now.
     let mut output = None;
     let mut series = None;
-    match (&args.output, args.interval) {
-        (Some(dir), Some(_)) => match Series::open(dir, format) {
+    match args.interval {
+        Some(_) if Series::looks_like_a_file(path) => {
+            eprintln!(
+                "profiler: --interval writes one file per interval into a directory, and -o {} \
+                 names a file: give -o a directory",
+                path.display()
+            );
+            return ExitCode::from(EXIT_USAGE);
+        }
+        Some(_) => match Series::open(path, format) {
             Ok(s) => series = Some(s),
             Err(e) => return fail(e),
         },
-        (Some(path), None) => match AtomicFile::create(path) {
-            Ok(f) => output = Some(f),
+        None => match Sink::create(path) {
+            Ok(mut sink) => {
+                if let (Sink::File(f), None) = (&mut sink, &args.output) {
+                    let mut old = default.clone().into_os_string();
+                    old.push(".old");
+                    f.keep_previous_as(PathBuf::from(old));
+                }
+                output = Some(sink);
+            }
             Err(e) => return fail(e),
         },
-        _ => {}
     }
     // The spools are opened (and proved writable) before anything is attached.
     let mut exporter = match export.as_ref().map(Exporter::start).transpose() {
@@ -439,16 +499,23 @@ pub fn run(args: RecordArgs) -> ExitCode {
         if let Some(note) = note {
             eprintln!("profiler: {note}");
         }
-        print!("{}", render_report(&one, report));
+        let table = render_report(&one, report);
+        if to_stdout {
+            eprint!("{table}");
+        } else {
+            print!("{table}");
+        }
     }
     if let Some(mut out) = output.take() {
-        let path = out.path().display().to_string();
+        let name = out.name();
+        let quiet = out.is_stdout();
         let written = format
             .write(profile, &title(&opts), &mut out)
             .map_err(|e| e.to_string());
         match written.and_then(|()| out.commit().map_err(|e| e.to_string())) {
-            Ok(()) => eprintln!("profiler: {} written to {path}", describe(format)),
-            Err(e) => return fail(format!("writing {path}: {e}")),
+            Ok(()) if quiet => {}
+            Ok(()) => eprintln!("profiler: {} written to {name}", describe(format)),
+            Err(e) => return fail(format!("writing {name}: {e}")),
         }
     }
 
@@ -461,20 +528,22 @@ pub fn run(args: RecordArgs) -> ExitCode {
     if let Some(e) = write_error {
         return fail(e);
     }
-    if let Some(status) = outcome.command_status {
-        use nix::sys::wait::WaitStatus;
-        match status {
-            WaitStatus::Exited(_, 0) => {}
-            WaitStatus::Exited(_, code) => eprintln!("profiler: command exited with status {code}"),
-            WaitStatus::Signaled(_, sig, _) => eprintln!("profiler: command killed by {sig}"),
-            _ => {}
+    let command = outcome.command_status.and_then(Ended::from_wait);
+    match command {
+        Some(Ended::Exited(0)) | None => {}
+        Some(Ended::Exited(code)) => eprintln!("profiler: command exited with status {code}"),
+        Some(Ended::Killed(sig)) => {
+            let name = nix::sys::signal::Signal::try_from(sig).map_or("a signal", |s| s.as_str());
+            eprintln!("profiler: command killed by {name}");
         }
     }
-    match outcome.stop {
-        // 128 + signal, as shells report it, after the report has been written.
-        Stop::Signal(sig) => ExitCode::from(128 + sig as u8),
-        _ => ExitCode::SUCCESS,
-    }
+    // After the report and the output: 128 + signal when one ended the run, else the
+    // command's own status (see `exit`).
+    let interrupted = match outcome.stop {
+        Stop::Signal(sig) => Some(sig),
+        _ => None,
+    };
+    super::exit::status(interrupted, command)
 }
 
 fn describe(format: Format) -> &'static str {
@@ -489,11 +558,17 @@ fn describe(format: Format) -> &'static str {
 
 fn title(opts: &RecordOptions) -> String {
     let what = match &opts.target {
-        Target::Command(argv) => argv
-            .iter()
-            .map(|a| a.to_string_lossy())
-            .collect::<Vec<_>>()
-            .join(" "),
+        Target::Command(argv) => {
+            let cmd = argv
+                .iter()
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" ");
+            match opts.whole_system {
+                true => format!("all CPUs while {cmd} ran"),
+                false => cmd,
+            }
+        }
         Target::Pids(p) => format!("pid {p:?}"),
         Target::Tids(t) => format!("tid {t:?}"),
         Target::SystemWide => "all CPUs".into(),

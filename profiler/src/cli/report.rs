@@ -7,19 +7,20 @@ use clap::Args;
 
 use super::fail;
 use crate::{
-    output::AtomicFile,
+    output::Sink,
     profile::{
         By, Format, Profile, Ratio, ReportOptions, Sort, read_profile, render_report,
         write_diff_flamegraph,
     },
 };
 
-/// The file `record -o` writes when no name is given to `report`/`flamegraph`.
-const DEFAULT_INPUT: &str = "profile.pb.gz";
+/// What `record` writes when it is given no `-o`.
+const DEFAULT_INPUT: &str = super::record::DEFAULT_OUTPUT;
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// The profile to read: pprof (as `record -o` writes) or folded stacks.
+    /// The profile to read: pprof (as `record -o` writes) or folded stacks; `-` is
+    /// standard input.
     #[arg(short, long, value_name = "FILE", default_value = DEFAULT_INPUT)]
     pub input: PathBuf,
     /// Rows of the table: function, module, pid, tid, comm, cpu, cgroup, event.
@@ -46,12 +47,14 @@ pub struct ReportArgs {
 
 #[derive(Debug, Args)]
 pub struct FlamegraphArgs {
-    /// The profile to read: pprof (as `record -o` writes) or folded stacks.
+    /// The profile to read: pprof (as `record -o` writes) or folded stacks; `-` is
+    /// standard input.
     #[arg(short, long, value_name = "FILE", default_value = DEFAULT_INPUT)]
     pub input: PathBuf,
-    /// Where to write the SVG (or the folded stacks with --folded).
-    #[arg(short, long, value_name = "FILE", default_value = "flamegraph.svg")]
-    pub output: PathBuf,
+    /// Where to write the SVG (default `flamegraph.svg`), or the folded stacks with
+    /// --folded (default `flamegraph.folded`); `-` is standard output.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
     /// Write folded stacks instead of an SVG.
     #[arg(long)]
     pub folded: bool,
@@ -162,7 +165,13 @@ pub fn run_flamegraph(args: FlamegraphArgs) -> ExitCode {
         Ok(i) => i.into_iter().map(one_event).collect::<Vec<_>>(),
         Err(e) => return fail(e),
     };
-    let mut out = match AtomicFile::create(&args.output) {
+    let path = args.output.clone().unwrap_or_else(|| {
+        PathBuf::from(match args.folded {
+            true => "flamegraph.folded",
+            false => "flamegraph.svg",
+        })
+    });
+    let mut out = match Sink::create(&path) {
         Ok(o) => o,
         Err(e) => return fail(e),
     };
@@ -172,15 +181,17 @@ pub fn run_flamegraph(args: FlamegraphArgs) -> ExitCode {
         [one] => Format::Svg.write(one, &args.title, &mut out),
         _ => unreachable!("one input, or two with --diff"),
     };
-    let path = args.output.display();
+    let (name, to_stdout) = (out.name(), out.is_stdout());
     match written
         .map_err(|e| e.to_string())
         .and_then(|()| out.commit().map_err(|e| e.to_string()))
     {
         Ok(()) => {
-            eprintln!("profiler: wrote {path}");
+            if !to_stdout {
+                eprintln!("profiler: wrote {name}");
+            }
             ExitCode::SUCCESS
         }
-        Err(e) => fail(format!("writing {path}: {e}")),
+        Err(e) => fail(format!("writing {name}: {e}")),
     }
 }

@@ -20,13 +20,20 @@ pub struct Series {
 }
 
 impl Series {
-    /// Creates the directory if needed and proves it writable before anything is attached.
+    /// Proves the directory exists and is writable before anything is attached. A missing
+    /// one is refused, not made: a mistyped path would otherwise fill a new tree unseen.
     pub fn open(dir: &Path, format: Format) -> Result<Self, OutputError> {
         let err = |source| OutputError {
             path: dir.to_path_buf(),
             source,
         };
-        std::fs::create_dir_all(dir).map_err(err)?;
+        if !dir.exists() {
+            return Err(err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "no such directory (--interval writes one file per interval into an \
+                 existing directory; create it first)",
+            )));
+        }
         if !dir.is_dir() {
             return Err(err(io::Error::new(
                 io::ErrorKind::NotADirectory,
@@ -40,6 +47,21 @@ impl Series {
             format,
             seq: 0,
         })
+    }
+
+    /// True for an `-o` that names a file rather than a directory (`-`, or a profile
+    /// format's extension) and is not an existing directory.
+    pub fn looks_like_a_file(path: &Path) -> bool {
+        if path.is_dir() {
+            return false;
+        }
+        crate::output::is_stdout(path)
+            || path.extension().and_then(|e| e.to_str()).is_some_and(|e| {
+                matches!(
+                    e,
+                    "gz" | "pb" | "pprof" | "svg" | "folded" | "collapsed" | "txt" | "json"
+                )
+            })
     }
 
     /// Writes the next interval's file: `profile-<unix seconds>-<sequence>.<ext>`; a pprof

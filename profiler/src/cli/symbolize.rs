@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::fail;
 use crate::{
-    output::AtomicFile,
+    output::Sink,
     profile::pprof::{read_message, symbolize_message, write_message},
 };
 
@@ -16,7 +16,7 @@ pub struct SymbolizeArgs {
     /// The pprof profile to read (as `record --symbolize none -o` wrote it).
     #[arg(short, long, value_name = "FILE")]
     pub input: PathBuf,
-    /// Where to write the named profile (pprof).
+    /// Where to write the named profile (pprof); `-` is standard output.
     #[arg(short, long, value_name = "FILE")]
     pub output: PathBuf,
     /// Also look for debug files under DIR (its `.build-id/` tree), before /usr/lib/debug.
@@ -38,21 +38,20 @@ pub fn run(args: SymbolizeArgs) -> ExitCode {
     for m in &done.missing {
         eprintln!("profiler: warning: no file or debug file here for {m}");
     }
-    let mut out = match AtomicFile::create(&args.output) {
+    let mut out = match Sink::create(&args.output) {
         Ok(o) => o,
         Err(e) => return fail(e),
     };
+    let name = out.name();
     if let Err(e) = write_message(&message, &mut out) {
-        return fail(format!("cannot write {}: {e}", args.output.display()));
+        return fail(format!("cannot write {name}: {e}"));
     }
     if let Err(e) = out.commit() {
         return fail(e);
     }
     eprintln!(
-        "profiler: {} locations named, {} left unnamed; written to {}",
-        done.named,
-        done.unnamed,
-        args.output.display()
+        "profiler: {} locations named, {} left unnamed; written to {name}",
+        done.named, done.unnamed,
     );
     ExitCode::SUCCESS
 }

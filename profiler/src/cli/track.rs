@@ -13,7 +13,9 @@ use crate::tools::{cgstat::CgroupStatOptions, track::TrackOptions};
 #[command(disable_help_flag = true)]
 pub struct TrackArgs {
     /// An event set: [picN=]event[,attr[N][=value]][,nouser[N]][,sys[N]],... (repeat -c to
-    /// cycle through several sets, one per sample).
+    /// cycle through several sets, one per sample). Default: perf stat's events (cycles,
+    /// instructions, branches, branch-misses with a PMU; else task-clock, context-switches,
+    /// cpu-migrations, page-faults), user and system mode.
     #[arg(short = 'c', value_name = "SPEC")]
     pub specs: Vec<String>,
     /// Seconds between samples; 0: only thread, fork, exec and exit rows.
@@ -84,8 +86,19 @@ pub fn run(args: TrackArgs) -> ExitCode {
         Some(Ok(n)) => (n > 0).then_some(n),
         Some(Err(e)) => return voice.usage(e),
     };
+    // No -c: perf stat's default events, named above the header.
+    let (specs, header_note) = match args.specs.is_empty() {
+        true => {
+            let set = counters::default_set(&cpc);
+            (
+                vec![set.to_string()],
+                Some(format!("no -c given: counting {set}")),
+            )
+        }
+        false => (args.specs.clone(), None),
+    };
     if let Some(cgroup) = args.cgroup.clone() {
-        return per_cgroup(voice, &cpc, cgroup, &args, interval, samples);
+        return per_cgroup(voice, &cpc, cgroup, &specs, &args, interval, samples);
     }
     let pid = match args.pid.as_deref().map(counters::pid).transpose() {
         Ok(p) => p,
@@ -102,9 +115,10 @@ pub fn run(args: TrackArgs) -> ExitCode {
         header: !args.no_header,
         json: args.json,
         debug: args.debug,
+        header_note,
     };
     let req = TrackRequest {
-        specs: args.specs,
+        specs,
         opts,
         command: args.command,
         pid,
@@ -118,6 +132,7 @@ fn per_cgroup(
     voice: Voice,
     cpc: &crate::cpc::Cpc,
     cgroup: String,
+    specs: &[String],
     args: &TrackArgs,
     interval: Option<std::time::Duration>,
     samples: Option<u64>,
@@ -134,7 +149,7 @@ fn per_cgroup(
     if let Some((_, flag)) = unsupported.iter().find(|(on, _)| *on) {
         return voice.usage(format!("{flag} cannot be used with -G"));
     }
-    if args.specs.len() > 1 {
+    if specs.len() > 1 {
         return voice.usage("-G takes one event set (one -c)");
     }
     let opts = CgroupStatOptions {
@@ -146,5 +161,5 @@ fn per_cgroup(
         header: !args.no_header,
         json: args.json,
     };
-    counters::run_cgroup_stat(voice, cpc, &args.specs, opts, args.output.as_deref())
+    counters::run_cgroup_stat(voice, cpc, specs, opts, args.output.as_deref())
 }

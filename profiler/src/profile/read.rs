@@ -18,9 +18,20 @@ pub enum ReadError {
     Unknown { path: String, reason: String },
 }
 
-/// Reads `path`: gzip data must be pprof; text must be folded stacks; anything else is tried
-/// as uncompressed pprof.
+/// Reads `path` (`-`: standard input): gzip data must be pprof; text must be folded stacks;
+/// anything else is tried as uncompressed pprof.
 pub fn read_profile(path: &std::path::Path) -> Result<Profile, ReadError> {
+    if path.as_os_str() == "-" {
+        let name = "standard input".to_string();
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes).map_err(|source| {
+            ReadError::Io {
+                path: name.clone(),
+                source,
+            }
+        })?;
+        return parse(&name, &bytes);
+    }
     let name = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|source| ReadError::Io {
         path: name.clone(),

@@ -71,6 +71,12 @@ pub enum Mode {
 #[derive(Clone, Debug)]
 pub struct RecordOptions {
     pub target: Target,
+    /// Sample the whole system (or the CPUs of `cpus`), whatever the target: with a
+    /// `Target::Command`, the command only bounds the run (perf's `record -a -- sleep 5`).
+    pub whole_system: bool,
+    /// With a `Target::Command`: its standard output goes to our stderr (the profile is
+    /// being written to our stdout, `-o -`).
+    pub command_stdout_to_stderr: bool,
     /// Events to sample (catalogue names); each sample is labelled with its event.
     pub events: Vec<String>,
     pub frequency_hz: u64,
@@ -120,6 +126,8 @@ impl RecordOptions {
     pub fn new(target: Target) -> Self {
         Self {
             target,
+            whole_system: false,
+            command_stdout_to_stderr: false,
             events: vec!["cpu-clock".into()],
             frequency_hz: 99,
             period: None,
@@ -160,6 +168,7 @@ impl RecordOptions {
             return bytes;
         }
         let max = match self.target {
+            _ if self.whole_system => profiler_common::DEFAULT_RING_BYTES,
             Target::SystemWide | Target::Cgroup(_) => profiler_common::DEFAULT_RING_BYTES,
             _ => profiler_common::DEFAULT_RING_BYTES / 2,
         };

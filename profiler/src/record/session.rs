@@ -161,7 +161,9 @@ impl<'a> Session<'a> {
         let events = resolve_events(&catalog, &opts.events)?;
         let counters = resolve_events(&catalog, &opts.read)?;
         let mut workload = match &opts.target {
-            Target::Command(argv) => Some(Workload::prepare(argv)?),
+            Target::Command(argv) => {
+                Some(Workload::prepare_with(argv, opts.command_stdout_to_stderr)?)
+            }
             _ => None,
         };
         // The one table of opened files: the symbolizer names through it, the unwinder's
@@ -533,6 +535,7 @@ fn sampler_config(opts: &RecordOptions, ring_bytes: u32) -> SamplerConfig {
     }
     SamplerConfig {
         filter: match &opts.target {
+            _ if opts.whole_system => 0,
             Target::SystemWide => 0,
             Target::Tids(_) => filter::TID,
             Target::Cgroup(_) => filter::CGROUP,
@@ -622,6 +625,8 @@ fn add_targets(
             }
         }
         (Target::Cgroup(path), _) => sampler.add_cgroup(cgroup_id(path)?)?,
+        // The whole system while the command runs: nothing to filter on.
+        (Target::Command(_), Some(_)) if opts.whole_system => {}
         (Target::Command(_), Some(w)) => {
             sampler.add_tgid(w.pid())?;
             // Children of the command are profiled too (a shell script's commands, say).

@@ -78,6 +78,12 @@ pub struct Workload {
 impl Workload {
     /// Forks the child; it blocks until [`Workload::start`].
     pub fn prepare(argv: &[OsString]) -> Result<Self, WorkloadError> {
+        Self::prepare_with(argv, false)
+    }
+
+    /// [`Workload::prepare`]; with `stdout_to_stderr` the command writes its standard
+    /// output to our standard error (our stdout carries a profile: `-o -`).
+    pub fn prepare_with(argv: &[OsString], stdout_to_stderr: bool) -> Result<Self, WorkloadError> {
         let program = resolve_command(&argv[0])?;
         let cstr = |s: &[u8]| {
             CString::new(s).map_err(|_| WorkloadError::Nul(OsString::from_vec(s.to_vec())))
@@ -103,10 +109,14 @@ impl Workload {
         match unsafe { fork() }.map_err(sys("fork"))? {
             ForkResult::Child => {
                 let mut b = 0u8;
-                // SAFETY: raw read/write/execv/_exit on fds and buffers owned by this process.
+                // SAFETY: raw read/dup2/write/execv/_exit on fds and buffers owned by this
+                // process.
                 unsafe {
                     if libc::read(go_r.as_raw_fd(), (&mut b as *mut u8).cast(), 1) != 1 {
                         libc::_exit(127); // the profiler went away before starting us
+                    }
+                    if stdout_to_stderr {
+                        libc::dup2(2, 1);
                     }
                     libc::execv(path.as_ptr(), arg_ptrs.as_ptr());
                     let errno = *libc::__errno_location();

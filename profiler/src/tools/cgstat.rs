@@ -209,7 +209,7 @@ pub fn cgroup_stat(
     set: &SetSpec,
     opts: &CgroupStatOptions,
     out: Box<dyn Write>,
-) -> Result<(), CgroupStatError> {
+) -> Result<Option<nix::sys::signal::Signal>, CgroupStatError> {
     let sys = |call: &'static str| move |source| CgroupStatError::Sys { call, source };
     let root = cgroup::root().ok_or(CgroupStatError::NoCgroup2)?;
     if !opts.glob {
@@ -262,15 +262,17 @@ pub fn cgroup_stat(
     let started = Instant::now();
     let mut last: BTreeMap<Arc<str>, Vec<u64>> = BTreeMap::new();
     let mut rounds = 0u64;
-    let mut interrupted = false;
+    // The terminating signal that ended the run, if one did (the counters are read once
+    // more at it, as at an interval's end).
+    let mut interrupted = None;
     loop {
         let deadline = opts.interval.map(|i| started + i * (rounds as u32 + 1));
         let woken = signals
             .wait(deadline.map(|d| d.saturating_duration_since(Instant::now())))
             .map_err(sys("waiting for the interval"))?;
-        interrupted |= woken.stop.is_some();
+        interrupted = interrupted.or(woken.stop);
         let due = deadline.is_some_and(|d| Instant::now() >= d);
-        if !due && !interrupted {
+        if !due && interrupted.is_none() {
             continue;
         }
         counter.flush();
@@ -295,7 +297,7 @@ pub fn cgroup_stat(
             last.insert(path, now);
         }
         rounds += 1;
-        if interrupted || opts.count.is_some_and(|c| rounds >= c) {
+        if interrupted.is_some() || opts.count.is_some_and(|c| rounds >= c) {
             break;
         }
     }
@@ -317,7 +319,7 @@ pub fn cgroup_stat(
             stats.read_errors
         );
     }
-    Ok(())
+    Ok(interrupted)
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! cpustat(1M) on Linux: system-wide counting, one binding per CPU (`cpc_bind_cpu`), a
 //! `tick` row per CPU every interval, and a `total` row per set at the end whose `cpu`
 //! column is the number of CPUs measured and whose values are the sums of the rows
-//! printed. SIGINT (or SIGTERM, SIGHUP, SIGQUIT) ends the run early and still prints the
-//! totals. Unlike Solaris, one thread samples every CPU (perf reads need no processor
+//! printed. SIGINT (or SIGTERM, SIGHUP, SIGQUIT) ends the run early: the counters are read
+//! once more (rows marked `partial`) and the totals, which include them, are printed. Unlike Solaris, one thread samples every CPU (perf reads need no processor
 //! binding), and per-thread counting elsewhere is not invalidated.
 
 use std::{
@@ -193,6 +193,44 @@ fn bind_all(cpc: &Cpc, opts: &StatOptions, ids: &[u32]) -> Result<(Vec<Cpu>, boo
     Ok((cpus, !errors.is_empty()))
 }
 
+/// The event column of the rows of an interval cut short by a terminating signal.
+pub const PARTIAL: &str = "partial";
+
+/// One row per CPU of what its counters counted since its previous row, added to its
+/// totals; true if some CPU could no longer be read (it is left out from then on).
+fn sample_all(
+    cpc: &Cpc,
+    opts: &StatOptions,
+    cpus: &mut [Cpu],
+    p: &mut Printer,
+    event: &str,
+) -> Result<bool, StatError> {
+    let mut errors = false;
+    for cpu in cpus {
+        let Some(c) = cpu.counting.as_mut() else {
+            continue;
+        };
+        match c.tick(cpc, &opts.sets) {
+            Ok((set, delta)) => {
+                cpu.totals[set] = cpu.totals[set].plus(&delta);
+                p.row(
+                    i64::from(cpu.id),
+                    event,
+                    &delta,
+                    &opts.sets[set],
+                    opts.stamp,
+                )?;
+            }
+            Err(e) => {
+                eprintln!("{}: cpu{} - {}", opts.prog, cpu.id, e.message);
+                cpu.counting = None;
+                errors = true;
+            }
+        }
+    }
+    Ok(errors)
+}
+
 /// Runs cpustat until `count` samples were taken or a terminating signal came.
 pub fn stat(cpc: &Cpc, opts: &StatOptions, out: Box<dyn Write>) -> Result<StatOutcome, StatError> {
     if opts.sets.is_empty() {
@@ -255,31 +293,13 @@ pub fn stat(cpc: &Cpc, opts: &StatOptions, out: Box<dyn Write>) -> Result<StatOu
             continue; // running behind: this sample is skipped, as cpustat does
         }
         if let Some(sig) = sleep_until(&mut signals, goal)? {
+            // The counters are read once more: what they counted up to the signal, marked
+            // as a partial interval, goes into the totals too.
+            errors |= sample_all(cpc, opts, &mut cpus, &mut p, PARTIAL)?;
             interrupted = Some(sig);
             break;
         }
-        for cpu in &mut cpus {
-            let Some(c) = cpu.counting.as_mut() else {
-                continue;
-            };
-            match c.tick(cpc, &opts.sets) {
-                Ok((set, delta)) => {
-                    cpu.totals[set] = cpu.totals[set].plus(&delta);
-                    p.row(
-                        i64::from(cpu.id),
-                        "tick",
-                        &delta,
-                        &opts.sets[set],
-                        opts.stamp,
-                    )?;
-                }
-                Err(e) => {
-                    eprintln!("{}: cpu{} - {}", opts.prog, cpu.id, e.message);
-                    cpu.counting = None;
-                    errors = true;
-                }
-            }
-        }
+        errors |= sample_all(cpc, opts, &mut cpus, &mut p, "tick")?;
         current = (current + 1) % nsets;
         if let Some(rest) = rest.filter(|_| current == 0) {
             // Rest between cycles, uncounted: the next set starts counting afterwards.

@@ -40,9 +40,13 @@ impl Emitter {
         }
     }
 
-    /// The header (of the first set, as cputrack prints it); none in JSON.
-    pub fn header(&mut self, first: &SetSpec) {
+    /// The header (of the first set, as cputrack prints it), under `note` if there is one;
+    /// none in JSON.
+    pub fn header(&mut self, first: &SetSpec, note: Option<&str>) {
         if !self.json {
+            if let Some(note) = note {
+                self.put(&format!("# {note}\n"));
+            }
             let line = format::track_header(&self.layout, &first.pics());
             self.put(&line);
         }

@@ -71,6 +71,26 @@ impl Tracer<'_> {
         latest
     }
 
+    /// At a terminating signal: every tracked process's counters read once more, its
+    /// totals so far printed as its `exit` rows (it is let go or ended next, uncounted).
+    pub(super) fn final_rows(&mut self) {
+        let pids: Vec<i32> = self
+            .procs
+            .iter()
+            .filter(|(_, p)| !p.releasing)
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in pids {
+            let tids: Vec<i32> = self.procs[&pid].threads.iter().copied().collect();
+            for tid in tids {
+                if !self.threads.get(&tid).is_some_and(|t| t.finished) {
+                    self.fini(tid, false);
+                }
+            }
+            self.totals_rows(pid, pid, "exit");
+        }
+    }
+
     /// The process image was replaced (`pid` is the exec'ing thread, now the leader).
     pub(super) fn exec(&mut self, pid: i32) {
         let former = ptrace::event_message(pid).map_or(pid, |f| f as i32);

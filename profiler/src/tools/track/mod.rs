@@ -64,6 +64,8 @@ pub struct TrackOptions {
     pub json: bool,
     /// `-D`: error messages name the libcpc function.
     pub debug: bool,
+    /// A line printed above the header (the default events when no `-c` was given).
+    pub header_note: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -95,6 +97,8 @@ pub struct TrackOutcome {
     pub errors: bool,
     /// The signal that ended it early, if any.
     pub interrupted: Option<Signal>,
+    /// How the started command ended (`Exited` or `Killed`), if it did while we watched.
+    pub command_end: Option<Report>,
 }
 
 fn sys(call: &'static str) -> impl FnOnce(io::Error) -> TrackError {
@@ -130,7 +134,24 @@ pub fn track(
             start_command(&mut tracer, &mut w)?;
             // The workload is kept until the end: its drop reaps the child, which must not
             // happen while we still wait for its reports.
-            let outcome = run(&mut tracer, &mut signals, true);
+            let mut outcome = run(&mut tracer, &mut signals, true);
+            if let Ok(o) = outcome.as_mut()
+                && o.command_end.is_none()
+            {
+                // Let go before it ended (-N, exec without -e): its status if it has one now.
+                o.command_end = w.try_reap().and_then(|status| {
+                    use nix::sys::wait::WaitStatus;
+                    let tid = w.pid() as i32;
+                    match status {
+                        WaitStatus::Exited(_, code) => Some(Report::Exited { tid, code }),
+                        WaitStatus::Signaled(_, sig, _) => Some(Report::Killed {
+                            tid,
+                            signal: sig as i32,
+                        }),
+                        _ => None,
+                    }
+                });
+            }
             drop(w);
             outcome
         }
@@ -151,6 +172,7 @@ pub fn track(
 /// where it is bound before it runs an instruction of its own (as perf's enable-on-exec).
 fn start_command(tracer: &mut Tracer<'_>, workload: &mut Workload) -> Result<(), TrackError> {
     let child = workload.pid() as i32;
+    tracer.command = Some(child);
     ptrace::seize(child, nix::sys::ptrace::Options::PTRACE_O_TRACEEXEC)
         .map_err(|source| TrackError::Attach { pid: child, source })?;
     // start() blocks until the exec happened; meanwhile this (tracer) thread must answer
@@ -269,7 +291,9 @@ fn attach(tracer: &mut Tracer<'_>, pid: i32) -> Result<(), TrackError> {
 /// The header, then time 0.
 fn begin(tracer: &mut Tracer<'_>) {
     if tracer.opts.header {
-        tracer.out.header(&tracer.opts.sets[0]);
+        tracer
+            .out
+            .header(&tracer.opts.sets[0], tracer.opts.header_note.as_deref());
     }
     tracer.out.zero_time();
 }
@@ -335,6 +359,8 @@ fn run(
                 break; // a second signal: leave now; the kernel detaches the rest
             }
             interrupted = Some(sig);
+            // The counters are read once more: what each process counted up to the signal.
+            tracer.final_rows();
             if started_command {
                 // As cputrack's kill-on-last-close: what we started gets the signal too.
                 for &pid in tracer.procs.keys() {
@@ -355,5 +381,6 @@ fn run(
     Ok(TrackOutcome {
         errors: tracer.errors,
         interrupted,
+        command_end: tracer.command_end,
     })
 }

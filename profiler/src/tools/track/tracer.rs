@@ -46,6 +46,9 @@ pub(super) struct Tracer<'a> {
     pub procs: BTreeMap<i32, Process>,
     /// A thread or process could not be counted: the run exits with status 1.
     pub errors: bool,
+    /// The command we started (its pid), and how it ended once it has.
+    pub command: Option<i32>,
+    pub command_end: Option<Report>,
 }
 
 impl<'a> Tracer<'a> {
@@ -57,6 +60,8 @@ impl<'a> Tracer<'a> {
             threads: HashMap::new(),
             procs: BTreeMap::new(),
             errors: false,
+            command: None,
+            command_end: None,
         }
     }
 
@@ -199,6 +204,11 @@ impl<'a> Tracer<'a> {
 
     /// Handles one waitpid report.
     pub fn handle(&mut self, report: Report) {
+        if matches!(report, Report::Exited { .. } | Report::Killed { .. })
+            && Some(report.tid()) == self.command
+        {
+            self.command_end = Some(report);
+        }
         let (tid, signal, event) = match report {
             Report::Exited { tid, .. } | Report::Killed { tid, .. } => return self.gone(tid),
             Report::Signal { tid, signal } => (tid, signal, None),
