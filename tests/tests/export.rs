@@ -26,6 +26,8 @@ fn every_interval_reaches_three_stores_as_its_file_says() {
     let log = dir.join("requests.jsonl");
     let receiver = Receiver::start(&log, [0; 3], None);
     let series = dir.join("profiles");
+    // --interval writes into an existing directory.
+    std::fs::create_dir_all(&series).unwrap();
     let mut args: Vec<String> = ["record", "-F", "199", "-q", "--interval", "1", "-o"]
         .map(String::from)
         .to_vec();
@@ -163,6 +165,8 @@ fn intervals_outlive_a_store_outage_in_order_and_once() {
     let receiver = Receiver::start(&log, [0; 3], None);
     let ports = receiver.ports();
     let series = dir.join("profiles");
+    // --interval writes into an existing directory.
+    std::fs::create_dir_all(&series).unwrap();
     let mut args: Vec<String> = ["record", "-F", "99", "-q", "--interval", "1", "-o"]
         .map(String::from)
         .to_vec();
@@ -238,6 +242,8 @@ fn a_store_answering_503_for_a_while_gets_every_interval() {
     let log = dir.join("requests.jsonl");
     let receiver = Receiver::start(&log, [0; 3], Some("503:3"));
     let series = dir.join("profiles");
+    // --interval writes into an existing directory.
+    std::fs::create_dir_all(&series).unwrap();
     let mut args: Vec<String> = ["record", "-F", "99", "-q", "--interval", "1", "-o"]
         .map(String::from)
         .to_vec();
@@ -272,6 +278,8 @@ fn a_store_refusing_auth_costs_one_line_an_interval_and_nothing_else() {
     let log = dir.join("requests.jsonl");
     let receiver = Receiver::start(&log, [0; 3], Some("401"));
     let series = dir.join("profiles");
+    // --interval writes into an existing directory.
+    std::fs::create_dir_all(&series).unwrap();
     let mut args: Vec<String> = ["record", "-F", "99", "-q", "--interval", "1", "-o"]
         .map(String::from)
         .to_vec();
@@ -323,6 +331,7 @@ fn what_a_stopped_run_could_not_send_is_sent_first_by_the_next() {
             .unwrap(),
     );
     let record = |series: &Path| {
+        std::fs::create_dir_all(series).unwrap();
         let mut args: Vec<String> = ["record", "-F", "99", "-q", "--interval", "1", "-o"]
             .map(String::from)
             .to_vec();
@@ -416,6 +425,8 @@ fn off_cpu_and_counter_group_columns_go_out_as_their_own_sample_types() {
         let log = dir.join("requests.jsonl");
         let receiver = Receiver::start(&log, [0; 3], None);
         let series = dir.join("profiles");
+        // --interval writes into an existing directory.
+        std::fs::create_dir_all(&series).unwrap();
         let mut args: Vec<String> = ["record", "-F", "99", "-q", "--interval", "1", "-o"]
             .map(String::from)
             .to_vec();
