@@ -1,0 +1,56 @@
+//! CPython's user-space half: find the interpreter in a process, read its version and
+//! symbols, give the walker its offsets, read code objects and lines from the process, and
+//! (for tests, and as the reference the kernel walker is checked against) walk each thread's
+//! Python stack from user space.
+//!
+//! Supported: CPython 3.6 to 3.13 with the GIL, as a shared `libpython` or a static binary,
+//! with or without `.symtab`. Anything else is [`Unsupported`] with a one-line reason.
+
+pub mod lines;
+pub mod offsets;
+pub mod version;
+
+pub use offsets::{DebugOffsetsError, check_debug_offsets, for_version as offsets_for};
+pub use version::{Unsupported, Version};
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::{path::PathBuf, process::Command};
+
+    use super::Version;
+
+    /// Every CPython 3.6–3.13 installed here (pyenv's and Debian's), with its version.
+    pub fn interpreters() -> Vec<(PathBuf, Version)> {
+        let root = std::env::var_os("PYENV_ROOT")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pyenv")))
+            .unwrap_or_else(|| PathBuf::from("/root/.pyenv"));
+        let mut candidates: Vec<PathBuf> = std::fs::read_dir(root.join("versions"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let mut parts = name.split('.');
+                let mm = format!("{}.{}", parts.next()?, parts.next()?);
+                Some(e.path().join("bin").join(format!("python{mm}")))
+            })
+            .collect();
+        candidates.push(PathBuf::from("/usr/bin/python3.11"));
+        let mut found: Vec<(PathBuf, Version)> = candidates
+            .into_iter()
+            .filter(|p| p.exists())
+            .filter_map(|p| {
+                let out = Command::new(&p)
+                    .args(["-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"])
+                    .output()
+                    .ok()?;
+                let v = Version::parse(String::from_utf8_lossy(&out.stdout).trim())?;
+                super::version::check(v, false).ok()?;
+                Some((p, v))
+            })
+            .collect();
+        found.sort();
+        found
+    }
+}
