@@ -6,11 +6,19 @@
 //! Supported: CPython 3.6 to 3.13 with the GIL, as a shared `libpython` or a static binary,
 //! with or without `.symtab`. Anything else is [`Unsupported`] with a one-line reason.
 
+pub mod code;
+pub mod detect;
 pub mod lines;
 pub mod offsets;
+pub mod process;
+pub mod stack;
 pub mod version;
 
+pub use code::{CodeCache, CodeInfo, PyFrame, check_value};
+pub use detect::{DetectError, Detection, Interpreter, Symbols, detect};
 pub use offsets::{DebugOffsetsError, check_debug_offsets, for_version as offsets_for};
+pub use process::{Memory, ProcessMemory, ReadError};
+pub use stack::{AttachError, PythonProcess, ThreadStack};
 pub use version::{Unsupported, Version};
 
 #[cfg(test)]
