@@ -22,6 +22,9 @@ pub use stack::{AttachError, PythonProcess, ThreadStack};
 pub use version::{Unsupported, Version};
 
 #[cfg(test)]
+mod dwarf_check;
+
+#[cfg(test)]
 pub(crate) mod test_support {
     use std::{path::PathBuf, process::Command};
 
