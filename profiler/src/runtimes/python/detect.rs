@@ -80,6 +80,19 @@ pub struct Interpreter {
     pub offsets: PythonOffsets,
 }
 
+impl Interpreter {
+    /// The eval loop's code ranges (runtime addresses): where the native unwinder, finding a
+    /// frame's PC inside one, hands over to the Python walker.
+    pub fn eval_ranges(&self) -> impl Iterator<Item = Range<u64>> + '_ {
+        std::iter::once(self.symbols.eval.clone()).chain(self.symbols.eval_cold.clone())
+    }
+
+    /// Whether `pc` is in the eval loop.
+    pub fn in_eval(&self, pc: u64) -> bool {
+        self.eval_ranges().any(|r| r.contains(&pc))
+    }
+}
+
 /// Looks for CPython in the process `pid`.
 pub fn detect(pid: u32) -> Result<Detection, DetectError> {
     let maps = exec_mappings(pid).map_err(|source| DetectError::Maps { pid, source })?;

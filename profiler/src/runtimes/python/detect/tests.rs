@@ -79,6 +79,10 @@ fn finds_every_installed_interpreter() {
             version.minor == 6,
             "{what}: {s:?}"
         );
+        assert!(i.in_eval(s.eval.start) && !i.in_eval(s.eval.end), "{what}");
+        if let Some(cold) = &s.eval_cold {
+            assert!(i.in_eval(cold.start) && cold.end > cold.start, "{what}");
+        }
         // The eval loop's address is where the process's own maps put code.
         let maps = exec_mappings(p.0.id()).unwrap();
         assert!(
@@ -125,5 +129,37 @@ fn a_process_without_python_is_not_python() {
     assert!(matches!(
         detect(std::process::id()).unwrap(),
         Detection::NotPython
+    ));
+}
+
+/// 3.13's own `_Py_DebugOffsets`, read from a live process, agree with our table; the same
+/// bytes against a table with one field moved are a loud error naming it.
+#[test]
+fn live_debug_offsets_check_the_table() {
+    use crate::runtimes::python::{
+        offsets::{DEBUG_OFFSETS_BYTES, DebugOffsetsError, check_debug_offsets},
+        process::{Memory, ProcessMemory},
+    };
+    let Some((python, version)) = interpreters().into_iter().find(|(_, v)| v.minor >= 13) else {
+        eprintln!("skipped: no Python 3.13 installed");
+        return;
+    };
+    let p = start(&python);
+    let Detection::Found(i) = detect(p.0.id()).unwrap() else {
+        panic!("{}: not found", python.display())
+    };
+    let mut bytes = vec![0u8; DEBUG_OFFSETS_BYTES];
+    ProcessMemory::new(p.0.id())
+        .read(i.symbols.runtime.unwrap(), &mut bytes)
+        .unwrap();
+    assert_eq!(check_debug_offsets(&bytes, version, &i.offsets), Ok(()));
+    let mut wrong = i.offsets;
+    wrong.tstate_frame += 8;
+    assert!(matches!(
+        check_debug_offsets(&bytes, version, &wrong),
+        Err(DebugOffsetsError::Mismatch {
+            field: "thread_state.current_frame",
+            ..
+        })
     ));
 }

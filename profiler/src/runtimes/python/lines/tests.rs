@@ -132,3 +132,27 @@ fn formats_by_hand() {
     assert_eq!(line_of(LOCATIONS_311, &t, 10, 6), None);
     assert_eq!(line_of(LOCATIONS_311, &[0x42], 10, 0), None);
 }
+
+/// Garbage tables (a code object read while it is freed, a hostile process) end in a line
+/// or `None`, never a panic or a loop.
+#[test]
+fn garbage_tables_never_panic() {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for _ in 0..20_000 {
+        let len = (next() % 64) as usize;
+        let table: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+        let offset = (next() % 512) as u32;
+        for format in [LNOTAB, LINETABLE_310, LOCATIONS_311, 0] {
+            let _ = line_of(format, &table, (next() % 5000) as i32, offset);
+        }
+    }
+    // Long varints stop at 32 bits instead of shifting out.
+    let t = [0x80 | 13 << 3, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x01];
+    assert_eq!(line_of(LOCATIONS_311, &t, 1, 0), None);
+}
