@@ -5,6 +5,25 @@
 //!
 //! Supported: CPython 3.6 to 3.13 with the GIL, as a shared `libpython` or a static binary,
 //! with or without `.symtab`. Anything else is [`Unsupported`] with a one-line reason.
+//!
+//! The pieces, in the order a profiler uses them:
+//! - [`detect`]: the interpreter's ELF in the maps, its [`Version`] (`Py_Version`, else the
+//!   `PY_VERSION` string, else the file name), its [`Symbols`] with the load bias applied
+//!   (`_PyRuntime`, the eval loop and its `.cold` part, `PyCode_Type`, the thread-state
+//!   TLS/TSS symbols) and its [`PythonOffsets`](profiler_common::python::PythonOffsets).
+//! - [`offsets`]: the per-version table (checked against DWARF in tests, and against
+//!   `_Py_DebugOffsets` of the live process on 3.13+ by [`PythonProcess::attach`]).
+//! - [`process`]: `process_vm_readv`, bounded bytes and strings.
+//! - [`code`]: code objects by address, validated by [`check_value`], and frames with lines.
+//! - [`lines`]: the three line-table formats.
+//! - [`stack`]: every thread's Python stack, read from user space.
+//!
+//! For the kernel walker: when a native frame's PC is in [`Interpreter::in_eval`], walk from
+//! the thread's `PyThreadState` with the [`PythonOffsets`](profiler_common::python::PythonOffsets)
+//! exactly as [`stack`] does (the same skips: 3.12+ frames owned by the C stack, 3.11+
+//! incomplete frames), and record per Python frame (code object address, the raw `f_lasti`
+//! or instruction pointer, [`check_value`] of the code object); user space turns that into
+//! a [`PyFrame`] with [`CodeCache::frame`].
 
 pub mod code;
 pub mod detect;
