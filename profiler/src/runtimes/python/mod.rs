@@ -7,7 +7,7 @@
 //! with or without `.symtab`. Anything else is [`Unsupported`] with a one-line reason.
 //!
 //! The pieces, in the order a profiler uses them:
-//! - [`detect`]: the interpreter's ELF in the maps, its [`Version`] (`Py_Version`, else the
+//! - [`detect()`](detect::detect): the interpreter's ELF in the maps, its [`Version`] (`Py_Version`, else the
 //!   `PY_VERSION` string, else the file name), its [`Symbols`] with the load bias applied
 //!   (`_PyRuntime`, the eval loop and its `.cold` part, `PyCode_Type`, the thread-state
 //!   TLS/TSS symbols) and its [`PythonOffsets`](profiler_common::python::PythonOffsets).
