@@ -177,7 +177,7 @@ fn check_interpreter(python: &Path, version: Version, dir: &Path) {
         std::thread::sleep(Duration::from_millis(20));
     }
     let want = expected(&out);
-    assert_eq!(want.len(), 5, "{what}");
+    assert_eq!(want.len(), 6, "{what}");
     assert!(
         want.iter().any(|(_, _, f)| f.len() > 200),
         "{what}: the recursion is in the expectations"
@@ -223,7 +223,7 @@ fn check_interpreter(python: &Path, version: Version, dir: &Path) {
     signal(pid, libc::SIGCONT);
     let depth: usize = want.iter().map(|(_, _, f)| f.len()).sum();
     eprintln!(
-        "{what}: 5 threads, {depth} frames exact (running after {reads} read(s), then stopped), {codes} code objects"
+        "{what}: 6 threads, {depth} frames exact (running after {reads} read(s), then stopped), {codes} code objects"
     );
 }
 
