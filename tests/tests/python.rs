@@ -188,6 +188,9 @@ fn check_interpreter(python: &Path, version: Version, dir: &Path) {
     // until one is exact, with a deadline.
     let mut proc = PythonProcess::attach(pid).unwrap_or_else(|e| panic!("{what}: {e}"));
     assert_eq!(proc.interpreter.version, version, "{what}");
+    // glibc's PTHREAD_KEYS_MAX is 1024: a key outside is a wrong offset.
+    let key = proc.tss_key().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(key < 1024, "{what}: TSS key {key}");
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut reads = 0;
     loop {
@@ -223,7 +226,7 @@ fn check_interpreter(python: &Path, version: Version, dir: &Path) {
     signal(pid, libc::SIGCONT);
     let depth: usize = want.iter().map(|(_, _, f)| f.len()).sum();
     eprintln!(
-        "{what}: 6 threads, {depth} frames exact (running after {reads} read(s), then stopped), {codes} code objects"
+        "{what}: 6 threads, {depth} frames exact (running after {reads} read(s), then stopped), {codes} code objects, TSS key {key}"
     );
 }
 

@@ -89,6 +89,33 @@ impl PythonProcess {
         })
     }
 
+    /// The `pthread_key_t` under which each thread keeps its `PyThreadState` (the
+    /// "autoTSSkey"): what a kernel walker emulating `pthread_getspecific` needs to find the
+    /// current thread's state without a TLS model of libpython. 3.7+: the `Py_tss_t` in
+    /// `_PyRuntime` (initialised flag, then the key); 3.6: the `int autoTLSkey`.
+    pub fn tss_key(&self) -> Result<u32, ReadError> {
+        let o = &self.interpreter.offsets;
+        match (
+            self.interpreter.symbols.runtime,
+            self.interpreter.symbols.tls_key,
+        ) {
+            (Some(runtime), _) if o.runtime_tss_key != NONE => {
+                let at = runtime + u64::from(o.runtime_tss_key);
+                let word = self.mem.read_u64(at)?;
+                if word as u32 == 0 {
+                    return Err(ReadError::invalid("Py_tss_t", at, "not initialised"));
+                }
+                Ok((word >> 32) as u32)
+            }
+            (_, Some(key)) => {
+                let value = self.mem.read_u64(key)? as u32 as i32;
+                u32::try_from(value)
+                    .map_err(|_| ReadError::invalid("autoTLSkey", key, format!("{value}")))
+            }
+            _ => Err(ReadError::invalid("TSS key", 0, "no symbol for it")),
+        }
+    }
+
     /// Code objects read so far.
     pub fn cached_codes(&self) -> usize {
         self.codes.len()
