@@ -142,22 +142,28 @@ pub fn detect(pid: u32) -> Result<Detection, DetectError> {
     })
 }
 
-/// The executable mapping of the interpreter's ELF: a `libpython` if one is mapped (the
-/// `python` executable of a shared build holds nothing but `main`), else the executable when
-/// its name says python (a static build such as Debian's `/usr/bin/python3.11`).
+/// The executable mapping of the interpreter's ELF, in the process `pid`.
 fn interpreter_mapping(pid: u32, maps: &[Mapping]) -> Option<Mapping> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let exe = exe.as_deref().and_then(|p| p.to_str());
+    pick_mapping(maps, exe.map(|e| e.strip_suffix(" (deleted)").unwrap_or(e)))
+}
+
+/// A versioned `libpython3.X.so` if one is mapped (the `python` executable of a shared build
+/// holds nothing but `main`; `libpython3.so`, the stable-ABI stub an extension may pull in,
+/// holds no interpreter), else the executable when its name says python (a static build
+/// such as Debian's `/usr/bin/python3.11`).
+fn pick_mapping(maps: &[Mapping], exe: Option<&str>) -> Option<Mapping> {
     let file_name = |m: &Mapping| m.name.rsplit('/').next().unwrap_or("").to_string();
-    if let Some(m) = maps.iter().find(|m| file_name(m).starts_with("libpython")) {
+    let versioned_lib = |m: &&Mapping| {
+        let name = file_name(m);
+        name.starts_with("libpython") && Version::from_file_name(&name).is_some()
+    };
+    if let Some(m) = maps.iter().find(versioned_lib) {
         return Some(m.clone());
     }
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
-    let exe = exe
-        .to_str()?
-        .strip_suffix(" (deleted)")
-        .unwrap_or(exe.to_str()?)
-        .to_string();
     maps.iter()
-        .find(|m| *m.name == *exe && file_name(m).starts_with("python"))
+        .find(|m| Some(&*m.name) == exe && file_name(m).starts_with("python"))
         .cloned()
 }
 

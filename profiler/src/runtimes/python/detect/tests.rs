@@ -163,3 +163,31 @@ fn live_debug_offsets_check_the_table() {
         })
     ));
 }
+
+#[test]
+fn picks_the_versioned_libpython_over_the_stable_abi_stub() {
+    let maps = crate::modules::parse_maps(
+        "\
+55d0c0001000-55d0c0005000 r-xp 00001000 08:01 1 /opt/py/bin/python3.12
+7f0000001000-7f0000002000 r-xp 00001000 08:01 2 /opt/py/lib/libpython3.so
+7f0000101000-7f0000502000 r-xp 00100000 08:01 3 /opt/py/lib/libpython3.12.so.1.0
+",
+    );
+    let pick = |exe| pick_mapping(&maps, exe).map(|m| m.name.to_string());
+    assert_eq!(
+        pick(Some("/opt/py/bin/python3.12")).as_deref(),
+        Some("/opt/py/lib/libpython3.12.so.1.0")
+    );
+    let static_build = crate::modules::parse_maps(
+        "55d0c0001000-55d0c0005000 r-xp 00001000 08:01 1 /usr/bin/python3.11\n",
+    );
+    assert_eq!(
+        pick_mapping(&static_build, Some("/usr/bin/python3.11")).map(|m| m.ino),
+        Some(1)
+    );
+    assert_eq!(pick_mapping(&static_build, Some("/usr/bin/other")), None);
+    let stub_only = crate::modules::parse_maps(
+        "7f0000001000-7f0000002000 r-xp 00001000 08:01 2 /opt/py/lib/libpython3.so\n",
+    );
+    assert_eq!(pick_mapping(&stub_only, Some("/usr/bin/rust-app")), None);
+}
