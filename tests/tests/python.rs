@@ -8,7 +8,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use profiler::runtimes::python::{PyFrame, PythonProcess, ThreadStack, Version};
+use profiler::runtimes::{
+    libc::tsd_layout,
+    python::{Memory, PyFrame, PythonProcess, ThreadStack, Version},
+};
 use profiler_tests::*;
 
 const SCRIPT: &str = include_str!("../fixtures/python/stacks.py");
@@ -223,10 +226,25 @@ fn check_interpreter(python: &Path, version: Version, dir: &Path) {
         codes,
         "{what}: the second read came from the cache"
     );
+
+    // The kernel's way to the current thread state: pthread_getspecific(autoTSSkey)
+    // emulated from each thread's `struct pthread` (glibc's pthread_t is its address) gives
+    // the very PyThreadState the interpreter's thread list holds.
+    let tsd = tsd_layout(pid).unwrap_or_else(|e| panic!("{what}: {e}"));
+    for t in &stacks {
+        let at = tsd
+            .value_addr(t.thread_id, key)
+            .expect("key in the first block");
+        let via_tsd = proc
+            .memory()
+            .read_u64(at)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(via_tsd, t.tstate, "{what}: thread {}", t.thread_id);
+    }
     signal(pid, libc::SIGCONT);
     let depth: usize = want.iter().map(|(_, _, f)| f.len()).sum();
     eprintln!(
-        "{what}: 6 threads, {depth} frames exact (running after {reads} read(s), then stopped), {codes} code objects, TSS key {key}"
+        "{what}: 6 threads, {depth} frames exact (running after {reads} read(s), then stopped), {codes} code objects, TSS key {key} (each thread's state found through it)"
     );
 }
 

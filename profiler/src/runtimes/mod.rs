@@ -6,4 +6,5 @@
 //! own frame chain when the native unwinder reaches a PC inside its code. This module holds
 //! the user-space halves; Python is the first.
 
+pub mod libc;
 pub mod python;

@@ -18,8 +18,11 @@
 //! - [`lines`]: the three line-table formats.
 //! - [`stack`]: every thread's Python stack, read from user space.
 //!
-//! For the kernel walker: when a native frame's PC is in [`Interpreter::in_eval`], walk from
-//! the thread's `PyThreadState` with the [`PythonOffsets`](profiler_common::python::PythonOffsets)
+//! For the kernel walker: when a native frame's PC is in [`Interpreter::in_eval`], find the
+//! thread's `PyThreadState` as `pthread_getspecific(key)` would (key from
+//! [`PythonProcess::tss_key`], glibc's layout from [`crate::runtimes::libc::tsd_layout`],
+//! the thread pointer from the task's `fsbase`): it works for shared and static builds
+//! alike, and the integration test checks it finds every thread's state. Then walk with the [`PythonOffsets`](profiler_common::python::PythonOffsets)
 //! exactly as [`stack`] does (the same skips: 3.12+ frames owned by the C stack, 3.11+
 //! incomplete frames), and record per Python frame (code object address, the raw `f_lasti`
 //! or instruction pointer, [`check_value`] of the code object); user space turns that into

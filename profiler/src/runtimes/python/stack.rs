@@ -41,6 +41,8 @@ pub enum AttachError {
 /// One thread's Python stack, innermost frame first.
 #[derive(Debug)]
 pub struct ThreadStack {
+    /// Address of the thread's `PyThreadState`.
+    pub tstate: u64,
     /// `PyThreadState.thread_id`: the `pthread_t` (`threading.get_ident()`).
     pub thread_id: u64,
     /// The kernel's thread id (3.11+).
@@ -116,6 +118,11 @@ impl PythonProcess {
         }
     }
 
+    /// The process's memory (for checks beside the walk).
+    pub fn memory(&self) -> &ProcessMemory {
+        &self.mem
+    }
+
     /// Code objects read so far.
     pub fn cached_codes(&self) -> usize {
         self.codes.len()
@@ -187,6 +194,7 @@ impl PythonProcess {
             frame = back;
         }
         Ok(ThreadStack {
+            tstate,
             thread_id,
             native_thread_id,
             frames,
