@@ -8,7 +8,8 @@ use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ReadCache, Symb
 use profiler_common::python::PythonOffsets;
 
 use super::{
-    offsets,
+    offsets::{self, DEBUG_OFFSETS_BYTES, DebugOffsetsError, check_debug_offsets},
+    process::{Memory, ProcessMemory, ReadError},
     version::{Unsupported, Version, check},
 };
 use crate::modules::{ElfFiles, MapEntry, Mapping, ReadAt, exec_mappings};
@@ -31,6 +32,21 @@ pub enum DetectError {
     },
     #[error("{path}: no load segment holds file offset {offset:#x} of its mapping")]
     NoSegment { path: String, offset: u64 },
+    #[error("{path} (process {pid}): reading _Py_DebugOffsets: {source}")]
+    ReadDebugOffsets {
+        pid: u32,
+        path: String,
+        #[source]
+        source: ReadError,
+    },
+    /// The build's own offsets disagree with our table: never walked with either.
+    #[error("{path} (process {pid}): {source}")]
+    DebugOffsets {
+        pid: u32,
+        path: String,
+        #[source]
+        source: DebugOffsetsError,
+    },
 }
 
 /// What [`detect`] found in a process.
@@ -127,18 +143,49 @@ pub fn detect(pid: u32) -> Result<Detection, DetectError> {
     };
     Ok(match found {
         Ok((version, build_id, bias, symbols)) => match offsets::for_version(version) {
-            Ok(offsets) => Detection::Found(Interpreter {
-                pid,
-                path: Arc::from(path),
-                build_id,
-                version,
-                bias,
-                symbols,
-                offsets,
-            }),
+            Ok(offsets) => {
+                if version.minor >= 13
+                    && let Some(runtime) = symbols.runtime
+                {
+                    check_live_debug_offsets(pid, &path, runtime, version, &offsets)?;
+                }
+                Detection::Found(Interpreter {
+                    pid,
+                    path: Arc::from(path),
+                    build_id,
+                    version,
+                    bias,
+                    symbols,
+                    offsets,
+                })
+            }
             Err(reason) => Detection::Unsupported { path, reason },
         },
         Err(reason) => Detection::Unsupported { path, reason },
+    })
+}
+
+/// 3.13+ publish their own offsets at the start of `_PyRuntime`: they must agree with our
+/// table, or the process is not walked at all (a loud error, not a guess).
+fn check_live_debug_offsets(
+    pid: u32,
+    path: &str,
+    runtime: u64,
+    version: Version,
+    table: &PythonOffsets,
+) -> Result<(), DetectError> {
+    let mut bytes = vec![0u8; DEBUG_OFFSETS_BYTES];
+    ProcessMemory::new(pid)
+        .read(runtime, &mut bytes)
+        .map_err(|source| DetectError::ReadDebugOffsets {
+            pid,
+            path: path.to_string(),
+            source,
+        })?;
+    check_debug_offsets(&bytes, version, table).map_err(|source| DetectError::DebugOffsets {
+        pid,
+        path: path.to_string(),
+        source,
     })
 }
 

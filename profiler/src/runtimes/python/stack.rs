@@ -9,7 +9,6 @@ use profiler_common::python::{
 use super::{
     code::{CodeCache, PyFrame, byte_offset},
     detect::{DetectError, Detection, Interpreter, detect},
-    offsets::{DEBUG_OFFSETS_BYTES, DebugOffsetsError, check_debug_offsets},
     process::{Memory, ProcessMemory, ReadError},
     version::Unsupported,
 };
@@ -28,14 +27,6 @@ pub enum AttachError {
     NotPython(u32),
     #[error("{path}: {reason}")]
     Unsupported { path: String, reason: Unsupported },
-    #[error("reading _Py_DebugOffsets: {0}")]
-    ReadDebugOffsets(#[source] ReadError),
-    #[error("{path}: {source}")]
-    DebugOffsets {
-        path: String,
-        #[source]
-        source: DebugOffsetsError,
-    },
 }
 
 /// One thread's Python stack, innermost frame first.
@@ -59,8 +50,8 @@ pub struct PythonProcess {
 }
 
 impl PythonProcess {
-    /// Finds CPython in `pid` and checks what can be checked before a walk: on 3.13+ the
-    /// table against the process's own `_Py_DebugOffsets`.
+    /// Finds CPython in `pid` ([`detect`] has checked the table against the process's own
+    /// `_Py_DebugOffsets` on 3.13+).
     pub fn attach(pid: u32) -> Result<PythonProcess, AttachError> {
         let interpreter = match detect(pid)? {
             Detection::Found(i) => i,
@@ -70,19 +61,6 @@ impl PythonProcess {
             }
         };
         let mem = ProcessMemory::new(pid);
-        if interpreter.version.minor >= 13
-            && let Some(runtime) = interpreter.symbols.runtime
-        {
-            let mut bytes = vec![0u8; DEBUG_OFFSETS_BYTES];
-            mem.read(runtime, &mut bytes)
-                .map_err(AttachError::ReadDebugOffsets)?;
-            check_debug_offsets(&bytes, interpreter.version, &interpreter.offsets).map_err(
-                |source| AttachError::DebugOffsets {
-                    path: interpreter.path.to_string(),
-                    source,
-                },
-            )?;
-        }
         let codes = CodeCache::new(interpreter.offsets, interpreter.symbols.code_type);
         Ok(PythonProcess {
             interpreter,
