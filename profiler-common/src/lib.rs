@@ -7,6 +7,7 @@
 
 pub mod group;
 pub mod offcpu;
+pub mod python;
 pub mod stack;
 pub mod unwind;
 

@@ -27,6 +27,7 @@ pub mod modules;
 pub mod output;
 pub mod profile;
 pub mod record;
+pub mod runtimes;
 mod stream;
 pub mod symbolize;
 pub mod tools;
