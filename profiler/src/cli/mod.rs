@@ -207,7 +207,7 @@ mod tests {
 
     fn record(args: &[&str]) -> record::RecordArgs {
         match parse_ok(args).command {
-            Command::Record(r) => r,
+            Command::Record(r) => *r,
             c => panic!("{c:?}"),
         }
     }
