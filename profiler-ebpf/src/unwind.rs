@@ -17,7 +17,7 @@ use aya_ebpf::{
 };
 use profiler_common::{
     MAX_STACK_DEPTH, kernel_features, record_flags,
-    stack::StackSampleHeader,
+    stack::{STACK_COPY_BLOCK, STACK_COPY_BYTES, STACK_COPY_HEAD_WORDS, StackSampleHeader},
     unwind::{
         DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, MAX_UNWIND_PROCS, ProcUnwind, UnwindMapping,
         UnwindRow, cfa,
@@ -192,6 +192,42 @@ pub(crate) unsafe fn user_frames(
         let n = bpf_get_stack(ctx, dst.cast(), STACK_BYTES, BPF_F_USER_STACK as u64);
         (n >= 0).then(|| (n as usize / 8).min(MAX_STACK_DEPTH))
     }
+}
+
+/// Copies the sampled task's user registers and the stack above its stack pointer to `dst`
+/// ([`profiler_common::stack::StackCopyHead`], then the bytes), for a process without tables:
+/// the aligned [`STACK_COPY_BLOCK`]-byte blocks from the one holding rsp up, until one cannot
+/// be read (the top of the stack) or [`STACK_COPY_BYTES`] are copied. Returns the bytes
+/// copied; `None` without user registers.
+///
+/// # Safety
+/// `dst` has room for `STACK_COPY_HEAD_WORDS` words and `STACK_COPY_BYTES` bytes.
+#[inline(always)]
+pub(crate) unsafe fn copy_user_stack(ctx: &PerfEventContext, dst: *mut u64) -> Option<usize> {
+    let (ip, sp, bp) = user_regs(ctx)?;
+    let start = sp & !(STACK_COPY_BLOCK as u64 - 1);
+    let mut len = 0usize;
+    // SAFETY: the caller's room; every read is of one block inside it.
+    unsafe {
+        *dst = ip;
+        *dst.add(1) = sp;
+        *dst.add(2) = bp;
+        let bytes = dst.add(STACK_COPY_HEAD_WORDS).cast::<u8>();
+        for i in 0..STACK_COPY_BYTES / STACK_COPY_BLOCK {
+            let at = i * STACK_COPY_BLOCK;
+            let rc = generated::bpf_probe_read_user(
+                bytes.add(at).cast(),
+                STACK_COPY_BLOCK as u32,
+                (start + at as u64) as *const core::ffi::c_void,
+            );
+            if rc != 0 {
+                break;
+            }
+            len = at + STACK_COPY_BLOCK;
+        }
+        *dst.add(3) = len as u64;
+    }
+    Some(len)
 }
 
 /// The user rip, rsp and rbp of the sampled task: from the sample's registers when it was

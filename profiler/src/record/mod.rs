@@ -4,6 +4,7 @@
 
 mod aggregate;
 mod collect;
+mod copied;
 mod error;
 mod group;
 mod offcpu;

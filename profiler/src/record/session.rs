@@ -364,7 +364,9 @@ impl<'a> Session<'a> {
                     while done < batch.len() {
                         let end = (done + CHUNK_RECORDS).min(batch.len());
                         for i in done..end {
-                            Group::add(group, collector, batch.get(i));
+                            let record = batch.get(i);
+                            let walked = tables.as_mut().and_then(|t| t.rewrite(record));
+                            Group::add(group, collector, walked.as_deref().unwrap_or(record));
                         }
                         done = end;
                         if let Some(t) = tables.as_mut()
@@ -410,10 +412,19 @@ impl<'a> Session<'a> {
         let ring_bytes = &mut self.ring_bytes;
         let records = &mut self.records;
         let group = &mut self.group;
+        let tables = &mut self.tables;
         let mut drain = |collector: &mut Collector| {
             records.drain_bytes(|bytes| {
                 *ring_bytes += bytes.len() as u64;
-                Group::add(group, collector, bytes);
+                // A copied stack needs its process's tables: loaded now if they are not.
+                let walked = tables.as_mut().and_then(|t| {
+                    if let Some((header, _)) = StackSampleHeader::parse(bytes) {
+                        t.note(&header);
+                        let _ = t.load_pending(collector.files());
+                    }
+                    t.rewrite(bytes)
+                });
+                Group::add(group, collector, walked.as_deref().unwrap_or(bytes));
             });
         };
         let collector = &mut self.collector;
@@ -425,6 +436,17 @@ impl<'a> Session<'a> {
             self.aggregated.read(&mut self.sampler, collector)?;
         }
         let stats = self.sampler.stats()?;
+        if let Some(t) = &self.tables {
+            let t = t.stats();
+            if t.copies_cut > 0 {
+                eprintln!(
+                    "profiler: {} of {} samples taken before their process's unwind tables \
+                     were loaded could not be walked whole from their stack copy (kept as \
+                     their sampled address)",
+                    t.copies_cut, t.copies_walked
+                );
+            }
+        }
         if self.opts.unwind_stats {
             self.print_unwind_stats(&stats)?;
         }
@@ -492,7 +514,7 @@ impl<'a> Session<'a> {
             "unwind-stats samples={} ring_bytes={} partial={partial} \
              no_process={no_process} modules={} processes={} loads={} \
              modules_without_table={} modules_evicted={} row_bytes={} reserved_bytes={} \
-             user_bytes={}",
+             user_bytes={} copies_walked={} copies_cut={}",
             stats.submitted,
             self.ring_bytes,
             t.modules,
@@ -502,7 +524,9 @@ impl<'a> Session<'a> {
             t.modules_evicted,
             t.row_bytes,
             t.reserved_bytes,
-            t.user_bytes
+            t.user_bytes,
+            t.copies_walked,
+            t.copies_cut
         );
         Ok(())
     }

@@ -9,7 +9,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use profiler_common::{record_flags, stack::StackSampleHeader, unwind::UnwindMapping};
+use profiler_common::{
+    record_flags,
+    stack::{StackSampleHeader, stack_copy},
+    unwind::UnwindMapping,
+};
+
+use super::copied;
 
 use crate::{
     bpf::{RowRange, UnwindMapError, UnwindMaps},
@@ -89,6 +95,12 @@ pub struct TableStats {
     pub processes: u64,
     /// Modules in the registry.
     pub modules: u64,
+    /// Samples of processes without tables in the kernel yet, walked in user space from the
+    /// copy of their stack the record carried.
+    pub copies_walked: u64,
+    /// Of those, the ones that could not be walked whole (their process gone before its
+    /// tables were loaded, or the walk left the copy): kept as their sampled address only.
+    pub copies_cut: u64,
 }
 
 /// Whether process `pid` has exited (gone, or a zombie: its exit hooks have run).
@@ -109,6 +121,8 @@ struct ProcState {
     /// Wait before the next rescan prompted by an unknown mapping.
     backoff: Duration,
     mappings: Vec<Mapping>,
+    /// Its entry as the kernel has it (for walking copied stacks the same way).
+    entries: Vec<UnwindMapping>,
     /// The modules whose rows its kernel entry points at.
     modules: Vec<ModuleId>,
 }
@@ -228,6 +242,7 @@ impl TableLoader {
                     born: now,
                     backoff: RESCAN_MAX,
                     mappings: Vec::new(),
+                    entries: Vec::new(),
                     modules: Vec::new(),
                 },
             );
@@ -252,6 +267,7 @@ impl TableLoader {
             .get(&pid)
             .is_some_and(|p| !p.mappings.is_empty() && p.mappings != mappings);
         let (entries, modules) = self.entries(pid, &mappings, files)?;
+        let published = entries.clone();
         match self.maps.set_process(pid, &entries) {
             Ok(()) => {}
             // The kernel's process map full (or out of memory): this process walks with frame
@@ -266,9 +282,22 @@ impl TableLoader {
         }
         // The process may have exited between reading its maps and now: its exit already
         // removed the kernel's entry (before ours was written), so ours would stay forever.
+        // Its entry is still kept here, for the copied stacks of its samples.
         if exited(pid) {
             self.forget(pid);
             self.maps.remove_process(pid);
+            self.add_users(&modules);
+            self.procs.insert(
+                pid,
+                ProcState {
+                    scanned: now,
+                    born: now,
+                    backoff: RESCAN_MAX,
+                    mappings,
+                    entries: published,
+                    modules,
+                },
+            );
             return Ok(false);
         }
         self.stats.loads += 1;
@@ -283,6 +312,7 @@ impl TableLoader {
                 },
                 backoff: RESCAN_MIN,
                 mappings,
+                entries: published,
                 modules,
             },
         );
@@ -460,6 +490,39 @@ impl TableLoader {
         if let Some(state) = self.procs.remove(&pid) {
             self.drop_users(&state.modules);
         }
+    }
+
+    /// A record carrying a copy of its user stack (`record_flags::STACK_COPY`), rewritten
+    /// with the user frames walked from the copy with its process's tables (loaded by
+    /// [`Self::load_pending`] after [`Self::note`] saw the record); `None` for other records.
+    /// A copy that cannot be walked whole keeps the sampled address alone, marked
+    /// `UNWIND_PARTIAL` and counted: never a guess.
+    pub fn rewrite(&mut self, record: &[u8]) -> Option<Vec<u8>> {
+        let (header, _) = StackSampleHeader::parse(record)?;
+        let (head, bytes, _) = stack_copy(&header, record)?;
+        self.stats.copies_walked += 1;
+        let walked = self
+            .procs
+            .get(&header.pid)
+            .filter(|p| !p.entries.is_empty())
+            .map(|p| {
+                let copy = copied::Copy::new(&head, bytes);
+                let all = self.maps.all_rows().unwrap_or_default();
+                let rows = |start: u32, len: u32| all.get(start as usize..(start + len) as usize);
+                copied::walk(&p.entries, rows, &head, &copy)
+            });
+        let (frames, flags) = match walked {
+            Some((frames, flags)) if flags & record_flags::UNWIND_PARTIAL == 0 => (frames, flags),
+            Some((frames, flags)) => {
+                self.stats.copies_cut += 1;
+                (frames, flags)
+            }
+            None => {
+                self.stats.copies_cut += 1;
+                (vec![head.ip], record_flags::UNWIND_PARTIAL)
+            }
+        };
+        copied::rewrite(record, &frames, flags)
     }
 
     pub fn stats(&self) -> TableStats {
