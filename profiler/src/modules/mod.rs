@@ -9,6 +9,7 @@
 mod cfi;
 mod elf;
 mod files;
+mod history;
 mod maps;
 
 use std::{collections::HashMap, sync::Arc};
@@ -18,6 +19,7 @@ use profiler_common::unwind::UnwindRow;
 pub use cfi::CfiError;
 pub use elf::ElfError;
 pub use files::{ElfFile, ElfFiles, FileId, ReadAt};
+pub use history::MapHistory;
 pub use maps::{MapEntry, Mapping, exec_mappings, parse as parse_maps};
 
 /// Index of a module in its [`Registry`].

@@ -34,8 +34,8 @@ use super::{
 use crate::{
     bpf::{BpfError, RecordStream, Sampler, SamplerStats},
     cpc::events::{Catalog, Event},
-    modules::ElfFiles,
-    perf::{PerfEvent, SamplePolicy, Scope},
+    modules::{ElfFiles, MapHistory},
+    perf::{PerfEvent, SamplePolicy, Scope, Sideband},
     profile::{Profile, RunInfo},
 };
 
@@ -87,6 +87,17 @@ pub struct Session<'a> {
     workload: Option<Workload>,
     /// The counters read with the sampled event, when a group is recorded.
     group: Option<Group>,
+    /// Mmaps, execs, forks and exits reported by the kernel (`None` where it could not be
+    /// opened: mappings are then read from /proc, while processes live).
+    sideband: Option<Sideband>,
+}
+
+/// Applies what the sideband reported since the last call to the collector's mappings'
+/// history: done before the samples read after it are normalized or walked.
+fn read_sideband(sideband: &mut Option<Sideband>, collector: &mut Collector) {
+    if let Some(s) = sideband {
+        collector.apply_sideband(&s.read());
+    }
 }
 
 /// A counter group being recorded: the counters' names, the CPUs they count on, and the
@@ -201,6 +212,20 @@ impl<'a> Session<'a> {
         attach_events(opts, &events, &mut sampler)?;
         let group = start_group(opts, &events, &counters, &mut sampler)?;
         let records = RecordStream::new(sampler.take_records()?).map_err(BpfError::Ring)?;
+        // Before the command starts: its exec and every mapping after are reported.
+        let sideband = match opts.stacks && opts.mode != Mode::Kernel {
+            true => match Sideband::open(&online_cpus()?) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    eprintln!(
+                        "profiler: warning: mappings are read from /proc only (processes \
+                         that end before their samples are read lose their modules): {e}"
+                    );
+                    None
+                }
+            },
+            false => None,
+        };
         for event in sampler.events() {
             event.enable(false)?;
         }
@@ -213,7 +238,7 @@ impl<'a> Session<'a> {
                 w.start()?;
                 // The exec has happened: the program and its loader are mapped.
                 if let Some(t) = tables.as_mut() {
-                    t.load(w.pid(), true, collector.files())?;
+                    t.load(w.pid(), true, collector.files(), &MapHistory::default())?;
                 }
                 Some(w.pidfd().map_err(io("pidfd_open"))?)
             }
@@ -248,6 +273,7 @@ impl<'a> Session<'a> {
             interval_started: Instant::now(),
             workload,
             group,
+            sideband,
         })
     }
 
@@ -301,6 +327,7 @@ impl<'a> Session<'a> {
         let reported = &mut self.reported;
         let interval_started = &mut self.interval_started;
         let group = &mut self.group;
+        let sideband = &mut self.sideband;
         // The records of one wake-up, kept until the unwind tables they ask for are loaded.
         let mut batch = Batch::default();
         let stop = loop {
@@ -350,10 +377,12 @@ impl<'a> Session<'a> {
                 _ = records.next_batch_bytes(opts.poll, |bytes| {
                     batch.take(bytes, ring_bytes, tables.as_mut());
                 }) => {
+                    // The mappings reported up to now: those of every sample just read.
+                    read_sideband(sideband, collector);
                     // Tables first: a new process's next samples are walked whole as soon as
                     // they are in the kernel, not after this batch is normalized.
                     if let Some(t) = tables.as_mut() {
-                        for pid in t.load_pending(collector.files())? {
+                        for pid in t.load_pending(collector.files_and_history())? {
                             collector.refresh_maps(pid);
                         }
                     }
@@ -373,7 +402,8 @@ impl<'a> Session<'a> {
                             && batch.len() < MAX_BATCH_RECORDS
                         {
                             records.drain_bytes(|bytes| batch.take(bytes, ring_bytes, Some(t)));
-                            for pid in t.load_pending(collector.files())? {
+                            read_sideband(sideband, collector);
+                            for pid in t.load_pending(collector.files_and_history())? {
                                 collector.refresh_maps(pid);
                             }
                         }
@@ -409,6 +439,8 @@ impl<'a> Session<'a> {
             Some(_) => Some(self.sampler.group_values()?),
             None => None,
         };
+        // Every mapping of the samples still in the ring was reported before them.
+        read_sideband(&mut self.sideband, &mut self.collector);
         let ring_bytes = &mut self.ring_bytes;
         let records = &mut self.records;
         let group = &mut self.group;
@@ -420,7 +452,7 @@ impl<'a> Session<'a> {
                 let walked = tables.as_mut().and_then(|t| {
                     if let Some((header, _)) = StackSampleHeader::parse(bytes) {
                         t.note(&header);
-                        let _ = t.load_pending(collector.files());
+                        let _ = t.load_pending(collector.files_and_history());
                     }
                     t.rewrite(bytes)
                 });
@@ -628,7 +660,7 @@ fn add_targets(
             for &pid in pids {
                 sampler.add_tgid(pid)?;
                 if let Some(t) = tables.as_deref_mut() {
-                    t.load(pid, true, files)?;
+                    t.load(pid, true, files, &MapHistory::default())?;
                 }
                 // A target that is already gone is not an error: it simply contributes
                 // nothing.

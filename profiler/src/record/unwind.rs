@@ -20,7 +20,8 @@ use super::copied;
 use crate::{
     bpf::{RowRange, UnwindMapError, UnwindMaps},
     modules::{
-        ElfFiles, Mapping, ModuleError, ModuleId, Registry, TableJob, UnwindTable, exec_mappings,
+        ElfFiles, MapHistory, Mapping, ModuleError, ModuleId, Registry, TableJob, UnwindTable,
+        exec_mappings,
     },
 };
 
@@ -210,13 +211,16 @@ impl TableLoader {
     /// Loads what `note` found missing; returns the processes whose mappings changed since
     /// they were last loaded (their symbolization maps need refreshing too). Files are
     /// opened through `files`, the symbolizer's table.
-    pub fn load_pending(&mut self, files: &mut ElfFiles) -> Result<Vec<u32>, UnwindMapError> {
+    pub fn load_pending(
+        &mut self,
+        (files, history): (&mut ElfFiles, &MapHistory),
+    ) -> Result<Vec<u32>, UnwindMapError> {
         self.collect_built();
         self.sweep();
         let pending: Vec<(u32, bool)> = self.pending.drain().collect();
         let mut changed = Vec::new();
         for (pid, absent) in pending {
-            if self.load(pid, absent, files)? {
+            if self.load(pid, absent, files, history)? {
                 changed.push(pid);
             }
         }
@@ -231,9 +235,24 @@ impl TableLoader {
         pid: u32,
         absent: bool,
         files: &mut ElfFiles,
+        history: &MapHistory,
     ) -> Result<bool, UnwindMapError> {
         let now = Instant::now();
-        let Ok(mappings) = exec_mappings(pid) else {
+        // A process gone (or a zombie) before its tables were loaded: its mappings as the
+        // kernel reported them, for the copied stacks of its samples.
+        let mappings = exec_mappings(pid)
+            .ok()
+            .filter(|m| !m.is_empty())
+            .or_else(|| {
+                let m = history.mappings(pid, None)?;
+                Some(
+                    m.iter()
+                        .filter(|m| m.has_module() || m.ino == 0)
+                        .cloned()
+                        .collect(),
+                )
+            });
+        let Some(mappings) = mappings else {
             // Gone (or not ours to read): remember the attempt so it is not retried at once.
             self.procs.insert(
                 pid,
