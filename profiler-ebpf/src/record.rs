@@ -26,7 +26,8 @@ use crate::{
     group,
     sampler::{CONFIG, REQUESTS, bump, request_cookie, targeted},
     unwind::{
-        STACK_BYTES, Walked, copy_user_stack, user_frames, user_regs, wake_for_tables, walk_user,
+        STACK_BYTES, Walked, copied_bytes, copy_allowed, copy_user_stack, user_frames, user_regs,
+        wake_for_tables, walk_user,
     },
 };
 
@@ -157,6 +158,7 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
             Some(n) if words < 256 => {
                 words += STACK_COPY_HEAD_WORDS;
                 copied = n;
+                copied_bytes(n as u64);
             }
             _ => {
                 // SAFETY: as above.
@@ -220,9 +222,12 @@ unsafe fn user_stack<const TABLES: bool>(
                 Walked::NoProcess => {
                     // No frame-pointer guess: the stack is copied into the record (after the
                     // group's words, by the caller) and walked in user space with the same
-                    // rows once they are loaded.
-                    (*buf).header.flags |=
-                        record_flags::UNWIND_NO_PROCESS | record_flags::STACK_COPY;
+                    // rows once they are loaded; past the process's budget of copies, no
+                    // user stack (marked: user space counts it).
+                    (*buf).header.flags |= record_flags::UNWIND_NO_PROCESS;
+                    if copy_allowed(tgid, (*buf).header.time_ns, config.wakeup_bytes / 2) {
+                        (*buf).header.flags |= record_flags::STACK_COPY;
+                    }
                     bump(stat::UNWIND_NO_PROCESS);
                     return 0;
                 }

@@ -46,7 +46,8 @@ struct Regs {
     exact: bool,
 }
 
-/// Walks a copied stack from its registers with a process's mappings (sorted by start, as
+/// Walks a copied stack from its registers (addresses wrap as the kernel's u64 arithmetic
+/// does: a garbage frame pointer ends the walk by failing to read, never by a panic) with a process's mappings (sorted by start, as
 /// the kernel's entry has them) and `rows(start, len)`, the row array's run. Returns the
 /// frames, innermost first, and the walk's `record_flags`.
 pub fn walk<'r>(
@@ -72,7 +73,7 @@ pub fn walk<'r>(
         if r.pc == 0 {
             break;
         }
-        let at = if r.exact { r.pc } else { r.pc - 1 };
+        let at = if r.exact { r.pc } else { r.pc.wrapping_sub(1) };
         r.exact = false;
         let i = mappings.partition_point(|m| m.end <= at);
         let m = mappings.get(i).filter(|m| m.start <= at);
@@ -104,15 +105,18 @@ pub fn walk<'r>(
             continue;
         };
         let cfa_addr = match row.cfa {
-            cfa::RSP => r.sp + u64::from(row.cfa_offset),
-            cfa::RBP => r.bp + u64::from(row.cfa_offset),
-            cfa::PLT => r.sp + u64::from(row.cfa_offset) + if r.pc & 15 >= 11 { 8 } else { 0 },
+            cfa::RSP => r.sp.wrapping_add(u64::from(row.cfa_offset)),
+            cfa::RBP => r.bp.wrapping_add(u64::from(row.cfa_offset)),
+            cfa::PLT => {
+                r.sp.wrapping_add(u64::from(row.cfa_offset))
+                    .wrapping_add(if r.pc & 15 >= 11 { 8 } else { 0 })
+            }
             cfa::END => break,
             cfa::SIGNAL => {
                 let (Some(bp), Some(sp), Some(pc)) = (
-                    copy.read(r.sp + UC_RBP),
-                    copy.read(r.sp + UC_RSP),
-                    copy.read(r.sp + UC_RIP),
+                    copy.read(r.sp.wrapping_add(UC_RBP)),
+                    copy.read(r.sp.wrapping_add(UC_RSP)),
+                    copy.read(r.sp.wrapping_add(UC_RIP)),
                 ) else {
                     flags |= record_flags::UNWIND_PARTIAL;
                     break;
@@ -136,7 +140,7 @@ pub fn walk<'r>(
             flags |= record_flags::UNWIND_PARTIAL;
             break;
         }
-        let Some(ra) = copy.read(cfa_addr - 8) else {
+        let Some(ra) = copy.read(cfa_addr.wrapping_sub(8)) else {
             flags |= record_flags::UNWIND_PARTIAL;
             break;
         };
@@ -169,11 +173,11 @@ fn frame_pointer_step(r: &mut Regs, copy: &Copy<'_>, flags: &mut u32) -> bool {
         *flags |= record_flags::UNWIND_PARTIAL;
         return false;
     }
-    let (Some(next_bp), Some(ra)) = (copy.read(r.bp), copy.read(r.bp + 8)) else {
+    let (Some(next_bp), Some(ra)) = (copy.read(r.bp), copy.read(r.bp.wrapping_add(8))) else {
         *flags |= record_flags::UNWIND_PARTIAL;
         return false;
     };
-    r.sp = r.bp + 16;
+    r.sp = r.bp.wrapping_add(16);
     r.bp = next_bp;
     r.pc = ra;
     ra != 0

@@ -27,7 +27,7 @@ use super::{
     resolve_events,
     status::StatusLine,
     symbolizing::SymbolizeWorker,
-    unwind::TableLoader,
+    unwind::{Rewritten, TableLoader},
     validate,
     workload::Workload,
 };
@@ -90,7 +90,12 @@ pub struct Session<'a> {
     /// Mmaps, execs, forks and exits reported by the kernel (`None` where it could not be
     /// opened: mappings are then read from /proc, while processes live).
     sideband: Option<Sideband>,
+    /// Records with copied stacks whose process's tables are still being built.
+    held: Vec<Vec<u8>>,
 }
+
+/// Most records held for tables still being built (past it, copies are walked at once).
+const MAX_HELD: usize = 4096;
 
 /// Applies what the sideband reported since the last call to the collector's mappings'
 /// history: done before the samples read after it are normalized or walked.
@@ -274,6 +279,7 @@ impl<'a> Session<'a> {
             workload,
             group,
             sideband,
+            held: Vec::new(),
         })
     }
 
@@ -328,6 +334,7 @@ impl<'a> Session<'a> {
         let interval_started = &mut self.interval_started;
         let group = &mut self.group;
         let sideband = &mut self.sideband;
+        let held = &mut self.held;
         // The records of one wake-up, kept until the unwind tables they ask for are loaded.
         let mut batch = Batch::default();
         let stop = loop {
@@ -394,8 +401,11 @@ impl<'a> Session<'a> {
                         let end = (done + CHUNK_RECORDS).min(batch.len());
                         for i in done..end {
                             let record = batch.get(i);
-                            let walked = tables.as_mut().and_then(|t| t.rewrite(record));
-                            Group::add(group, collector, walked.as_deref().unwrap_or(record));
+                            match tables.as_mut().map(|t| t.rewrite(record, held.len() < MAX_HELD)) {
+                                Some(Rewritten::Walked(r)) => Group::add(group, collector, &r),
+                                Some(Rewritten::Wait) => held.push(record.to_vec()),
+                                _ => Group::add(group, collector, record),
+                            }
                         }
                         done = end;
                         if let Some(t) = tables.as_mut()
@@ -409,6 +419,16 @@ impl<'a> Session<'a> {
                         }
                     }
                     batch.clear();
+                    // Copies held for modules built since.
+                    if let Some(t) = tables.as_mut() && !held.is_empty() {
+                        for record in std::mem::take(held) {
+                            match t.rewrite(&record, true) {
+                                Rewritten::Walked(r) => Group::add(group, collector, &r),
+                                Rewritten::Wait => held.push(record),
+                                Rewritten::Same => Group::add(group, collector, &record),
+                            }
+                        }
+                    }
                 }
             }
         };
@@ -441,10 +461,12 @@ impl<'a> Session<'a> {
         };
         // Every mapping of the samples still in the ring was reported before them.
         read_sideband(&mut self.sideband, &mut self.collector);
+
         let ring_bytes = &mut self.ring_bytes;
         let records = &mut self.records;
         let group = &mut self.group;
         let tables = &mut self.tables;
+        let held = &mut self.held;
         let mut drain = |collector: &mut Collector| {
             records.drain_bytes(|bytes| {
                 *ring_bytes += bytes.len() as u64;
@@ -454,15 +476,34 @@ impl<'a> Session<'a> {
                         t.note(&header);
                         let _ = t.load_pending(collector.files_and_history());
                     }
-                    t.rewrite(bytes)
+                    match t.rewrite(bytes, held.len() < MAX_HELD) {
+                        Rewritten::Walked(r) => Some(Some(r)),
+                        Rewritten::Wait => None,
+                        Rewritten::Same => Some(None),
+                    }
                 });
-                Group::add(group, collector, walked.as_deref().unwrap_or(bytes));
+                match walked {
+                    Some(Some(r)) => Group::add(group, collector, &r),
+                    None => held.push(bytes.to_vec()),
+                    Some(None) => Group::add(group, collector, bytes),
+                }
             });
         };
         let collector = &mut self.collector;
         match self.off_cpu.take() {
             Some(off_cpu) => off_cpu.stop(&mut self.sampler, collector, drain)?,
             None => drain(collector),
+        }
+        // The copies held for tables being built: walked once they are (or the time is up).
+        if let Some(t) = self.tables.as_mut() {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            t.finish_building(deadline, collector.files_and_history())?;
+            for record in std::mem::take(&mut self.held) {
+                match t.rewrite(&record, false) {
+                    Rewritten::Walked(r) => Group::add(&mut self.group, collector, &r),
+                    _ => Group::add(&mut self.group, collector, &record),
+                }
+            }
         }
         if self.opts.aggregate {
             self.aggregated.read(&mut self.sampler, collector)?;

@@ -10,7 +10,7 @@ use std::{
 };
 
 use profiler_common::{
-    record_flags,
+    offcpu, record_flags,
     stack::{StackSampleHeader, stack_copy},
     unwind::UnwindMapping,
 };
@@ -24,6 +24,9 @@ use crate::{
         exec_mappings,
     },
 };
+
+/// Start of the kernel half of the x86-64 address space.
+const KERNEL_SPACE: u64 = 0xffff_8000_0000_0000;
 
 /// Modules with more CFI than this have their tables built on a worker thread (rustc's
 /// driver library has 6 MiB, libc 150 KiB), so that a big module does not hold up the reader
@@ -75,6 +78,16 @@ const YOUNG: Duration = Duration::from_millis(250);
 const SWEEP: Duration = Duration::from_secs(1);
 /// Module errors printed per run (the rest are counted).
 const MAX_WARNINGS: usize = 5;
+
+/// What [`TableLoader::rewrite`] made of a record.
+pub enum Rewritten {
+    /// Not a copied stack: the record as it is.
+    Same,
+    /// The copied stack walked: the record to use instead.
+    Walked(Vec<u8>),
+    /// Its process's tables are still being built: ask again later.
+    Wait,
+}
 
 /// What the loader did (for the run's summary and the benchmark).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -516,10 +529,76 @@ impl TableLoader {
     /// [`Self::load_pending`] after [`Self::note`] saw the record); `None` for other records.
     /// A copy that cannot be walked whole keeps the sampled address alone, marked
     /// `UNWIND_PARTIAL` and counted: never a guess.
-    pub fn rewrite(&mut self, record: &[u8]) -> Option<Vec<u8>> {
-        let (header, _) = StackSampleHeader::parse(record)?;
+    /// `can_wait`: a copy of a process some of whose modules are still being built on the
+    /// worker is left for later ([`Rewritten::Wait`]) rather than walked without them.
+    pub fn rewrite(&mut self, record: &[u8], can_wait: bool) -> Rewritten {
+        let Some((header, _)) = StackSampleHeader::parse(record) else {
+            return Rewritten::Same;
+        };
+        if can_wait
+            && header.flags & record_flags::STACK_COPY != 0
+            && self.waiting.values().any(|pids| pids.contains(&header.pid))
+        {
+            return Rewritten::Wait;
+        }
+        match self.rewrite_now(&header, record) {
+            Some(r) => Rewritten::Walked(r),
+            None => Rewritten::Same,
+        }
+    }
+
+    /// Waits (until `deadline`) for the modules being built on the worker, and publishes
+    /// the processes waiting for them: at the end of a run, so the copies held for them
+    /// are walked with them.
+    pub fn finish_building(
+        &mut self,
+        deadline: Instant,
+        files: (&mut ElfFiles, &MapHistory),
+    ) -> Result<(), UnwindMapError> {
+        while !self.waiting.is_empty() {
+            let Some(w) = &self.worker else { break };
+            let left = deadline.saturating_duration_since(Instant::now());
+            match w.done.recv_timeout(left) {
+                Ok((id, table)) => {
+                    self.registry.finish_table(id, table);
+                    for pid in self.waiting.remove(&id).unwrap_or_default() {
+                        self.pending.insert(pid, true);
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        self.load_pending(files).map(|_| ())
+    }
+
+    fn rewrite_now(&mut self, header: &StackSampleHeader, record: &[u8]) -> Option<Vec<u8>> {
+        let header = *header;
+        if header.flags & (record_flags::UNWIND_NO_PROCESS | record_flags::STACK_COPY)
+            == record_flags::UNWIND_NO_PROCESS
+            && header.flags & offcpu::OFF_CPU == 0
+        {
+            // Its process spent its budget of copies: no user stack at all.
+            self.stats.copies_walked += 1;
+            self.stats.copies_cut += 1;
+            return None;
+        }
         let (head, bytes, _) = stack_copy(&header, record)?;
         self.stats.copies_walked += 1;
+        // A kernel-mode sample in an exec, past the point of no return: the comm is the new
+        // program's, the saved user registers the old image's (gone: nothing was copied).
+        // The new image has no user stack yet; the sample's stack is the kernel's alone.
+        if header.ip >= KERNEL_SPACE
+            && bytes.is_empty()
+            && self.procs.get(&header.pid).is_some_and(|p| {
+                !p.entries.is_empty()
+                    && !p
+                        .entries
+                        .iter()
+                        .any(|e| e.start <= head.ip && head.ip < e.end)
+            })
+        {
+            return copied::rewrite(record, &[], 0);
+        }
         let walked = self
             .procs
             .get(&header.pid)
@@ -527,7 +606,8 @@ impl TableLoader {
             .map(|p| {
                 let copy = copied::Copy::new(&head, bytes);
                 let all = self.maps.all_rows().unwrap_or_default();
-                let rows = |start: u32, len: u32| all.get(start as usize..(start + len) as usize);
+                let rows =
+                    |start: u32, len: u32| all.get(start as usize..start as usize + len as usize);
                 copied::walk(&p.entries, rows, &head, &copy)
             });
         let (frames, flags) = match walked {
