@@ -71,6 +71,22 @@ pub struct StackCopyHead {
     pub len: u64,
 }
 
+/// A copy of a user stack on its own: the off-CPU program keeps one per thread switched
+/// out while its process had no tables, until the thread is switched back in.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct StackCopyBuf {
+    pub head: StackCopyHead,
+    pub bytes: [u8; STACK_COPY_BYTES],
+}
+
+// SAFETY: repr(C), integers only, no implicit padding (sizes asserted below).
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for StackCopyBuf {}
+
+const _: () =
+    assert!(core::mem::size_of::<StackCopyBuf>() == 8 * STACK_COPY_HEAD_WORDS + STACK_COPY_BYTES);
+
 /// Words of [`StackSampleBuf::copy`]: from any word offset up to 255 after `frames`, a head
 /// and [`STACK_COPY_BYTES`] fit.
 pub const COPY_ROOM: usize =
@@ -136,13 +152,16 @@ pub fn group_values<'a>(header: &StackSampleHeader, bytes: &'a [u8]) -> Option<&
 }
 
 /// Where a record's stack copy starts ([`crate::record_flags::STACK_COPY`]): after its
-/// frames and its group's words, if any.
+/// frames and its group's words, if any, or an off-CPU record's time away.
 fn copy_at(header: &StackSampleHeader, bytes: &[u8]) -> Option<usize> {
     let n = usize::from(header.kernel_frames) + usize::from(header.user_frames);
     let mut at = STACK_HEADER_SIZE + 8 * n;
     if header.flags & crate::record_flags::GROUP_VALUES != 0 {
         let count = frame_at(bytes.get(at..at + 8)?, 0) as usize;
         at += 8 + 8 * count.min(crate::group::MAX_COUNTERS);
+    }
+    if header.flags & crate::offcpu::OFF_CPU != 0 {
+        at += 8;
     }
     Some(at)
 }

@@ -154,7 +154,9 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
     if TABLES && flags & record_flags::STACK_COPY != 0 {
         // SAFETY: this CPU's buffer; the copy goes after the frames and the group's words,
         // at word `words` (< 256 here: no user frames), where `copy` leaves room for it.
-        match unsafe { copy_user_stack(ctx, (*buf).frames.as_mut_ptr().add(words & 0xff)) } {
+        let copy =
+            |regs| unsafe { copy_user_stack(regs, (*buf).frames.as_mut_ptr().add(words & 0xff)) };
+        match user_regs(ctx).map(copy) {
             Some(n) if words < 256 => {
                 words += STACK_COPY_HEAD_WORDS;
                 copied = n;

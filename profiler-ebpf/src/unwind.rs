@@ -265,13 +265,12 @@ pub(crate) unsafe fn user_frames(
 /// ([`profiler_common::stack::StackCopyHead`], then the bytes), for a process without tables:
 /// the aligned [`STACK_COPY_BLOCK`]-byte blocks from the one holding rsp up, until one cannot
 /// be read (the top of the stack) or [`STACK_COPY_BYTES`] are copied. Returns the bytes
-/// copied; `None` without user registers.
+/// copied.
 ///
 /// # Safety
 /// `dst` has room for `STACK_COPY_HEAD_WORDS` words and `STACK_COPY_BYTES` bytes.
 #[inline(always)]
-pub(crate) unsafe fn copy_user_stack(ctx: &PerfEventContext, dst: *mut u64) -> Option<usize> {
-    let (ip, sp, bp) = user_regs(ctx)?;
+pub(crate) unsafe fn copy_user_stack((ip, sp, bp): (u64, u64, u64), dst: *mut u64) -> usize {
     let start = sp & !(STACK_COPY_BLOCK as u64 - 1);
     let mut len = 0usize;
     // SAFETY: the caller's room; every read is of one block inside it.
@@ -294,7 +293,7 @@ pub(crate) unsafe fn copy_user_stack(ctx: &PerfEventContext, dst: *mut u64) -> O
         }
         *dst.add(3) = len as u64;
     }
-    Some(len)
+    len
 }
 
 /// The user rip, rsp and rbp of the sampled task: from the sample's registers when it was

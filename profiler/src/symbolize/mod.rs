@@ -156,7 +156,7 @@ impl Symbolizer {
     }
 
     /// `pid`'s mappings when it ran `comm`, as the kernel reported them.
-    fn from_history(&self, pid: u32, comm: Option<&[u8; 16]>) -> Option<Arc<ProcessMaps>> {
+    fn reported_maps(&self, pid: u32, comm: Option<&[u8; 16]>) -> Option<Arc<ProcessMaps>> {
         let maps = self.history.mappings(pid, comm)?;
         Some(Arc::new(ProcessMaps::from_mappings(maps)))
     }
@@ -209,12 +209,12 @@ impl Symbolizer {
         let maps = match ProcessMaps::read(pid) {
             // Alive but running another image since (an exec): the one sampled.
             Ok(_) if reported == Some(false) => {
-                self.from_history(pid, comm.as_ref()).unwrap_or_default()
+                self.reported_maps(pid, comm.as_ref()).unwrap_or_default()
             }
             // A zombie's maps read as empty: as gone, the kernel's report, else the last
             // image seen, is the best guess.
             Ok(m) if m.entries().is_empty() && (last.is_some() || reported.is_some()) => self
-                .from_history(pid, comm.as_ref())
+                .reported_maps(pid, comm.as_ref())
                 .or(last)
                 .unwrap_or_default(),
             // Threads with their own names share one snapshot when nothing changed.
@@ -224,7 +224,7 @@ impl Symbolizer {
             },
             // Gone: never /proc (its pid may be another process's by now).
             Err(_) => self
-                .from_history(pid, comm.as_ref())
+                .reported_maps(pid, comm.as_ref())
                 .or(last)
                 .unwrap_or_default(),
         };
@@ -343,7 +343,7 @@ impl Symbolizer {
         let read = ProcessMaps::read(pid)
             .ok()
             .filter(|m| !m.entries().is_empty())
-            .or_else(|| self.from_history(pid, comm).map(|m| (*m).clone()));
+            .or_else(|| self.reported_maps(pid, comm).map(|m| (*m).clone()));
         if let Some(maps) = read {
             let images = self.maps.entry(pid).or_default();
             changed = images
