@@ -16,6 +16,8 @@ use super::Mapping;
 
 /// How long an exited process's mappings are kept for its samples still in the ring.
 const KEEP_EXITED: Duration = Duration::from_secs(10);
+/// How often exited processes are looked for.
+const PRUNE_EVERY: Duration = Duration::from_secs(1);
 /// Most mappings kept per image (a process mapping more is cut, as the kernel's table is).
 const MAX_MAPPINGS: usize = 4096;
 
@@ -36,6 +38,8 @@ struct Process {
 #[derive(Debug, Default)]
 pub struct MapHistory {
     procs: HashMap<u32, Process>,
+    /// When exited processes were last dropped.
+    pruned: Option<Instant>,
 }
 
 impl MapHistory {
@@ -103,8 +107,16 @@ impl MapHistory {
                 if let Some(p) = self.procs.get_mut(pid) {
                     p.exited = Some(now);
                 }
-                self.procs
-                    .retain(|_, p| p.exited.is_none_or(|t| now.duration_since(t) < KEEP_EXITED));
+                // Processes gone for long enough are dropped, once a second at most.
+                if self
+                    .pruned
+                    .is_none_or(|t| now.duration_since(t) >= PRUNE_EVERY)
+                {
+                    self.pruned = Some(now);
+                    self.procs.retain(|_, p| {
+                        p.exited.is_none_or(|t| now.duration_since(t) < KEEP_EXITED)
+                    });
+                }
             }
             SideRecord::Exit { .. } | SideRecord::Lost { .. } => {}
         }

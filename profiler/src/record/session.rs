@@ -348,6 +348,7 @@ impl<'a> Session<'a> {
                 _ = &mut all_targets_exited => break Stop::TargetsExited,
                 _ = intervals.tick(), if opts.interval.is_some() => {
                     if opts.aggregate {
+                        read_sideband(sideband, collector);
                         aggregated.read(sampler, collector)?;
                     }
                     if let Some(o) = off_cpu.as_mut() {
@@ -379,6 +380,8 @@ impl<'a> Session<'a> {
                     }
                 }
                 _ = observe_ticks.tick(), if opts.aggregate => {
+                    // Processes that ended since are named from what the kernel reported.
+                    read_sideband(sideband, collector);
                     aggregated.observe(sampler, collector)?;
                 }
                 _ = records.next_batch_bytes(opts.poll, |bytes| {
