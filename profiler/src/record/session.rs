@@ -493,12 +493,21 @@ impl<'a> Session<'a> {
             });
         };
         let collector = &mut self.collector;
+        // Unfinished waits whose stack is a copy: walked with the copies held below.
         match self.off_cpu.take() {
-            Some(off_cpu) => off_cpu.stop(&mut self.sampler, collector, drain)?,
+            Some(off_cpu) => {
+                let copied = off_cpu.stop(&mut self.sampler, collector, drain)?;
+                self.held.extend(copied);
+            }
             None => drain(collector),
         }
         // The copies held for tables being built: walked once they are (or the time is up).
         if let Some(t) = self.tables.as_mut() {
+            for record in &self.held {
+                if let Some((header, _)) = StackSampleHeader::parse(record) {
+                    t.note(&header);
+                }
+            }
             let deadline = Instant::now() + Duration::from_secs(5);
             t.finish_building(deadline, collector.files_and_history())?;
             for record in std::mem::take(&mut self.held) {
