@@ -11,7 +11,7 @@ use std::{
 
 use profiler_common::{
     offcpu, record_flags,
-    stack::{StackSampleHeader, stack_copy},
+    stack::{STACK_HEADER_SIZE, StackSampleHeader, stack_copy},
     unwind::UnwindMapping,
 };
 
@@ -535,8 +535,11 @@ impl TableLoader {
         let Some((header, _)) = StackSampleHeader::parse(record) else {
             return Rewritten::Same;
         };
+        // A counter group's values are differences from the thread's previous record, so a
+        // record that carries them is never taken out of order.
         if can_wait
             && header.flags & record_flags::STACK_COPY != 0
+            && header.flags & record_flags::GROUP_VALUES == 0
             && self.waiting.values().any(|pids| pids.contains(&header.pid))
         {
             return Rewritten::Wait;
@@ -575,9 +578,10 @@ impl TableLoader {
         let header = *header;
         if header.flags & (record_flags::UNWIND_NO_PROCESS | record_flags::STACK_COPY)
             == record_flags::UNWIND_NO_PROCESS
-            && header.flags & offcpu::OFF_CPU == 0
+            // (An off-CPU program's bare header only asks for a process's tables.)
+            && (header.flags & offcpu::OFF_CPU == 0 || record.len() > STACK_HEADER_SIZE)
         {
-            // Its process spent its budget of copies: no user stack at all.
+            // Its process spent its budget of copies (or the ring's share): no user stack.
             self.stats.copies_walked += 1;
             self.stats.copies_cut += 1;
             return None;
