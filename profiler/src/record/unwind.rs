@@ -253,18 +253,9 @@ impl TableLoader {
         let now = Instant::now();
         // A process gone (or a zombie) before its tables were loaded: its mappings as the
         // kernel reported them, for the copied stacks of its samples.
-        let mappings = exec_mappings(pid)
-            .ok()
-            .filter(|m| !m.is_empty())
-            .or_else(|| {
-                let m = history.mappings(pid, None)?;
-                Some(
-                    m.iter()
-                        .filter(|m| m.has_module() || m.ino == 0)
-                        .cloned()
-                        .collect(),
-                )
-            });
+        let live = exec_mappings(pid).ok().filter(|m| !m.is_empty());
+        let gone = live.is_none();
+        let mappings = live.or_else(|| Some(history.mappings(pid, None)?.to_vec()));
         let Some(mappings) = mappings else {
             // Gone (or not ours to read): remember the attempt so it is not retried at once.
             self.procs.insert(
@@ -300,6 +291,24 @@ impl TableLoader {
             .is_some_and(|p| !p.mappings.is_empty() && p.mappings != mappings);
         let (entries, modules) = self.entries(pid, &mappings, files)?;
         let published = entries.clone();
+        if gone {
+            // Nothing to publish to the kernel: kept for the copied stacks of its samples.
+            self.add_users(&modules);
+            if let Some(old) = self.procs.insert(
+                pid,
+                ProcState {
+                    scanned: now,
+                    born: now,
+                    backoff: RESCAN_MAX,
+                    mappings,
+                    entries: published,
+                    modules,
+                },
+            ) {
+                self.drop_users(&old.modules);
+            }
+            return Ok(false);
+        }
         match self.maps.set_process(pid, &entries) {
             Ok(()) => {}
             // The kernel's process map full (or out of memory): this process walks with frame
