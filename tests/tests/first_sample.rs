@@ -30,11 +30,13 @@ fn user_stacks(stacks: &[(Vec<String>, u64)], comm: &str) -> Vec<(Vec<String>, u
 }
 
 /// Whether a stack is whole: it reaches libc's call of `main` (named from libc's symbols in
-/// a stripped program) or, before `main`, the dynamic loader's entry.
+/// a stripped program), or the program's entry point (`_start`, before or after `main`), or
+/// the dynamic loader's entry.
 fn whole(frames: &[&str]) -> bool {
-    frames
-        .iter()
-        .any(|f| *f == "__libc_start_call_main" || f.starts_with("_dl_start"))
+    frames.first() == Some(&"_start")
+        || frames
+            .iter()
+            .any(|f| *f == "__libc_start_call_main" || f.starts_with("_dl_start"))
 }
 
 /// `record -q -o DIR/ours.folded ARGS -- /bin/sh SCRIPT`: the folded stacks and stderr.
@@ -368,7 +370,7 @@ fn a_damaged_copy_with_the_same_build_id_leaves_the_real_stacks_alone() {
         "the damaged copy was not sampled"
     );
     let mine = user_stacks(&stacks, "nofp");
-    let (mut leaf, mut chain) = (0, 0);
+    let (mut leaf, mut chain, mut cut) = (0, 0, 0);
     let mut bad = Vec::new();
     for (f, n) in &mine {
         if f.last().map(String::as_str) != Some("leaf") {
@@ -378,15 +380,28 @@ fn a_damaged_copy_with_the_same_build_id_leaves_the_real_stacks_alone() {
         let names: Vec<&str> = f.iter().map(String::as_str).collect();
         if names.ends_with(&["__libc_start_call_main", "main", "outer", "middle", "leaf"]) {
             chain += n;
+        } else if names == ["leaf"] {
+            cut += n;
         } else if bad.len() < 5 {
             bad.push(format!("{n}: {}", names.join(" > ")));
         }
     }
-    eprintln!("after the damaged copy: {chain} of {leaf} leaf samples whole; {stderr}");
-    assert!(leaf >= 500, "only {leaf} leaf samples of nofp");
+    eprintln!("after the damaged copy: {chain} of {leaf} leaf samples whole, {cut} cut; {stderr}");
+    // The real file's table is its own: no warning names it (poisoned, it said "REAL: no
+    // unwind table, frame pointers used: EVIL: malformed call frame information").
+    let real_warned = format!("profiler: warning: {}:", real.display());
     assert!(
-        pct(chain, leaf) >= 99.0,
-        "{chain} of {leaf} whole after the damaged copy ran; others:\n{}",
+        !stderr.lines().any(|l| l.starts_with(&real_warned)),
+        "the real program was given the damaged copy's table:\n{stderr}"
+    );
+    // A sample cut for want of a stack copy (its process's tables not loaded yet, the ring's
+    // share of copies spent by other new processes on a busy host) is its address alone,
+    // counted: left out here. Every other one is whole.
+    assert!(chain >= 300, "only {chain} whole leaf samples of {leaf}");
+    assert!(
+        (chain + cut) * 100 >= leaf * 99,
+        "{chain} of {leaf} whole after the damaged copy ran ({cut} cut, unwalked); \
+         others:\n{}",
         bad.join("\n")
     );
 }
