@@ -420,7 +420,7 @@ unsafe fn user_stack<const TABLES: bool>(
                     // from its start waits with the stack it had then).
                     (*buf).header.flags |= record_flags::UNWIND_NO_PROCESS;
                     let now = (*buf).header.time_ns;
-                    if copy_allowed(tgid, now, config.wakeup_bytes / 4) {
+                    if copy_allowed(tgid, now, config.wakeup_bytes / 2) {
                         (*buf).header.flags |= record_flags::STACK_COPY;
                     }
                     return 0;

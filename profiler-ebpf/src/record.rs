@@ -227,7 +227,7 @@ unsafe fn user_stack<const TABLES: bool>(
                     // rows once they are loaded; past the process's budget of copies, no
                     // user stack (marked: user space counts it).
                     (*buf).header.flags |= record_flags::UNWIND_NO_PROCESS;
-                    if copy_allowed(tgid, (*buf).header.time_ns, config.wakeup_bytes / 4) {
+                    if copy_allowed(tgid, (*buf).header.time_ns, config.wakeup_bytes / 2) {
                         (*buf).header.flags |= record_flags::STACK_COPY;
                     }
                     bump(stat::UNWIND_NO_PROCESS);

@@ -58,7 +58,7 @@ const COPY_WINDOW_NS: u64 = 100_000_000;
 
 /// Whether process `tgid` may copy its stack into one more record: within its budget, and
 /// while the copies of the last [`COPY_WINDOW_NS`] (of every process, on every CPU) stay
-/// under `limit` bytes (a quarter of the ring's wake-up mark: a burst of new processes on a
+/// under `limit` bytes (half of the ring's wake-up mark: a burst of new processes on a
 /// busy host must not fill the ring with copies and lose samples).
 #[inline(always)]
 pub(crate) fn copy_allowed(tgid: u32, now: u64, limit: u64) -> bool {
