@@ -3,6 +3,7 @@
 //! every exit path (error, signal, panic) leaves nothing behind.
 
 mod aggregate;
+mod batch;
 mod collect;
 mod copied;
 mod error;

@@ -18,6 +18,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use super::{
     CallGraph, Detaching, Mode, RecordError, RecordOptions, RecordOutcome, Stop, Target,
     aggregate::AggregateReader,
+    batch::{Batch, CHUNK_RECORDS, MAX_BATCH_RECORDS, MAX_HELD, read_sideband},
     cgroup_id,
     collect::Collector,
     follow_children, group,
@@ -92,17 +93,6 @@ pub struct Session<'a> {
     sideband: Option<Sideband>,
     /// Records with copied stacks whose process's tables are still being built.
     held: Vec<Vec<u8>>,
-}
-
-/// Most records held for tables still being built (past it, copies are walked at once).
-const MAX_HELD: usize = 4096;
-
-/// Applies what the sideband reported since the last call to the collector's mappings'
-/// history: done before the samples read after it are normalized or walked.
-fn read_sideband(sideband: &mut Option<Sideband>, collector: &mut Collector) {
-    if let Some(s) = sideband {
-        collector.apply_sideband(&s.read());
-    }
 }
 
 /// A counter group being recorded: the counters' names, the CPUs they count on, and the
@@ -832,52 +822,6 @@ fn run_info(
     info
 }
 
-/// Records copied out of the ring in one wake-up, back to back.
-#[derive(Default)]
-struct Batch {
-    bytes: Vec<u8>,
-    ends: Vec<usize>,
-}
-
 /// How often the addresses of new stacks are sent to be named ahead of the end (see
 /// [`super::prefetch`]).
 const PREFETCH_EVERY: Duration = Duration::from_millis(200);
-
-/// Records normalized between two looks at the ring for new processes' tables.
-const CHUNK_RECORDS: usize = 256;
-/// Past this many records, a batch takes nothing more in (the loop must get back to its
-/// signals and deadline).
-const MAX_BATCH_RECORDS: usize = 16 * 1024;
-
-impl Batch {
-    /// Keeps one record from the ring, counting its bytes and showing the table loader
-    /// its unwind marks.
-    fn take(&mut self, record: &[u8], ring_bytes: &mut u64, tables: Option<&mut TableLoader>) {
-        *ring_bytes += record.len() as u64;
-        if let Some(t) = tables
-            && let Some((header, _)) = StackSampleHeader::parse(record)
-        {
-            t.note(&header);
-        }
-        self.push(record);
-    }
-
-    fn len(&self) -> usize {
-        self.ends.len()
-    }
-
-    fn get(&self, i: usize) -> &[u8] {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        &self.bytes[start..self.ends[i]]
-    }
-
-    fn push(&mut self, record: &[u8]) {
-        self.bytes.extend_from_slice(record);
-        self.ends.push(self.bytes.len());
-    }
-
-    fn clear(&mut self) {
-        self.bytes.clear();
-        self.ends.clear();
-    }
-}
