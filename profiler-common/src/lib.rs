@@ -215,6 +215,10 @@ pub mod record_flags {
     pub const UNWIND_FP: u32 = 1 << 5;
     /// A counter group's values follow the frames (`crate::group`).
     pub const GROUP_VALUES: u32 = 1 << 6;
+    /// The process had no unwind tables: instead of user frames, the record carries a copy
+    /// of the user stack after its frames and group words (`crate::stack::stack_copy`),
+    /// which user space walks with the same rows once it has loaded them.
+    pub const STACK_COPY: u32 = 1 << 7;
 }
 
 /// Run-time configuration of the sampling program, slot 0 of the `CONFIG` array.

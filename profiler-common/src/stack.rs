@@ -48,7 +48,53 @@ pub struct StackSampleBuf {
     /// ([`crate::group::TAIL_WORDS`], written right after the frames walked), and one word
     /// so that a masked offset of up to 255 frames stays inside.
     pub tail: [u64; GROUP_TAIL_ROOM],
+    /// Room for a copy of the user stack ([`crate::record_flags::STACK_COPY`]), written
+    /// right after the frames and the group's words, at a word offset of at most 255.
+    pub copy: [u64; COPY_ROOM],
 }
+
+/// Most bytes of user stack a record copies when its process has no unwind tables yet: the
+/// aligned 512-byte blocks from the one holding the stack pointer up (perf's `--call-graph
+/// dwarf` copies 8 KiB by default).
+pub const STACK_COPY_BYTES: usize = 16 << 10;
+/// The copy is read in blocks of this many bytes, aligned, so a read never crosses the top
+/// of the stack's mapping (which is page aligned): a block that cannot be read ends it.
+pub const STACK_COPY_BLOCK: usize = 512;
+/// Words before a copy's bytes: [`StackCopyHead`].
+pub const STACK_COPY_HEAD_WORDS: usize = 4;
+
+/// What precedes the copied bytes: the user registers at the sample and where the copy
+/// starts (`start`, 512-byte aligned, at or below `sp`) and how long it is.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackCopyHead {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// Bytes copied from `sp & !(STACK_COPY_BLOCK - 1)` (a multiple of the block).
+    pub len: u64,
+}
+
+/// A copy of a user stack on its own: the off-CPU program keeps one per thread switched
+/// out while its process had no tables, until the thread is switched back in.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct StackCopyBuf {
+    pub head: StackCopyHead,
+    pub bytes: [u8; STACK_COPY_BYTES],
+}
+
+// SAFETY: repr(C), integers only, no implicit padding (sizes asserted below).
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for StackCopyBuf {}
+
+const _: () =
+    assert!(core::mem::size_of::<StackCopyBuf>() == 8 * STACK_COPY_HEAD_WORDS + STACK_COPY_BYTES);
+
+/// Words of [`StackSampleBuf::copy`]: from any word offset up to 255 after `frames`, a head
+/// and [`STACK_COPY_BYTES`] fit.
+pub const COPY_ROOM: usize =
+    256 + STACK_COPY_HEAD_WORDS + STACK_COPY_BYTES / 8 - MAX_RECORD_FRAMES - GROUP_TAIL_ROOM;
 
 /// Words of [`StackSampleBuf::tail`].
 pub const GROUP_TAIL_ROOM: usize = crate::group::TAIL_WORDS + 1;
@@ -59,8 +105,12 @@ const _: () = assert!(STACK_HEADER_SIZE == 80);
 const _: () = assert!(STACK_HEADER_SIZE.is_multiple_of(8));
 const _: () = assert!(
     core::mem::size_of::<StackSampleBuf>()
-        == STACK_HEADER_SIZE + 8 * (MAX_RECORD_FRAMES + GROUP_TAIL_ROOM)
+        == STACK_HEADER_SIZE + 8 * (MAX_RECORD_FRAMES + GROUP_TAIL_ROOM + COPY_ROOM)
 );
+const _: () = assert!(core::mem::size_of::<StackCopyHead>() == 8 * STACK_COPY_HEAD_WORDS);
+const _: () = assert!(STACK_COPY_BYTES.is_multiple_of(STACK_COPY_BLOCK));
+// A per-CPU array's value must stay under the kernel's 32 KiB per-CPU allocation unit.
+const _: () = assert!(core::mem::size_of::<StackSampleBuf>() < 32 << 10);
 const _: () = assert!(MAX_RECORD_FRAMES + GROUP_TAIL_ROOM >= 255 + crate::group::TAIL_WORDS);
 
 impl StackSampleHeader {
@@ -103,6 +153,44 @@ pub fn group_values<'a>(header: &StackSampleHeader, bytes: &'a [u8]) -> Option<&
         return None;
     }
     bytes.get(at + 8..at + 8 + 8 * count)
+}
+
+/// Where a record's stack copy starts ([`crate::record_flags::STACK_COPY`]): after its
+/// frames and its group's words, if any, or an off-CPU record's time away.
+fn copy_at(header: &StackSampleHeader, bytes: &[u8]) -> Option<usize> {
+    let n = usize::from(header.kernel_frames) + usize::from(header.user_frames);
+    let mut at = STACK_HEADER_SIZE + 8 * n;
+    if header.flags & crate::record_flags::GROUP_VALUES != 0 {
+        let count = frame_at(bytes.get(at..at + 8)?, 0) as usize;
+        at += 8 + 8 * count.min(crate::group::MAX_COUNTERS);
+    }
+    if header.flags & crate::offcpu::OFF_CPU != 0 {
+        at += 8;
+    }
+    Some(at)
+}
+
+/// A record's copy of the user stack: the registers, and the bytes copied from
+/// `StackCopyHead::sp` rounded down to [`STACK_COPY_BLOCK`]; `None` when the record has none
+/// (or is truncated). Also the record's length up to the copy.
+pub fn stack_copy<'a>(
+    header: &StackSampleHeader,
+    bytes: &'a [u8],
+) -> Option<(StackCopyHead, &'a [u8], usize)> {
+    if header.flags & crate::record_flags::STACK_COPY == 0 {
+        return None;
+    }
+    let at = copy_at(header, bytes)?;
+    let head = bytes.get(at..at + 8 * STACK_COPY_HEAD_WORDS)?;
+    let head = StackCopyHead {
+        ip: frame_at(head, 0),
+        sp: frame_at(head, 1),
+        bp: frame_at(head, 2),
+        len: frame_at(head, 3),
+    };
+    let start = at + 8 * STACK_COPY_HEAD_WORDS;
+    let len = usize::try_from(head.len).ok()?.min(STACK_COPY_BYTES);
+    Some((head, bytes.get(start..start + len)?, at))
 }
 
 /// The `i`-th frame of a record's frame bytes.

@@ -23,13 +23,19 @@ use profiler_common::{
         STATE_BLOCKED, STATE_DEAD, TOTALS_ENTRIES, Total, TotalKey, stat,
     },
     record_flags,
-    stack::{MAX_RECORD_FRAMES, STACK_HEADER_SIZE},
+    stack::{
+        MAX_RECORD_FRAMES, STACK_COPY_BYTES, STACK_COPY_HEAD_WORDS, STACK_HEADER_SIZE,
+        StackCopyBuf, StackSampleBuf,
+    },
 };
 
 use crate::{
     record::RECORD_EVENTS,
     sampler::{CONFIG, targeted},
-    unwind::{STACK_BYTES, Walked, saved_user_regs, user_frames, wake_for_tables, walk_user_from},
+    unwind::{
+        STACK_BYTES, Walked, copied_bytes, copy_allowed, copy_user_stack, saved_user_regs,
+        user_frames, wake_for_tables, walk_user_from,
+    },
 };
 
 #[map]
@@ -54,6 +60,24 @@ static OFFCPU_TOTAL_BUF: PerCpuArray<Total> = PerCpuArray::with_max_entries(1, 0
 
 #[map]
 static OFFCPU_STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
+
+/// A copy of the user stack of each thread switched out while its process had no unwind
+/// tables (`record_flags::STACK_COPY` on its pending record), by tid: its wait's record
+/// carries it, and user space walks it once the tables are loaded.
+#[map]
+static OFFCPU_COPIES: HashMap<u32, StackCopyBuf> =
+    HashMap::with_max_entries(COPY_ENTRIES, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
+
+/// Threads with a copy kept at once (each 16 KiB, allocated when kept).
+const COPY_ENTRIES: u32 = 1024;
+
+/// A copy being made on this CPU.
+#[map]
+static OFFCPU_COPY_BUF: PerCpuArray<StackCopyBuf> = PerCpuArray::with_max_entries(1, 0);
+
+/// A wait's record with its copy, assembled on this CPU at switch-in.
+#[map]
+static OFFCPU_OUT: PerCpuArray<StackSampleBuf> = PerCpuArray::with_max_entries(1, 0);
 
 #[inline(always)]
 fn add(slot: u32, n: u64) {
@@ -106,9 +130,14 @@ fn switch_in(tid: u32, now: u64, oc: &OffCpuConfig, config: &SamplerConfig) {
     // thread is switched in on one CPU at a time.
     unsafe {
         let away = now.saturating_sub((*buf).header.time_ns);
+        let copied = (*buf).header.flags & record_flags::STACK_COPY != 0;
         if away < oc.min_block_ns {
             add(stat::SHORT, 1);
             add(stat::SHORT_NS, away);
+        } else if copied {
+            // Its user stack is a copy to walk in user space: a record of its own, never
+            // summed in the totals (whose key is the walked frames).
+            with_copy(tid, buf, away, config, now);
         } else if total(tid, buf, away) {
             add(stat::TOTALLED, 1);
         } else {
@@ -137,6 +166,63 @@ fn switch_in(tid: u32, now: u64, oc: &OffCpuConfig, config: &SamplerConfig) {
         }
     }
     let _ = OFFCPU_PENDING.remove(tid);
+    if copied_any(tid) {
+        let _ = OFFCPU_COPIES.remove(tid);
+    }
+}
+
+/// Whether thread `tid` has a copy kept.
+#[inline(always)]
+fn copied_any(tid: u32) -> bool {
+    // SAFETY: a plain map lookup; nothing is read.
+    unsafe { OFFCPU_COPIES.get(tid) }.is_some()
+}
+
+/// Writes the wait of `tid` (its kept record `buf`, `away` ns) to the ring with the copy of
+/// its user stack: header, kernel frames, the time away, then the copy.
+///
+/// # Safety
+/// `buf` is a live value of the pending map.
+#[inline(always)]
+unsafe fn with_copy(tid: u32, buf: *mut OffCpuBuf, away: u64, config: &SamplerConfig, now: u64) {
+    let (Some(out), Some(copy)) = (OFFCPU_OUT.get_ptr_mut(0), OFFCPU_COPIES.get_ptr(tid)) else {
+        add(stat::LOST, 1);
+        return;
+    };
+    // SAFETY: this CPU's buffer, large enough for a header, 256 words and a copy after
+    // them (profiler_common::stack); the reads are of whole map values.
+    unsafe {
+        generated::bpf_probe_read_kernel(
+            out.cast(),
+            core::mem::size_of::<OffCpuBuf>() as u32,
+            buf.cast(),
+        );
+        // A copied stack has no user frames: n is the kernel's, at most 127.
+        let n = usize::from((*out).header.kernel_frames) & 0x7f;
+        (*out).header.user_frames = 0;
+        (*out).frames[n] = away;
+        generated::bpf_probe_read_kernel(
+            (*out).frames.as_mut_ptr().add(n + 1).cast(),
+            core::mem::size_of::<StackCopyBuf>() as u32,
+            copy.cast(),
+        );
+        let len = ((*copy).head.len as usize).min(STACK_COPY_BYTES);
+        let size = ((STACK_HEADER_SIZE + 8 * (n + 1 + STACK_COPY_HEAD_WORDS) + len) as u64)
+            .min(core::mem::size_of::<StackSampleBuf>() as u64);
+        let pending = RECORD_EVENTS.query(BPF_RB_AVAIL_DATA as u64);
+        let wake = if pending + size >= config.wakeup_bytes || wake_for_tables(0, now) {
+            BPF_RB_FORCE_WAKEUP
+        } else {
+            BPF_RB_NO_WAKEUP
+        };
+        let rc = generated::bpf_ringbuf_output(
+            (&raw const RECORD_EVENTS).cast_mut().cast(),
+            out.cast(),
+            size,
+            wake as u64,
+        );
+        add(if rc == 0 { stat::WRITTEN } else { stat::LOST }, 1);
+    }
 }
 
 /// Adds `away` to the totals of (`tid`, the stack of `buf`); false if the map is full.
@@ -252,6 +338,9 @@ fn switch_out<const TABLES: bool>(
         }
         (*buf).header.kernel_frames = k as u16;
         (*buf).header.user_frames = u as u16;
+        if TABLES && (*buf).header.flags & record_flags::STACK_COPY != 0 && !keep_copy(tid) {
+            (*buf).header.flags &= !record_flags::STACK_COPY;
+        }
     }
     // By reference: a copy of the value would not fit the 512-byte BPF stack.
     // SAFETY: the buffer is ours and holds a whole value of the map.
@@ -276,6 +365,7 @@ fn switch_out<const TABLES: bool>(
         unsafe {
             (*buf).header.kernel_frames = 0;
             (*buf).header.user_frames = 0;
+            (*buf).header.flags &= !record_flags::STACK_COPY;
             generated::bpf_ringbuf_output(
                 (&raw const RECORD_EVENTS).cast_mut().cast(),
                 buf.cast(),
@@ -284,6 +374,22 @@ fn switch_out<const TABLES: bool>(
             );
         }
     }
+}
+
+/// Copies the current task's user stack (from the registers it saved on kernel entry) into
+/// `OFFCPU_COPIES` under `tid`; false if it could not be kept.
+#[inline(always)]
+fn keep_copy(tid: u32) -> bool {
+    let (Some(regs), Some(copy)) = (saved_user_regs(), OFFCPU_COPY_BUF.get_ptr_mut(0)) else {
+        return false;
+    };
+    // SAFETY: this CPU's buffer: a head and STACK_COPY_BYTES bytes, as the copy needs.
+    let len = unsafe { copy_user_stack(regs, copy.cast()) };
+    copied_bytes(len as u64);
+    // SAFETY: the buffer holds a whole value of the map.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    let kept = OFFCPU_COPIES.insert(tid, unsafe { &*copy }, 0);
+    kept.is_ok()
 }
 
 /// Walks the current task's user stack into `frames[k..]` of the buffer from the registers
@@ -310,7 +416,16 @@ unsafe fn user_stack<const TABLES: bool>(
             };
             match walk_user_from(regs, tgid) {
                 Walked::Done(walk) => walked = Some(walk),
-                Walked::NoProcess => (*buf).header.flags |= record_flags::UNWIND_NO_PROCESS,
+                Walked::NoProcess => {
+                    // No frame-pointer guess: the caller copies the stack (a thread blocked
+                    // from its start waits with the stack it had then).
+                    (*buf).header.flags |= record_flags::UNWIND_NO_PROCESS;
+                    let now = (*buf).header.time_ns;
+                    if copy_allowed(tgid, now, config.wakeup_bytes / 2) {
+                        (*buf).header.flags |= record_flags::STACK_COPY;
+                    }
+                    return 0;
+                }
                 Walked::NoUser => {}
             }
         }

@@ -18,14 +18,17 @@ use profiler_common::{
     AGGREGATE_ENTRIES, AGGREGATE_STACKS, AggregateKey, AggregateValue, DEFAULT_RING_BYTES,
     MAX_STACK_DEPTH, RequestConfig, SamplerConfig, capture, group as group_consts, record_flags,
     request_flags,
-    stack::{MAX_RECORD_FRAMES, STACK_HEADER_SIZE, StackSampleBuf},
+    stack::{MAX_RECORD_FRAMES, STACK_COPY_HEAD_WORDS, STACK_HEADER_SIZE, StackSampleBuf},
     stack_id, stat,
 };
 
 use crate::{
     group,
     sampler::{CONFIG, REQUESTS, bump, request_cookie, targeted},
-    unwind::{STACK_BYTES, Walked, user_frames, user_regs, wake_for_tables, walk_user},
+    unwind::{
+        STACK_BYTES, Walked, copied_bytes, copy_allowed, copy_user_stack, user_frames, user_regs,
+        wake_for_tables, walk_user,
+    },
 };
 
 #[map]
@@ -148,8 +151,28 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
             (*buf).header.flags |= (*tail).flags as u32;
         }
     }
-    let words = frames + tail_words;
-    let size = (STACK_HEADER_SIZE + 8 * words) as u64;
+    let mut words = frames + tail_words;
+    let mut copied = 0usize;
+    if TABLES && flags & record_flags::STACK_COPY != 0 {
+        // SAFETY: this CPU's buffer; the copy goes after the frames and the group's words,
+        // at word `words` (< 256 here: no user frames), where `copy` leaves room for it.
+        let copy =
+            |regs| unsafe { copy_user_stack(regs, (*buf).frames.as_mut_ptr().add(words & 0xff)) };
+        match user_regs(ctx).map(copy) {
+            Some(n) if words < 256 => {
+                words += STACK_COPY_HEAD_WORDS;
+                copied = n;
+                copied_bytes(n as u64);
+            }
+            _ => {
+                // SAFETY: as above.
+                unsafe { (*buf).header.flags &= !record_flags::STACK_COPY };
+                bump(stat::STACK_ERRORS);
+            }
+        }
+    }
+    let size = ((STACK_HEADER_SIZE + 8 * words + copied) as u64)
+        .min(core::mem::size_of::<StackSampleBuf>() as u64);
     // Batch wake-ups: only wake the reader once enough is pending (it also polls on a
     // timer), or at once when tables are missing, so it loads them promptly.
     let pending = RECORD_EVENTS.query(BPF_RB_AVAIL_DATA as u64);
@@ -201,8 +224,16 @@ unsafe fn user_stack<const TABLES: bool>(
                     walked = Some(walk);
                 }
                 Walked::NoProcess => {
+                    // No frame-pointer guess: the stack is copied into the record (after the
+                    // group's words, by the caller) and walked in user space with the same
+                    // rows once they are loaded; past the process's budget of copies, no
+                    // user stack (marked: user space counts it).
                     (*buf).header.flags |= record_flags::UNWIND_NO_PROCESS;
+                    if copy_allowed(tgid, (*buf).header.time_ns, config.wakeup_bytes / 2) {
+                        (*buf).header.flags |= record_flags::STACK_COPY;
+                    }
                     bump(stat::UNWIND_NO_PROCESS);
+                    return 0;
                 }
                 Walked::NoUser => {}
             }

@@ -12,12 +12,12 @@ use aya_ebpf::{
         bpf_probe_read_user, bpf_task_pt_regs, generated, generated::bpf_loop,
     },
     macros::{map, tracepoint},
-    maps::{Array, HashMap, PerCpuArray},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray},
     programs::{PerfEventContext, TracePointContext},
 };
 use profiler_common::{
     MAX_STACK_DEPTH, kernel_features, record_flags,
-    stack::StackSampleHeader,
+    stack::{STACK_COPY_BLOCK, STACK_COPY_BYTES, STACK_COPY_HEAD_WORDS, StackSampleHeader},
     unwind::{
         DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, MAX_UNWIND_PROCS, ProcUnwind, UnwindMapping,
         UnwindRow, cfa,
@@ -38,6 +38,73 @@ static UNWIND_ROWS: Array<UnwindRow> =
 #[map]
 static UNWIND_PROCS: HashMap<u32, ProcUnwind> =
     HashMap::with_max_entries(MAX_UNWIND_PROCS, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
+
+/// Stack copies made per process (tgid) while it has no tables: each process gets
+/// [`COPY_BUDGET`] (its first moments, which its tables normally follow within
+/// milliseconds); past that its samples carry no user stack (marked, counted), so a process
+/// whose tables never come cannot fill the ring with copies.
+#[map]
+static COPIES: LruHashMap<u32, u32> = LruHashMap::with_max_entries(MAX_UNWIND_PROCS, 0);
+
+/// Copies one process may make before its tables are loaded (16 KiB each at most).
+const COPY_BUDGET: u32 = 256;
+
+/// The stack bytes copied into the ring since `COPY_WINDOW[0]` (ns), all CPUs together.
+#[map]
+static COPY_WINDOW: Array<[u64; 2]> = Array::with_max_entries(1, 0);
+
+/// The window over which copies are limited to a share of the ring.
+const COPY_WINDOW_NS: u64 = 100_000_000;
+
+/// Whether process `tgid` may copy its stack into one more record: within its budget, and
+/// while the copies of the last [`COPY_WINDOW_NS`] (of every process, on every CPU) stay
+/// under `limit` bytes (half of the ring's wake-up mark: a burst of new processes on a
+/// busy host must not fill the ring with copies and lose samples).
+#[inline(always)]
+pub(crate) fn copy_allowed(tgid: u32, now: u64, limit: u64) -> bool {
+    let Some(w) = COPY_WINDOW.get_ptr_mut(0) else {
+        return false;
+    };
+    // SAFETY: a live map value shared by CPUs; a lost update only shifts the limit a little.
+    unsafe {
+        if now.wrapping_sub((*w)[0]) >= COPY_WINDOW_NS {
+            (*w)[0] = now;
+            (*w)[1] = 0;
+        }
+        if (*w)[1] >= limit {
+            return false;
+        }
+    }
+    copy_budget(tgid)
+}
+
+/// Counts `bytes` copied into the current window.
+#[inline(always)]
+pub(crate) fn copied_bytes(bytes: u64) {
+    if let Some(w) = COPY_WINDOW.get_ptr_mut(0) {
+        use core::intrinsics::{AtomicOrdering, atomic_xadd};
+        // SAFETY: a live map value; CPUs add to it concurrently, so the add is atomic.
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*w)[1], bytes) };
+    }
+}
+
+/// Whether process `tgid` has copies left in its budget (and takes one).
+#[inline(always)]
+fn copy_budget(tgid: u32) -> bool {
+    match COPIES.get_ptr_mut(tgid) {
+        Some(n) => {
+            // SAFETY: a live map value; a lost increment between CPUs only grants one more.
+            unsafe {
+                if *n >= COPY_BUDGET {
+                    return false;
+                }
+                *n += 1;
+            }
+            true
+        }
+        None => COPIES.insert(tgid, 1, 0).is_ok(),
+    }
+}
 
 /// The walk in progress on this CPU (the frames are too large for the BPF stack).
 #[repr(C)]
@@ -192,6 +259,41 @@ pub(crate) unsafe fn user_frames(
         let n = bpf_get_stack(ctx, dst.cast(), STACK_BYTES, BPF_F_USER_STACK as u64);
         (n >= 0).then(|| (n as usize / 8).min(MAX_STACK_DEPTH))
     }
+}
+
+/// Copies the sampled task's user registers and the stack above its stack pointer to `dst`
+/// ([`profiler_common::stack::StackCopyHead`], then the bytes), for a process without tables:
+/// the aligned [`STACK_COPY_BLOCK`]-byte blocks from the one holding rsp up, until one cannot
+/// be read (the top of the stack) or [`STACK_COPY_BYTES`] are copied. Returns the bytes
+/// copied.
+///
+/// # Safety
+/// `dst` has room for `STACK_COPY_HEAD_WORDS` words and `STACK_COPY_BYTES` bytes.
+#[inline(always)]
+pub(crate) unsafe fn copy_user_stack((ip, sp, bp): (u64, u64, u64), dst: *mut u64) -> usize {
+    let start = sp & !(STACK_COPY_BLOCK as u64 - 1);
+    let mut len = 0usize;
+    // SAFETY: the caller's room; every read is of one block inside it.
+    unsafe {
+        *dst = ip;
+        *dst.add(1) = sp;
+        *dst.add(2) = bp;
+        let bytes = dst.add(STACK_COPY_HEAD_WORDS).cast::<u8>();
+        for i in 0..STACK_COPY_BYTES / STACK_COPY_BLOCK {
+            let at = i * STACK_COPY_BLOCK;
+            let rc = generated::bpf_probe_read_user(
+                bytes.add(at).cast(),
+                STACK_COPY_BLOCK as u32,
+                (start + at as u64) as *const core::ffi::c_void,
+            );
+            if rc != 0 {
+                break;
+            }
+            len = at + STACK_COPY_BLOCK;
+        }
+        *dst.add(3) = len as u64;
+    }
+    len
 }
 
 /// The user rip, rsp and rbp of the sampled task: from the sample's registers when it was
@@ -394,6 +496,7 @@ fn find_row(start: u32, len: u32, pc: u32) -> Option<UnwindRow> {
 pub fn unwind_exec(_ctx: TracePointContext) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     let _ = UNWIND_PROCS.remove(tgid);
+    let _ = COPIES.remove(tgid);
     0
 }
 
@@ -404,6 +507,7 @@ pub fn unwind_exit(_ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     if pid_tgid >> 32 == pid_tgid & 0xffff_ffff {
         let _ = UNWIND_PROCS.remove((pid_tgid >> 32) as u32);
+        let _ = COPIES.remove((pid_tgid >> 32) as u32);
     }
     0
 }

@@ -123,6 +123,21 @@ impl Sampler {
             .map_err(map_err("OFFCPU_TOTALS"))
     }
 
+    /// The stack copies kept for threads off the CPU now, by tid (threads that left while
+    /// their process had no unwind tables).
+    pub fn off_cpu_copies(
+        &mut self,
+    ) -> Result<std::collections::HashMap<u32, profiler_common::stack::StackCopyBuf>, BpfError>
+    {
+        let map = self
+            .ebpf_mut()
+            .map_mut("OFFCPU_COPIES")
+            .ok_or(BpfError::Missing("OFFCPU_COPIES"))?;
+        let copies: HashMap<_, u32, profiler_common::stack::StackCopyBuf> =
+            HashMap::try_from(map).map_err(map_err("OFFCPU_COPIES"))?;
+        Ok(copies.iter().filter_map(Result::ok).collect())
+    }
+
     /// The kept records of threads off the CPU now (their `time_ns` is when they left).
     pub fn off_cpu_pending(&mut self) -> Result<Vec<OffCpuBuf>, BpfError> {
         let map = self

@@ -30,7 +30,32 @@ pub struct UnwindMaps {
     _rows_map: Map,
     procs: HashMap<MapData, u32, ProcUnwind>,
     placed: StdHashMap<u32, RowRange>,
+    /// A read-only mapping of the whole array, made on first use by [`UnwindMaps::rows`]
+    /// (only the pages read become resident).
+    view: Option<RowView>,
 }
+
+/// A read-only shared mapping of the row array.
+struct RowView {
+    ptr: *const UnwindRow,
+    rows: usize,
+}
+
+impl Drop for RowView {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `map_rows` made, of this length, unmapped once.
+        unsafe {
+            libc::munmap(
+                self.ptr.cast_mut().cast(),
+                self.rows * size_of::<UnwindRow>(),
+            )
+        };
+    }
+}
+
+// SAFETY: the view is a read-only mapping owned by the value; nothing else aliases it
+// mutably from this process (rows are written through separate, short-lived mappings).
+unsafe impl Send for RowView {}
 
 impl Sampler {
     /// Takes the unwind maps out of the object (the program keeps using them). The sampler
@@ -62,6 +87,7 @@ impl Sampler {
             _rows_map: rows_map,
             procs,
             placed: StdHashMap::new(),
+            view: None,
         })
     }
 }
@@ -160,6 +186,37 @@ impl UnwindMaps {
             libc::munmap(ptr, map_len);
         }
         Ok(())
+    }
+
+    /// The whole row array as the kernel reads it (for walking a copied stack in user
+    /// space); `None` if it cannot be mapped.
+    pub fn all_rows(&mut self) -> Option<&[UnwindRow]> {
+        if self.view.is_none() {
+            let rows = self.space.capacity() as usize;
+            // SAFETY: a read-only shared mapping of the BPF_F_MMAPABLE array's fd, of its
+            // whole size; owned by the RowView, which unmaps it.
+            let ptr = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    rows * size_of::<UnwindRow>(),
+                    libc::PROT_READ,
+                    libc::MAP_SHARED,
+                    self.rows_fd,
+                    0,
+                )
+            };
+            if ptr == libc::MAP_FAILED {
+                return None;
+            }
+            self.view = Some(RowView {
+                ptr: ptr.cast(),
+                rows,
+            });
+        }
+        let view = self.view.as_ref()?;
+        // SAFETY: the whole mapping, which lives as long as `self`; rows are plain integers
+        // (any bit pattern is valid), and a run is written only before it is published.
+        Some(unsafe { std::slice::from_raw_parts(view.ptr, view.rows) })
     }
 
     /// Whether module `id`'s rows are in the array.

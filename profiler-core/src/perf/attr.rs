@@ -164,6 +164,21 @@ impl EventAttr {
         self
     }
 
+    /// What a sideband event reports (perf's own way of tracking processes): executable
+    /// mmaps as PERF_RECORD_MMAP2 (device, inode, offset, path), exec's and renames' COMM,
+    /// FORK and EXIT, each with the task and time (`sample_id_all`).
+    pub fn set_sideband(&mut self) -> &mut Self {
+        self.raw.set_mmap(1);
+        self.raw.set_mmap2(1);
+        self.raw.set_comm(1);
+        self.raw.set_comm_exec(1);
+        self.raw.set_task(1);
+        self.raw.set_sample_id_all(1);
+        self.raw.sample_type =
+            u64::from(bindings::PERF_SAMPLE_TID) | u64::from(bindings::PERF_SAMPLE_TIME);
+        self
+    }
+
     pub fn type_(&self) -> u32 {
         self.raw.type_
     }

@@ -5,6 +5,8 @@
 
 mod attr;
 mod event;
+mod sideband;
 
 pub use attr::{EventAttr, SamplePolicy, SoftwareEvent};
 pub use event::{PerfError, PerfEvent, Scope};
+pub use sideband::{SideRecord, Sideband, SidebandError};

@@ -453,7 +453,7 @@ mod tests {
             attr(first, "process.executable.name"),
             Some(Value::StringValue("chain".into()))
         );
-        // samples/count and cpu/nanoseconds: two profiles of the one sample.
+        // samples/count and cpu-clock/nanoseconds: two profiles of the one sample.
         let profiles = &first.scope_profiles[0].profiles;
         let types: Vec<(&str, &str)> = profiles
             .iter()
@@ -462,7 +462,7 @@ mod tests {
                 (s(t.type_strindex), s(t.unit_strindex))
             })
             .collect();
-        assert_eq!(types, [("samples", "count"), ("cpu", "nanoseconds")]);
+        assert_eq!(types, [("samples", "count"), ("cpu-clock", "nanoseconds")]);
         assert_eq!(profiles[0].samples[0].values, [5]);
         assert_eq!(profiles[1].samples[0].values, [5 * 10_000_000]);
         // The stack, leaf first, names the frames.

@@ -41,6 +41,9 @@ pub struct ElfInfo {
     pub build_id: Option<Vec<u8>>,
     pub dev: u64,
     pub ino: u64,
+    /// Size and modification time of the file as opened (part of its identity).
+    pub size: u64,
+    pub mtime_ns: i128,
     pub segments: Vec<Segment>,
     pub cfi: CfiSections,
 }
@@ -62,6 +65,8 @@ pub fn read(file: &File, path: &str) -> Result<ElfInfo, ElfError> {
     let mut info = parse_object(&elf);
     info.dev = meta.dev();
     info.ino = meta.ino();
+    info.size = meta.size();
+    info.mtime_ns = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
     Ok(info)
 }
 
@@ -95,6 +100,8 @@ fn parse_object<'data, O: Object<'data>>(elf: &O) -> ElfInfo {
         build_id: elf.build_id().ok().flatten().map(<[u8]>::to_vec),
         dev: 0,
         ino: 0,
+        size: 0,
+        mtime_ns: 0,
         segments,
         cfi: CfiSections {
             eh_frame: section(".eh_frame"),

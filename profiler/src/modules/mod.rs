@@ -9,6 +9,7 @@
 mod cfi;
 mod elf;
 mod files;
+mod history;
 mod maps;
 
 use std::{collections::HashMap, sync::Arc};
@@ -18,19 +19,26 @@ use profiler_common::unwind::UnwindRow;
 pub use cfi::CfiError;
 pub use elf::ElfError;
 pub use files::{ElfFile, ElfFiles, FileId, ReadAt};
+pub use history::MapHistory;
 pub use maps::{MapEntry, Mapping, exec_mappings, parse as parse_maps};
 
 /// Index of a module in its [`Registry`].
 pub type ModuleId = u32;
 
-/// What makes two mappings the same module.
+/// What makes two mappings the same module: the same file, never only the same build id. A
+/// copy of a binary with the same build id (patched, stripped, damaged, or made so on
+/// purpose by any user) is another file with tables of its own, so it cannot change the
+/// stacks of the file it copies.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ModuleKey {
-    BuildId(Vec<u8>),
-    /// Files without a build id: device and inode (of the file as opened, not as named).
-    Inode {
+    /// The file as opened (not as named): device, inode, size and modification time, and
+    /// its build id (a file rewritten in place under the same inode is another module).
+    File {
+        build_id: Option<Vec<u8>>,
         dev: u64,
         ino: u64,
+        size: u64,
+        mtime_ns: i128,
     },
     /// The kernel's vDSO (the same image in every process).
     Vdso,
@@ -164,12 +172,12 @@ impl Registry {
         let key = if mapping.is_vdso() {
             ModuleKey::Vdso
         } else {
-            match &info.build_id {
-                Some(b) if !b.is_empty() => ModuleKey::BuildId(b.clone()),
-                _ => ModuleKey::Inode {
-                    dev: info.dev,
-                    ino: info.ino,
-                },
+            ModuleKey::File {
+                build_id: info.build_id.clone().filter(|b| !b.is_empty()),
+                dev: info.dev,
+                ino: info.ino,
+                size: info.size,
+                mtime_ns: info.mtime_ns,
             }
         };
         let id = match self.by_key.get(&key) {
@@ -332,6 +340,64 @@ mod tests {
             .expect("register");
         assert_eq!(again, id);
         assert!(registry.build_id(id).is_some_and(|b| !b.is_empty()));
+    }
+
+    #[test]
+    fn a_copy_with_the_same_build_id_is_another_module() {
+        let mut registry = Registry::new();
+        let mut files = ElfFiles::default();
+        let pid = std::process::id();
+        let mappings = exec_mappings(pid).expect("own maps");
+        let here = a_copy_with_the_same_build_id_is_another_module as *const () as usize as u64;
+        let mapping = mappings
+            .iter()
+            .find(|m| m.start <= here && here < m.end)
+            .expect("a mapping holds this function");
+        let (real, _) = registry
+            .register(pid, mapping, &mut files)
+            .expect("register");
+        // The same bytes under another inode, its .eh_frame overwritten with garbage.
+        let dir = std::env::temp_dir().join(format!("modules-copy-{pid}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let copy = dir.join("copy");
+        let mut bytes = std::fs::read(&*mapping.name).expect("read own executable");
+        let elf = object::read::File::parse(&*bytes).expect("parse");
+        use object::{Object as _, ObjectSection as _};
+        let (at, len) = elf
+            .section_by_name(".eh_frame")
+            .and_then(|s| s.file_range())
+            .expect(".eh_frame");
+        drop(elf);
+        bytes[at as usize..(at + len) as usize].fill(0xa5);
+        std::fs::write(&copy, &bytes).unwrap();
+        let file = std::fs::File::open(&copy).unwrap();
+        let info = elf::read(&file, copy.to_str().unwrap()).expect("read copy");
+        assert_eq!(info.build_id.as_deref(), registry.build_id(real));
+        let meta = std::fs::metadata(&copy).unwrap();
+        use std::os::unix::fs::MetadataExt as _;
+        // At addresses this process does not map, so the file is opened by path.
+        let damaged = Mapping {
+            start: 0x10_0000_0000,
+            end: 0x10_0000_0000 + (mapping.end - mapping.start),
+            dev: meta.dev(),
+            ino: meta.ino(),
+            name: std::sync::Arc::from(copy.to_str().unwrap()),
+            ..mapping.clone()
+        };
+        let (other, _) = registry
+            .register(pid, &damaged, &mut files)
+            .expect("register the copy");
+        assert_ne!(
+            other, real,
+            "a copy with the same build id is its own module"
+        );
+        assert!(
+            registry.unwind_table(other).is_err(),
+            "the copy's CFI is garbage"
+        );
+        let table = registry.unwind_table(real).expect("the real file's table");
+        assert!(table.rows.len() > 100);
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

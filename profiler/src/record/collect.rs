@@ -238,6 +238,20 @@ impl Collector {
         self.symbolizer.files()
     }
 
+    /// The table of opened files and the mappings' history, for the unwinder's loader.
+    pub fn files_and_history(&mut self) -> (&mut ElfFiles, &crate::modules::MapHistory) {
+        self.symbolizer.files_and_history()
+    }
+
+    /// Applies the kernel's sideband records (mmaps, execs, forks, exits) to the mappings'
+    /// history, before the samples that follow them are read.
+    pub fn apply_sideband(&mut self, records: &[crate::perf::SideRecord]) {
+        let history = self.symbolizer.history_mut();
+        for r in records {
+            history.apply(r);
+        }
+    }
+
     /// Merges `pid`'s current maps into what was captured (a library was mapped since).
     pub fn refresh_maps(&mut self, pid: u32) {
         self.symbolizer.merge_current_maps(pid);

@@ -3,7 +3,9 @@
 //! every exit path (error, signal, panic) leaves nothing behind.
 
 mod aggregate;
+mod batch;
 mod collect;
+mod copied;
 mod error;
 mod group;
 mod offcpu;

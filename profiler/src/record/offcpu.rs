@@ -7,7 +7,8 @@ use std::{collections::HashMap, time::Duration};
 
 use profiler_common::{
     offcpu::{OffCpuBuf, OffCpuConfig, TotalKey, weight},
-    stack::StackSampleHeader,
+    record_flags,
+    stack::{STACK_HEADER_SIZE, StackCopyBuf, StackSampleHeader},
 };
 
 use super::{RecordError, RecordOptions, UsageError, collect::Collector, tracepoint_field_offset};
@@ -88,12 +89,15 @@ impl OffCpu {
     /// Detaches the program, then counts its totals and the threads still off the CPU as
     /// away until now (after `drain` has emptied the ring, so that no wait is counted
     /// twice). Prints what was kept and dropped on stderr.
+    ///
+    /// Returns, as ring records with their time away, the unfinished waits whose user stack
+    /// is a copy (`record_flags::STACK_COPY`): the caller walks them as it walks the ring's.
     pub(super) fn stop(
         self,
         sampler: &mut Sampler,
         collector: &mut Collector,
         drain: impl FnOnce(&mut Collector),
-    ) -> Result<(), RecordError> {
+    ) -> Result<Vec<Vec<u8>>, RecordError> {
         let OffCpu {
             hook,
             mut counted,
@@ -106,18 +110,33 @@ impl OffCpu {
         let mut stats = sampler.off_cpu_stats()?;
         read_totals(&mut counted, sampler, collector)?;
         let mut unfinished = 0;
-        for buf in sampler.off_cpu_pending()? {
+        let mut copied = Vec::new();
+        let pending = sampler.off_cpu_pending()?;
+        let copies = match pending
+            .iter()
+            .any(|b| b.header.flags & record_flags::STACK_COPY != 0)
+        {
+            true => sampler.off_cpu_copies()?,
+            false => HashMap::new(),
+        };
+        for buf in pending {
             let away = now.saturating_sub(buf.header.time_ns);
             if away < min {
                 stats.short += 1;
                 stats.short_ns += away;
                 continue;
             }
-            add_kept(collector, &buf, away);
             unfinished += 1;
+            if buf.header.flags & record_flags::STACK_COPY != 0
+                && let Some(copy) = copies.get(&buf.header.tid)
+            {
+                copied.push(with_copy(&buf, copy, away));
+                continue;
+            }
+            add_kept(collector, &buf, away);
         }
         report(&stats, unfinished, min_block);
-        Ok(())
+        Ok(copied)
     }
 }
 
@@ -137,6 +156,29 @@ fn read_totals(
         add_kept(collector, &total.record, grown);
     }
     Ok(())
+}
+
+/// A kept record and its stack copy as the ring would carry them: header, kernel frames,
+/// the time away, the copy's head and bytes.
+fn with_copy(buf: &OffCpuBuf, copy: &StackCopyBuf, away: u64) -> Vec<u8> {
+    let mut header = buf.header;
+    header.user_frames = 0;
+    let k = usize::from(header.kernel_frames).min(buf.frames.len());
+    let len = usize::try_from(copy.head.len)
+        .unwrap_or(usize::MAX)
+        .min(copy.bytes.len());
+    let mut out = Vec::with_capacity(STACK_HEADER_SIZE + 8 * (k + 5) + len);
+    // SAFETY: the header is repr(C) plain integers without padding (its size is asserted in
+    // profiler_common::stack); its bytes are read as laid out.
+    out.extend_from_slice(unsafe {
+        std::slice::from_raw_parts((&raw const header).cast::<u8>(), STACK_HEADER_SIZE)
+    });
+    let head = [copy.head.ip, copy.head.sp, copy.head.bp, len as u64];
+    for w in buf.frames[..k].iter().chain([&away]).chain(&head) {
+        out.extend_from_slice(&w.to_ne_bytes());
+    }
+    out.extend_from_slice(&copy.bytes[..len]);
+    out
 }
 
 /// Counts `ns` under the stack of a kept record.

@@ -18,6 +18,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use super::{
     CallGraph, Detaching, Mode, RecordError, RecordOptions, RecordOutcome, Stop, Target,
     aggregate::AggregateReader,
+    batch::{Batch, CHUNK_RECORDS, MAX_BATCH_RECORDS, MAX_HELD, read_sideband},
     cgroup_id,
     collect::Collector,
     follow_children, group,
@@ -27,15 +28,15 @@ use super::{
     resolve_events,
     status::StatusLine,
     symbolizing::SymbolizeWorker,
-    unwind::TableLoader,
+    unwind::{Rewritten, TableLoader},
     validate,
     workload::Workload,
 };
 use crate::{
     bpf::{BpfError, RecordStream, Sampler, SamplerStats},
     cpc::events::{Catalog, Event},
-    modules::ElfFiles,
-    perf::{PerfEvent, SamplePolicy, Scope},
+    modules::{ElfFiles, MapHistory},
+    perf::{PerfEvent, SamplePolicy, Scope, Sideband},
     profile::{Profile, RunInfo},
 };
 
@@ -87,6 +88,11 @@ pub struct Session<'a> {
     workload: Option<Workload>,
     /// The counters read with the sampled event, when a group is recorded.
     group: Option<Group>,
+    /// Mmaps, execs, forks and exits reported by the kernel (`None` where it could not be
+    /// opened: mappings are then read from /proc, while processes live).
+    sideband: Option<Sideband>,
+    /// Records with copied stacks whose process's tables are still being built.
+    held: Vec<Vec<u8>>,
 }
 
 /// A counter group being recorded: the counters' names, the CPUs they count on, and the
@@ -203,6 +209,20 @@ impl<'a> Session<'a> {
         attach_events(opts, &events, &mut sampler)?;
         let group = start_group(opts, &events, &counters, &mut sampler)?;
         let records = RecordStream::new(sampler.take_records()?).map_err(BpfError::Ring)?;
+        // Before the command starts: its exec and every mapping after are reported.
+        let sideband = match opts.stacks && opts.mode != Mode::Kernel {
+            true => match Sideband::open(&online_cpus()?) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    eprintln!(
+                        "profiler: warning: mappings are read from /proc only (processes \
+                         that end before their samples are read lose their modules): {e}"
+                    );
+                    None
+                }
+            },
+            false => None,
+        };
         for event in sampler.events() {
             event.enable(false)?;
         }
@@ -215,7 +235,7 @@ impl<'a> Session<'a> {
                 w.start()?;
                 // The exec has happened: the program and its loader are mapped.
                 if let Some(t) = tables.as_mut() {
-                    t.load(w.pid(), true, collector.files())?;
+                    t.load(w.pid(), true, collector.files(), &MapHistory::default())?;
                 }
                 Some(w.pidfd().map_err(io("pidfd_open"))?)
             }
@@ -250,6 +270,8 @@ impl<'a> Session<'a> {
             interval_started: Instant::now(),
             workload,
             group,
+            sideband,
+            held: Vec::new(),
         })
     }
 
@@ -303,6 +325,8 @@ impl<'a> Session<'a> {
         let reported = &mut self.reported;
         let interval_started = &mut self.interval_started;
         let group = &mut self.group;
+        let sideband = &mut self.sideband;
+        let held = &mut self.held;
         // The records of one wake-up, kept until the unwind tables they ask for are loaded.
         let mut batch = Batch::default();
         let stop = loop {
@@ -316,6 +340,7 @@ impl<'a> Session<'a> {
                 _ = &mut all_targets_exited => break Stop::TargetsExited,
                 _ = intervals.tick(), if opts.interval.is_some() => {
                     if opts.aggregate {
+                        read_sideband(sideband, collector);
                         aggregated.read(sampler, collector)?;
                     }
                     if let Some(o) = off_cpu.as_mut() {
@@ -347,15 +372,19 @@ impl<'a> Session<'a> {
                     }
                 }
                 _ = observe_ticks.tick(), if opts.aggregate => {
+                    // Processes that ended since are named from what the kernel reported.
+                    read_sideband(sideband, collector);
                     aggregated.observe(sampler, collector)?;
                 }
                 _ = records.next_batch_bytes(opts.poll, |bytes| {
                     batch.take(bytes, ring_bytes, tables.as_mut());
                 }) => {
+                    // The mappings reported up to now: those of every sample just read.
+                    read_sideband(sideband, collector);
                     // Tables first: a new process's next samples are walked whole as soon as
                     // they are in the kernel, not after this batch is normalized.
                     if let Some(t) = tables.as_mut() {
-                        for pid in t.load_pending(collector.files())? {
+                        for pid in t.load_pending(collector.files_and_history())? {
                             collector.refresh_maps(pid);
                         }
                     }
@@ -366,19 +395,35 @@ impl<'a> Session<'a> {
                     while done < batch.len() {
                         let end = (done + CHUNK_RECORDS).min(batch.len());
                         for i in done..end {
-                            Group::add(group, collector, batch.get(i));
+                            let record = batch.get(i);
+                            match tables.as_mut().map(|t| t.rewrite(record, held.len() < MAX_HELD)) {
+                                Some(Rewritten::Walked(r)) => Group::add(group, collector, &r),
+                                Some(Rewritten::Wait) => held.push(record.to_vec()),
+                                _ => Group::add(group, collector, record),
+                            }
                         }
                         done = end;
                         if let Some(t) = tables.as_mut()
                             && batch.len() < MAX_BATCH_RECORDS
                         {
                             records.drain_bytes(|bytes| batch.take(bytes, ring_bytes, Some(t)));
-                            for pid in t.load_pending(collector.files())? {
+                            read_sideband(sideband, collector);
+                            for pid in t.load_pending(collector.files_and_history())? {
                                 collector.refresh_maps(pid);
                             }
                         }
                     }
                     batch.clear();
+                    // Copies held for modules built since.
+                    if let Some(t) = tables.as_mut() && !held.is_empty() {
+                        for record in std::mem::take(held) {
+                            match t.rewrite(&record, true) {
+                                Rewritten::Walked(r) => Group::add(group, collector, &r),
+                                Rewritten::Wait => held.push(record),
+                                Rewritten::Same => Group::add(group, collector, &record),
+                            }
+                        }
+                    }
                 }
             }
         };
@@ -409,24 +454,76 @@ impl<'a> Session<'a> {
             Some(_) => Some(self.sampler.group_values()?),
             None => None,
         };
+        // Every mapping of the samples still in the ring was reported before them.
+        read_sideband(&mut self.sideband, &mut self.collector);
+
         let ring_bytes = &mut self.ring_bytes;
         let records = &mut self.records;
         let group = &mut self.group;
+        let tables = &mut self.tables;
+        let held = &mut self.held;
         let mut drain = |collector: &mut Collector| {
             records.drain_bytes(|bytes| {
                 *ring_bytes += bytes.len() as u64;
-                Group::add(group, collector, bytes);
+                // A copied stack needs its process's tables: loaded now if they are not.
+                let walked = tables.as_mut().and_then(|t| {
+                    if let Some((header, _)) = StackSampleHeader::parse(bytes) {
+                        t.note(&header);
+                        let _ = t.load_pending(collector.files_and_history());
+                    }
+                    match t.rewrite(bytes, held.len() < MAX_HELD) {
+                        Rewritten::Walked(r) => Some(Some(r)),
+                        Rewritten::Wait => None,
+                        Rewritten::Same => Some(None),
+                    }
+                });
+                match walked {
+                    Some(Some(r)) => Group::add(group, collector, &r),
+                    None => held.push(bytes.to_vec()),
+                    Some(None) => Group::add(group, collector, bytes),
+                }
             });
         };
         let collector = &mut self.collector;
+        // Unfinished waits whose stack is a copy: walked with the copies held below.
         match self.off_cpu.take() {
-            Some(off_cpu) => off_cpu.stop(&mut self.sampler, collector, drain)?,
+            Some(off_cpu) => {
+                let copied = off_cpu.stop(&mut self.sampler, collector, drain)?;
+                self.held.extend(copied);
+            }
             None => drain(collector),
+        }
+        // The copies held for tables being built: walked once they are (or the time is up).
+        if let Some(t) = self.tables.as_mut() {
+            for record in &self.held {
+                if let Some((header, _)) = StackSampleHeader::parse(record) {
+                    t.note(&header);
+                }
+            }
+            let deadline = Instant::now() + Duration::from_secs(5);
+            t.finish_building(deadline, collector.files_and_history())?;
+            for record in std::mem::take(&mut self.held) {
+                match t.rewrite(&record, false) {
+                    Rewritten::Walked(r) => Group::add(&mut self.group, collector, &r),
+                    _ => Group::add(&mut self.group, collector, &record),
+                }
+            }
         }
         if self.opts.aggregate {
             self.aggregated.read(&mut self.sampler, collector)?;
         }
         let stats = self.sampler.stats()?;
+        if let Some(t) = &self.tables {
+            let t = t.stats();
+            if t.copies_cut > 0 {
+                eprintln!(
+                    "profiler: {} of {} samples taken before their process's unwind tables \
+                     were loaded could not be walked whole from their stack copy (kept as \
+                     their sampled address)",
+                    t.copies_cut, t.copies_walked
+                );
+            }
+        }
         if self.opts.unwind_stats {
             self.print_unwind_stats(&stats)?;
         }
@@ -494,7 +591,7 @@ impl<'a> Session<'a> {
             "unwind-stats samples={} ring_bytes={} partial={partial} \
              no_process={no_process} modules={} processes={} loads={} \
              modules_without_table={} modules_evicted={} row_bytes={} reserved_bytes={} \
-             user_bytes={}",
+             user_bytes={} copies_walked={} copies_cut={}",
             stats.submitted,
             self.ring_bytes,
             t.modules,
@@ -504,7 +601,9 @@ impl<'a> Session<'a> {
             t.modules_evicted,
             t.row_bytes,
             t.reserved_bytes,
-            t.user_bytes
+            t.user_bytes,
+            t.copies_walked,
+            t.copies_cut
         );
         Ok(())
     }
@@ -607,7 +706,7 @@ fn add_targets(
             for &pid in pids {
                 sampler.add_tgid(pid)?;
                 if let Some(t) = tables.as_deref_mut() {
-                    t.load(pid, true, files)?;
+                    t.load(pid, true, files, &MapHistory::default())?;
                 }
                 // A target that is already gone is not an error: it simply contributes
                 // nothing.
@@ -729,52 +828,6 @@ fn run_info(
     info
 }
 
-/// Records copied out of the ring in one wake-up, back to back.
-#[derive(Default)]
-struct Batch {
-    bytes: Vec<u8>,
-    ends: Vec<usize>,
-}
-
 /// How often the addresses of new stacks are sent to be named ahead of the end (see
 /// [`super::prefetch`]).
 const PREFETCH_EVERY: Duration = Duration::from_millis(200);
-
-/// Records normalized between two looks at the ring for new processes' tables.
-const CHUNK_RECORDS: usize = 256;
-/// Past this many records, a batch takes nothing more in (the loop must get back to its
-/// signals and deadline).
-const MAX_BATCH_RECORDS: usize = 16 * 1024;
-
-impl Batch {
-    /// Keeps one record from the ring, counting its bytes and showing the table loader
-    /// its unwind marks.
-    fn take(&mut self, record: &[u8], ring_bytes: &mut u64, tables: Option<&mut TableLoader>) {
-        *ring_bytes += record.len() as u64;
-        if let Some(t) = tables
-            && let Some((header, _)) = StackSampleHeader::parse(record)
-        {
-            t.note(&header);
-        }
-        self.push(record);
-    }
-
-    fn len(&self) -> usize {
-        self.ends.len()
-    }
-
-    fn get(&self, i: usize) -> &[u8] {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        &self.bytes[start..self.ends[i]]
-    }
-
-    fn push(&mut self, record: &[u8]) {
-        self.bytes.extend_from_slice(record);
-        self.ends.push(self.bytes.len());
-    }
-
-    fn clear(&mut self) {
-        self.bytes.clear();
-        self.ends.clear();
-    }
-}

@@ -9,14 +9,24 @@ use std::{
     time::{Duration, Instant},
 };
 
-use profiler_common::{record_flags, stack::StackSampleHeader, unwind::UnwindMapping};
+use profiler_common::{
+    offcpu, record_flags,
+    stack::{STACK_HEADER_SIZE, StackSampleHeader, stack_copy},
+    unwind::UnwindMapping,
+};
+
+use super::copied;
 
 use crate::{
     bpf::{RowRange, UnwindMapError, UnwindMaps},
     modules::{
-        ElfFiles, Mapping, ModuleError, ModuleId, Registry, TableJob, UnwindTable, exec_mappings,
+        ElfFiles, MapHistory, Mapping, ModuleError, ModuleId, Registry, TableJob, UnwindTable,
+        exec_mappings,
     },
 };
+
+/// Start of the kernel half of the x86-64 address space.
+const KERNEL_SPACE: u64 = 0xffff_8000_0000_0000;
 
 /// Modules with more CFI than this have their tables built on a worker thread (rustc's
 /// driver library has 6 MiB, libc 150 KiB), so that a big module does not hold up the reader
@@ -69,6 +79,16 @@ const SWEEP: Duration = Duration::from_secs(1);
 /// Module errors printed per run (the rest are counted).
 const MAX_WARNINGS: usize = 5;
 
+/// What [`TableLoader::rewrite`] made of a record.
+pub enum Rewritten {
+    /// Not a copied stack: the record as it is.
+    Same,
+    /// The copied stack walked: the record to use instead.
+    Walked(Vec<u8>),
+    /// Its process's tables are still being built: ask again later.
+    Wait,
+}
+
 /// What the loader did (for the run's summary and the benchmark).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TableStats {
@@ -89,6 +109,12 @@ pub struct TableStats {
     pub processes: u64,
     /// Modules in the registry.
     pub modules: u64,
+    /// Samples of processes without tables in the kernel yet, walked in user space from the
+    /// copy of their stack the record carried.
+    pub copies_walked: u64,
+    /// Of those, the ones that could not be walked whole (their process gone before its
+    /// tables were loaded, or the walk left the copy): kept as their sampled address only.
+    pub copies_cut: u64,
 }
 
 /// Whether process `pid` has exited (gone, or a zombie: its exit hooks have run).
@@ -109,6 +135,8 @@ struct ProcState {
     /// Wait before the next rescan prompted by an unknown mapping.
     backoff: Duration,
     mappings: Vec<Mapping>,
+    /// Its entry as the kernel has it (for walking copied stacks the same way).
+    entries: Vec<UnwindMapping>,
     /// The modules whose rows its kernel entry points at.
     modules: Vec<ModuleId>,
 }
@@ -196,13 +224,16 @@ impl TableLoader {
     /// Loads what `note` found missing; returns the processes whose mappings changed since
     /// they were last loaded (their symbolization maps need refreshing too). Files are
     /// opened through `files`, the symbolizer's table.
-    pub fn load_pending(&mut self, files: &mut ElfFiles) -> Result<Vec<u32>, UnwindMapError> {
+    pub fn load_pending(
+        &mut self,
+        (files, history): (&mut ElfFiles, &MapHistory),
+    ) -> Result<Vec<u32>, UnwindMapError> {
         self.collect_built();
         self.sweep();
         let pending: Vec<(u32, bool)> = self.pending.drain().collect();
         let mut changed = Vec::new();
         for (pid, absent) in pending {
-            if self.load(pid, absent, files)? {
+            if self.load(pid, absent, files, history)? {
                 changed.push(pid);
             }
         }
@@ -217,9 +248,15 @@ impl TableLoader {
         pid: u32,
         absent: bool,
         files: &mut ElfFiles,
+        history: &MapHistory,
     ) -> Result<bool, UnwindMapError> {
         let now = Instant::now();
-        let Ok(mappings) = exec_mappings(pid) else {
+        // A process gone (or a zombie) before its tables were loaded: its mappings as the
+        // kernel reported them, for the copied stacks of its samples.
+        let live = exec_mappings(pid).ok().filter(|m| !m.is_empty());
+        let gone = live.is_none();
+        let mappings = live.or_else(|| Some(history.mappings(pid, None)?.to_vec()));
+        let Some(mappings) = mappings else {
             // Gone (or not ours to read): remember the attempt so it is not retried at once.
             self.procs.insert(
                 pid,
@@ -228,6 +265,7 @@ impl TableLoader {
                     born: now,
                     backoff: RESCAN_MAX,
                     mappings: Vec::new(),
+                    entries: Vec::new(),
                     modules: Vec::new(),
                 },
             );
@@ -252,6 +290,25 @@ impl TableLoader {
             .get(&pid)
             .is_some_and(|p| !p.mappings.is_empty() && p.mappings != mappings);
         let (entries, modules) = self.entries(pid, &mappings, files)?;
+        let published = entries.clone();
+        if gone {
+            // Nothing to publish to the kernel: kept for the copied stacks of its samples.
+            self.add_users(&modules);
+            if let Some(old) = self.procs.insert(
+                pid,
+                ProcState {
+                    scanned: now,
+                    born: now,
+                    backoff: RESCAN_MAX,
+                    mappings,
+                    entries: published,
+                    modules,
+                },
+            ) {
+                self.drop_users(&old.modules);
+            }
+            return Ok(false);
+        }
         match self.maps.set_process(pid, &entries) {
             Ok(()) => {}
             // The kernel's process map full (or out of memory): this process walks with frame
@@ -266,9 +323,22 @@ impl TableLoader {
         }
         // The process may have exited between reading its maps and now: its exit already
         // removed the kernel's entry (before ours was written), so ours would stay forever.
+        // Its entry is still kept here, for the copied stacks of its samples.
         if exited(pid) {
             self.forget(pid);
             self.maps.remove_process(pid);
+            self.add_users(&modules);
+            self.procs.insert(
+                pid,
+                ProcState {
+                    scanned: now,
+                    born: now,
+                    backoff: RESCAN_MAX,
+                    mappings,
+                    entries: published,
+                    modules,
+                },
+            );
             return Ok(false);
         }
         self.stats.loads += 1;
@@ -283,6 +353,7 @@ impl TableLoader {
                 },
                 backoff: RESCAN_MIN,
                 mappings,
+                entries: published,
                 modules,
             },
         );
@@ -460,6 +531,110 @@ impl TableLoader {
         if let Some(state) = self.procs.remove(&pid) {
             self.drop_users(&state.modules);
         }
+    }
+
+    /// A record carrying a copy of its user stack (`record_flags::STACK_COPY`), rewritten
+    /// with the user frames walked from the copy with its process's tables (loaded by
+    /// [`Self::load_pending`] after [`Self::note`] saw the record); `None` for other records.
+    /// A copy that cannot be walked whole keeps the sampled address alone, marked
+    /// `UNWIND_PARTIAL` and counted: never a guess.
+    /// `can_wait`: a copy of a process some of whose modules are still being built on the
+    /// worker is left for later ([`Rewritten::Wait`]) rather than walked without them.
+    pub fn rewrite(&mut self, record: &[u8], can_wait: bool) -> Rewritten {
+        let Some((header, _)) = StackSampleHeader::parse(record) else {
+            return Rewritten::Same;
+        };
+        // A counter group's values are differences from the thread's previous record, so a
+        // record that carries them is never taken out of order.
+        if can_wait
+            && header.flags & record_flags::STACK_COPY != 0
+            && header.flags & record_flags::GROUP_VALUES == 0
+            && self.waiting.values().any(|pids| pids.contains(&header.pid))
+        {
+            return Rewritten::Wait;
+        }
+        match self.rewrite_now(&header, record) {
+            Some(r) => Rewritten::Walked(r),
+            None => Rewritten::Same,
+        }
+    }
+
+    /// Waits (until `deadline`) for the modules being built on the worker, and publishes
+    /// the processes waiting for them: at the end of a run, so the copies held for them
+    /// are walked with them.
+    pub fn finish_building(
+        &mut self,
+        deadline: Instant,
+        files: (&mut ElfFiles, &MapHistory),
+    ) -> Result<(), UnwindMapError> {
+        while !self.waiting.is_empty() {
+            let Some(w) = &self.worker else { break };
+            let left = deadline.saturating_duration_since(Instant::now());
+            match w.done.recv_timeout(left) {
+                Ok((id, table)) => {
+                    self.registry.finish_table(id, table);
+                    for pid in self.waiting.remove(&id).unwrap_or_default() {
+                        self.pending.insert(pid, true);
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        self.load_pending(files).map(|_| ())
+    }
+
+    fn rewrite_now(&mut self, header: &StackSampleHeader, record: &[u8]) -> Option<Vec<u8>> {
+        let header = *header;
+        if header.flags & (record_flags::UNWIND_NO_PROCESS | record_flags::STACK_COPY)
+            == record_flags::UNWIND_NO_PROCESS
+            // (An off-CPU program's bare header only asks for a process's tables.)
+            && (header.flags & offcpu::OFF_CPU == 0 || record.len() > STACK_HEADER_SIZE)
+        {
+            // Its process spent its budget of copies (or the ring's share): no user stack.
+            self.stats.copies_walked += 1;
+            self.stats.copies_cut += 1;
+            return None;
+        }
+        let (head, bytes, _) = stack_copy(&header, record)?;
+        self.stats.copies_walked += 1;
+        // A kernel-mode sample in an exec, past the point of no return: the comm is the new
+        // program's, the saved user registers the old image's (gone: nothing was copied).
+        // The new image has no user stack yet; the sample's stack is the kernel's alone.
+        if header.ip >= KERNEL_SPACE
+            && bytes.is_empty()
+            && self.procs.get(&header.pid).is_some_and(|p| {
+                !p.entries.is_empty()
+                    && !p
+                        .entries
+                        .iter()
+                        .any(|e| e.start <= head.ip && head.ip < e.end)
+            })
+        {
+            return copied::rewrite(record, &[], 0);
+        }
+        let walked = self
+            .procs
+            .get(&header.pid)
+            .filter(|p| !p.entries.is_empty())
+            .map(|p| {
+                let copy = copied::Copy::new(&head, bytes);
+                let all = self.maps.all_rows().unwrap_or_default();
+                let rows =
+                    |start: u32, len: u32| all.get(start as usize..start as usize + len as usize);
+                copied::walk(&p.entries, rows, &head, &copy)
+            });
+        let (frames, flags) = match walked {
+            Some((frames, flags)) if flags & record_flags::UNWIND_PARTIAL == 0 => (frames, flags),
+            Some((frames, flags)) => {
+                self.stats.copies_cut += 1;
+                (frames, flags)
+            }
+            None => {
+                self.stats.copies_cut += 1;
+                (vec![head.ip], record_flags::UNWIND_PARTIAL)
+            }
+        };
+        copied::rewrite(record, &frames, flags)
     }
 
     pub fn stats(&self) -> TableStats {

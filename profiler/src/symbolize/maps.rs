@@ -26,6 +26,13 @@ impl ProcessMaps {
         }
     }
 
+    /// The executable mappings the kernel reported (sorted by start).
+    pub fn from_mappings(maps: &[crate::modules::Mapping]) -> Self {
+        let mut entries: Vec<MapEntry> = maps.iter().cloned().map(MapEntry::from).collect();
+        entries.sort_by_key(|e| e.start);
+        Self { entries }
+    }
+
     pub fn find(&self, addr: u64) -> Option<&MapEntry> {
         let i = self.entries.partition_point(|e| e.start <= addr);
         let e = self.entries.get(i.checked_sub(1)?)?;

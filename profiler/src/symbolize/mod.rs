@@ -32,6 +32,8 @@ use blazesym::symbolize::{
 use crate::modules::ElfFiles;
 pub use crate::modules::{ElfFile, FileId};
 pub use debug_file::{Identity, by_build_id};
+
+use crate::modules::MapHistory;
 pub use frame::{Frame, FrameKind};
 pub use maps::{MapEntry, ProcessMaps};
 pub use perfmap::PerfMap;
@@ -97,6 +99,9 @@ pub struct Symbolizer {
     /// Per process: when its maps were last re-read for an address outside them, and the
     /// wait before the next re-read (see [`Symbolizer::refresh`]).
     refreshed: HashMap<u32, (Instant, Duration)>,
+    /// Each process's mappings as the kernel reported them since the start (the sideband),
+    /// for processes gone, or exec'ed into another image, before their samples are read.
+    history: MapHistory,
 }
 
 /// Files up to this size have their symbols read for the leaf-caller check of a process
@@ -135,7 +140,25 @@ impl Symbolizer {
             refused_maps: HashSet::new(),
             refusals: Vec::new(),
             refreshed: HashMap::new(),
+            history: MapHistory::default(),
         }
+    }
+
+    /// The mappings reported by the kernel, to apply its sideband records to.
+    pub fn history_mut(&mut self) -> &mut MapHistory {
+        &mut self.history
+    }
+
+    /// The table of opened files and the mappings' history (the unwinder's registry reads
+    /// through the one, a gone process's mappings from the other).
+    pub fn files_and_history(&mut self) -> (&mut ElfFiles, &MapHistory) {
+        (&mut self.elf, &self.history)
+    }
+
+    /// `pid`'s mappings when it ran `comm`, as the kernel reported them.
+    fn reported_maps(&self, pid: u32, comm: Option<&[u8; 16]>) -> Option<Arc<ProcessMaps>> {
+        let maps = self.history.mappings(pid, comm)?;
+        Some(Arc::new(ProcessMaps::from_mappings(maps)))
     }
 
     /// The files refused since the last call (perf maps and ELF files of targets that were
@@ -180,16 +203,32 @@ impl Symbolizer {
         }
         let first = images.snaps.is_empty();
         let last = images.snaps.last().map(|(_, m)| m.clone());
+        // What the kernel reported of this image (`None` for processes that predate the
+        // recording, or without the sideband).
+        let reported = self.history.image(pid, comm.as_ref());
         let maps = match ProcessMaps::read(pid) {
-            // A zombie's maps read as empty: as gone, the last image seen is the best guess.
-            Ok(m) if m.entries().is_empty() && last.is_some() => last.unwrap_or_default(),
+            // Alive but running another image since (an exec): the one sampled.
+            Ok(_) if reported == Some(false) => {
+                self.reported_maps(pid, comm.as_ref()).unwrap_or_default()
+            }
+            // A zombie's maps read as empty: as gone, the kernel's report, else the last
+            // image seen, is the best guess.
+            Ok(m) if m.entries().is_empty() && (last.is_some() || reported.is_some()) => self
+                .reported_maps(pid, comm.as_ref())
+                .or(last)
+                .unwrap_or_default(),
             // Threads with their own names share one snapshot when nothing changed.
             Ok(m) => match last {
                 Some(last) if *last == m => last,
                 _ => Arc::new(m),
             },
-            Err(_) => last.unwrap_or_default(),
+            // Gone: never /proc (its pid may be another process's by now).
+            Err(_) => self
+                .reported_maps(pid, comm.as_ref())
+                .or(last)
+                .unwrap_or_default(),
         };
+        let images = self.maps.entry(pid).or_default();
         images.snaps.push((comm.unwrap_or_default(), maps));
         if first {
             if let Some(uid) = crate::untrusted::process_uid(pid) {
@@ -299,10 +338,13 @@ impl Symbolizer {
         };
         let key = comm.copied().unwrap_or_default();
         let mut changed = false;
-        // A zombie's (or a gone process's) maps are no better than what we have.
-        if let Ok(maps) = ProcessMaps::read(pid)
-            && !maps.entries().is_empty()
-        {
+        // A zombie's (or a gone process's) maps are no better than what we have; the
+        // kernel's report of its mappings may be.
+        let read = ProcessMaps::read(pid)
+            .ok()
+            .filter(|m| !m.entries().is_empty())
+            .or_else(|| self.reported_maps(pid, comm).map(|m| (*m).clone()));
+        if let Some(maps) = read {
             let images = self.maps.entry(pid).or_default();
             changed = images
                 .snaps

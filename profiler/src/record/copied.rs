@@ -1,0 +1,355 @@
+//! Walking a copied user stack in user space: the records of a process the kernel had no
+//! unwind tables for yet carry its user registers and the top of its stack
+//! (`record_flags::STACK_COPY`); once its tables are loaded, the stack is walked here with
+//! the same rows and the same rules as the kernel's walk (`profiler-ebpf/src/unwind.rs`,
+//! `step`), reading memory from the copy only. The record is then rewritten as if the kernel
+//! had walked it, so everything after the reader sees ordinary records.
+
+use profiler_common::{
+    MAX_STACK_DEPTH, record_flags,
+    stack::{STACK_COPY_BLOCK, STACK_HEADER_SIZE, StackCopyHead, StackSampleHeader, stack_copy},
+    unwind::{UnwindMapping, UnwindRow, cfa},
+};
+
+/// Byte offsets in the `ucontext` the rt_sigreturn trampoline's rsp points at (as the
+/// kernel's walk reads them).
+const UC_RBP: u64 = 40 + 80;
+const UC_RSP: u64 = 40 + 120;
+const UC_RIP: u64 = 40 + 128;
+
+/// The copied bytes and the address they start at.
+pub struct Copy<'a> {
+    start: u64,
+    bytes: &'a [u8],
+}
+
+impl<'a> Copy<'a> {
+    pub fn new(head: &StackCopyHead, bytes: &'a [u8]) -> Self {
+        Self {
+            start: head.sp & !(STACK_COPY_BLOCK as u64 - 1),
+            bytes,
+        }
+    }
+
+    /// The word at `addr`, if the copy holds it (the only memory a copied walk reads).
+    fn read(&self, addr: u64) -> Option<u64> {
+        let at = usize::try_from(addr.checked_sub(self.start)?).ok()?;
+        let word = self.bytes.get(at..at.checked_add(8)?)?;
+        Some(u64::from_ne_bytes(word.try_into().ok()?))
+    }
+}
+
+struct Regs {
+    pc: u64,
+    sp: u64,
+    bp: u64,
+    exact: bool,
+}
+
+/// Walks a copied stack from its registers (addresses wrap as the kernel's u64 arithmetic
+/// does: a garbage frame pointer ends the walk by failing to read, never by a panic) with a process's mappings (sorted by start, as
+/// the kernel's entry has them) and `rows(start, len)`, the row array's run. Returns the
+/// frames, innermost first, and the walk's `record_flags`.
+pub fn walk<'r>(
+    mappings: &[UnwindMapping],
+    mut rows: impl FnMut(u32, u32) -> Option<&'r [UnwindRow]>,
+    head: &StackCopyHead,
+    copy: &Copy<'_>,
+) -> (Vec<u64>, u32) {
+    let mut frames = Vec::new();
+    let mut flags = record_flags::UNWIND_TABLES;
+    let mut r = Regs {
+        pc: head.ip,
+        sp: head.sp,
+        bp: head.bp,
+        exact: true,
+    };
+    loop {
+        if frames.len() >= MAX_STACK_DEPTH {
+            flags |= record_flags::UNWIND_PARTIAL;
+            break;
+        }
+        frames.push(r.pc);
+        if r.pc == 0 {
+            break;
+        }
+        let at = if r.exact { r.pc } else { r.pc.wrapping_sub(1) };
+        r.exact = false;
+        let i = mappings.partition_point(|m| m.end <= at);
+        let m = mappings.get(i).filter(|m| m.start <= at);
+        let Some(m) = m else {
+            if frames.len() == 1 {
+                // The sampled address in none of the process's mappings: the copy is of an
+                // image it has replaced since (an exec), not one to guess through.
+                flags |= record_flags::UNWIND_PARTIAL;
+                break;
+            }
+            flags |= record_flags::UNWIND_NO_MAPPING;
+            if !frame_pointer_step(&mut r, copy, &mut flags) {
+                break;
+            }
+            continue;
+        };
+        let row = (m.rows_len != 0 && at >= m.bias && at - m.bias <= u64::from(u32::MAX))
+            .then(|| rows(m.rows_start, m.rows_len))
+            .flatten()
+            .and_then(|rows| {
+                let pc = (at - m.bias) as u32;
+                let i = rows.partition_point(|row| row.pc <= pc);
+                i.checked_sub(1).map(|i| rows[i])
+            });
+        let Some(row) = row else {
+            if !frame_pointer_step(&mut r, copy, &mut flags) {
+                break;
+            }
+            continue;
+        };
+        let cfa_addr = match row.cfa {
+            cfa::RSP => r.sp.wrapping_add(u64::from(row.cfa_offset)),
+            cfa::RBP => r.bp.wrapping_add(u64::from(row.cfa_offset)),
+            cfa::PLT => {
+                r.sp.wrapping_add(u64::from(row.cfa_offset))
+                    .wrapping_add(if r.pc & 15 >= 11 { 8 } else { 0 })
+            }
+            cfa::END => break,
+            cfa::SIGNAL => {
+                let (Some(bp), Some(sp), Some(pc)) = (
+                    copy.read(r.sp.wrapping_add(UC_RBP)),
+                    copy.read(r.sp.wrapping_add(UC_RSP)),
+                    copy.read(r.sp.wrapping_add(UC_RIP)),
+                ) else {
+                    flags |= record_flags::UNWIND_PARTIAL;
+                    break;
+                };
+                r = Regs {
+                    pc,
+                    sp,
+                    bp,
+                    exact: true,
+                };
+                continue;
+            }
+            _ => {
+                if !frame_pointer_step(&mut r, copy, &mut flags) {
+                    break;
+                }
+                continue;
+            }
+        };
+        if cfa_addr <= r.sp {
+            flags |= record_flags::UNWIND_PARTIAL;
+            break;
+        }
+        let Some(ra) = copy.read(cfa_addr.wrapping_sub(8)) else {
+            flags |= record_flags::UNWIND_PARTIAL;
+            break;
+        };
+        if row.rbp != 0 {
+            match copy.read(cfa_addr.wrapping_add_signed(i64::from(row.rbp) * 8)) {
+                Some(bp) => r.bp = bp,
+                None => {
+                    flags |= record_flags::UNWIND_PARTIAL;
+                    break;
+                }
+            }
+        }
+        r.sp = cfa_addr;
+        r.pc = ra;
+        if ra == 0 {
+            break;
+        }
+    }
+    (frames, flags)
+}
+
+/// A frame without a row: its caller through the frame pointer, as the kernel's walk does.
+/// False when the walk ends.
+fn frame_pointer_step(r: &mut Regs, copy: &Copy<'_>, flags: &mut u32) -> bool {
+    *flags |= record_flags::UNWIND_FP;
+    if r.bp == 0 {
+        return false;
+    }
+    if r.bp < r.sp {
+        *flags |= record_flags::UNWIND_PARTIAL;
+        return false;
+    }
+    let (Some(next_bp), Some(ra)) = (copy.read(r.bp), copy.read(r.bp.wrapping_add(8))) else {
+        *flags |= record_flags::UNWIND_PARTIAL;
+        return false;
+    };
+    r.sp = r.bp.wrapping_add(16);
+    r.bp = next_bp;
+    r.pc = ra;
+    ra != 0
+}
+
+/// A record with a stack copy rewritten with `user` frames (innermost first) and `flags`
+/// added in place of the copy: header, kernel frames, the user frames, then the group's
+/// words the record had. `None` if the record carries no copy.
+pub fn rewrite(record: &[u8], user: &[u64], flags: u32) -> Option<Vec<u8>> {
+    let (mut header, frames) = StackSampleHeader::parse(record)?;
+    let (_, _, copy_at) = stack_copy(&header, record)?;
+    let kernel = usize::from(header.kernel_frames);
+    let group_at = STACK_HEADER_SIZE + 8 * (kernel + usize::from(header.user_frames));
+    let group = record.get(group_at..copy_at)?;
+    header.user_frames = user.len().min(MAX_STACK_DEPTH) as u16;
+    header.flags = (header.flags & !record_flags::STACK_COPY) | flags;
+    let mut out = Vec::with_capacity(STACK_HEADER_SIZE + 8 * (kernel + user.len()) + group.len());
+    // SAFETY: the header is repr(C) plain integers without padding (size asserted in
+    // profiler_common::stack); its bytes are read as they are laid out.
+    out.extend_from_slice(unsafe {
+        std::slice::from_raw_parts(
+            (&raw const header).cast::<u8>(),
+            std::mem::size_of::<StackSampleHeader>(),
+        )
+    });
+    out.extend_from_slice(frames.get(..8 * kernel)?);
+    for &f in user.iter().take(MAX_STACK_DEPTH) {
+        out.extend_from_slice(&f.to_ne_bytes());
+    }
+    out.extend_from_slice(group);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stack(start: u64, words: &[(u64, u64)], len: usize) -> Vec<u8> {
+        let mut bytes = vec![0u8; len];
+        for &(addr, value) in words {
+            let at = (addr - start) as usize;
+            bytes[at..at + 8].copy_from_slice(&value.to_ne_bytes());
+        }
+        bytes
+    }
+
+    #[test]
+    fn walks_rsp_and_rbp_rules_to_the_end_row() {
+        // One module at 0x1000..0x2000 (bias 0x1000): f at pc 0x000 (CFA rsp+16), g at
+        // 0x100 (CFA rbp+16, rbp saved at CFA-16), _start at 0x200 (END).
+        let rows = [
+            UnwindRow {
+                pc: 0x000,
+                cfa: cfa::RSP,
+                cfa_offset: 16,
+                rbp: 0,
+            },
+            UnwindRow {
+                pc: 0x100,
+                cfa: cfa::RBP,
+                cfa_offset: 16,
+                rbp: -2,
+            },
+            UnwindRow {
+                pc: 0x200,
+                cfa: cfa::END,
+                cfa_offset: 0,
+                rbp: 0,
+            },
+        ];
+        let maps = [UnwindMapping {
+            start: 0x1000,
+            end: 0x2000,
+            bias: 0x1000,
+            rows_start: 0,
+            rows_len: 3,
+        }];
+        let sp = 0x7000_0208;
+        // f: CFA = sp + 16 = 0x218, return into g at 0x1150.
+        // g: rbp = 0x7000_0240 -> CFA 0x250, return into _start at 0x1210; saved rbp 0.
+        let start = sp & !511;
+        let bytes = stack(
+            start,
+            &[
+                (0x7000_0210, 0x1150),
+                (0x7000_0248, 0x1210),
+                (0x7000_0240, 0),
+            ],
+            1024,
+        );
+        let head = StackCopyHead {
+            ip: 0x1010,
+            sp,
+            bp: 0x7000_0240,
+            len: 1024,
+        };
+        let copy = Copy::new(&head, &bytes);
+        let (frames, flags) = walk(
+            &maps,
+            |s, l| rows.get(s as usize..(s + l) as usize),
+            &head,
+            &copy,
+        );
+        assert_eq!(frames, [0x1010, 0x1150, 0x1210]);
+        assert_eq!(flags, record_flags::UNWIND_TABLES);
+    }
+
+    #[test]
+    fn a_read_outside_the_copy_stops_the_walk_as_partial() {
+        let rows = [UnwindRow {
+            pc: 0,
+            cfa: cfa::RSP,
+            cfa_offset: 4096,
+            rbp: 0,
+        }];
+        let maps = [UnwindMapping {
+            start: 0x1000,
+            end: 0x2000,
+            bias: 0x1000,
+            rows_start: 0,
+            rows_len: 1,
+        }];
+        let head = StackCopyHead {
+            ip: 0x1010,
+            sp: 0x7000_0000,
+            bp: 0,
+            len: 512,
+        };
+        let bytes = vec![0u8; 512];
+        let copy = Copy::new(&head, &bytes);
+        let (frames, flags) = walk(
+            &maps,
+            |s, l| rows.get(s as usize..(s + l) as usize),
+            &head,
+            &copy,
+        );
+        assert_eq!(frames, [0x1010]);
+        assert_ne!(flags & record_flags::UNWIND_PARTIAL, 0);
+    }
+
+    #[test]
+    fn rewrite_keeps_kernel_frames_and_group_words() {
+        let header = StackSampleHeader {
+            kernel_frames: 1,
+            flags: record_flags::STACK_COPY | record_flags::GROUP_VALUES,
+            ..Default::default()
+        };
+        let mut rec = unsafe {
+            std::slice::from_raw_parts((&raw const header).cast::<u8>(), STACK_HEADER_SIZE)
+        }
+        .to_vec();
+        for w in [
+            0xffff_ffff_8100_0000u64,
+            1,
+            42,
+            0x1010,
+            0x7000_0000,
+            0,
+            8,
+            7,
+        ] {
+            rec.extend_from_slice(&w.to_ne_bytes());
+        }
+        let out = rewrite(&rec, &[0x1010, 0x1150], record_flags::UNWIND_TABLES).unwrap();
+        let (h, frames) = StackSampleHeader::parse(&out).unwrap();
+        assert_eq!((h.kernel_frames, h.user_frames), (1, 2));
+        assert_eq!(
+            h.flags,
+            record_flags::GROUP_VALUES | record_flags::UNWIND_TABLES
+        );
+        assert_eq!(profiler_common::stack::frame_at(frames, 2), 0x1150);
+        let values = profiler_common::stack::group_values(&h, &out).unwrap();
+        assert_eq!(values, 42u64.to_ne_bytes());
+    }
+}
