@@ -412,10 +412,21 @@ mod tests {
         p.info.frequency_hz = 100;
         p.info.lost = 3;
         let (main, leaf) = (frame("main"), frame("leaf"));
-        let s = p.push("cpu-clock", "chain", &[main.clone(), leaf.clone()], 5);
-        (s.pid, s.tid, s.cpu) = (10, 11, 1);
-        let s = p.push("cpu-clock", "other", std::slice::from_ref(&main), 2);
-        (s.pid, s.tid) = (20, 20);
+        // Values in the event's unit: 5 and 2 samples of 10 ms each at 100 Hz.
+        let s = p.push(
+            "cpu-clock",
+            "chain",
+            &[main.clone(), leaf.clone()],
+            5 * 10_000_000,
+        );
+        (s.pid, s.tid, s.cpu, s.samples) = (10, 11, 1, 5);
+        let s = p.push(
+            "cpu-clock",
+            "other",
+            std::slice::from_ref(&main),
+            2 * 10_000_000,
+        );
+        (s.pid, s.tid, s.samples) = (20, 20, 2);
         let message = encode(&p);
         let defaults = ResourceDefaults {
             host_name: "h".into(),
