@@ -2,14 +2,16 @@
 //! (or `.plt.sec` when the file is built for IBT); no symbol table covers the stubs, so a
 //! symbolizer gives them the name of whatever symbol precedes the section (`_init`). The
 //! stubs are in the order of the `.rela.plt` relocations, each naming the dynamic symbol it
-//! jumps to: stub `i` is `name@plt`, as perf names it.
+//! jumps to: stub `i` is `name@plt`, as perf names it. `.plt.got` holds stubs for functions
+//! whose GOT slot is also used directly (`__cxa_finalize`): each is a `jmp *slot(%rip)`, and the
+//! `.rela.dyn` relocation of that slot names it.
 
 use std::{fs::File, sync::Arc};
 
 use crate::modules::ReadAt;
 use object::{
     Endianness, ReadCache, ReadRef,
-    elf::{R_X86_64_IRELATIVE, R_X86_64_JUMP_SLOT, SHT_DYNSYM},
+    elf::{R_X86_64_GLOB_DAT, R_X86_64_IRELATIVE, R_X86_64_JUMP_SLOT, SHT_DYNSYM},
     read::elf::{ElfFile64, FileHeader, Rela, SectionHeader, Sym},
 };
 
@@ -49,8 +51,9 @@ impl PltStubs {
         };
         let plt = by_name(".plt");
         let plt_sec = by_name(".plt.sec");
+        let plt_got = by_name(".plt.got");
         let mut out = PltStubs {
-            sections: [plt, plt_sec, by_name(".plt.got")]
+            sections: [plt, plt_sec, plt_got]
                 .into_iter()
                 .flatten()
                 .map(range)
@@ -59,18 +62,36 @@ impl PltStubs {
         };
         // With `.plt.sec` the stubs there are in relocation order; otherwise `.plt` starts
         // with the resolver's own 16 bytes, then one stub per relocation.
+        let dynsym = sections.symbols(endian, data, SHT_DYNSYM).ok()?;
+        let symbol_name = |index: u32| {
+            dynsym
+                .symbol(object::SymbolIndex(index as usize))
+                .ok()
+                .and_then(|s| s.name(endian, dynsym.strings()).ok())
+                .filter(|n| !n.is_empty())
+                .map(|n| format!("{}@plt", String::from_utf8_lossy(n)))
+        };
+        if let Some(got) = plt_got {
+            out.stubs
+                .extend(plt_got_stubs(data, endian, sections, got, &symbol_name));
+        }
         let first = match (plt_sec, plt) {
             (Some(sec), _) => range(sec).0,
             (None, Some(plt)) => range(plt).0 + STUB,
-            (None, None) => return Some(out),
+            (None, None) => {
+                out.stubs.sort_by_key(|s| s.0);
+                return Some(out);
+            }
         };
         let end = match (plt_sec, plt) {
             (Some(sec), _) => range(sec).1,
             (_, Some(plt)) => range(plt).1,
             _ => 0,
         };
-        let dynsym = sections.symbols(endian, data, SHT_DYNSYM).ok()?;
-        let rela_plt = by_name(".rela.plt")?;
+        let Some(rela_plt) = by_name(".rela.plt") else {
+            out.stubs.sort_by_key(|s| s.0);
+            return Some(out);
+        };
         let (relas, _) = rela_plt.rela(endian, data).ok()??;
         for (i, rela) in relas.iter().enumerate() {
             let at = first + i as u64 * STUB;
@@ -78,14 +99,7 @@ impl PltStubs {
                 break;
             }
             let name = match rela.r_type(endian, false) {
-                R_X86_64_JUMP_SLOT => {
-                    let index = rela.r_sym(endian, false);
-                    dynsym
-                        .symbol(object::SymbolIndex(index as usize))
-                        .ok()
-                        .and_then(|s| s.name(endian, dynsym.strings()).ok())
-                        .map(|n| format!("{}@plt", String::from_utf8_lossy(n)))
-                }
+                R_X86_64_JUMP_SLOT => symbol_name(rela.r_sym(endian, false)),
                 // An ifunc resolved at load time: the stub jumps to whichever was chosen.
                 R_X86_64_IRELATIVE => Some(format!("*ABS*+{:#x}@plt", rela.r_addend(endian))),
                 _ => None,
@@ -106,13 +120,64 @@ impl PltStubs {
             .any(|&(s, e)| s <= offset && offset < e)
     }
 
-    /// The name of the stub holding `offset`; `None` in a PLT section's header or in
-    /// `.plt.got`, whose stubs have no relocation to name them.
+    /// The name of the stub holding `offset`; `None` in `.plt`'s header (the resolver's
+    /// entry) or in a stub whose jump names no symbol.
     pub fn name(&self, offset: u64) -> Option<Arc<str>> {
         let i = self.stubs.partition_point(|s| s.0 <= offset);
         let (at, name) = self.stubs.get(i.checked_sub(1)?)?;
+        // A `.plt.got` stub is 8 bytes (16 with IBT), never more than a `.plt` one.
         (offset < at + STUB).then(|| name.clone())
     }
+}
+
+type SectionTable<'d, R> =
+    object::read::elf::SectionTable<'d, object::elf::FileHeader64<Endianness>, R>;
+
+/// The stubs of `.plt.got`, by file offset: each is `jmp *disp32(%rip)` (`ff 25`, after an
+/// optional `endbr64` and `bnd` prefix), whose target is a GOT slot that a `GLOB_DAT`
+/// relocation of `.rela.dyn` names.
+fn plt_got_stubs<'d, R: ReadRef<'d>>(
+    data: R,
+    endian: Endianness,
+    sections: &SectionTable<'d, R>,
+    got: &<object::elf::FileHeader64<Endianness> as FileHeader>::SectionHeader,
+    symbol_name: &dyn Fn(u32) -> Option<String>,
+) -> Vec<(u64, Arc<str>)> {
+    let (offset, addr) = (got.sh_offset(endian), got.sh_addr(endian));
+    let Ok(bytes) = got.data(endian, data) else {
+        return Vec::new();
+    };
+    // GOT slot (virtual address) -> symbol, from every RELA section's GLOB_DAT entries.
+    let mut slots = std::collections::HashMap::new();
+    for section in sections.iter() {
+        if let Ok(Some((relas, _))) = section.rela(endian, data) {
+            for rela in relas {
+                if rela.r_type(endian, false) == R_X86_64_GLOB_DAT {
+                    slots.insert(rela.r_offset(endian), rela.r_sym(endian, false));
+                }
+            }
+        }
+    }
+    let stride = match got.sh_entsize(endian) {
+        8 | 16 => got.sh_entsize(endian) as usize,
+        _ => 8,
+    };
+    let mut out = Vec::new();
+    for (i, stub) in bytes.chunks(stride).enumerate() {
+        let Some(jmp) = stub.windows(2).position(|w| w == [0xff, 0x25]) else {
+            continue;
+        };
+        let Some(disp) = stub.get(jmp + 2..jmp + 6) else {
+            continue;
+        };
+        let disp = i32::from_le_bytes(disp.try_into().expect("4 bytes")) as i64;
+        let next = addr + (i * stride + jmp + 6) as u64;
+        let slot = next.wrapping_add_signed(disp);
+        if let Some(name) = slots.get(&slot).and_then(|&sym| symbol_name(sym)) {
+            out.push((offset + (i * stride) as u64, Arc::from(name)));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -139,5 +204,34 @@ mod tests {
             assert!(name.ends_with("@plt"), "{name}");
         }
         assert_eq!(stubs.name(0), None);
+    }
+
+    /// Debian's libm calls `__cxa_finalize` through `.plt.got` (an 8-byte `jmp *slot(%rip)`
+    /// whose slot a GLOB_DAT relocation names), as most shared libraries built by gcc do.
+    #[test]
+    fn plt_got_stubs_are_named_by_their_got_slot() {
+        use object::{Object, ObjectSection, ObjectSymbol};
+        let path = "/lib/x86_64-linux-gnu/libm.so.6";
+        let Ok(file) = File::open(path) else {
+            return; // not a Debian-like host
+        };
+        let cache = ReadCache::new(ReadAt::new(&file));
+        let elf = ElfFile64::<Endianness, _>::parse(&cache).unwrap();
+        let Some(got) = elf.section_by_name(".plt.got") else {
+            return;
+        };
+        let (start, _) = got.file_range().unwrap();
+        let stubs = PltStubs::read(&file);
+        let name = stubs
+            .name(start + 3)
+            .expect("the first .plt.got stub is named");
+        assert!(name.ends_with("@plt"), "{name}");
+        // The name is the symbol the stub's GOT slot holds (objdump calls it the same).
+        let base = name.trim_end_matches("@plt");
+        assert!(
+            elf.dynamic_symbols().any(|s| s.name() == Ok(base)),
+            "{base} is a dynamic symbol of {path}"
+        );
+        assert!(stubs.contains(start));
     }
 }
