@@ -695,3 +695,60 @@ pub fn record_from_the_start(target: &mut std::process::Child, args: &[&str]) ->
     let _ = target.wait();
     rec.wait_with_output().expect("the profiler's output")
 }
+
+/// User frames (outermost first) of each stack of `comm`, with counts.
+pub fn user_stacks(stacks: &[(Vec<String>, u64)], comm: &str) -> Vec<(Vec<String>, u64)> {
+    stacks
+        .iter()
+        .filter(|(f, _)| f[0] == comm)
+        .map(|(f, n)| {
+            let user = f[1..]
+                .iter()
+                .filter(|f| !f.ends_with("_[k]"))
+                .cloned()
+                .collect();
+            (user, *n)
+        })
+        .collect()
+}
+
+/// The decoder's JSON summary of a pprof file.
+pub fn python_decode(file: &std::path::Path) -> serde_json::Value {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("pprof/decode_pprof.py");
+    // The first Python that has the protobuf runtime: a pyenv `python3` may shadow the
+    // system one that Debian's python3-protobuf (installed by .ci/run) belongs to.
+    let python = ["python3", "/usr/bin/python3"]
+        .into_iter()
+        .find(|py| {
+            Command::new(py)
+                .args(["-c", "import google.protobuf"])
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+        .unwrap_or("python3");
+    let out = Command::new(python)
+        .arg(&script)
+        .arg(file)
+        .output()
+        .expect("running python3");
+    assert!(
+        out.status.success(),
+        "the Python decoder failed (is the protobuf package installed? .ci/run installs it): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("decoder JSON")
+}
+
+/// The fixture's own measurements (`truth key=ns ...`) from its stdout.
+pub fn truth(stdout: &str, key: &str) -> u64 {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("truth "))
+        .and_then(|l| {
+            l.split(' ')
+                .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no truth {key} in:\n{stdout}"))
+}

@@ -12,23 +12,6 @@ use profiler_tests::*;
 
 const PERF: &str = "/usr/bin/perf";
 
-/// User frames (outermost first) of the stacks of `comm`, with counts (a stack of kernel
-/// frames only has none).
-fn user_stacks(stacks: &[(Vec<String>, u64)], comm: &str) -> Vec<(Vec<String>, u64)> {
-    stacks
-        .iter()
-        .filter(|(f, _)| f[0] == comm)
-        .map(|(f, n)| {
-            let user = f[1..]
-                .iter()
-                .filter(|f| !f.ends_with("_[k]"))
-                .cloned()
-                .collect();
-            (user, *n)
-        })
-        .collect()
-}
-
 /// Whether a stack is whole: it reaches libc's call of `main` (named from libc's symbols in
 /// a stripped program), or the program's entry point (`_start`, before or after `main`), or
 /// the dynamic loader's entry.

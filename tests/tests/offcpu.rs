@@ -5,19 +5,6 @@ use std::process::{Command, Stdio};
 
 use profiler_tests::*;
 
-/// The fixture's own measurements (`truth key=ns ...`) from its stdout.
-fn truth(stdout: &str, key: &str) -> u64 {
-    stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("truth "))
-        .and_then(|l| {
-            l.split(' ')
-                .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
-        })
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no truth {key} in:\n{stdout}"))
-}
-
 /// The sum of the counts of the stacks `keep` accepts.
 fn total(stacks: &[(Vec<String>, u64)], keep: impl Fn(&[String]) -> bool) -> u64 {
     stacks.iter().filter(|(f, _)| keep(f)).map(|(_, n)| n).sum()

@@ -2,10 +2,7 @@
 //! `flamegraph` and an independent decoder (Google's protobuf runtime in Python); SVG,
 //! folded and speedscope output; JIT symbols; continuous mode; lost samples everywhere.
 
-use std::{
-    path::Path,
-    process::{Command, Output, Stdio},
-};
+use std::process::{Command, Output, Stdio};
 
 use profiler_tests::*;
 
@@ -16,34 +13,6 @@ fn ok(out: Output, what: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).expect("utf-8")
-}
-
-/// The decoder's JSON summary of a pprof file.
-fn python_decode(file: &Path) -> serde_json::Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("pprof/decode_pprof.py");
-    // The first Python that has the protobuf runtime: a pyenv `python3` may shadow the
-    // system one that Debian's python3-protobuf (installed by .ci/run) belongs to.
-    let python = ["python3", "/usr/bin/python3"]
-        .into_iter()
-        .find(|py| {
-            Command::new(py)
-                .args(["-c", "import google.protobuf"])
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        })
-        .unwrap_or("python3");
-    let out = Command::new(python)
-        .arg(&script)
-        .arg(file)
-        .output()
-        .expect("running python3");
-    assert!(
-        out.status.success(),
-        "the Python decoder failed (is the protobuf package installed? .ci/run installs it): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("decoder JSON")
 }
 
 /// (self %, self value as shown: events, or time such as `1.23s`) of `function` in a

@@ -4,10 +4,7 @@
 //! cpu-clock), and a folded file of several events reads back with the numbers it was
 //! written with.
 
-use std::{
-    path::Path,
-    process::{Command, Output, Stdio},
-};
+use std::process::Output;
 
 use profiler_tests::*;
 
@@ -15,45 +12,6 @@ fn ok(out: Output, what: &str) -> (String, String) {
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(out.status.success(), "{what} failed: {stderr}");
     (String::from_utf8(out.stdout).expect("utf-8"), stderr)
-}
-
-/// The fixture's own count `key` (`truth key=N ...`) from its stdout.
-fn truth(stdout: &str, key: &str) -> u64 {
-    stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("truth "))
-        .and_then(|l| {
-            l.split(' ')
-                .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
-        })
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no truth {key} in:\n{stdout}"))
-}
-
-/// The decoder's JSON summary of a pprof file (Google's protobuf runtime; see profile.rs).
-fn python_decode(file: &Path) -> serde_json::Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("pprof/decode_pprof.py");
-    let python = ["python3", "/usr/bin/python3"]
-        .into_iter()
-        .find(|py| {
-            Command::new(py)
-                .args(["-c", "import google.protobuf"])
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        })
-        .unwrap_or("python3");
-    let out = Command::new(python)
-        .arg(&script)
-        .arg(file)
-        .output()
-        .expect("running python3");
-    assert!(
-        out.status.success(),
-        "the Python decoder failed (is the protobuf package installed? .ci/run installs it): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("decoder JSON")
 }
 
 /// Folded lines of the stacks (header comments skipped).

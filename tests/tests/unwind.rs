@@ -9,22 +9,6 @@ use std::{
 
 use profiler_tests::*;
 
-/// User frames (outermost first) of each stack of `comm`, with counts.
-fn user_stacks(stacks: &[(Vec<String>, u64)], comm: &str) -> Vec<(Vec<String>, u64)> {
-    stacks
-        .iter()
-        .filter(|(f, _)| f[0] == comm)
-        .map(|(f, n)| {
-            let user = f[1..]
-                .iter()
-                .filter(|f| !f.ends_with("_[k]"))
-                .cloned()
-                .collect();
-            (user, *n)
-        })
-        .collect()
-}
-
 /// Runs `record -F 999 -o FILE.folded [extra] -- argv`, returns the folded stacks.
 fn record(name: &str, extra: &[&str], argv: &[&str]) -> Vec<(Vec<String>, u64)> {
     let dir = scratch(name);
