@@ -96,7 +96,9 @@ pub unsafe extern "C" fn cpc_set_add_request(
         .map(|i| {
             // SAFETY: `attrs` holds `nattrs` entries; names are NULL or strings.
             let a = unsafe { &*attrs.add(i) };
-            Attr::new(unsafe { text(a.ca_name) }, a.ca_val)
+            // SAFETY: the entry's name is NULL or a string, as documented.
+            let name = unsafe { text(a.ca_name) };
+            Attr::new(name, a.ca_val)
         })
         .collect();
     // SAFETY: `event` is NULL or a string.

@@ -305,21 +305,25 @@ unsafe fn serve(req: Request, write: bool, arg: *mut c_void) -> Result<(), Perfm
     if arg.is_null() {
         return Err(PerfmonError::Fault(req.name()));
     }
-    // SAFETY (each access below): `arg` is non-NULL and points to the request's type, by
-    // this function's contract; unaligned accesses because C callers may pack them.
+    // Each access below: `arg` is non-NULL and points to the request's type, by this
+    // function's contract; unaligned accesses because C callers may pack them.
     match req {
         Request::Setup => {
+            // SAFETY: `arg` points to a `struct pmc` (above).
             let pmc = unsafe { (arg as *const Pmc).read_unaligned() };
             device().setup(pmc)
         }
         Request::Get => {
             let p = arg as *mut Pmc;
+            // SAFETY: `arg` points to a `struct pmc` (above).
             let num = unsafe { p.read_unaligned() }.num;
             let got = device().get(num)?;
+            // SAFETY: as above, valid for writes.
             unsafe { p.write_unaligned(got) };
             Ok(())
         }
         Request::Start | Request::Stop | Request::Reset => {
+            // SAFETY: `arg` points to an int (above).
             let num = unsafe { (arg as *const c_int).read_unaligned() };
             let mut d = device();
             match req {
@@ -330,12 +334,15 @@ unsafe fn serve(req: Request, write: bool, arg: *mut c_void) -> Result<(), Perfm
         }
         Request::Read => {
             let p = arg as *mut PmcData;
+            // SAFETY: `arg` points to a `struct pmc_data` (above).
             let mut data = unsafe { p.read_unaligned() };
             data.value = device().read(data.num)?;
+            // SAFETY: as above, valid for writes.
             unsafe { p.write_unaligned(data) };
             Ok(())
         }
         Request::Tstamp => {
+            // SAFETY: `arg` points to a `struct pmc_tstamp` (above), valid for writes.
             unsafe { (arg as *mut crate::abi::PmcTstamp).write_unaligned(Device::tstamp()) };
             Ok(())
         }

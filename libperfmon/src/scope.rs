@@ -149,7 +149,9 @@ mod tests {
             let mask = || {
                 // SAFETY: reads the calling thread's mask into a zeroed cpu_set_t.
                 let mut s: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-                assert_eq!(unsafe { libc::sched_getaffinity(0, size, &mut s) }, 0);
+                // SAFETY: `s` is a cpu_set_t of `size` bytes.
+                let rc = unsafe { libc::sched_getaffinity(0, size, &mut s) };
+                assert_eq!(rc, 0);
                 (0..libc::CPU_SETSIZE as usize)
                     // SAFETY: c < CPU_SETSIZE.
                     .filter(|&c| unsafe { libc::CPU_ISSET(c, &s) })

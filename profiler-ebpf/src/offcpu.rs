@@ -108,12 +108,14 @@ fn on_switch<const TABLES: bool>(ctx: &TracePointContext) {
     };
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    // SAFETY (both reads): fields of the tracepoint record at the offsets tracefs gave.
-    if let Ok(next) = unsafe { ctx.read_at::<i32>(oc.next_pid_offset as usize) }
+    // SAFETY: a field of the tracepoint record at the offset tracefs gave.
+    let next = unsafe { ctx.read_at::<i32>(oc.next_pid_offset as usize) };
+    if let Ok(next) = next
         && next > 0
     {
         switch_in(next as u32, now, oc, config);
     }
+    // SAFETY: as above.
     let Ok(state) = (unsafe { ctx.read_at::<u64>(oc.prev_state_offset as usize) }) else {
         return;
     };

@@ -176,13 +176,14 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
     // Batch wake-ups: only wake the reader once enough is pending (it also polls on a
     // timer), or at once when tables are missing, so it loads them promptly.
     let pending = RECORD_EVENTS.query(BPF_RB_AVAIL_DATA as u64);
-    let wake = if pending + size >= config.wakeup_bytes
-        || (TABLES && wake_for_tables(flags, unsafe { (*buf).header.time_ns }))
-    {
-        BPF_RB_FORCE_WAKEUP
-    } else {
-        BPF_RB_NO_WAKEUP
-    };
+    // SAFETY: this CPU's record buffer, filled above.
+    let time_ns = unsafe { (*buf).header.time_ns };
+    let wake =
+        if pending + size >= config.wakeup_bytes || (TABLES && wake_for_tables(flags, time_ns)) {
+            BPF_RB_FORCE_WAKEUP
+        } else {
+            BPF_RB_NO_WAKEUP
+        };
     // SAFETY: copies `size` bytes (at most the whole buffer, which the bound above and the
     // buffer's size guarantee) of our per-CPU buffer into the ring.
     let rc = unsafe {

@@ -154,11 +154,17 @@ pub(crate) fn bump(slot: u32) {
 /// Whether the current task passes the configured target filters.
 #[inline(always)]
 pub(crate) fn targeted(config: &SamplerConfig, tgid: u32, tid: u32) -> bool {
-    // SAFETY (all three): plain map lookups; the values are only tested for presence.
-    !((config.filter & filter::TGID != 0 && unsafe { TGIDS.get(tgid) }.is_none())
-        || (config.filter & filter::TID != 0 && unsafe { TIDS.get(tid) }.is_none())
-        || (config.filter & filter::CGROUP != 0
-            && unsafe { CGROUPS.get(bpf_get_current_cgroup_id()) }.is_none()))
+    // SAFETY: a plain map lookup; the value is only tested for presence.
+    if config.filter & filter::TGID != 0 && unsafe { TGIDS.get(tgid) }.is_none() {
+        return false;
+    }
+    // SAFETY: as above.
+    if config.filter & filter::TID != 0 && unsafe { TIDS.get(tid) }.is_none() {
+        return false;
+    }
+    // SAFETY: as above.
+    !(config.filter & filter::CGROUP != 0
+        && unsafe { CGROUPS.get(bpf_get_current_cgroup_id()) }.is_none())
 }
 
 #[inline(always)]

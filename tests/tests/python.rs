@@ -72,11 +72,8 @@ impl Drop for Running {
 
 fn signal(pid: u32, sig: i32) {
     // SAFETY: kill has no memory preconditions; pid is our own child, still unreaped.
-    assert_eq!(
-        unsafe { libc::kill(pid as i32, sig) },
-        0,
-        "kill({pid}, {sig})"
-    );
+    let rc = unsafe { libc::kill(pid as i32, sig) };
+    assert_eq!(rc, 0, "kill({pid}, {sig})");
 }
 
 /// What the script wrote of each thread: ident → (native id, frames innermost first).

@@ -204,7 +204,9 @@ mod tests {
         assert_eq!(r.type_, 1, "PERF_TYPE_SOFTWARE");
         assert_eq!(r.config, 0, "PERF_COUNT_SW_CPU_CLOCK");
         assert_eq!(r.freq(), 1);
-        assert_eq!(unsafe { r.__bindgen_anon_1.sample_freq }, 999);
+        // SAFETY: reading the plain integer member of the period/frequency union.
+        let freq = unsafe { r.__bindgen_anon_1.sample_freq };
+        assert_eq!(freq, 999);
         assert_eq!(r.disabled(), 1, "events start disabled");
         assert_eq!(r.size as usize, std::mem::size_of::<perf_event_attr>());
         assert_eq!(a.sample_policy(), SamplePolicy::Frequency(999));

@@ -325,6 +325,7 @@ mod tests {
             flags: record_flags::STACK_COPY | record_flags::GROUP_VALUES,
             ..Default::default()
         };
+        // SAFETY: the header is plain integers, STACK_HEADER_SIZE bytes long.
         let mut rec = unsafe {
             std::slice::from_raw_parts((&raw const header).cast::<u8>(), STACK_HEADER_SIZE)
         }
