@@ -162,7 +162,7 @@ fn every_page_renders_and_every_libcpc_symbol_has_one() {
         // The page's options are the parser's: every long option of --help is on it.
         for long in usage.split_whitespace().filter(|w| w.starts_with("--")) {
             let long = long
-                .trim_end_matches([',', ']', '>'])
+                .trim_end_matches([',', ']', '>', ':', '.', ')', ';', '`'])
                 .split(['=', '<'])
                 .next()
                 .unwrap();
