@@ -393,7 +393,11 @@ fn a_damaged_copy_with_the_same_build_id_leaves_the_real_stacks_alone() {
 fn read_waits(stacks: &[(Vec<String>, u64)]) -> Vec<(String, u64)> {
     stacks
         .iter()
-        .filter(|(f, _)| f.first().is_some_and(|c| c.starts_with("off-cpu")))
+        // A wait: its event's frame first (a file of several events) or its marker last.
+        .filter(|(f, _)| {
+            f.first().is_some_and(|c| c.starts_with("off-cpu"))
+                || f.last().is_some_and(|l| l == "[off-cpu]")
+        })
         .filter(|(f, _)| f.iter().any(|f| f == "__GI___libc_read"))
         .map(|(f, n)| {
             let user: Vec<&str> = f
@@ -438,10 +442,13 @@ fn a_thread_blocked_from_its_start_keeps_its_caller_off_cpu() {
             String::from_utf8_lossy(&rec.stderr)
         );
     }
+    // flamegraph shows one event at a time: the waits.
     let conv = profiler(&[
         "flamegraph",
         "-i",
         pprof.to_str().unwrap(),
+        "-e",
+        "off-cpu",
         "--folded",
         "-o",
         from_pprof.to_str().unwrap(),

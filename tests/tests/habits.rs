@@ -225,7 +225,11 @@ fn dash_is_standard_output_for_every_format() {
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{format}: {stderr}");
         // The table and summary went to stderr.
-        let summary = stderr.lines().next().unwrap_or_default();
+        // The summary line ("N samples of ..."); `profiler:` notes may come before it.
+        let summary = stderr
+            .lines()
+            .find(|l| !l.starts_with("profiler:"))
+            .unwrap_or_default();
         let samples = leading_number(summary);
         assert!(samples >= 2000, "{format}: {stderr}");
         let data = out.stdout;

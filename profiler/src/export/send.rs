@@ -227,12 +227,7 @@ async fn send_grpc(
     )],
     item: &Item,
 ) -> Result<u64, ExportError> {
-    let status_error = |s: tonic::Status| ExportError::Grpc {
-        endpoint: endpoint.url.clone(),
-        code: s.code(),
-        message: s.message().to_string(),
-        retry_after: retry_info(s.details()),
-    };
+    let status_error = |s: tonic::Status| grpc_error(&endpoint.url, s);
     grpc.ready().await.map_err(|e| ExportError::Transport {
         endpoint: endpoint.url.clone(),
         reason: e.to_string(),
@@ -249,6 +244,25 @@ async fn send_grpc(
     // The body as compressed on the wire is not visible through tonic: report what gzip
     // makes of it, the same compression tonic applies.
     Ok(gzip(&item.body).len() as u64)
+}
+
+/// The error of a failed gRPC call. A status tonic makes up for a connection that broke
+/// mid-request (the store killed, a reset) is Unknown with the transport error as its
+/// source: no answer came from the store, so it is a transport failure (retried), not the
+/// store's own Unknown.
+fn grpc_error(endpoint: &str, s: tonic::Status) -> ExportError {
+    if let (tonic::Code::Unknown, Some(source)) = (s.code(), std::error::Error::source(&s)) {
+        return ExportError::Transport {
+            endpoint: endpoint.to_string(),
+            reason: format!("{}: {source}", s.message()),
+        };
+    }
+    ExportError::Grpc {
+        endpoint: endpoint.to_string(),
+        code: s.code(),
+        message: s.message().to_string(),
+        retry_after: retry_info(s.details()),
+    }
 }
 
 /// An OTLP response that says every profile was rejected is an error (not retried); one
@@ -406,6 +420,20 @@ impl Decoder for RawCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_broken_connection_is_a_transport_failure_and_the_stores_unknown_is_not() {
+        // What tonic returns when the connection breaks mid-call: Unknown, with a source.
+        let broken = tonic::Status::from_error(Box::new(std::io::Error::other("reset")));
+        assert_eq!(broken.code(), tonic::Code::Unknown);
+        let e = grpc_error("otlp+grpc://h:4317", broken);
+        assert!(matches!(e, ExportError::Transport { .. }), "{e}");
+        assert!(e.retryable());
+        // An Unknown the store itself answered has no source: not retried.
+        let answered = grpc_error("otlp+grpc://h:4317", tonic::Status::unknown("boom"));
+        assert!(matches!(answered, ExportError::Grpc { .. }), "{answered}");
+        assert!(!answered.retryable());
+    }
 
     #[test]
     fn retry_info_in_status_details() {
