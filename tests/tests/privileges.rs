@@ -131,6 +131,8 @@ fn under_sudo_outputs_belong_to_the_invoking_user() {
     let svg = dir.join("p.svg");
     let rows = dir.join("rows.txt");
     let series = dir.join("series");
+    // --interval writes into an existing directory.
+    std::fs::create_dir_all(&series).unwrap();
     let (pbs, svgs) = (pb.to_str().unwrap(), svg.to_str().unwrap());
     sudo(&["record", "-q", "-o", pbs, "--", &path("chain"), "0.2"]);
     sudo(&["flamegraph", "-i", pbs, "-o", svgs]);

@@ -244,6 +244,8 @@ fn continuous_mode_writes_one_complete_file_per_interval() {
     let _guard = serial();
     let dir = scratch("series");
     let series = dir.join("profiles");
+    // --interval writes into an existing directory.
+    std::fs::create_dir_all(&series).unwrap();
     let out = profiler(&[
         "record",
         "-F",
