@@ -176,9 +176,13 @@ fn thousands_of_short_lived_processes_during_a_system_wide_run() {
             "the short-lived {comm} processes are in the report:\n{report}"
         );
     }
-    // One profile keeps each sampled process's maps and stacks until the end (pid labels):
-    // a few KiB per process, and fds for the distinct files sampled.
-    assert_bounded("churn", &held, 32, 128);
+    // One profile keeps each sampled process's maps and stacks until the end (pid labels),
+    // and fds for the distinct files sampled. Since short-lived processes are named from
+    // the kernel's mmap records (not left `[unknown]`), each of the ~5,000 gone processes
+    // is symbolized through its own maps at the end: measured +208 MiB at that peak (a
+    // debug build; +90 MiB while recording), against +128 before they were named. The
+    // continuous mode's soak below keeps its bound: intervals let their processes go.
+    assert_bounded("churn", &held, 32, 256);
 }
 
 /// `secs` system-wide at 999 Hz with constant process churn, in continuous mode (a profile
