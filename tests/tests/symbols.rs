@@ -99,7 +99,8 @@ fn stripped_binaries_are_named_from_their_separate_debug_information() {
 /// The share of samples whose leaf is a PLT stub, from our folded stacks.
 fn our_plt_share(folded: &str) -> (f64, u64) {
     let (mut plt, mut all) = (0u64, 0u64);
-    for line in folded.lines() {
+    // The header comments (`# profiler-folded ...`) carry no stack.
+    for line in folded.lines().filter(|l| !l.starts_with('#')) {
         let Some((stack, n)) = line.rsplit_once(' ') else {
             continue;
         };
