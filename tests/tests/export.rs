@@ -8,7 +8,7 @@
 mod stores;
 
 use std::{
-    path::Path,
+    path::{Path, PathBuf},
     process::{Command, Stdio},
 };
 
@@ -25,13 +25,7 @@ fn every_interval_reaches_three_stores_as_its_file_says() {
     let dir = scratch("export-all");
     let log = dir.join("requests.jsonl");
     let receiver = Receiver::start(&log, [0; 3], None);
-    let series = dir.join("profiles");
-    // --interval writes into an existing directory.
-    std::fs::create_dir_all(&series).unwrap();
-    let mut args: Vec<String> = ["record", "-F", "199", "-q", "--interval", "1", "-o"]
-        .map(String::from)
-        .to_vec();
-    args.push(series.display().to_string());
+    let (series, mut args) = interval_args(&dir, "199");
     args.extend(receiver.exports(&PROTOCOLS));
     args.extend(["--export-header", "Authorization=Bearer t0ken"].map(String::from));
     args.extend(["--service-name", "fallback"].map(String::from));
@@ -164,13 +158,7 @@ fn intervals_outlive_a_store_outage_in_order_and_once() {
     let log = dir.join("requests.jsonl");
     let receiver = Receiver::start(&log, [0; 3], None);
     let ports = receiver.ports();
-    let series = dir.join("profiles");
-    // --interval writes into an existing directory.
-    std::fs::create_dir_all(&series).unwrap();
-    let mut args: Vec<String> = ["record", "-F", "99", "-q", "--interval", "1", "-o"]
-        .map(String::from)
-        .to_vec();
-    args.push(series.display().to_string());
+    let (series, mut args) = interval_args(&dir, "99");
     args.extend(receiver.exports(&PROTOCOLS));
     args.extend([
         "--spool".to_string(),
@@ -241,13 +229,7 @@ fn a_store_answering_503_for_a_while_gets_every_interval() {
     let dir = scratch("export-503");
     let log = dir.join("requests.jsonl");
     let receiver = Receiver::start(&log, [0; 3], Some("503:3"));
-    let series = dir.join("profiles");
-    // --interval writes into an existing directory.
-    std::fs::create_dir_all(&series).unwrap();
-    let mut args: Vec<String> = ["record", "-F", "99", "-q", "--interval", "1", "-o"]
-        .map(String::from)
-        .to_vec();
-    args.push(series.display().to_string());
+    let (series, mut args) = interval_args(&dir, "99");
     args.extend(receiver.exports(&PROTOCOLS));
     args.extend(["--", &path("chain"), "5.5"].map(String::from));
     let out = Command::new(profiler_bin()).args(&args).output().unwrap();
@@ -277,13 +259,7 @@ fn a_store_refusing_auth_costs_one_line_an_interval_and_nothing_else() {
     let dir = scratch("export-401");
     let log = dir.join("requests.jsonl");
     let receiver = Receiver::start(&log, [0; 3], Some("401"));
-    let series = dir.join("profiles");
-    // --interval writes into an existing directory.
-    std::fs::create_dir_all(&series).unwrap();
-    let mut args: Vec<String> = ["record", "-F", "99", "-q", "--interval", "1", "-o"]
-        .map(String::from)
-        .to_vec();
-    args.push(series.display().to_string());
+    let (series, mut args) = interval_args(&dir, "99");
     args.extend(receiver.exports(&PROTOCOLS));
     args.extend(["--", &path("chain"), "3.5"].map(String::from));
     let out = Command::new(profiler_bin()).args(&args).output().unwrap();
@@ -424,13 +400,7 @@ fn off_cpu_and_counter_group_columns_go_out_as_their_own_sample_types() {
         let dir = scratch(&format!("export-{name}"));
         let log = dir.join("requests.jsonl");
         let receiver = Receiver::start(&log, [0; 3], None);
-        let series = dir.join("profiles");
-        // --interval writes into an existing directory.
-        std::fs::create_dir_all(&series).unwrap();
-        let mut args: Vec<String> = ["record", "-F", "99", "-q", "--interval", "1", "-o"]
-            .map(String::from)
-            .to_vec();
-        args.push(series.display().to_string());
+        let (series, mut args) = interval_args(&dir, "99");
         args.extend(extra.iter().map(|a| a.to_string()));
         args.extend(receiver.exports(&PROTOCOLS));
         args.push("--".into());
@@ -594,4 +564,16 @@ fn tls_exports_trust_the_given_ca_and_only_it() {
         "only the trusted run's requests arrived"
     );
     receiver.stop();
+}
+
+/// `record -F RATE -q --interval 1 -o DIR/profiles` (the directory made first: --interval
+/// writes into an existing one), and that directory.
+fn interval_args(dir: &Path, rate: &str) -> (PathBuf, Vec<String>) {
+    let series = dir.join("profiles");
+    std::fs::create_dir_all(&series).unwrap();
+    let mut args: Vec<String> = ["record", "-F", rate, "-q", "--interval", "1", "-o"]
+        .map(String::from)
+        .to_vec();
+    args.push(series.display().to_string());
+    (series, args)
 }
