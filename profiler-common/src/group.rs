@@ -16,7 +16,7 @@ pub const TAIL_WORDS: usize = 1 + MAX_COUNTERS;
 /// `GROUP_LOST`).
 pub const MAX_TASKS: u32 = 32768;
 
-/// Slot of `GROUP_LOST` (per CPU, `MAX_COUNTERS + 2` slots) counting failed counter reads;
+/// Slot of `GROUP_LOST` (per CPU, `LOST_SLOTS` slots) counting failed counter reads;
 /// slots `0..MAX_COUNTERS` hold the events of tasks the map had no room for.
 pub const READ_ERRORS: u32 = MAX_COUNTERS as u32;
 /// Slot of `GROUP_LOST` counting the accounting runs (switches and samples) that did work.
@@ -25,7 +25,12 @@ pub const UPDATES: u32 = MAX_COUNTERS as u32 + 1;
 /// (`GROUP_SAMPLED` or `AGGREGATE_GROUP` full): the increases stay with the thread, for its
 /// next sample or its `unattributed` rest, as a lost ring record's do.
 pub const AGGREGATE_FULL: u32 = MAX_COUNTERS as u32 + 2;
-pub const LOST_SLOTS: u32 = MAX_COUNTERS as u32 + 3;
+/// Slots `AFTER_EXIT..AFTER_EXIT + MAX_COUNTERS` of `GROUP_LOST`: per counter, the events
+/// targets counted after `sched_process_exit` (the futex and `clear_child_tid` writes of
+/// their exit). A per-task counter (`perf stat -p`, `track`) has stopped by then, on 6.16
+/// and later before the exit releases the address space, so they are not the target's.
+pub const AFTER_EXIT: u32 = MAX_COUNTERS as u32 + 3;
+pub const LOST_SLOTS: u32 = AFTER_EXIT + MAX_COUNTERS as u32;
 
 /// Slot 0 of the `GROUP_CONFIG` array.
 #[repr(C)]
@@ -36,6 +41,11 @@ pub struct GroupConfig {
     /// Bit k: counter k counts one event per context switch, *after* the `sched_switch`
     /// tracepoint (`context-switches`): that event belongs to the task switched out.
     pub counted_at_switch: u32,
+    /// 1: a target's counting ends at its `sched_process_exit` (the group's exit and fork
+    /// programs are attached; the fork program clears a reused tid's mark).
+    pub exits: u32,
+    /// Offset of `child_pid` in `sched:sched_process_fork` records (from tracefs).
+    pub fork_child_offset: u32,
 }
 
 /// A counter's reading at the last accounting on a CPU (`GROUP_BASE`, per CPU).
@@ -95,7 +105,7 @@ pub fn scale(dc: u64, de: u64, dr: u64) -> u64 {
     }
 }
 
-const _: () = assert!(core::mem::size_of::<GroupConfig>() == 8);
+const _: () = assert!(core::mem::size_of::<GroupConfig>() == 16);
 const _: () = assert!(core::mem::size_of::<CounterBase>() == 24);
 const _: () = assert!(core::mem::size_of::<GroupCpu>() == 32 * MAX_COUNTERS + 24);
 const _: () = assert!(core::mem::size_of::<GroupValues>() == 8 * MAX_COUNTERS);

@@ -8,15 +8,15 @@
 use aya_ebpf::{
     bindings::{BPF_F_CURRENT_CPU, bpf_perf_event_value},
     helpers::{bpf_get_current_pid_tgid, bpf_perf_event_read_value},
-    macros::{map, raw_tracepoint},
-    maps::{Array, HashMap, PerCpuArray},
-    programs::RawTracePointContext,
+    macros::{map, raw_tracepoint, tracepoint},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray},
+    programs::{RawTracePointContext, TracePointContext},
 };
 use profiler_common::{
     AGGREGATE_ENTRIES, AggregateKey,
     group::{
-        AGGREGATE_FULL, GroupConfig, GroupCpu, GroupTail, GroupValues, LOST_SLOTS, MAX_COUNTERS,
-        MAX_TASKS, READ_ERRORS, UPDATES, scale,
+        AFTER_EXIT, AGGREGATE_FULL, GroupConfig, GroupCpu, GroupTail, GroupValues, LOST_SLOTS,
+        MAX_COUNTERS, MAX_TASKS, READ_ERRORS, UPDATES, scale,
     },
     record_flags,
 };
@@ -44,6 +44,34 @@ pub fn group_switch(_ctx: RawTracePointContext) -> i32 {
     // The task being switched out is still `current` here.
     let pid_tgid = bpf_get_current_pid_tgid();
     account(pid_tgid, true);
+    0
+}
+
+/// Target threads past `sched_process_exit`: their counting has ended, as a per-task
+/// counter's does there. A fork clears its child's tid (a tid is reused only after its
+/// thread is gone); LRU, so a full map forgets the longest-dead threads first.
+#[map]
+static GROUP_EXITED: LruHashMap<u32, u8> = LruHashMap::with_max_entries(MAX_TASKS, 0);
+
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn group_exit(_ctx: RawTracePointContext) -> i32 {
+    // The exiting task is `current`: what it counted up to here is its last.
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if account(pid_tgid, false).is_some() {
+        let _ = GROUP_EXITED.insert(&(pid_tgid as u32), &1, 0);
+    }
+    0
+}
+
+#[tracepoint]
+pub fn group_fork(ctx: TracePointContext) -> u32 {
+    let Some(config) = GROUP_CONFIG.get(0) else {
+        return 0;
+    };
+    // SAFETY: reads 4 bytes of the tracepoint record at the offset tracefs gave user space.
+    if let Ok(child) = unsafe { ctx.read_at::<i32>(config.fork_child_offset as usize) } {
+        let _ = GROUP_EXITED.remove(&(child as u32));
+    }
     0
 }
 
@@ -117,6 +145,14 @@ pub(crate) fn account(pid_tgid: u64, switching: bool) -> Option<*mut GroupValues
     let tid = pid_tgid as u32;
     let sampler = CONFIG.get(0)?;
     if !targeted(sampler, tgid, tid) {
+        return None;
+    }
+    // SAFETY: a plain map lookup, only tested for presence.
+    if config.exits != 0 && unsafe { GROUP_EXITED.get(&tid) }.is_some() {
+        for k in 0..MAX_COUNTERS {
+            // SAFETY: as above.
+            add_lost(AFTER_EXIT + k as u32, unsafe { (*cpu).deltas[k] });
+        }
         return None;
     }
     add_lost(UPDATES, 1);

@@ -104,6 +104,9 @@ pub struct GroupTotals {
     pub threads: std::collections::HashMap<u32, [u64; group::MAX_COUNTERS]>,
     /// Events of target threads the per-thread map had no room for, by counter.
     pub untracked: [u64; group::MAX_COUNTERS],
+    /// Events of target threads after their `sched_process_exit`, by counter: not theirs by
+    /// a per-task counter's account, so in no total.
+    pub after_exit: [u64; group::MAX_COUNTERS],
     /// Counter reads that failed (an event missing on a CPU).
     pub read_errors: u64,
     /// Aggregated samples whose counter increases found no room in the aggregation's group
@@ -421,6 +424,23 @@ impl Sampler {
         program.load()?;
         // The link belongs to the program, which the sampler owns: detached on drop.
         program.attach("sched_switch")?;
+        if config.exits != 0 {
+            // Fork first: a tid must never keep an exit mark its new thread did not earn.
+            let fork: &mut aya::programs::TracePoint = self
+                .ebpf
+                .program_mut("group_fork")
+                .ok_or(BpfError::Missing("program `group_fork`"))?
+                .try_into()?;
+            fork.load()?;
+            fork.attach("sched", "sched_process_fork")?;
+            let exit: &mut aya::programs::RawTracePoint = self
+                .ebpf
+                .program_mut("group_exit")
+                .ok_or(BpfError::Missing("program `group_exit`"))?
+                .try_into()?;
+            exit.load()?;
+            exit.attach("sched_process_exit")?;
+        }
         Ok(())
     }
 
@@ -440,12 +460,15 @@ impl Sampler {
             Ok(lost.get(&i, 0).map_err(map_err("GROUP_LOST"))?.iter().sum())
         };
         let mut untracked = [0u64; group::MAX_COUNTERS];
-        for (k, v) in untracked.iter_mut().enumerate() {
-            *v = slot(k as u32)?;
+        let mut after_exit = [0u64; group::MAX_COUNTERS];
+        for k in 0..group::MAX_COUNTERS {
+            untracked[k] = slot(k as u32)?;
+            after_exit[k] = slot(group::AFTER_EXIT + k as u32)?;
         }
         Ok(GroupTotals {
             threads,
             untracked,
+            after_exit,
             read_errors: slot(group::READ_ERRORS)?,
             aggregate_full: slot(group::AGGREGATE_FULL)?,
         })

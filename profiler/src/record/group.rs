@@ -110,7 +110,10 @@ pub fn counter_attr(event: &Event, mode: Mode) -> EventAttr {
 /// The program's configuration for these counters: `context-switches` counts each switch
 /// after the `sched_switch` hook ran, so the hook gives that one to the task switched out
 /// (a switch is counted in kernel mode: not with `--user`).
-pub fn group_config(counters: &[Event], mode: Mode) -> GroupConfig {
+///
+/// `fork_child_offset`: where `sched_process_fork` records keep `child_pid` (tracefs); with
+/// it, a target's counting ends at its `sched_process_exit`, where `perf stat -p`'s does.
+pub fn group_config(counters: &[Event], mode: Mode, fork_child_offset: Option<u32>) -> GroupConfig {
     let mut counted_at_switch = 0;
     for (k, e) in counters.iter().enumerate() {
         if e.kind == EventKind::Software
@@ -123,6 +126,8 @@ pub fn group_config(counters: &[Event], mode: Mode) -> GroupConfig {
     GroupConfig {
         counters: counters.len() as u32,
         counted_at_switch,
+        exits: u32::from(fork_child_offset.is_some()),
+        fork_child_offset: fork_child_offset.unwrap_or(0),
     }
 }
 
@@ -324,9 +329,12 @@ mod tests {
             .iter()
             .map(|n| catalog.resolve(n).unwrap())
             .collect();
-        let c = group_config(&evs, Mode::Both);
+        let c = group_config(&evs, Mode::Both, None);
         assert_eq!((c.counters, c.counted_at_switch), (3, 0b010));
-        assert_eq!(group_config(&evs, Mode::User).counted_at_switch, 0);
+        assert_eq!(group_config(&evs, Mode::User, None).counted_at_switch, 0);
+        assert_eq!((c.exits, c.fork_child_offset), (0, 0));
+        let c = group_config(&evs, Mode::Both, Some(20));
+        assert_eq!((c.exits, c.fork_child_offset), (1, 20));
     }
 
     fn record(tid: u32, values: &[u64]) -> (StackSampleHeader, Vec<u8>) {

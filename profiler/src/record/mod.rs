@@ -356,7 +356,7 @@ fn follow_children(catalog: &Catalog, sampler: &mut Sampler, whose: &str) {
 /// The offset of `field` in `sched:EVENT` records, from its tracefs format. Offsets differ
 /// between kernels (6.18 has `__data_loc` comms and puts fork's `child_pid` at 20, older
 /// kernels at 44); exit's `group_dead` exists from 6.16 on.
-fn tracepoint_field_offset(catalog: &Catalog, event: &str, field: &str) -> Option<u32> {
+pub(crate) fn tracepoint_field_offset(catalog: &Catalog, event: &str, field: &str) -> Option<u32> {
     let format = catalog
         .tracing_root()?
         .join(format!("events/sched/{event}/format"));

@@ -207,7 +207,7 @@ impl<'a> Session<'a> {
             false => None,
         };
         attach_events(opts, &events, &mut sampler)?;
-        let group = start_group(opts, &events, &counters, &mut sampler)?;
+        let group = start_group(opts, &catalog, &events, &counters, &mut sampler)?;
         let records = RecordStream::new(sampler.take_records()?).map_err(BpfError::Ring)?;
         // Before the command starts: its exec and every mapping after are reported.
         let sideband = match opts.stacks && opts.mode != Mode::Kernel {
@@ -768,6 +768,7 @@ fn attach_events(
 /// read them per thread; `None` without a group.
 fn start_group(
     opts: &RecordOptions,
+    catalog: &Catalog,
     events: &[Event],
     counters: &[Event],
     sampler: &mut Sampler,
@@ -790,7 +791,26 @@ fn start_group(
         }
         opened.push((cpu, on_cpu));
     }
-    sampler.start_group(opened, group::group_config(counters, opts.mode))?;
+    // Processes and threads are counted as `perf stat -p` counts them: up to their exit
+    // (system-wide and cgroup counts take every event on the CPUs, as `perf stat -a/-G`).
+    let fork_child_offset = match opts.target {
+        Target::Pids(_) | Target::Tids(_) | Target::Command(_) => {
+            let offset = super::tracepoint_field_offset(catalog, "sched_process_fork", "child_pid");
+            if offset.is_none() {
+                eprintln!(
+                    "profiler: warning: sched:sched_process_fork is not in tracefs: the \
+                     counters may count a few events of a thread's exit that `perf stat -p` \
+                     does not"
+                );
+            }
+            offset
+        }
+        Target::SystemWide | Target::Cgroup(_) => None,
+    };
+    sampler.start_group(
+        opened,
+        group::group_config(counters, opts.mode, fork_child_offset),
+    )?;
     Ok(Some(Group {
         names: counters.iter().map(|e| e.name.clone()).collect(),
         cpus,
