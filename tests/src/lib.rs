@@ -147,8 +147,8 @@ pub fn settle_programs(done: impl Fn(&BTreeSet<u32>) -> bool) -> BTreeSet<u32> {
 pub const RECORD_PROGRAMS: usize = 3;
 
 /// Ids of the loaded BPF programs named like ours (`sample`, `record_sample`, `record_fp`,
-/// `on_fork`, `on_exit`, `cg_switch`, the group's `group_*`, `unwind_exec`, `unwind_exit`, and the off-CPU
-/// programs, whose names the kernel cuts to 15 bytes).
+/// `on_fork`, `on_exit`, `cg_switch`, the group's `group_*`, `unwind_exec`, `unwind_exit`,
+/// and the off-CPU programs, whose names the kernel cuts to 15 bytes).
 pub fn our_programs() -> BTreeSet<u32> {
     aya::programs::loaded_programs()
         .filter_map(Result::ok)
