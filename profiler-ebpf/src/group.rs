@@ -58,7 +58,7 @@ pub fn group_exit(_ctx: RawTracePointContext) -> i32 {
     // The exiting task is `current`: what it counted up to here is its last.
     let pid_tgid = bpf_get_current_pid_tgid();
     if account(pid_tgid, false).is_some() {
-        let _ = GROUP_EXITED.insert(&(pid_tgid as u32), &1, 0);
+        let _ = GROUP_EXITED.insert(pid_tgid as u32, 1, 0);
     }
     0
 }
@@ -70,7 +70,7 @@ pub fn group_fork(ctx: TracePointContext) -> u32 {
     };
     // SAFETY: reads 4 bytes of the tracepoint record at the offset tracefs gave user space.
     if let Ok(child) = unsafe { ctx.read_at::<i32>(config.fork_child_offset as usize) } {
-        let _ = GROUP_EXITED.remove(&(child as u32));
+        let _ = GROUP_EXITED.remove(child as u32);
     }
     0
 }
@@ -148,7 +148,7 @@ pub(crate) fn account(pid_tgid: u64, switching: bool) -> Option<*mut GroupValues
         return None;
     }
     // SAFETY: a plain map lookup, only tested for presence.
-    if config.exits != 0 && unsafe { GROUP_EXITED.get(&tid) }.is_some() {
+    if config.exits != 0 && unsafe { GROUP_EXITED.get(tid) }.is_some() {
         for k in 0..MAX_COUNTERS {
             // SAFETY: as above.
             add_lost(AFTER_EXIT + k as u32, unsafe { (*cpu).deltas[k] });
