@@ -220,11 +220,12 @@ fn a_50_ms_process_without_frame_pointers_has_whole_stacks() {
     );
     // 1500 at 999 Hz; fewer when the machine is busy (each run ends 50 ms after it began).
     assert!(total >= 300, "only {total} samples of nofp");
-    // Issue 31 asks 99 %. Twelve runs gave 96.7 to 100 % (a few copies per run are cut:
-    // `copies_cut` in the line above); 95 % guards the walk of the copies (without them:
-    // 93.9 %) until the cuts are understood. Issue 31 stays open on this.
+    // Issue 31 asks 99 %. The cuts were mostly a fork's child whose mappings were read
+    // before its exec (its copies walked with the shell's tables until a retry); now read
+    // again at once. Measured beside two helper builds (load 4-6): 99.5-100 % in 9 runs,
+    // the rest the loader's lazy-binding trampoline (its CFA is in rbx, not copied).
     assert!(
-        pct(whole_n, total) >= 95.0 && pct(chain, leaf) >= 95.0,
+        pct(whole_n, total) >= 99.0 && pct(chain, leaf) >= 99.0,
         "{whole_n} of {total} whole, {chain} of {leaf} with main > outer > middle > leaf; \
          cut:\n{}",
         cut.join("\n")

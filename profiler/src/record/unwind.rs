@@ -68,6 +68,8 @@ impl Worker {
 
 /// Quickest retry of a process whose tables could not be loaded.
 const RETRY: Duration = Duration::from_millis(10);
+/// Least wait before reading a process again whose sample is in none of its mappings.
+const STALE_RETRY: Duration = Duration::from_millis(1);
 /// First and longest wait between rescans of a process whose frames miss its mappings.
 const RESCAN_MIN: Duration = Duration::from_millis(5);
 const RESCAN_MAX: Duration = Duration::from_secs(1);
@@ -203,10 +205,19 @@ impl TableLoader {
     pub fn note(&mut self, rec: &StackSampleHeader) {
         let now = Instant::now();
         if rec.flags & record_flags::UNWIND_NO_PROCESS != 0 {
-            let due = self
-                .procs
-                .get(&rec.pid)
-                .is_none_or(|p| now.duration_since(p.scanned) >= RETRY);
+            let due = self.procs.get(&rec.pid).is_none_or(|p| {
+                let age = now.duration_since(p.scanned);
+                // A user address in none of its mappings: what was read is another image
+                // (a fork's child read before its exec) or older; read again now, not
+                // RETRY later, or the copies of its first milliseconds are walked with it.
+                age >= RETRY
+                    || (age >= STALE_RETRY
+                        && rec.ip < KERNEL_SPACE
+                        && !p
+                            .entries
+                            .iter()
+                            .any(|e| e.start <= rec.ip && rec.ip < e.end))
+            });
             if due {
                 self.pending.insert(rec.pid, true);
             }
