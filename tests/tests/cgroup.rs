@@ -368,7 +368,10 @@ fn each_containers_flame_graph_holds_only_its_own_workload() {
             stacks.iter().all(|(f, _)| !f.iter().any(|x| x == foreign)),
             "{own}'s cgroup has {foreign}'s stacks"
         );
-        assert!(total > 0, "{own}'s cgroup has only lost samples: {stacks:?}");
+        assert!(
+            total > 0,
+            "{own}'s cgroup has only lost samples: {stacks:?}"
+        );
         assert!(
             own_n * 10 >= total * 8,
             "{own}: {own_n} of {total} samples: {:?}",
