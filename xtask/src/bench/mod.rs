@@ -6,6 +6,7 @@
 
 mod counting;
 mod env;
+mod export;
 mod group;
 mod kernel;
 mod loss;
@@ -145,7 +146,7 @@ pub fn bench(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
         runs: 0,
     };
     type Measure = fn(&mut Ctx) -> anyhow::Result<Section>;
-    let measures: [(&str, Measure); 9] = [
+    let measures: [(&str, Measure); 10] = [
         ("overhead", overhead::measure),
         ("kernel cost", kernel::measure),
         ("loss", loss::measure),
@@ -155,6 +156,7 @@ pub fn bench(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
         ("stacks without frame pointers", unwind::measure),
         ("group", group::measure),
         ("offcpu", offcpu::measure),
+        ("export", export::measure),
     ];
     let mut sections = Vec::new();
     for (name, measure) in measures {
