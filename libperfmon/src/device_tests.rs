@@ -138,6 +138,20 @@ impl Kernel for FakeKernel {
     fn bpf_probe(&self) -> io::Result<()> {
         unreachable!()
     }
+
+    fn pidfd_open(&self, _: i32) -> io::Result<OwnedFd> {
+        unreachable!()
+    }
+
+    fn openat2(
+        &self,
+        _: BorrowedFd<'_>,
+        _: &std::ffi::CStr,
+        _: u64,
+        _: u64,
+    ) -> io::Result<OwnedFd> {
+        unreachable!()
+    }
 }
 
 fn page_faults(num: c_int) -> Pmc {

@@ -49,6 +49,10 @@ fn set_errno(e: c_int) {
 }
 
 /// `LIBPERFMON_DEBUG` set: each refused request is explained on stderr.
+///
+/// An interposer has no caller to hand a warning to (the program sees only the ioctl's -1
+/// and errno), so stderr is its one voice: perfmon(4) and docs/perfmon.md document these
+/// lines. The only prints in library crates besides libcpc's default error handler.
 fn refused(what: &str, e: &PerfmonError) -> c_int {
     static DEBUG: OnceLock<bool> = OnceLock::new();
     if *DEBUG.get_or_init(|| std::env::var_os("LIBPERFMON_DEBUG").is_some()) {

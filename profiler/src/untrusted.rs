@@ -13,7 +13,7 @@ use std::{
     fs::File,
     io::{self, Read},
     os::{
-        fd::{FromRawFd, OwnedFd},
+        fd::{AsFd, FromRawFd, OwnedFd},
         unix::{ffi::OsStrExt, fs::MetadataExt},
     },
     path::Path,
@@ -181,30 +181,12 @@ fn open_in_root(root: &Path, path: &Path) -> Result<OwnedFd, Refusal> {
     let dir = File::open(root).map_err(|e| open_error("open", e))?;
     let relative = path.strip_prefix("/").unwrap_or(path);
     let c = c_path(relative)?;
-    // SAFETY: open_how is plain integers; all zero is its documented default.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = OPEN_FLAGS as u64;
-    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
-    // SAFETY: openat2 with a directory fd we hold, a NUL-terminated path and an open_how of
-    // the size we pass; the fd returned is ours alone.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            std::os::fd::AsRawFd::as_raw_fd(&dir),
-            c.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd < 0 {
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::ENOSYS) {
-            return open_plain(&root.join(relative));
-        }
-        return Err(open_error("openat2", err));
+    let resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+    match profiler_core::kernel::linux().openat2(dir.as_fd(), &c, OPEN_FLAGS as u64, resolve) {
+        Ok(fd) => Ok(fd),
+        Err(err) if err.raw_os_error() == Some(libc::ENOSYS) => open_plain(&root.join(relative)),
+        Err(err) => Err(open_error("openat2", err)),
     }
-    // SAFETY: `fd` was just opened and is owned by nothing else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// The effective uid of process `pid` (from /proc/PID/status), while it lives.

@@ -1,6 +1,7 @@
 //! Project automation: `cargo xtask setup | test | run | install | fuzz | bench | layers | kernels`.
 
 mod bench;
+mod deps;
 mod fuzz;
 mod install;
 mod kernels;

@@ -11,6 +11,7 @@ pub fn test(extra: &[String]) -> anyhow::Result<()> {
     setup()?;
     crate::packages::ensure(crate::packages::TEST)?;
     cargo(&["fmt", "--all", "--check"])?;
+    crate::deps::check()?;
     // Host crates. The eBPF crate is not a default member and builds only for BPF.
     cargo(&[
         "clippy",

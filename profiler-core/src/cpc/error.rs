@@ -98,6 +98,8 @@ impl std::error::Error for CpcError {}
 pub type ErrorHandler = Arc<dyn Fn(&str, i32, &str) + Send + Sync>;
 
 pub(crate) fn default_handler() -> ErrorHandler {
+    // The one print in the library crates, on purpose: cpc_seterrhndlr(3CPC) specifies that
+    // the default handler writes the message to stderr; callers replace it to do otherwise.
     Arc::new(|func, _subcode, msg| eprintln!("libcpc: {func}: {msg}"))
 }
 

@@ -37,7 +37,7 @@ pub struct Cpc {
     caps: u32,
     cciname: String,
     cpuref: String,
-    bpf: Result<(), String>,
+    bpf: Result<(), NoBpf>,
     handler: RwLock<ErrorHandler>,
     /// Thread bindings by tid: the "calling LWP's context" of enable/disable/restart.
     pub(crate) lwp: Mutex<HashMap<i32, Weak<Binding>>>,
@@ -149,8 +149,8 @@ impl Cpc {
     }
 
     /// Whether the eBPF overflow engine can run here, and why not.
-    pub fn bpf_support(&self) -> Result<(), &str> {
-        self.bpf.as_ref().map(|_| ()).map_err(String::as_str)
+    pub fn bpf_support(&self) -> Result<(), &NoBpf> {
+        self.bpf.as_ref().map(|_| ())
     }
 
     /// The event catalogue (the one parser for event names).
@@ -314,17 +314,30 @@ fn probe_perf(kernel: &'static dyn Kernel) -> Result<(), CpcError> {
     }
 }
 
+/// Why the eBPF overflow engine cannot run on this host.
+#[derive(Debug, thiserror::Error)]
+pub enum NoBpf {
+    #[error("the kernel has no BTF (/sys/kernel/btf/vmlinux)")]
+    NoBtf,
+    #[error("bpf(2) needs root or CAP_BPF")]
+    NotPermitted,
+    #[error("the kernel has no bpf(2)")]
+    NoSyscall,
+    #[error("bpf(2) probe failed (errno {:?})", .0.raw_os_error())]
+    Probe(#[source] std::io::Error),
+}
+
 /// The bpf(2) syscall exists (EPERM counts: it exists, we may not use it) and BTF is there.
-fn probe_bpf(kernel: &dyn Kernel) -> Result<(), String> {
+fn probe_bpf(kernel: &dyn Kernel) -> Result<(), NoBpf> {
     if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
-        return Err("the kernel has no BTF (/sys/kernel/btf/vmlinux)".into());
+        return Err(NoBpf::NoBtf);
     }
     match kernel.bpf_probe() {
         Ok(()) => Ok(()),
         Err(e) => match e.raw_os_error() {
-            Some(libc::EPERM) => Err("bpf(2) needs root or CAP_BPF".into()),
-            Some(libc::ENOSYS) => Err("the kernel has no bpf(2)".into()),
-            errno => Err(format!("bpf(2) probe failed (errno {errno:?})")),
+            Some(libc::EPERM) => Err(NoBpf::NotPermitted),
+            Some(libc::ENOSYS) => Err(NoBpf::NoSyscall),
+            _ => Err(NoBpf::Probe(e)),
         },
     }
 }

@@ -27,7 +27,7 @@ pub use bind::Lwp;
 pub use buf::Buf;
 pub use engine::OverflowPolicy;
 pub use error::{CpcError, ErrorHandler, Subcode};
-pub use handle::{Cpc, SOFTWARE_NPIC};
+pub use handle::{Cpc, NoBpf, SOFTWARE_NPIC};
 pub use handler::OverflowHandler;
 pub use overflow::{Overflow, Overflows};
 pub use set::{Attr, Request, Set};

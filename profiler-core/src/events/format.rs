@@ -2,7 +2,7 @@
 //! bits of which `perf_event_attr` config word a PMU term occupies, and how a value is packed
 //! into them.
 
-use super::{Event, EventError};
+use super::{Event, EventError, grammar::GrammarError};
 
 /// The `perf_event_attr` words a format can name. (`config3`, added in Linux 6.3 for a few
 /// Arm PMUs, is not carried by [`Event`], so formats naming it are rejected when parsed.)
@@ -14,12 +14,12 @@ pub(crate) enum ConfigWord {
 }
 
 impl ConfigWord {
-    fn parse(word: &str) -> Result<Self, String> {
+    fn parse(word: &str) -> Result<Self, GrammarError> {
         match word {
             "config" => Ok(Self::Config),
             "config1" => Ok(Self::Config1),
             "config2" => Ok(Self::Config2),
-            other => Err(format!("config word '{other}' is not supported")),
+            other => Err(GrammarError::ConfigWord(other.to_owned())),
         }
     }
 
@@ -57,11 +57,11 @@ impl Field {
 
     /// Parses a format file's text, e.g. `config:0-7`, `config1:0-15`, `config:0-7,32-35`
     /// or `config:21`.
-    pub(crate) fn parse(text: &str) -> Result<Self, String> {
+    pub(crate) fn parse(text: &str) -> Result<Self, GrammarError> {
         let text = text.trim();
         let (word, ranges) = text
             .split_once(':')
-            .ok_or_else(|| format!("format '{text}' has no ':'"))?;
+            .ok_or_else(|| GrammarError::NoColon(text.to_owned()))?;
         let word = ConfigWord::parse(word.trim())?;
         let mut mask = 0u64;
         for range in ranges.split(',') {
@@ -74,7 +74,7 @@ impl Field {
                 }
             };
             if lo > hi {
-                return Err(format!("bit range '{range}' is reversed"));
+                return Err(GrammarError::ReversedRange(range.to_owned()));
             }
             mask |= Self::bits(word, lo, hi).mask;
         }
@@ -104,10 +104,10 @@ impl Field {
     }
 }
 
-fn parse_bit(text: &str) -> Result<u32, String> {
+fn parse_bit(text: &str) -> Result<u32, GrammarError> {
     match text.trim().parse::<u32>() {
         Ok(bit) if bit < 64 => Ok(bit),
-        _ => Err(format!("'{}' is not a bit number 0-63", text.trim())),
+        _ => Err(GrammarError::NotABit(text.trim().to_owned())),
     }
 }
 

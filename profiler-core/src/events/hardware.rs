@@ -3,6 +3,8 @@
 
 use perf_event_open_sys::bindings as b;
 
+use super::grammar::GrammarError;
+
 /// One generic hardware event.
 #[derive(Debug)]
 pub(crate) struct HwEvent {
@@ -153,7 +155,7 @@ impl CacheEvent {
 /// Parses perf's grammar `cache[-op_or_result[-op_or_result]]` (op defaults to load, result
 /// to access). `None` when `name` is not in that grammar; `Some(Err(reason))` for a
 /// well-formed name whose operation the cache does not support (`iTLB-stores`).
-pub(crate) fn parse_cache(name: &str) -> Option<Result<CacheEvent, String>> {
+pub(crate) fn parse_cache(name: &str) -> Option<Result<CacheEvent, GrammarError>> {
     for (cache, rest) in prefixes(name, &CACHES) {
         let Some((op, miss)) = parse_op_result(rest) else {
             continue;
@@ -168,11 +170,10 @@ pub(crate) fn parse_cache(name: &str) -> Option<Result<CacheEvent, String>> {
                 .filter(|&op| VALID_OPS[cache] & (1 << op) != 0)
                 .map(|op| OPS[op][1])
                 .collect();
-            return Some(Err(format!(
-                "{} supports only {}",
-                CACHES[cache][0],
-                ops.join(" and ")
-            )));
+            return Some(Err(GrammarError::CacheOp {
+                cache: CACHES[cache][0],
+                ops: ops.join(" and "),
+            }));
         }
         return Some(Ok(event));
     }
@@ -305,9 +306,12 @@ mod tests {
     #[test]
     fn unsupported_operations_and_non_cache_names() {
         let err = parse_cache("iTLB-stores").unwrap().unwrap_err();
-        assert_eq!(err, "iTLB supports only loads");
+        assert_eq!(err.to_string(), "iTLB supports only loads");
         assert_eq!(
-            parse_cache("L1-icache-store-misses").unwrap().unwrap_err(),
+            parse_cache("L1-icache-store-misses")
+                .unwrap()
+                .unwrap_err()
+                .to_string(),
             "L1-icache supports only loads and prefetches"
         );
         for name in [

@@ -32,7 +32,7 @@ impl Catalog {
                 name: format!("{}/{event}/", pmu.name),
                 kind: EventKind::Pmu,
                 available: terms.is_ok(),
-                reason: terms.as_ref().err().cloned(),
+                reason: terms.as_ref().err().map(ToString::to_string),
             })
         });
         software

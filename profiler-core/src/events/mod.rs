@@ -19,6 +19,7 @@
 mod attribute;
 mod format;
 mod generic;
+mod grammar;
 mod hardware;
 mod listing;
 pub mod p6;
@@ -114,7 +115,7 @@ impl Event {
 
 /// Why a name or attribute was refused. [`EventError::libcpc_subcode`] maps each onto
 /// libcpc's error-handler subcodes.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum EventError {
     #[error("unknown event '{name}'{}", did_you_mean(.suggestions))]
     Unknown {
@@ -202,7 +203,7 @@ impl Catalog {
     pub fn from_roots(pmu_root: &Path, tracing_root: Option<&Path>) -> Catalog {
         let tracing = match tracing_root {
             Some(root) => Tracing::at(root),
-            None => Tracing::none("no tracing root was given"),
+            None => Tracing::none(grammar::NoTracing::NotGiven),
         };
         Catalog::with_tracing(pmu_root, tracing)
     }
@@ -383,10 +384,10 @@ impl Catalog {
     }
 }
 
-fn malformed(name: &str, reason: String) -> EventError {
+fn malformed(name: &str, reason: impl fmt::Display) -> EventError {
     EventError::Malformed {
         name: name.to_owned(),
-        reason,
+        reason: reason.to_string(),
     }
 }
 

@@ -1,9 +1,14 @@
 //! Dynamic PMUs from sysfs (`/sys/bus/event_source/devices/<pmu>/{type,format/*,events/*}`)
 //! and perf's `pmu/event/` and `pmu/term=value,.../` syntax over them.
 
-use std::{collections::BTreeMap, fs, path::Path};
+use std::{collections::BTreeMap, fs, path::Path, sync::Arc};
 
-use super::{Event, EventError, EventKind, format::Field, suggest::suggest};
+use super::{
+    Event, EventError, EventKind,
+    format::Field,
+    grammar::{GrammarError, SharedIo},
+    suggest::suggest,
+};
 
 /// A term's value: a number, or `?` in an event file, which the user must supply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,8 +30,8 @@ pub(crate) struct Term {
 pub(crate) struct Pmu {
     pub(crate) name: String,
     pub(crate) type_: u32,
-    pub(crate) formats: BTreeMap<String, Result<Field, String>>,
-    pub(crate) events: BTreeMap<String, Result<Vec<Term>, String>>,
+    pub(crate) formats: BTreeMap<String, Result<Field, GrammarError>>,
+    pub(crate) events: BTreeMap<String, Result<Vec<Term>, GrammarError>>,
 }
 
 impl Pmu {
@@ -60,7 +65,7 @@ impl Pmu {
     }
 
     /// The format field `term`, if this PMU defines one that parses.
-    pub(crate) fn field(&self, term: &str) -> Option<Result<Field, String>> {
+    pub(crate) fn field(&self, term: &str) -> Option<Result<Field, GrammarError>> {
         self.formats.get(term).cloned()
     }
 
@@ -163,7 +168,7 @@ fn resolve_split(
         .strip_suffix('/')
         .filter(|inner| !pmu_name.is_empty() && !inner.contains('/'))
         .ok_or_else(|| malformed("expected pmu/event/ or pmu/term=value,.../".to_owned()))?;
-    let terms = parse_terms(inner).map_err(malformed)?;
+    let terms = parse_terms(inner).map_err(|e| malformed(e.to_string()))?;
     let unknown = || {
         let known: Vec<String> = pmus.values().flat_map(Pmu::event_names).collect();
         EventError::Unknown {
@@ -195,10 +200,10 @@ fn resolve_split(
 }
 
 /// Parses `event=0x3c,umask=0x01,edge` (sysfs event files and the user's text alike).
-pub(crate) fn parse_terms(text: &str) -> Result<Vec<Term>, String> {
+pub(crate) fn parse_terms(text: &str) -> Result<Vec<Term>, GrammarError> {
     let text = text.trim();
     if text.is_empty() {
-        return Err("no terms between the slashes".to_owned());
+        return Err(GrammarError::NoTerms);
     }
     text.split(',')
         .map(|term| {
@@ -212,7 +217,7 @@ pub(crate) fn parse_terms(text: &str) -> Result<Vec<Term>, String> {
                     .bytes()
                     .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-');
             if !valid {
-                return Err(format!("'{term}' is not a term (name or name=value)"));
+                return Err(GrammarError::NotATerm(term.to_owned()));
             }
             Ok(Term {
                 name: name.to_owned(),
@@ -222,7 +227,7 @@ pub(crate) fn parse_terms(text: &str) -> Result<Vec<Term>, String> {
         .collect()
 }
 
-fn parse_value(text: &str) -> Result<Value, String> {
+fn parse_value(text: &str) -> Result<Value, GrammarError> {
     if text == "?" {
         return Ok(Value::Required);
     }
@@ -232,11 +237,11 @@ fn parse_value(text: &str) -> Result<Value, String> {
     };
     parsed
         .map(Value::Num)
-        .map_err(|_| format!("'{text}' is not a number (decimal or 0x hex)"))
+        .map_err(|_| GrammarError::NotANumber(text.to_owned()))
 }
 
 /// `(file name, contents)` of each regular file in `dir`, sorted; nothing if `dir` is absent.
-fn read_dir_files(dir: &Path) -> impl Iterator<Item = (String, Result<String, String>)> {
+fn read_dir_files(dir: &Path) -> impl Iterator<Item = (String, Result<String, GrammarError>)> {
     let mut files: Vec<_> = fs::read_dir(dir)
         .into_iter()
         .flatten()
@@ -244,7 +249,8 @@ fn read_dir_files(dir: &Path) -> impl Iterator<Item = (String, Result<String, St
         .filter(|entry| entry.file_type().is_ok_and(|t| t.is_file()))
         .filter_map(|entry| {
             let name = entry.file_name().into_string().ok()?;
-            let text = fs::read_to_string(entry.path()).map_err(|e| format!("unreadable: {e}"));
+            let text = fs::read_to_string(entry.path())
+                .map_err(|e| GrammarError::Unreadable(SharedIo(Arc::new(e))));
             Some((name, text))
         })
         .collect();

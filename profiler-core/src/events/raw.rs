@@ -1,5 +1,7 @@
 //! Raw PMU codes (PERF_TYPE_RAW): perf's `rNNNN` and libcpc's bare numbers.
 
+use super::grammar::GrammarError;
+
 /// Parses a raw code. `None` when `name` is not shaped like one (so other grammars, and
 /// in the end "unknown event", get their turn); `Some(Err(reason))` when it clearly tries
 /// to be one and fails.
@@ -11,7 +13,7 @@
 ///   optional sign, then hex after `0x`, octal after `0`, else decimal. Leading blanks,
 ///   which strtol would skip, are refused: event names never have them. Negative codes and
 ///   codes beyond a C `long` are malformed (strtol would wrap or saturate them).
-pub(crate) fn parse(name: &str) -> Option<Result<u64, String>> {
+pub(crate) fn parse(name: &str) -> Option<Result<u64, GrammarError>> {
     if let Some(hex) = name.strip_prefix('r') {
         return parse_perf(hex);
     }
@@ -22,11 +24,10 @@ pub(crate) fn parse(name: &str) -> Option<Result<u64, String>> {
     None
 }
 
-fn parse_perf(hex: &str) -> Option<Result<u64, String>> {
+fn parse_perf(hex: &str) -> Option<Result<u64, GrammarError>> {
     if !hex.is_empty() && hex.bytes().all(|c| c.is_ascii_hexdigit()) {
         return Some(
-            u64::from_str_radix(hex, 16)
-                .map_err(|_| format!("raw code 'r{hex}' has more than 16 hex digits")),
+            u64::from_str_radix(hex, 16).map_err(|_| GrammarError::RawTooLong(hex.to_owned())),
         );
     }
     let looks_raw =
@@ -35,13 +36,16 @@ fn parse_perf(hex: &str) -> Option<Result<u64, String>> {
         return None;
     }
     Some(Err(if hex.starts_with("0x") || hex.starts_with("0X") {
-        format!("perf raw codes are bare hex: write r{} or {hex}", &hex[2..])
+        GrammarError::RawHexPrefix {
+            hex: hex.to_owned(),
+            digits: hex[2..].to_owned(),
+        }
     } else {
-        "'r' must be followed by hex digits only (e.g. r01c2)".to_owned()
+        GrammarError::RawNotHex
     }))
 }
 
-fn parse_strtol(text: &str) -> Result<u64, String> {
+fn parse_strtol(text: &str) -> Result<u64, GrammarError> {
     let (negative, body) = match text.as_bytes()[0] {
         b'-' => (true, &text[1..]),
         b'+' => (false, &text[1..]),
@@ -58,16 +62,18 @@ fn parse_strtol(text: &str) -> Result<u64, String> {
         None => (10, body),
     };
     if let Some(bad) = digits.chars().find(|c| !c.is_digit(radix)) {
-        return Err(format!(
-            "'{text}' is not a number: strtol(3) stops at '{bad}' (base {radix})"
-        ));
+        return Err(GrammarError::NotStrtol {
+            text: text.to_owned(),
+            bad,
+            radix,
+        });
     }
     if negative {
-        return Err("raw codes cannot be negative".to_owned());
+        return Err(GrammarError::Negative);
     }
     match u64::from_str_radix(digits, radix) {
         Ok(value) if value <= i64::MAX as u64 => Ok(value),
-        _ => Err(format!("'{text}' does not fit in a C long")),
+        _ => Err(GrammarError::NotALong(text.to_owned())),
     }
 }
 
@@ -93,7 +99,10 @@ mod tests {
         let Some(Err(reason)) = parse("r0x1c2") else {
             panic!("r0x1c2 must be malformed")
         };
-        assert!(reason.contains("r1c2"), "{reason}");
+        assert_eq!(
+            reason.to_string(),
+            "perf raw codes are bare hex: write r1c2 or 0x1c2"
+        );
         assert_eq!(parse("rubbish"), None, "left for suggestions");
         assert_eq!(parse("ref-cyles"), None);
         assert_eq!(parse("r"), None);

@@ -10,7 +10,7 @@ use std::{
 
 use perf_event_open_sys::bindings;
 
-use super::{Event, EventError, EventKind, suggest::suggest};
+use super::{Event, EventError, EventKind, grammar::NoTracing, suggest::suggest};
 
 /// Where tracefs is mounted today, and where the kernel docs say to mount it.
 const TRACEFS: &str = "/sys/kernel/tracing";
@@ -20,7 +20,7 @@ const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
 /// The tracing root, or why there is none.
 #[derive(Debug)]
 pub(crate) struct Tracing {
-    root: Result<PathBuf, String>,
+    root: Result<PathBuf, NoTracing>,
 }
 
 impl Tracing {
@@ -29,16 +29,14 @@ impl Tracing {
         let root = if root.join("events").is_dir() {
             Ok(root.to_owned())
         } else {
-            Err(format!("{} has no events/ directory", root.display()))
+            Err(NoTracing::NoEventsDir(root.to_owned()))
         };
         Tracing { root }
     }
 
     /// No tracepoints at all, for `reason`.
-    pub(crate) fn none(reason: &str) -> Tracing {
-        Tracing {
-            root: Err(reason.to_owned()),
-        }
+    pub(crate) fn none(reason: NoTracing) -> Tracing {
+        Tracing { root: Err(reason) }
     }
 
     /// This host's tracing root. When tracefs is mounted nowhere and we are root, mounts it
@@ -56,19 +54,20 @@ impl Tracing {
             }
         }
         if !nix::unistd::geteuid().is_root() {
-            return Tracing::none(&format!(
-                "tracefs is not mounted at {TRACEFS} or {DEBUGFS_TRACING} \
-                 (as root: mount -t tracefs nodev {TRACEFS})"
-            ));
+            return Tracing::none(NoTracing::NotMounted {
+                tracefs: TRACEFS,
+                debugfs: DEBUGFS_TRACING,
+            });
         }
         match mount_tracefs(Path::new(TRACEFS)) {
             Ok(()) => {
                 notes.push(format!("mounted tracefs at {TRACEFS} (it was not mounted)"));
                 Tracing::at(Path::new(TRACEFS))
             }
-            Err(e) => Tracing::none(&format!(
-                "tracefs is not mounted and mounting it at {TRACEFS} failed: {e}"
-            )),
+            Err(source) => Tracing::none(NoTracing::MountFailed {
+                at: TRACEFS,
+                source,
+            }),
         }
     }
 

@@ -4,6 +4,7 @@
 
 use std::{
     collections::HashMap,
+    ffi::CStr,
     fs::File,
     io,
     os::fd::{AsRawFd, BorrowedFd, OwnedFd},
@@ -46,6 +47,15 @@ pub(crate) enum Call {
         event: i32,
     },
     Probe,
+    PidfdOpen {
+        pid: i32,
+    },
+    Openat2 {
+        dir: i32,
+        path: String,
+        flags: u64,
+        resolve: u64,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -207,5 +217,26 @@ impl Kernel for Fake {
     fn bpf_probe(&self) -> io::Result<()> {
         self.state().calls.push(Call::Probe);
         Ok(())
+    }
+
+    fn pidfd_open(&self, pid: i32) -> io::Result<OwnedFd> {
+        self.state().calls.push(Call::PidfdOpen { pid });
+        inert_fd()
+    }
+
+    fn openat2(
+        &self,
+        dir: BorrowedFd<'_>,
+        path: &CStr,
+        flags: u64,
+        resolve: u64,
+    ) -> io::Result<OwnedFd> {
+        self.state().calls.push(Call::Openat2 {
+            dir: dir.as_raw_fd(),
+            path: path.to_string_lossy().into_owned(),
+            flags,
+            resolve,
+        });
+        inert_fd()
     }
 }

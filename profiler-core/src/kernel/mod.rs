@@ -1,14 +1,16 @@
-//! The syscall seam: every perf_event_open(2), perf ioctl, counter read(2) and bpf(2) call
-//! the crate makes itself goes through a [`Kernel`] (aya makes the loader's own calls:
+//! The syscall seam: every perf_event_open(2), perf ioctl, counter read(2), bpf(2),
+//! pidfd_open(2) and openat2(2) call the crates make themselves goes through a [`Kernel`] (aya makes the loader's own calls:
 //! program load, map creation, map access). [`linux()`] is the real one; unit tests of the
 //! binder and the loader pass a fake that records the calls and answers without a kernel.
 
 mod bpf;
 #[cfg(test)]
 pub(crate) mod fake;
+mod fs;
 mod perf;
 
 use std::{
+    ffi::CStr,
     io,
     os::fd::{BorrowedFd, OwnedFd},
 };
@@ -84,6 +86,19 @@ pub trait Kernel: Send + Sync + std::fmt::Debug {
 
     /// bpf(BPF_PROG_GET_NEXT_ID): whether bpf(2) exists and we may use it.
     fn bpf_probe(&self) -> io::Result<()>;
+
+    /// pidfd_open(2): an fd that becomes readable when process `pid` exits.
+    fn pidfd_open(&self, pid: i32) -> io::Result<OwnedFd>;
+
+    /// openat2(2) of `path` relative to `dir`, with `open_how.flags` (`O_*`) and
+    /// `open_how.resolve` (`RESOLVE_*`); ENOSYS before Linux 5.6.
+    fn openat2(
+        &self,
+        dir: BorrowedFd<'_>,
+        path: &CStr,
+        flags: u64,
+        resolve: u64,
+    ) -> io::Result<OwnedFd>;
 }
 
 /// The running kernel.
@@ -138,5 +153,19 @@ impl Kernel for Linux {
 
     fn bpf_probe(&self) -> io::Result<()> {
         bpf::prog_get_next_id()
+    }
+
+    fn pidfd_open(&self, pid: i32) -> io::Result<OwnedFd> {
+        fs::pidfd_open(pid)
+    }
+
+    fn openat2(
+        &self,
+        dir: BorrowedFd<'_>,
+        path: &CStr,
+        flags: u64,
+        resolve: u64,
+    ) -> io::Result<OwnedFd> {
+        fs::openat2(dir, path, flags, resolve)
     }
 }

@@ -8,9 +8,9 @@ use std::{
     io::{LineWriter, Write},
     path::Path,
     process::ExitCode,
-    time::Duration,
 };
 
+pub use super::usage::{count, cpu_list, pid, seconds, stat_operands};
 use super::{
     EXIT_FAILURE, EXIT_USAGE,
     exit::{self, Ended},
@@ -127,50 +127,6 @@ pub fn default_set(cpc: &Cpc) -> &'static str {
     }
 }
 
-/// A float of seconds, >= 0 (`-T`, cpustat's interval and `-p`).
-pub fn seconds(what: &str, text: &str) -> Result<Duration, String> {
-    text.trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .and_then(|s| Duration::try_from_secs_f64(s).ok())
-        .ok_or_else(|| format!("invalid {what} \"{text}\": expected seconds (>= 0)"))
-}
-
-/// A whole number >= 0 (`-N`, cpustat's count).
-pub fn count(what: &str, text: &str) -> Result<u64, String> {
-    text.trim()
-        .parse::<u64>()
-        .map_err(|_| format!("invalid {what} \"{text}\": expected a whole number (>= 0)"))
-}
-
-/// A pid > 0 (`-p`).
-pub fn pid(text: &str) -> Result<i32, String> {
-    text.trim()
-        .parse::<i32>()
-        .ok()
-        .filter(|p| *p > 0)
-        .ok_or_else(|| format!("invalid pid \"{text}\""))
-}
-
-/// A CPU list such as `0-3,6` (`-C`).
-pub fn cpu_list(text: &str) -> Result<Vec<u32>, String> {
-    let bad = || format!("invalid CPU list \"{text}\": expected e.g. 0-3,6");
-    let mut cpus = Vec::new();
-    for part in text.split(',') {
-        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
-        let lo: u32 = lo.trim().parse().map_err(|_| bad())?;
-        let hi: u32 = hi.trim().parse().map_err(|_| bad())?;
-        if lo > hi || hi - lo > 65535 {
-            return Err(bad());
-        }
-        cpus.extend(lo..=hi);
-    }
-    cpus.sort_unstable();
-    cpus.dedup();
-    Ok(cpus)
-}
-
 /// `-o file` (line-buffered, as cputrack sets it), or stdout (line-buffered already) for no
 /// `-o` or `-o -`.
 pub fn output(voice: Voice, path: Option<&Path>) -> Result<Box<dyn Write>, ExitCode> {
@@ -209,7 +165,7 @@ pub fn run_track(voice: Voice, cpc: &Cpc, mut req: TrackRequest) -> ExitCode {
         Ok(o) => o,
         Err(code) => return code,
     };
-    match track(cpc, &req.opts, &target, out) {
+    match track(cpc, &req.opts, &target, out, Box::new(std::io::stderr())) {
         Ok(outcome) if outcome.errors => ExitCode::from(EXIT_FAILURE),
         Ok(outcome) => {
             use crate::tools::track::ptrace::Report;
@@ -238,7 +194,12 @@ pub fn run_stat(voice: Voice, cpc: &Cpc, mut req: StatRequest) -> ExitCode {
         Ok(s) => s,
         Err(code) => return code,
     };
-    match stat(cpc, &req.opts, Box::new(std::io::stdout())) {
+    match stat(
+        cpc,
+        &req.opts,
+        Box::new(std::io::stdout()),
+        Box::new(std::io::stderr()),
+    ) {
         Ok(outcome) if outcome.errors => ExitCode::from(EXIT_FAILURE),
         Ok(outcome) => exit::status(outcome.interrupted.map(|s| s as i32), None),
         // The reader went away (`| head`): a normal end.
@@ -267,7 +228,7 @@ pub fn run_cgroup_stat(
         Ok(o) => o,
         Err(code) => return code,
     };
-    match cgroup_stat(cpc, &set, &opts, out) {
+    match cgroup_stat(cpc, &set, &opts, out, Box::new(std::io::stderr())) {
         Ok(interrupted) => exit::status(interrupted.map(|s| s as i32), None),
         Err(CgroupStatError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
             ExitCode::SUCCESS
@@ -277,29 +238,11 @@ pub fn run_cgroup_stat(
     }
 }
 
-/// cpustat's operands: `[interval [count]]`, interval 5 s by default, count unlimited;
-/// 0 for either is a usage error.
-pub fn stat_operands(operands: &[String]) -> Result<(Duration, Option<u64>), String> {
-    if operands.len() > 2 {
-        return Err(format!("too many operands: {}", operands.join(" ")));
-    }
-    let interval = match operands.first() {
-        Some(t) => seconds("interval", t)?,
-        None => Duration::from_secs(5),
-    };
-    if interval.is_zero() {
-        return Err("the interval must be more than 0".into());
-    }
-    let count = operands.get(1).map(|t| count("count", t)).transpose()?;
-    if count == Some(0) {
-        return Err("the count must be more than 0".into());
-    }
-    Ok((interval, count))
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::time::Duration;
+
+    use super::{super::usage::UsageError, *};
 
     #[test]
     fn values() {
@@ -323,9 +266,15 @@ mod tests {
         let s = |v: &[&str]| stat_operands(&v.iter().map(|x| x.to_string()).collect::<Vec<_>>());
         assert_eq!(s(&[]), Ok((Duration::from_secs(5), None)));
         assert_eq!(s(&["0.5", "4"]), Ok((Duration::from_millis(500), Some(4))));
-        assert!(s(&["0"]).is_err());
-        assert!(s(&["1", "0"]).is_err());
-        assert!(s(&["1", "2", "3"]).is_err());
-        assert!(s(&["x"]).is_err());
+        assert_eq!(s(&["0"]), Err(UsageError::ZeroInterval));
+        assert_eq!(s(&["1", "0"]), Err(UsageError::ZeroCount));
+        assert_eq!(
+            s(&["1", "2", "3"]).unwrap_err().to_string(),
+            "too many operands: 1 2 3"
+        );
+        assert_eq!(
+            s(&["x"]).unwrap_err().to_string(),
+            "invalid interval \"x\": expected seconds (>= 0)"
+        );
     }
 }

@@ -8,11 +8,13 @@ mod getopt;
 mod list;
 mod persona;
 mod record;
+mod record_error;
 mod report;
 mod series;
 mod stat;
 mod symbolize;
 mod track;
+mod usage;
 
 use std::process::ExitCode;
 

@@ -12,6 +12,7 @@ use super::{
     counters::{self, StatRequest, TrackRequest, Voice},
     getopt::{Getopt, Opt},
     stat::stamp,
+    usage::UsageError,
 };
 use crate::tools::{format::TICK_NAME, stat::StatOptions, track::TrackOptions};
 
@@ -120,7 +121,7 @@ fn text(v: &OsString) -> String {
     v.to_string_lossy().into_owned()
 }
 
-fn cputrack(opts: Vec<Opt>, operands: Vec<OsString>) -> Result<TrackRequest, String> {
+fn cputrack(opts: Vec<Opt>, operands: Vec<OsString>) -> Result<TrackRequest, UsageError> {
     let mut o = TrackOptions {
         sets: Vec::new(),
         interval: Some(std::time::Duration::from_secs(1)),
@@ -147,14 +148,14 @@ fn cputrack(opts: Vec<Opt>, operands: Vec<OsString>) -> Result<TrackRequest, Str
             Opt::Arg('o', v) => output = Some(PathBuf::from(v)),
             Opt::Arg('c', v) => specs.push(text(&v)),
             Opt::Arg('p', v) => pid = Some(counters::pid(&text(&v))?),
-            Opt::Arg('r', _) => return Err("option -r is not supported".into()),
+            Opt::Arg('r', _) => return Err(UsageError::Unsupported('r')),
             Opt::Flag('D') => o.debug = true,
             Opt::Flag('e') => o.follow_exec = true,
             Opt::Flag('f') => o.follow_fork = true,
             Opt::Flag('n') => o.header = false,
             Opt::Flag('t') => o.tick = true,
             Opt::Flag('v') => o.verbose = true,
-            Opt::Arg(c, _) | Opt::Flag(c) => return Err(format!("illegal option -- {c}")),
+            Opt::Arg(c, _) | Opt::Flag(c) => return Err(UsageError::Illegal(c)),
         }
     }
     Ok(TrackRequest {
@@ -166,7 +167,7 @@ fn cputrack(opts: Vec<Opt>, operands: Vec<OsString>) -> Result<TrackRequest, Str
     })
 }
 
-fn cpustat(opts: Vec<Opt>, operands: &[OsString]) -> Result<StatRequest, String> {
+fn cpustat(opts: Vec<Opt>, operands: &[OsString]) -> Result<StatRequest, UsageError> {
     let operands: Vec<String> = operands.iter().map(text).collect();
     let (interval, count) = counters::stat_operands(&operands)?;
     let mut o = StatOptions {
@@ -192,7 +193,7 @@ fn cpustat(opts: Vec<Opt>, operands: &[OsString]) -> Result<StatRequest, String>
             Opt::Flag('n') => o.header = false,
             Opt::Flag('t') => o.tick = true,
             Opt::Flag('s') => o.soak = true,
-            Opt::Arg(c, _) | Opt::Flag(c) => return Err(format!("illegal option -- {c}")),
+            Opt::Arg(c, _) | Opt::Flag(c) => return Err(UsageError::Illegal(c)),
         }
     }
     Ok(StatRequest { specs, opts: o })
@@ -206,7 +207,7 @@ mod tests {
         v.iter().map(OsString::from).collect()
     }
 
-    fn parse_track(v: &[&str]) -> Result<TrackRequest, String> {
+    fn parse_track(v: &[&str]) -> Result<TrackRequest, UsageError> {
         let a = os(v);
         let mut g = Getopt::new(&a, "T:N:Defhntvo:r:c:p:");
         let opts: Vec<Opt> = g.by_ref().map(Result::unwrap).collect();
@@ -236,7 +237,7 @@ mod tests {
             (None, None, Some(12))
         );
         assert_eq!(
-            parse_track(&["-r", "x", "ls"]).unwrap_err(),
+            parse_track(&["-r", "x", "ls"]).unwrap_err().to_string(),
             "option -r is not supported"
         );
         assert!(parse_track(&["-N", "-1", "ls"]).is_err());

@@ -5,7 +5,12 @@ use std::{ffi::OsString, io::IsTerminal as _, path::PathBuf, process::ExitCode, 
 use clap::Args;
 
 use super::series::Series;
-use super::{EXIT_USAGE, exit::Ended, fail};
+use super::{
+    EXIT_USAGE,
+    exit::Ended,
+    fail,
+    record_error::{RecordArgError, SizeError},
+};
 use crate::{
     export::{
         DEFAULT_SPOOL_MAX, Endpoint, ExportOptions, Exporter, parse_header, read_header_file,
@@ -239,7 +244,7 @@ pub struct RecordArgs {
 
 impl RecordArgs {
     /// The exporter's options, when there is an --export.
-    fn export_options(&self) -> Result<Option<ExportOptions>, String> {
+    fn export_options(&self) -> Result<Option<ExportOptions>, RecordArgError> {
         if self.export.is_empty() {
             return Ok(None);
         }
@@ -247,16 +252,14 @@ impl RecordArgs {
             .export
             .iter()
             .map(|u| Endpoint::parse(u))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.to_string())?;
+            .collect::<Result<Vec<_>, _>>()?;
         let mut headers = self
             .export_header
             .iter()
             .map(|h| parse_header(h))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.to_string())?;
+            .collect::<Result<Vec<_>, _>>()?;
         if let Some(f) = &self.export_header_file {
-            headers.extend(read_header_file(f).map_err(|e| e.to_string())?);
+            headers.extend(read_header_file(f)?);
         }
         Ok(Some(ExportOptions {
             endpoints,
@@ -266,10 +269,11 @@ impl RecordArgs {
             spool: self.spool.clone(),
             spool_max_bytes: self.spool_max.unwrap_or(DEFAULT_SPOOL_MAX),
             flush_timeout: seconds("export-flush", self.export_flush)?,
+            notify: crate::export::Notify::new(|n| eprintln!("profiler: {n}")),
         }))
     }
 
-    fn options(&self) -> Result<RecordOptions, String> {
+    fn options(&self) -> Result<RecordOptions, RecordArgError> {
         // -a, or -C without a task target: whole CPUs (bounded by a command if one is given).
         let whole_cpus = self.all_cpus
             || (self.cpus.is_some()
@@ -287,7 +291,7 @@ impl RecordArgs {
         } else if let Some(cg) = &self.cgroup {
             Target::Cgroup(cg.clone())
         } else {
-            return Err("give a target: -p, -t, -G, -a, -C or a command".into());
+            return Err(RecordArgError::NoTarget);
         };
         let mut opts = RecordOptions::new(target);
         opts.whole_system = whole_cpus;
@@ -298,7 +302,8 @@ impl RecordArgs {
             .as_deref()
             .map(super::counters::cpu_list)
             .transpose()?;
-        (opts.events, opts.read) = crate::record::split_group(&self.event, &self.read)?;
+        (opts.events, opts.read) =
+            crate::record::split_group(&self.event, &self.read).map_err(RecordArgError::Group)?;
         opts.mode = match (self.user, self.kernel) {
             (true, _) => Mode::User,
             (_, true) => Mode::Kernel,
@@ -321,7 +326,7 @@ impl RecordArgs {
         opts.off_cpu = self.off_cpu || self.wall;
         if let Some(us) = self.min_block {
             if !opts.off_cpu {
-                return Err("--min-block needs --off-cpu or --wall".into());
+                return Err(RecordArgError::MinBlockWithoutOffCpu);
             }
             opts.min_block = Duration::from_micros(us);
         }
@@ -338,9 +343,7 @@ impl RecordArgs {
                 .unwrap_or(4096) as u64;
             let bytes = u64::from(pages) * page;
             if !pages.is_power_of_two() || bytes > 1 << 30 {
-                return Err(format!(
-                    "invalid --mmap-pages {pages}: must be a power of two, at most 1 GiB of pages"
-                ));
+                return Err(RecordArgError::MmapPages(pages));
             }
             opts.ring_bytes = Some(bytes as u32);
         }
@@ -348,13 +351,11 @@ impl RecordArgs {
     }
 }
 
-fn seconds(what: &str, secs: f64) -> Result<Duration, String> {
+fn seconds(what: &'static str, secs: f64) -> Result<Duration, RecordArgError> {
     if secs.is_finite() && secs > 0.0 && secs < 1e9 {
         Ok(Duration::from_secs_f64(secs))
     } else {
-        Err(format!(
-            "invalid {what} {secs}: must be a positive number of seconds"
-        ))
+        Err(RecordArgError::Seconds { what, secs })
     }
 }
 
@@ -578,7 +579,7 @@ fn title(opts: &RecordOptions) -> String {
 }
 
 /// `--spool-max SIZE`: bytes, with an optional K, M or G suffix.
-fn byte_size(text: &str) -> Result<u64, String> {
+fn byte_size(text: &str) -> Result<u64, SizeError> {
     let (digits, shift) = match text.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => (
             &text[..i],
@@ -586,21 +587,22 @@ fn byte_size(text: &str) -> Result<u64, String> {
                 'K' => 10,
                 'M' => 20,
                 'G' => 30,
-                _ => return Err(format!("`{text}`: the suffix must be K, M or G")),
+                _ => return Err(SizeError::Suffix(text.to_string())),
             },
         ),
         _ => (text, 0),
     };
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("`{text}` is not a size (e.g. 256M)"))?;
+    let n: u64 = digits.parse().map_err(|_| SizeError::NotASize {
+        text: text.to_string(),
+        example: "256M",
+    })?;
     n.checked_shl(shift)
         .filter(|b| b >> shift == n && *b > 0)
-        .ok_or_else(|| format!("`{text}`: must be from 1 byte to 16 EiB"))
+        .ok_or_else(|| SizeError::Bytes(text.to_string()))
 }
 
 /// `--unwind-memory SIZE` as a number of 8-byte rows.
-fn unwind_rows(text: &str) -> Result<u32, String> {
+fn unwind_rows(text: &str) -> Result<u32, SizeError> {
     let (digits, unit) = match text.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => (&text[..i], c.to_ascii_uppercase()),
         _ => (text, 'M'),
@@ -609,19 +611,21 @@ fn unwind_rows(text: &str) -> Result<u32, String> {
         'K' => 10,
         'M' => 20,
         'G' => 30,
-        _ => return Err(format!("`{text}`: the suffix must be K, M or G")),
+        _ => return Err(SizeError::Suffix(text.to_string())),
     };
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("`{text}` is not a size (e.g. 64M or 512K)"))?;
+    let n: u64 = digits.parse().map_err(|_| SizeError::NotASize {
+        text: text.to_string(),
+        example: "64M or 512K",
+    })?;
+    let too_large = || SizeError::TooLarge(text.to_string());
     let bytes = n
         .checked_shl(shift)
         .filter(|b| b >> shift == n)
-        .ok_or_else(|| format!("`{text}` is too large"))?;
+        .ok_or_else(too_large)?;
     if !((64 << 10)..=(4 << 30)).contains(&bytes) {
-        return Err(format!("`{text}`: unwind memory must be from 64K to 4G"));
+        return Err(SizeError::UnwindMemory(text.to_string()));
     }
-    u32::try_from(bytes / 8).map_err(|_| format!("`{text}` is too large"))
+    u32::try_from(bytes / 8).map_err(|_| too_large())
 }
 
 #[cfg(test)]

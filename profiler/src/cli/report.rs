@@ -9,7 +9,7 @@ use super::fail;
 use crate::{
     output::Sink,
     profile::{
-        By, Format, Profile, Ratio, ReportOptions, Sort, read_profile, render_report,
+        By, Format, Profile, Ratio, ReadError, ReportOptions, Sort, read_profile, render_report,
         write_diff_flamegraph,
     },
 };
@@ -72,21 +72,35 @@ pub struct FlamegraphArgs {
     pub cgroup: Option<String>,
 }
 
+/// Why an input profile cannot be shown as asked.
+#[derive(Debug, thiserror::Error)]
+enum LoadError {
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error("{}: no samples of event '{event}' (it has: {})", .path.display(), .have.join(", "))]
+    NoEvent {
+        path: PathBuf,
+        event: String,
+        have: Vec<String>,
+    },
+    #[error("{}: no samples in cgroup {cgroup}", .path.display())]
+    NoCgroup { path: PathBuf, cgroup: String },
+}
+
 /// The profile of `path`, narrowed to one event and/or cgroup.
 fn load(
     path: &std::path::Path,
     event: Option<&str>,
     cgroup: Option<&str>,
-) -> Result<Profile, String> {
-    let mut profile = read_profile(path).map_err(|e| e.to_string())?;
+) -> Result<Profile, LoadError> {
+    let mut profile = read_profile(path)?;
     if let Some(event) = event {
         if !profile.events().iter().any(|e| e.as_ref() == event) {
-            let have: Vec<String> = profile.events().iter().map(|e| e.to_string()).collect();
-            return Err(format!(
-                "{}: no samples of event '{event}' (it has: {})",
-                path.display(),
-                have.join(", ")
-            ));
+            return Err(LoadError::NoEvent {
+                path: path.to_owned(),
+                event: event.to_string(),
+                have: profile.events().iter().map(|e| e.to_string()).collect(),
+            });
         }
         profile = profile.for_event(event);
     }
@@ -96,7 +110,10 @@ fn load(
             .stacks
             .retain(|s| cg.cgroup_name(s.cgroup).as_ref() == cgroup);
         if profile.stacks.is_empty() {
-            return Err(format!("{}: no samples in cgroup {cgroup}", path.display()));
+            return Err(LoadError::NoCgroup {
+                path: path.to_owned(),
+                cgroup: cgroup.to_string(),
+            });
         }
     }
     if cgroup.is_some() {

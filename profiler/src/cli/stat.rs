@@ -4,7 +4,10 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::counters::{self, StatRequest, Voice};
+use super::{
+    counters::{self, StatRequest, Voice},
+    usage::UsageError,
+};
 use crate::tools::{
     cgstat::CgroupStatOptions,
     stat::{Stamp, StatOptions},
@@ -68,11 +71,11 @@ pub struct StatArgs {
 }
 
 /// `-T u|d`: cpustat looks at the first character only.
-pub fn stamp(text: &str) -> Result<Stamp, String> {
+pub fn stamp(text: &str) -> Result<Stamp, UsageError> {
     match text.chars().next() {
         Some('u') => Ok(Stamp::Unix),
         Some('d') => Ok(Stamp::Date),
-        _ => Err(format!("invalid -T \"{text}\": expected u or d")),
+        _ => Err(UsageError::Stamp(text.to_string())),
     }
 }
 
@@ -88,7 +91,7 @@ pub fn run(args: StatArgs) -> ExitCode {
     if args.for_each_cgroup.is_some() || !args.cgroups.is_empty() {
         return per_cgroup(voice, &cpc, args);
     }
-    let parsed = (|| -> Result<StatOptions, String> {
+    let parsed = (|| -> Result<StatOptions, UsageError> {
         let (interval, count) = counters::stat_operands(&args.operands)?;
         Ok(StatOptions {
             sets: Vec::new(),
@@ -135,7 +138,7 @@ fn per_cgroup(voice: Voice, cpc: &crate::cpc::Cpc, args: StatArgs) -> ExitCode {
     if args.specs.len() > 1 {
         return voice.usage("per-cgroup counting takes one event set (one -c)");
     }
-    let parsed = (|| -> Result<CgroupStatOptions, String> {
+    let parsed = (|| -> Result<CgroupStatOptions, UsageError> {
         let (interval, count) = counters::stat_operands(&args.operands)?;
         let patterns = args
             .for_each_cgroup

@@ -9,7 +9,7 @@ use std::{
 
 use tokio::time::Instant;
 
-use super::{Shared, retry, send::Client};
+use super::{Notice, Shared, retry, send::Client};
 
 /// The wait between tries once the run is ending (the flush deadline bounds them).
 const CLOSING_RETRY: Duration = Duration::from_millis(250);
@@ -84,12 +84,15 @@ pub async fn run(shared: Arc<Shared>, mut client: Client, closing: Arc<Closing>)
                 }
                 continue;
             }
-            Some(Err(e)) => {
-                eprintln!("profiler: export: {url}: reading a spooled interval: {e}; dropped");
+            Some(Err(source)) => {
+                shared.notify.tell(&Notice::SpoolRead {
+                    url: url.clone(),
+                    source,
+                });
                 let mut q = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
                 q.counts.dropped += 1;
-                if let Err(e) = q.pop_front() {
-                    eprintln!("profiler: export: {url}: the spool: {e}");
+                if let Err(source) = q.pop_front() {
+                    shared.notify.tell(&Notice::Spool { url, source });
                     return;
                 }
                 continue;
@@ -104,24 +107,28 @@ pub async fn run(shared: Arc<Shared>, mut client: Client, closing: Arc<Closing>)
         let (outcome, wait) = {
             let mut q = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
             match result {
-                Ok(bytes) => {
+                Ok((bytes, partial)) => {
                     q.counts.sent += 1;
                     q.counts.bytes_sent += bytes;
+                    if let Some(n) = partial {
+                        shared.notify.tell(&n);
+                    }
                     if q.down {
-                        eprintln!(
-                            "profiler: export: {url}: reachable again after {failures} failed tries"
-                        );
+                        shared.notify.tell(&Notice::Reachable {
+                            url: url.clone(),
+                            failures,
+                        });
                         q.down = false;
                     }
                     failures = 0;
                     (q.pop_front(), None)
                 }
-                Err(e) if !e.retryable() => {
+                Err(source) if !source.retryable() => {
                     // Permanent: one line for this interval, and on to the next.
-                    eprintln!(
-                        "profiler: export: interval {} not accepted: {e} (not retried)",
-                        item.seq
-                    );
+                    shared.notify.tell(&Notice::NotAccepted {
+                        seq: item.seq,
+                        source,
+                    });
                     q.counts.dropped += 1;
                     q.counts.rejected += 1;
                     failures = 0;
@@ -129,23 +136,17 @@ pub async fn run(shared: Arc<Shared>, mut client: Client, closing: Arc<Closing>)
                 }
                 Err(e) => {
                     failures += 1;
+                    let delay = retry::delay(failures, e.retry_after());
                     let mut spilled = Ok(false);
                     if !q.down {
                         q.down = true;
                         spilled = q.spill();
-                        eprintln!(
-                            "profiler: export: {e}; retrying{}",
-                            if *spilled.as_ref().unwrap_or(&false) {
-                                ", spooling intervals meanwhile"
-                            } else {
-                                ""
-                            }
-                        );
+                        shared.notify.tell(&Notice::Retrying {
+                            source: e,
+                            spooling: *spilled.as_ref().unwrap_or(&false),
+                        });
                     }
-                    (
-                        spilled.map(|_| ()),
-                        Some(retry::delay(failures, e.retry_after())),
-                    )
+                    (spilled.map(|_| ()), Some(delay))
                 }
             }
         };
@@ -164,8 +165,8 @@ pub async fn run(shared: Arc<Shared>, mut client: Client, closing: Arc<Closing>)
                 }
             }
         }
-        if let Err(e) = outcome {
-            eprintln!("profiler: export: {url}: the spool: {e}");
+        if let Err(source) = outcome {
+            shared.notify.tell(&Notice::Spool { url, source });
             return;
         }
     }

@@ -7,6 +7,7 @@
 
 mod deliver;
 mod error;
+mod notice;
 pub mod otlp;
 pub mod otlp_proto;
 mod process;
@@ -25,6 +26,7 @@ use std::{
 use prost::Message as _;
 
 pub use error::ExportError;
+pub use notice::{Notice, Notify};
 pub use process::ProcessInfo;
 pub use queue::Counts;
 
@@ -166,6 +168,8 @@ pub struct ExportOptions {
     pub spool_max_bytes: u64,
     /// How long the end of a run waits for pending intervals to be sent.
     pub flush_timeout: Duration,
+    /// Where notices go (the store down and back, drops, the totals at the end).
+    pub notify: Notify,
 }
 
 /// The default bound of a spool: 256 MiB per destination.
@@ -174,6 +178,7 @@ pub const DEFAULT_SPOOL_MAX: u64 = 256 << 20;
 /// One destination's queue and the signals between the recording and its task.
 struct Shared {
     endpoint: Endpoint,
+    notify: Notify,
     queue: Mutex<queue::Queue>,
     wake: tokio::sync::Notify,
 }
@@ -252,11 +257,10 @@ impl Exporter {
                 None => None,
             };
             if let Some(s) = spool.as_ref().filter(|s| !s.is_empty()) {
-                eprintln!(
-                    "profiler: export: {}: {} intervals spooled by an earlier run are sent first",
-                    endpoint.url,
-                    s.len()
-                );
+                opts.notify.tell(&Notice::Resuming {
+                    url: endpoint.url.clone(),
+                    intervals: s.len(),
+                });
             }
             let client = {
                 let _enter = runtime.enter();
@@ -265,6 +269,7 @@ impl Exporter {
             clients.push(client);
             destinations.push(Arc::new(Shared {
                 endpoint: endpoint.clone(),
+                notify: opts.notify.clone(),
                 queue: Mutex::new(queue::Queue::new(spool)),
                 wake: tokio::sync::Notify::new(),
             }));
@@ -367,19 +372,18 @@ impl Exporter {
         self.destinations
             .iter()
             .map(|d| {
-                let counts = d.queue.lock().unwrap_or_else(|p| p.into_inner()).close();
+                let (counts, spill) = d.queue.lock().unwrap_or_else(|p| p.into_inner()).close();
+                if let Err(source) = spill {
+                    d.notify.tell(&Notice::SpoolAtExit { source });
+                }
                 // A run that failed before its first interval has nothing to say here.
                 if counts == Counts::default() {
                     return (d.endpoint.clone(), counts);
                 }
-                let rejected = match counts.rejected {
-                    0 => String::new(),
-                    n => format!(", {n} of them refused by the store"),
-                };
-                eprintln!(
-                    "profiler: export: {} sent, {} spooled, {} dropped ({}: {} bytes sent{rejected})",
-                    counts.sent, counts.spooled, counts.dropped, d.endpoint.url, counts.bytes_sent
-                );
+                d.notify.tell(&Notice::Totals {
+                    url: d.endpoint.url.clone(),
+                    counts,
+                });
                 (d.endpoint.clone(), counts)
             })
             .collect()
@@ -424,11 +428,11 @@ impl Requests {
                 rate: interval.rate,
                 body,
             };
-            if let Err(e) = q.push(item) {
-                eprintln!(
-                    "profiler: export: {}: spooling an interval: {e}; it is dropped",
-                    d.endpoint.url
-                );
+            if let Err(source) = q.push(item) {
+                d.notify.tell(&Notice::SpoolPush {
+                    url: d.endpoint.url.clone(),
+                    source,
+                });
                 q.counts.dropped += 1;
             }
             drop(q);

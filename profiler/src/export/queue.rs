@@ -109,15 +109,14 @@ impl Queue {
         Ok(true)
     }
 
-    /// At the end: what is left is spooled, or dropped without a spool.
-    pub fn close(&mut self) -> Counts {
-        if let Err(e) = self.spill() {
-            eprintln!("profiler: export: spooling at exit: {e}");
-        }
+    /// At the end: what is left is spooled, or dropped without a spool (and why spooling
+    /// failed, if it did).
+    pub fn close(&mut self) -> (Counts, std::io::Result<()>) {
+        let spilled = self.spill().map(|_| ());
         self.counts.dropped += self.memory.len() as u64;
         self.memory.clear();
         self.counts.spooled = self.spool.as_ref().map_or(0, |s| s.len() as u64);
-        self.counts
+        (self.counts, spilled)
     }
 }
 
@@ -159,7 +158,7 @@ mod tests {
             let i = item(&mut q);
             q.push(i).unwrap();
         }
-        assert_eq!(q.close().spooled, 5);
+        assert_eq!(q.close().0.spooled, 5);
         let mut q = Queue::new(Some(Spool::open(dir.path(), 1000).unwrap()));
         let i = item(&mut q);
         assert_eq!(i.seq, 5, "numbering goes on");
@@ -178,7 +177,7 @@ mod tests {
         assert_eq!(drain(&mut q), (2..10).collect::<Vec<_>>());
         let i = item(&mut q);
         q.push(i).unwrap();
-        let c = q.close();
+        let (c, _) = q.close();
         assert_eq!((c.dropped, c.spooled), (3, 0));
     }
 }

@@ -15,7 +15,8 @@ use tonic::{
 };
 
 use super::{
-    Endpoint, ExportError, Protocol, otlp_proto::ExportProfilesServiceResponse, retry, spool::Item,
+    Endpoint, ExportError, Notice, Protocol, otlp_proto::ExportProfilesServiceResponse, retry,
+    spool::Item,
 };
 
 /// How long one request may take, connection included.
@@ -130,8 +131,8 @@ impl Client {
         }
     }
 
-    /// Sends one interval; `Ok` is the number of body bytes sent.
-    pub async fn send(&mut self, item: &Item) -> Result<u64, ExportError> {
+    /// Sends one interval: the body bytes sent, and what the store said it did not keep.
+    pub async fn send(&mut self, item: &Item) -> Result<(u64, Option<Notice>), ExportError> {
         match self {
             Self::Grpc {
                 endpoint,
@@ -209,10 +210,11 @@ impl Client {
                         retry_after,
                     });
                 }
-                if endpoint.protocol == Protocol::OtlpHttp {
-                    partial_success(endpoint, &body)?;
-                }
-                Ok(len)
+                let partial = match endpoint.protocol {
+                    Protocol::OtlpHttp => partial_success(endpoint, &body),
+                    _ => None,
+                };
+                Ok((len, partial))
             }
         }
     }
@@ -226,7 +228,7 @@ async fn send_grpc(
         MetadataValue<tonic::metadata::Ascii>,
     )],
     item: &Item,
-) -> Result<u64, ExportError> {
+) -> Result<(u64, Option<Notice>), ExportError> {
     let status_error = |s: tonic::Status| grpc_error(&endpoint.url, s);
     grpc.ready().await.map_err(|e| ExportError::Transport {
         endpoint: endpoint.url.clone(),
@@ -240,10 +242,10 @@ async fn send_grpc(
         .unary(request, PathAndQuery::from_static(EXPORT_PATH), RawCodec)
         .await
         .map_err(status_error)?;
-    partial_success(endpoint, &response.into_inner())?;
+    let partial = partial_success(endpoint, &response.into_inner());
     // The body as compressed on the wire is not visible through tonic: report what gzip
     // makes of it, the same compression tonic applies.
-    Ok(gzip(&item.body).len() as u64)
+    Ok((gzip(&item.body).len() as u64, partial))
 }
 
 /// The error of a failed gRPC call. A status tonic makes up for a connection that broke
@@ -267,20 +269,15 @@ fn grpc_error(endpoint: &str, s: tonic::Status) -> ExportError {
 
 /// An OTLP response that says every profile was rejected is an error (not retried); one
 /// that rejected some or carries a warning is printed and counts as sent.
-fn partial_success(endpoint: &Endpoint, body: &[u8]) -> Result<(), ExportError> {
-    let Ok(response) = ExportProfilesServiceResponse::decode(body) else {
-        return Ok(());
-    };
-    let Some(p) = response.partial_success else {
-        return Ok(());
-    };
-    if p.rejected_profiles > 0 || !p.error_message.is_empty() {
-        eprintln!(
-            "profiler: export: {}: the store rejected {} profiles: {}",
-            endpoint.url, p.rejected_profiles, p.error_message
-        );
-    }
-    Ok(())
+fn partial_success(endpoint: &Endpoint, body: &[u8]) -> Option<Notice> {
+    let p = ExportProfilesServiceResponse::decode(body)
+        .ok()?
+        .partial_success?;
+    (p.rejected_profiles > 0 || !p.error_message.is_empty()).then(|| Notice::Rejected {
+        url: endpoint.url.clone(),
+        profiles: p.rejected_profiles,
+        message: p.error_message,
+    })
 }
 
 fn transport_error(endpoint: &str, e: &reqwest::Error) -> ExportError {

@@ -167,7 +167,7 @@ impl Header {
 /// of stackcollapse-perf and of [`write_folded`]), after its event when the header names
 /// several; `_[k]` marks kernel frames, and a [`LOST_STACK`] line gives the lost count.
 /// Without a header (other tools' files) the counts are samples of an unnamed event.
-pub fn profile_from_folded(text: &str) -> Result<Profile, String> {
+pub fn profile_from_folded(text: &str) -> Result<Profile, FoldedError> {
     let mut profile = Profile::default();
     let mut header = Header::default();
     for line in text.lines() {
@@ -181,7 +181,7 @@ pub fn profile_from_folded(text: &str) -> Result<Profile, String> {
     lines
         .iter()
         .try_fold(0u64, |sum, (_, n)| sum.checked_add(*n))
-        .ok_or("sample counts add up to more than 2^64")?;
+        .ok_or(FoldedError::TooMany)?;
     let several = header.events.len() > 1;
     let weighted = header.events.iter().any(|(_, _, u)| *u != Unit::Samples);
     for (names, count) in lines {
@@ -245,7 +245,18 @@ pub fn profile_from_folded(text: &str) -> Result<Profile, String> {
 
 /// Reads folded text back as (frames, count) pairs. Lines that do not end in a count are an
 /// error naming the line number: the input is not what it claims to be.
-pub fn parse_folded(text: &str) -> Result<Vec<(Vec<String>, u64)>, String> {
+/// Why text is not folded stacks.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FoldedError {
+    #[error("line {line}: no sample count")]
+    NoCount { line: usize },
+    #[error("line {line}: bad sample count {count:?}")]
+    BadCount { line: usize, count: String },
+    #[error("sample counts add up to more than 2^64")]
+    TooMany,
+}
+
+pub fn parse_folded(text: &str) -> Result<Vec<(Vec<String>, u64)>, FoldedError> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         // Blank lines and comments (the header of [`write_folded`]) carry no stack.
@@ -254,10 +265,11 @@ pub fn parse_folded(text: &str) -> Result<Vec<(Vec<String>, u64)>, String> {
         }
         let (stack, count) = line
             .rsplit_once(' ')
-            .ok_or_else(|| format!("line {}: no sample count", i + 1))?;
-        let count: u64 = count
-            .parse()
-            .map_err(|_| format!("line {}: bad sample count {count:?}", i + 1))?;
+            .ok_or(FoldedError::NoCount { line: i + 1 })?;
+        let count: u64 = count.parse().map_err(|_| FoldedError::BadCount {
+            line: i + 1,
+            count: count.to_string(),
+        })?;
         out.push((stack.split(';').map(str::to_string).collect(), count));
     }
     Ok(out)
@@ -436,13 +448,12 @@ my_prog;main;[libc.so.6] 2
             ]
         );
         assert_eq!(
-            parse_folded("a;b;c\n").unwrap_err(),
+            parse_folded("a;b;c\n").unwrap_err().to_string(),
             "line 1: no sample count"
         );
-        assert!(
-            parse_folded("a 1\nb x\n")
-                .unwrap_err()
-                .starts_with("line 2: bad sample count")
+        assert_eq!(
+            parse_folded("a 1\nb x\n").unwrap_err().to_string(),
+            "line 2: bad sample count \"x\""
         );
     }
 }

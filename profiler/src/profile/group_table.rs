@@ -16,19 +16,33 @@ pub struct Ratio {
     pub denominator: String,
 }
 
+/// Why a `--ratio` was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RatioError {
+    #[error("malformed ratio '{0}': write EVENT/EVENT")]
+    Malformed(String),
+    #[error("ratio '{spec}': '{event}' is not an event of the profile (it has: {})", .known.join(", "))]
+    NotAnEvent {
+        spec: String,
+        event: String,
+        known: Vec<String>,
+    },
+}
+
 impl Ratio {
     /// Parses `A/B`; both must be events of `events` (the sampled events and the counters).
-    pub fn parse(spec: &str, events: &[String]) -> Result<Ratio, String> {
+    pub fn parse(spec: &str, events: &[String]) -> Result<Ratio, RatioError> {
         let (a, b) = spec
             .split_once('/')
             .filter(|(a, b)| !a.is_empty() && !b.is_empty() && !b.contains('/'))
-            .ok_or_else(|| format!("malformed ratio '{spec}': write EVENT/EVENT"))?;
+            .ok_or_else(|| RatioError::Malformed(spec.to_string()))?;
         for e in [a, b] {
             if !events.iter().any(|x| x == e) {
-                return Err(format!(
-                    "ratio '{spec}': '{e}' is not an event of the profile (it has: {})",
-                    events.join(", ")
-                ));
+                return Err(RatioError::NotAnEvent {
+                    spec: spec.to_string(),
+                    event: e.to_string(),
+                    known: events.to_vec(),
+                });
             }
         }
         Ok(Ratio {
@@ -273,7 +287,7 @@ mod tests {
                 "'cycles' is not an event of the profile",
             ),
         ] {
-            let e = Ratio::parse(spec, &events).unwrap_err();
+            let e = Ratio::parse(spec, &events).unwrap_err().to_string();
             assert!(e.contains(text), "{spec}: {e}");
         }
     }

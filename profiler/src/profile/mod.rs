@@ -19,10 +19,10 @@ mod wall;
 use std::{collections::BTreeMap, sync::Arc};
 
 pub use flamegraph::{write_diff_flamegraph, write_flamegraph};
-pub use folded::{LOST_STACK, parse_folded, profile_from_folded, write_folded};
+pub use folded::{FoldedError, LOST_STACK, parse_folded, profile_from_folded, write_folded};
 pub use format::Format;
 pub use frames::{FrameId, FrameTable, Strings};
-pub use group_table::{Ratio, render_group_table};
+pub use group_table::{Ratio, RatioError, render_group_table};
 pub use pprof::{read_pprof, write_pprof};
 pub use read::{ReadError, read_profile};
 pub use report::{ReportOptions, default_event, one_event, render_report, summary_line};

@@ -58,7 +58,7 @@ pub(super) fn parse(name: &str, bytes: &[u8]) -> Result<Profile, ReadError> {
     let folded = match std::str::from_utf8(bytes) {
         Ok(text) => match super::profile_from_folded(text) {
             Ok(p) => return Ok(p),
-            Err(e) => e,
+            Err(e) => e.to_string(),
         },
         Err(_) => "not text".to_string(),
     };

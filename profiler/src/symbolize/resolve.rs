@@ -48,6 +48,15 @@ pub struct Resolver {
     user: bool,
 }
 
+/// Why one file's offsets could not be symbolized (its frames are then misses).
+#[derive(Debug, thiserror::Error)]
+enum FileError {
+    #[error("the symbolizer failed on this file")]
+    Panicked,
+    #[error(transparent)]
+    Blazesym(blazesym::Error),
+}
+
 impl Resolver {
     /// `debug_dirs`: roots to search for debug files before the system's.
     pub fn new(debug_dirs: &[PathBuf]) -> Self {
@@ -145,7 +154,7 @@ impl Resolver {
         &mut self,
         file: &ElfFile,
         offsets: &[u64],
-    ) -> Result<Vec<Arc<[Frame]>>, String> {
+    ) -> Result<Vec<Arc<[Frame]>>, FileError> {
         let plt = PltStubs::read(&file.file);
         let named_by_plt = |o: u64| plt.contains(o);
         let rest: Vec<u64> = offsets
@@ -189,8 +198,8 @@ impl Resolver {
             let call =
                 std::panic::AssertUnwindSafe(|| symbolizer.symbolize(&Source::Elf(src), input));
             std::panic::catch_unwind(call)
-                .map_err(|_| "the symbolizer failed on this file".to_string())?
-                .map_err(|e| e.to_string())?
+                .map_err(|_| FileError::Panicked)?
+                .map_err(FileError::Blazesym)?
         };
         let mut symbols = rest.iter().zip(symbols);
         let path = Some(&file.path);

@@ -204,11 +204,14 @@ fn subtree(leaf: &BTreeMap<u64, Vec<u64>>, ids: &[u64], n: usize) -> Vec<u64> {
     sum
 }
 
+/// Counts `set` per cgroup, writing rows to `out` and notes and warnings to `diag` (the
+/// CLI's stderr).
 pub fn cgroup_stat(
     cpc: &Cpc,
     set: &SetSpec,
     opts: &CgroupStatOptions,
     out: Box<dyn Write>,
+    mut diag: Box<dyn Write>,
 ) -> Result<Option<nix::sys::signal::Signal>, CgroupStatError> {
     let sys = |call: &'static str| move |source| CgroupStatError::Sys { call, source };
     let root = cgroup::root().ok_or(CgroupStatError::NoCgroup2)?;
@@ -242,7 +245,8 @@ pub fn cgroup_stat(
     let mut signals = Signals::block().map_err(sys("blocking signals"))?;
     let mut counter = CgroupCounter::start(&attrs, &cpus)?;
     // Says how the counting scales, and (for scripts and tests) that counting has begun.
-    eprintln!(
+    let _ = writeln!(
+        diag,
         "profiler: counting {} event(s) per cgroup with {} perf events ({} CPUs × {}), shared by every cgroup",
         attrs.len(),
         counter.perf_events(),
@@ -308,13 +312,15 @@ pub fn cgroup_stat(
     }
     let stats = counter.stats()?;
     if stats.dropped > 0 {
-        eprintln!(
+        let _ = writeln!(
+            diag,
             "profiler: warning: {} counter deltas not attributed: the per-cgroup map is full",
             stats.dropped
         );
     }
     if stats.read_errors > 0 {
-        eprintln!(
+        let _ = writeln!(
+            diag,
             "profiler: warning: {} counter reads failed in the kernel; those deltas are missing",
             stats.read_errors
         );

@@ -7,6 +7,7 @@ use std::{
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
+        mpsc,
     },
     thread::JoinHandle,
     time::Duration,
@@ -16,6 +17,15 @@ use nix::{
     sched::{CpuSet, sched_setaffinity},
     unistd::Pid,
 };
+
+/// A soaker that runs, but not as asked (the CLI prints it; counting goes on).
+#[derive(Debug, thiserror::Error)]
+pub enum SoakWarning {
+    #[error("soaker: couldn't bind soaker thread to cpu{cpu}: {source}")]
+    Bind { cpu: u32, source: nix::Error },
+    #[error("soaker: couldn't make soaker thread SCHED_IDLE: {source}")]
+    Idle { cpu: u32, source: io::Error },
+}
 
 pub struct Soakers {
     run: Arc<AtomicBool>,
@@ -35,24 +45,29 @@ fn idle_priority() -> io::Result<()> {
 }
 
 impl Soakers {
-    /// Starts one paused soaker bound to each CPU in `cpus`.
-    pub fn start(cpus: &[u32]) -> io::Result<Soakers> {
+    /// Starts one paused soaker bound to each CPU in `cpus`, once each has set itself up;
+    /// with what did not go as asked.
+    pub fn start(cpus: &[u32]) -> io::Result<(Soakers, Vec<SoakWarning>)> {
         let run = Arc::new(AtomicBool::new(false));
         let quit = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
+        let (tx, rx) = mpsc::channel();
         for &cpu in cpus {
-            let (run, quit) = (run.clone(), quit.clone());
+            let (run, quit, tx) = (run.clone(), quit.clone(), tx.clone());
             let mut set = CpuSet::new();
             set.set(cpu as usize).map_err(io::Error::from)?;
             let t = std::thread::Builder::new()
                 .name(format!("soak{cpu}"))
                 .spawn(move || {
-                    if let Err(e) = sched_setaffinity(Pid::from_raw(0), &set) {
-                        eprintln!("soaker: couldn't bind soaker thread to cpu{cpu}: {e}");
+                    let mut warnings = Vec::new();
+                    if let Err(source) = sched_setaffinity(Pid::from_raw(0), &set) {
+                        warnings.push(SoakWarning::Bind { cpu, source });
                     }
-                    if let Err(e) = idle_priority() {
-                        eprintln!("soaker: couldn't make soaker thread SCHED_IDLE: {e}");
+                    if let Err(source) = idle_priority() {
+                        warnings.push(SoakWarning::Idle { cpu, source });
                     }
+                    let _ = tx.send(warnings);
+                    drop(tx);
                     while !quit.load(Ordering::Relaxed) {
                         if run.load(Ordering::Relaxed) {
                             std::hint::spin_loop();
@@ -63,7 +78,10 @@ impl Soakers {
                 })?;
             threads.push(t);
         }
-        Ok(Soakers { run, quit, threads })
+        drop(tx);
+        // Each thread sends once, set up; a thread that died first closes its sender.
+        let warnings = rx.iter().flatten().collect();
+        Ok((Soakers { run, quit, threads }, warnings))
     }
 
     /// Spins (a system-only set is bound) or pauses.
@@ -78,5 +96,26 @@ impl Drop for Soakers {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_soaker_that_cannot_be_placed_is_a_warning_not_a_print() {
+        // CPU 1000 is in a CpuSet but on no machine this runs on: the bind fails (EINVAL).
+        let (soakers, warnings) = Soakers::start(&[0, 1000]).unwrap();
+        drop(soakers);
+        let binds: Vec<String> = warnings
+            .iter()
+            .filter(|w| matches!(w, SoakWarning::Bind { .. }))
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            binds,
+            ["soaker: couldn't bind soaker thread to cpu1000: EINVAL: Invalid argument"]
+        );
     }
 }

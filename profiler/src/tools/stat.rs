@@ -110,6 +110,8 @@ fn stamp_line(stamp: Stamp) -> String {
 
 struct Printer {
     out: Box<dyn Write>,
+    /// Where a CPU that stops counting is reported (the CLI's stderr).
+    diag: Box<dyn Write>,
     json: bool,
     layout: StatLayout,
     /// hrtime of time 0.000.
@@ -162,8 +164,14 @@ fn sleep_until(signals: &mut Signals, goal: Instant) -> Result<Option<Signal>, S
     Ok(None)
 }
 
-/// Binds the first set on every CPU; a CPU that refuses is reported and left out.
-fn bind_all(cpc: &Cpc, opts: &StatOptions, ids: &[u32]) -> Result<(Vec<Cpu>, bool), StatError> {
+/// Binds the first set on every CPU; a CPU that refuses is reported (to `diag`) and left
+/// out.
+fn bind_all(
+    cpc: &Cpc,
+    opts: &StatOptions,
+    ids: &[u32],
+    diag: &mut dyn Write,
+) -> Result<(Vec<Cpu>, bool), StatError> {
     let mut cpus = Vec::new();
     let mut errors = Vec::new();
     for &id in ids {
@@ -188,7 +196,7 @@ fn bind_all(cpc: &Cpc, opts: &StatOptions, ids: &[u32]) -> Result<(Vec<Cpu>, boo
         });
     }
     for (id, e) in &errors {
-        eprintln!("{}: cpu{id} - {}", opts.prog, e.message);
+        let _ = writeln!(diag, "{}: cpu{id} - {}", opts.prog, e.message);
     }
     Ok((cpus, !errors.is_empty()))
 }
@@ -222,7 +230,7 @@ fn sample_all(
                 )?;
             }
             Err(e) => {
-                eprintln!("{}: cpu{} - {}", opts.prog, cpu.id, e.message);
+                let _ = writeln!(p.diag, "{}: cpu{} - {}", opts.prog, cpu.id, e.message);
                 cpu.counting = None;
                 errors = true;
             }
@@ -232,7 +240,13 @@ fn sample_all(
 }
 
 /// Runs cpustat until `count` samples were taken or a terminating signal came.
-pub fn stat(cpc: &Cpc, opts: &StatOptions, out: Box<dyn Write>) -> Result<StatOutcome, StatError> {
+/// Counts, writing rows to `out` and CPUs that stop counting to `diag`.
+pub fn stat(
+    cpc: &Cpc,
+    opts: &StatOptions,
+    out: Box<dyn Write>,
+    diag: Box<dyn Write>,
+) -> Result<StatOutcome, StatError> {
     if opts.sets.is_empty() {
         return Err(StatError::NoSets);
     }
@@ -247,12 +261,13 @@ pub fn stat(cpc: &Cpc, opts: &StatOptions, out: Box<dyn Write>) -> Result<StatOu
     };
     let mut p = Printer {
         out,
+        diag,
         json: opts.json,
         layout,
         t0: 0,
     };
     // Bound first, so that a CPU that cannot be counted is an error before any output.
-    let (mut cpus, mut errors) = bind_all(cpc, opts, &ids)?;
+    let (mut cpus, mut errors) = bind_all(cpc, opts, &ids, &mut p.diag)?;
     if opts.header && !opts.json {
         let h = format::stat_header(&layout, &opts.sets[0].pics());
         p.out.write_all(h.as_bytes()).map_err(StatError::Output)?;
@@ -260,14 +275,20 @@ pub fn stat(cpc: &Cpc, opts: &StatOptions, out: Box<dyn Write>) -> Result<StatOu
     p.t0 = crate::host::hrtime();
     for cpu in &mut cpus {
         if let Some(Err(e)) = cpu.counting.as_mut().map(|c| c.rebase(cpc)) {
-            eprintln!("{}: cpu{} - {}", opts.prog, cpu.id, e.message);
+            let _ = writeln!(p.diag, "{}: cpu{} - {}", opts.prog, cpu.id, e.message);
             cpu.counting = None;
             errors = true;
         }
     }
     let nsets = opts.sets.len();
     let soakers = match opts.soak && opts.sets.iter().any(SetSpec::is_system_only) {
-        true => Some(Soakers::start(&ids).map_err(sys("soaker threads"))?),
+        true => {
+            let (soakers, warnings) = Soakers::start(&ids).map_err(sys("soaker threads"))?;
+            for w in warnings {
+                let _ = writeln!(p.diag, "{w}");
+            }
+            Some(soakers)
+        }
         false => None,
     };
     let mut current = 0usize;
@@ -313,7 +334,7 @@ pub fn stat(cpc: &Cpc, opts: &StatOptions, out: Box<dyn Write>) -> Result<StatOu
             }
             for c in cpus.iter_mut().filter_map(|c| c.counting.as_mut()) {
                 if let Err(e) = c.restart(cpc, &opts.sets) {
-                    eprintln!("{}: {}", opts.prog, e.message);
+                    let _ = writeln!(p.diag, "{}: {}", opts.prog, e.message);
                     errors = true;
                 }
             }

@@ -14,7 +14,7 @@
 //! ignored. Parsing is pure: the event check and the attribute names come from a
 //! [`SpecContext`], which [`SpecContext::for_cpc`] fills from the libcpc handle.
 
-use crate::cpc::{Attr, Cpc, CpcError, Set, consts::request};
+use crate::cpc::{Attr, Cpc, CpcError, Set, consts::request, events::EventError};
 
 use super::cnum::strtoll;
 
@@ -22,7 +22,18 @@ use super::cnum::strtoll;
 mod tests;
 
 /// Whether an event can be counted here; the error is the catalogue's explanation.
-pub type EventCheck<'a> = Box<dyn Fn(&str) -> Result<(), String> + 'a>;
+pub type EventCheck<'a> = Box<dyn Fn(&str) -> Result<(), Uncountable> + 'a>;
+
+/// Why an event cannot be counted here.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Uncountable {
+    /// The name does not resolve (the catalogue's text, with its suggestions).
+    #[error(transparent)]
+    Event(#[from] EventError),
+    /// It resolves, but this host cannot count it.
+    #[error("event '{name}' cannot be counted here: {reason}")]
+    Unavailable { name: String, reason: String },
+}
 
 /// What the parser needs to know about the counters.
 pub struct SpecContext<'a> {
@@ -57,12 +68,15 @@ impl SpecContext<'_> {
 }
 
 /// The catalogue's verdict on `name` for this host.
-pub fn check_event(cpc: &Cpc, name: &str) -> Result<(), String> {
+pub fn check_event(cpc: &Cpc, name: &str) -> Result<(), Uncountable> {
     let catalog = cpc.catalog();
-    let event = catalog.resolve(name).map_err(|e| e.to_string())?;
+    let event = catalog.resolve(name)?;
     match catalog.unavailable_reason(&event) {
         None => Ok(()),
-        Some(reason) => Err(format!("event '{name}' cannot be counted here: {reason}")),
+        Some(reason) => Err(Uncountable::Unavailable {
+            name: name.to_owned(),
+            reason,
+        }),
     }
 }
 
@@ -77,14 +91,14 @@ pub enum SpecError {
     PicCannotMeasure {
         pic: u32,
         event: String,
-        reason: String,
+        reason: Uncountable,
     },
     #[error("bad token '{0}'")]
     BadToken(String),
     /// A bare name that is no token and no event here: the catalogue's text (with its
     /// "did you mean" suggestions).
     #[error("{0}")]
-    UnknownEvent(String),
+    UnknownEvent(Uncountable),
     #[error("no counter is free for '{event}': pic{last} is assigned")]
     NoFreeCounter { event: String, last: u32 },
     #[error("invalid value '{value}' for attribute '{attr}'")]

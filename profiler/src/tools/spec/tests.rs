@@ -24,7 +24,10 @@ fn ctx(npic: u32, attrs: &[&str]) -> SpecContext<'static> {
             if EVENTS.contains(&name) {
                 Ok(())
             } else {
-                Err(format!("unknown event '{name}'"))
+                Err(Uncountable::Event(EventError::Unknown {
+                    name: name.to_string(),
+                    suggestions: Vec::new(),
+                }))
             }
         }),
     }

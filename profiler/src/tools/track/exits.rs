@@ -2,6 +2,8 @@
 //! `lwp_exit`), a process's exec (its old image's totals, then maybe a fresh start) and
 //! its exit (the totals of all its threads).
 
+use std::io::Write as _;
+
 use super::{ptrace, tracer::Tracer};
 use crate::tools::sample::Sample;
 
@@ -20,9 +22,10 @@ impl Tracer<'_> {
         let (cur, totals) = match counting.finish(self.cpc) {
             Ok(r) => r,
             Err(e) => {
-                eprintln!(
-                    "{pid:6}: fini_lwp: lwp{tid}: can't access perf counters - {}",
-                    self.describe(&e)
+                let why = self.describe(&e);
+                let _ = writeln!(
+                    self.diag,
+                    "{pid:6}: fini_lwp: lwp{tid}: can't access perf counters - {why}"
                 );
                 self.errors = true;
                 return;

@@ -105,13 +105,15 @@ fn sys(call: &'static str) -> impl FnOnce(io::Error) -> TrackError {
     move |source| TrackError::Sys { call, source }
 }
 
-/// Runs cputrack: prints the header, then rows until every tracked process has exited or
-/// been let go (`-N`, exec without `-e`, a terminating signal).
+/// Runs cputrack: writes the header, then rows to `out` (threads it cannot count to `diag`)
+/// until every tracked process has exited or been let go (`-N`, exec without `-e`, a
+/// terminating signal).
 pub fn track(
     cpc: &Cpc,
     opts: &TrackOptions,
     target: &Target,
     out: Box<dyn Write>,
+    diag: Box<dyn Write>,
 ) -> Result<TrackOutcome, TrackError> {
     if opts.sets.is_empty() {
         return Err(TrackError::NoSets);
@@ -122,7 +124,7 @@ pub fn track(
         several_sets: opts.sets.len() > 1,
     };
     let out = Emitter::new(out, opts.json, layout);
-    let mut tracer = Tracer::new(cpc, opts, out);
+    let mut tracer = Tracer::new(cpc, opts, out, diag);
     // The command is forked before signals are blocked: a mask would survive its exec.
     let workload = match target {
         Target::Command(argv) => Some(Workload::prepare(argv)?),
@@ -273,7 +275,7 @@ fn attach(tracer: &mut Tracer<'_>, pid: i32) -> Result<(), TrackError> {
                     return Err(TrackError::Attach { pid, source });
                 }
                 Err(e) => {
-                    eprintln!("{pid:6}: cannot trace lwp{tid}: {e}");
+                    let _ = writeln!(tracer.diag, "{pid:6}: cannot trace lwp{tid}: {e}");
                     tracer.errors = true;
                     skipped.insert(tid);
                 }

@@ -1,6 +1,8 @@
 //! Periodic samples (`tick` rows, `-N`) and letting processes go (after `-N`, on a
 //! terminating signal, when the output is closed).
 
+use std::io::Write as _;
+
 use super::{ptrace, tracer::Tracer};
 
 impl Tracer<'_> {
@@ -75,9 +77,10 @@ impl Tracer<'_> {
                     .counts((pid, tid), "tick", &delta, &self.opts.sets[set]);
             }
             Err(e) => {
-                eprintln!(
-                    "{pid:6}: tick: lwp{tid}: can't access perf counter - {}",
-                    self.describe(&e)
+                let why = self.describe(&e);
+                let _ = writeln!(
+                    self.diag,
+                    "{pid:6}: tick: lwp{tid}: can't access perf counter - {why}"
                 );
                 self.errors = true;
                 if let Some(t) = self.threads.get_mut(&tid) {

@@ -3,7 +3,10 @@
 //! given running again (or detached) before it returns, so no path can leave one stopped.
 //! Exits and exec are in `exits.rs`, ticks and letting go in `ticks.rs`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    io::Write as _,
+};
 
 use libc::{
     PTRACE_EVENT_CLONE, PTRACE_EVENT_EXEC, PTRACE_EVENT_EXIT, PTRACE_EVENT_FORK, PTRACE_EVENT_STOP,
@@ -42,6 +45,8 @@ pub(super) struct Tracer<'a> {
     pub cpc: &'a Cpc,
     pub opts: &'a TrackOptions,
     pub out: Emitter,
+    /// Where threads that cannot be counted are reported (the CLI's stderr).
+    pub diag: Box<dyn std::io::Write>,
     pub threads: HashMap<i32, Thread>,
     pub procs: BTreeMap<i32, Process>,
     /// A thread or process could not be counted: the run exits with status 1.
@@ -52,11 +57,17 @@ pub(super) struct Tracer<'a> {
 }
 
 impl<'a> Tracer<'a> {
-    pub fn new(cpc: &'a Cpc, opts: &'a TrackOptions, out: Emitter) -> Self {
+    pub fn new(
+        cpc: &'a Cpc,
+        opts: &'a TrackOptions,
+        out: Emitter,
+        diag: Box<dyn std::io::Write>,
+    ) -> Self {
         Tracer {
             cpc,
             opts,
             out,
+            diag,
             threads: HashMap::new(),
             procs: BTreeMap::new(),
             errors: false,
@@ -105,9 +116,10 @@ impl<'a> Tracer<'a> {
     /// A thread that could not be bound, during the run: reported (as cputrack does), and
     /// the run will exit with status 1.
     pub(super) fn warn_unbound(&mut self, pid: i32, tid: i32, e: &CpcError) {
-        eprintln!(
-            "{pid:6}: init_lwp: can't bind perf counters to lwp{tid} - {}",
-            self.describe(e)
+        let why = self.describe(e);
+        let _ = writeln!(
+            self.diag,
+            "{pid:6}: init_lwp: can't bind perf counters to lwp{tid} - {why}"
         );
         self.errors = true;
     }

@@ -1,0 +1,40 @@
+//! Why `record`'s arguments were refused. The texts are what the user sees after
+//! `profiler: `.
+
+use crate::export::ExportError;
+
+use super::usage::UsageError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordArgError {
+    #[error("give a target: -p, -t, -G, -a, -C or a command")]
+    NoTarget,
+    #[error("--min-block needs --off-cpu or --wall")]
+    MinBlockWithoutOffCpu,
+    #[error("invalid --mmap-pages {0}: must be a power of two, at most 1 GiB of pages")]
+    MmapPages(u32),
+    #[error("invalid {what} {secs}: must be a positive number of seconds")]
+    Seconds { what: &'static str, secs: f64 },
+    #[error(transparent)]
+    Usage(#[from] UsageError),
+    /// A malformed `-e '{A,B}:S'` counter group (the group parser's text).
+    #[error("{0}")]
+    Group(String),
+    #[error(transparent)]
+    Export(#[from] ExportError),
+}
+
+/// Why a `SIZE` argument (`--spool-max`, `--unwind-memory`) was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("`{0}`: the suffix must be K, M or G")]
+    Suffix(String),
+    #[error("`{text}` is not a size (e.g. {example})")]
+    NotASize { text: String, example: &'static str },
+    #[error("`{0}`: must be from 1 byte to 16 EiB")]
+    Bytes(String),
+    #[error("`{0}` is too large")]
+    TooLarge(String),
+    #[error("`{0}`: unwind memory must be from 64K to 4G")]
+    UnwindMemory(String),
+}
