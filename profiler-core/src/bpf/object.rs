@@ -329,25 +329,43 @@ mod tests {
         );
     }
 
+    /// The names in `of_object` without a constant, and the constants `of_object` lacks.
+    fn differences<'a>(
+        of_object: impl Iterator<Item = &'a String>,
+        shared: &[&str],
+    ) -> (Vec<String>, Vec<String>) {
+        let of_object: std::collections::BTreeSet<&str> = of_object.map(String::as_str).collect();
+        let shared: std::collections::BTreeSet<&str> = shared.iter().copied().collect();
+        let owned = |set: std::collections::btree_set::Difference<'_, &str>| {
+            set.map(|n| n.to_string()).collect::<Vec<_>>()
+        };
+        (
+            owned(of_object.difference(&shared)),
+            owned(shared.difference(&of_object)),
+        )
+    }
+
     /// The eBPF crate spells map and program names as identifiers (its attributes take
     /// literals only), user space as `profiler_common::names`: both lists must be the same.
     #[test]
     fn every_map_and_program_of_the_object_has_its_shared_name() {
         let Some(object) = parsed() else { return };
-        let sorted = |mut v: Vec<String>| {
-            v.sort();
-            v
-        };
-        let of_object = |names: Vec<&String>| sorted(names.into_iter().cloned().collect());
-        let shared = |names: &[&str]| sorted(names.iter().map(|n| n.to_string()).collect());
-        // Sections the compiler adds for read-only data and globals are maps too, unnamed by us.
-        let maps = object.maps.keys().filter(|n| !n.starts_with('.')).collect();
-        assert_eq!(of_object(maps), shared(names::maps::ALL), "map names");
-        let programs = object.programs.keys().collect();
+        // Sections the compiler adds for read-only data and globals are maps too, unnamed
+        // by us.
+        let maps = object.maps.keys().filter(|n| !n.starts_with('.'));
         assert_eq!(
-            of_object(programs),
-            shared(names::programs::ALL),
-            "program names"
+            differences(maps, names::maps::ALL),
+            (vec![], vec![]),
+            "(maps without a constant, constants naming no map)"
         );
+        assert_eq!(
+            differences(object.programs.keys(), names::programs::ALL),
+            (vec![], vec![]),
+            "(programs without a constant, constants naming no program)"
+        );
+        for all in [names::maps::ALL, names::programs::ALL] {
+            let distinct: std::collections::BTreeSet<_> = all.iter().collect();
+            assert_eq!(distinct.len(), all.len(), "a name listed twice: {all:?}");
+        }
     }
 }
