@@ -257,3 +257,67 @@ impl RecordProgram {
         Ok(trace.frames().iter().map(|f| f.ip).collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(capture: u32, group: bool) -> RecordConfig {
+        RecordConfig {
+            sampler: SamplerConfig {
+                capture,
+                ..Default::default()
+            },
+            ring_bytes: 1 << 20,
+            unwind_rows: 1000,
+            group,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn frame_pointers_alone_size_only_the_ring() {
+        let c = config(capture::USER_STACK, false);
+        assert_eq!(c.program(), programs::RECORD_FP);
+        assert_eq!(
+            c.sizes(),
+            MapSizes {
+                record_events: 1 << 20,
+                ..MapSizes::default()
+            }
+        );
+    }
+
+    #[test]
+    fn each_capture_bit_and_the_group_size_their_own_maps() {
+        let c = config(
+            capture::UNWIND_TABLES | capture::AGGREGATE | capture::OFF_CPU,
+            true,
+        );
+        assert_eq!(c.program(), programs::RECORD_SAMPLE);
+        assert_eq!(
+            c.sizes(),
+            MapSizes {
+                events: 4096,
+                record_events: 1 << 20,
+                unwind_rows: 1000,
+                aggregate: AGGREGATE_ENTRIES,
+                stack_traces: AGGREGATE_STACKS,
+                group_tasks: group::MAX_TASKS,
+                aggregate_group: AGGREGATE_ENTRIES,
+                group_sampled: group::MAX_TASKS,
+                offcpu_pending: PENDING_ENTRIES,
+                offcpu_totals: TOTALS_ENTRIES,
+            }
+        );
+        // Aggregation without a group leaves the group's aggregation maps minimal; a group
+        // without aggregation sizes only the per-thread map.
+        let aggregate = config(capture::AGGREGATE, false).sizes();
+        assert_eq!((aggregate.aggregate_group, aggregate.group_sampled), (1, 1));
+        let group = config(0, true).sizes();
+        assert_eq!(
+            (group.group_tasks, group.aggregate_group, group.aggregate),
+            (group::MAX_TASKS, 1, 1)
+        );
+    }
+}
