@@ -8,16 +8,16 @@ use std::{
     os::fd::{AsFd, OwnedFd},
 };
 
-use aya::{Ebpf, EbpfLoader, maps::PerCpuHashMap, programs::RawTracePoint};
+use aya::{Ebpf, maps::PerCpuHashMap, programs::RawTracePoint};
 use profiler_common::{
-    CgroupCounts, MAX_CGROUP_EVENTS, cg_stat,
+    CgroupCounts, MAX_CGROUP_EVENTS, MAX_COUNTED_CGROUPS, cg_stat,
     names::{maps as map, programs},
 };
 
 use super::{
     BpfError,
     maps::{self, Counters, map_err},
-    object::OBJECT,
+    object::{MapSizes, load_object},
 };
 use crate::{
     kernel,
@@ -45,25 +45,17 @@ impl CgroupCounter {
     /// Opens `events` (counting, as `Cpc::request_attrs` builds them) on each of `cpus`,
     /// attaches the program, then starts the counters.
     pub fn start(events: &[(EventAttr, String)], cpus: &[u32]) -> Result<Self, BpfError> {
-        if OBJECT.is_empty() {
-            return Err(BpfError::Stub);
-        }
         if events.is_empty() || events.len() > MAX_CGROUP_EVENTS {
             return Err(BpfError::Missing(
                 "room for that many events (1 to 8 per-cgroup counters)",
             ));
         }
-        // Only the counting maps are needed at size; the sampler's stay minimal.
-        let mut ebpf = EbpfLoader::new()
-            // The kernel's BTF that new() parsed (18 MiB) goes before the load, not after:
-            // the programs have no CO-RE relocations to apply (a test checks).
-            .btf(None)
-            .map_max_entries(map::EVENTS, page_size())
-            .map_max_entries(map::AGGREGATE, 1)
-            .map_max_entries(map::STACK_TRACES, 1)
-            .map_max_entries(map::AGGREGATE_GROUP, 1)
-            .map_max_entries(map::GROUP_SAMPLED, 1)
-            .load(OBJECT)?;
+        // Only the counting maps are needed at size; the sampling programs' stay minimal.
+        let mut ebpf = load_object(MapSizes {
+            events: page_size(),
+            cg_counts: MAX_COUNTED_CGROUPS,
+            ..MapSizes::default()
+        })?;
         maps::set_config(&mut ebpf, map::CG_CONFIG, events.len() as u32)?;
         let mut opened = Vec::with_capacity(events.len() * cpus.len());
         for (k, (attr, name)) in events.iter().enumerate() {

@@ -46,6 +46,7 @@ pub(super) struct MapSizes {
     pub group_sampled: u32,
     pub offcpu_pending: u32,
     pub offcpu_totals: u32,
+    pub cg_counts: u32,
 }
 
 impl Default for MapSizes {
@@ -61,6 +62,7 @@ impl Default for MapSizes {
             group_sampled: 1,
             offcpu_pending: 1,
             offcpu_totals: 1,
+            cg_counts: 1,
         }
     }
 }
@@ -73,7 +75,7 @@ impl MapSizes {
             .map_max_entries(map::UNWIND_ROWS, self.unwind_rows)
             .map_max_entries(map::AGGREGATE, self.aggregate)
             .map_max_entries(map::STACK_TRACES, self.stack_traces)
-            .map_max_entries(map::CG_COUNTS, 1)
+            .map_max_entries(map::CG_COUNTS, self.cg_counts)
             .map_max_entries(map::GROUP_TASKS, self.group_tasks)
             .map_max_entries(map::AGGREGATE_GROUP, self.aggregate_group)
             .map_max_entries(map::GROUP_SAMPLED, self.group_sampled)
@@ -120,20 +122,7 @@ impl Loaded {
         ring: &'static str,
         config: SamplerConfig,
     ) -> Result<Self, BpfError> {
-        if OBJECT.is_empty() {
-            return Err(BpfError::Stub);
-        }
-        raise_memlock_rlimit();
-        // The helpers this kernel has: the verifier drops the branches of the others.
-        let features = KernelFeatures::get().ebpf_bits();
-        let mut loader = EbpfLoader::new();
-        // The kernel's BTF that new() parsed (18 MiB) goes before the load, not after: the
-        // programs have no CO-RE relocations to apply (a test checks).
-        loader.btf(None);
-        sizes.apply(&mut loader);
-        let mut ebpf = loader
-            .override_global(globals::KERNEL_FEATURES, &features, true)
-            .load(OBJECT)?;
+        let mut ebpf = load_object(sizes)?;
         let perf: &mut PerfEventProgram = ebpf
             .program_mut(program)
             .ok_or(BpfError::Missing("the perf_event program"))?
@@ -289,6 +278,25 @@ impl Loaded {
     }
 }
 
+/// Loads the object (every program and map; no program is loaded into the kernel yet) with
+/// the maps sized as `sizes` says.
+pub(super) fn load_object(sizes: MapSizes) -> Result<Ebpf, BpfError> {
+    if OBJECT.is_empty() {
+        return Err(BpfError::Stub);
+    }
+    raise_memlock_rlimit();
+    // The helpers this kernel has: the verifier drops the branches of the others.
+    let features = KernelFeatures::get().ebpf_bits();
+    let mut loader = EbpfLoader::new();
+    // The kernel's BTF that new() parsed (18 MiB) goes before the load, not after: the
+    // programs have no CO-RE relocations to apply (a test checks).
+    loader.btf(None);
+    sizes.apply(&mut loader);
+    Ok(loader
+        .override_global(globals::KERNEL_FEATURES, &features, true)
+        .load(OBJECT)?)
+}
+
 /// The loaded perf_event program called `name`.
 fn perf_program<'a>(ebpf: &'a Ebpf, name: &str) -> Result<&'a PerfEventProgram, BpfError> {
     Ok(ebpf
@@ -298,7 +306,7 @@ fn perf_program<'a>(ebpf: &'a Ebpf, name: &str) -> Result<&'a PerfEventProgram, 
 }
 
 /// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; lift it so they load there too.
-pub(super) fn raise_memlock_rlimit() {
+fn raise_memlock_rlimit() {
     use nix::sys::resource::{Resource, setrlimit};
     let inf = nix::sys::resource::RLIM_INFINITY;
     // Failure is harmless on memcg-accounted kernels; loading reports the real error if any.

@@ -308,6 +308,7 @@ mod tests {
                 group_sampled: group::MAX_TASKS,
                 offcpu_pending: PENDING_ENTRIES,
                 offcpu_totals: TOTALS_ENTRIES,
+                cg_counts: 1,
             }
         );
         // Aggregation without a group leaves the group's aggregation maps minimal; a group
