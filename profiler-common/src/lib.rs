@@ -6,6 +6,7 @@
 #![no_std]
 
 pub mod group;
+pub mod names;
 pub mod offcpu;
 pub mod python;
 pub mod stack;

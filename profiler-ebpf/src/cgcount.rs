@@ -18,18 +18,22 @@ use crate::sampler::read_counter;
 /// The number of events in use (the first N of `SIB*`).
 #[map]
 static CG_CONFIG: Array<u32> = Array::with_max_entries(1, 0);
+shared_name!(map CG_CONFIG);
 
 /// Counter values at the last switch, per CPU and event.
 #[map]
 static CG_PREV: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_CGROUP_EVENTS as u32, 0);
+shared_name!(map CG_PREV);
 
 /// Totals per cgroup id, per CPU (summed by user space; no atomics needed).
 #[map]
 static CG_COUNTS: PerCpuHashMap<u64, CgroupCounts> =
     PerCpuHashMap::with_max_entries(MAX_COUNTED_CGROUPS, 0);
+shared_name!(map CG_COUNTS);
 
 #[map]
 static CG_STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(cg_stat::COUNT, 0);
+shared_name!(map CG_STATS);
 
 // Event k of CPU c is at SIBk[c]: the sampler's per-request perf event arrays, unused by
 // the sampler in the object instance that per-cgroup counting loads (each load has its own

@@ -25,19 +25,23 @@ use crate::sampler::{CONFIG, sibling_map, targeted};
 
 #[map]
 pub(crate) static GROUP_CONFIG: Array<GroupConfig> = Array::with_max_entries(1, 0);
+shared_name!(map GROUP_CONFIG);
 
 /// Each counter's reading at the last accounting on this CPU, and scratch space.
 #[map]
 static GROUP_CPU: PerCpuArray<GroupCpu> = PerCpuArray::with_max_entries(1, 0);
+shared_name!(map GROUP_CPU);
 
 /// Each target thread's values so far (a thread runs on one CPU at a time, but the idle
 /// tasks of all CPUs share tid 0, so values are added atomically).
 #[map]
 pub(crate) static GROUP_TASKS: HashMap<u32, GroupValues> = HashMap::with_max_entries(MAX_TASKS, 0);
+shared_name!(map GROUP_TASKS);
 
 /// Events of targets `GROUP_TASKS` had no room for, per counter; read errors; updates.
 #[map]
 static GROUP_LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOST_SLOTS, 0);
+shared_name!(map GROUP_LOST);
 
 #[raw_tracepoint(tracepoint = "sched_switch")]
 pub fn group_switch(_ctx: RawTracePointContext) -> i32 {
@@ -52,6 +56,7 @@ pub fn group_switch(_ctx: RawTracePointContext) -> i32 {
 /// thread is gone); LRU, so a full map forgets the longest-dead threads first.
 #[map]
 static GROUP_EXITED: LruHashMap<u32, u8> = LruHashMap::with_max_entries(MAX_TASKS, 0);
+shared_name!(map GROUP_EXITED);
 
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 pub fn group_exit(_ctx: RawTracePointContext) -> i32 {
@@ -186,6 +191,7 @@ pub(crate) fn account(pid_tgid: u64, switching: bool) -> Option<*mut GroupValues
 /// The group's words of this CPU's next record.
 #[map]
 pub(crate) static GROUP_TAIL: PerCpuArray<GroupTail> = PerCpuArray::with_max_entries(1, 0);
+shared_name!(map GROUP_TAIL);
 
 /// At a sample: accounts the counters to the sampled thread and prepares the record's group
 /// words in `GROUP_TAIL` (none without a group; a count of 0 when the thread has no entry).
@@ -233,11 +239,13 @@ pub(crate) fn prepare_tail(pid_tgid: u64) {
 /// Each sampled thread's `GROUP_TASKS` values at its last sample.
 #[map]
 static GROUP_SAMPLED: HashMap<u32, GroupValues> = HashMap::with_max_entries(MAX_TASKS, 0);
+shared_name!(map GROUP_SAMPLED);
 
 /// Each counter's increases summed per aggregation key (the keys of `AGGREGATE`).
 #[map]
 static AGGREGATE_GROUP: HashMap<AggregateKey, GroupValues> =
     HashMap::with_max_entries(AGGREGATE_ENTRIES, 0);
+shared_name!(map AGGREGATE_GROUP);
 
 /// The entry of `key` in `map`, inserted as zeros if it has none (`None`: the map is full).
 #[inline(always)]

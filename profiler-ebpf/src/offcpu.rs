@@ -40,26 +40,32 @@ use crate::{
 
 #[map]
 static OFFCPU_CONFIG: Array<OffCpuConfig> = Array::with_max_entries(1, 0);
+shared_name!(map OFFCPU_CONFIG);
 
 /// The record of each target thread now off the CPU, by tid (sized at load: 1 entry when
 /// off-CPU time is not recorded).
 #[map]
 static OFFCPU_PENDING: HashMap<u32, OffCpuBuf> = HashMap::with_max_entries(PENDING_ENTRIES, 0);
+shared_name!(map OFFCPU_PENDING);
 
 /// The record being assembled on this CPU (too large for the BPF stack).
 #[map]
 static OFFCPU_BUF: PerCpuArray<OffCpuBuf> = PerCpuArray::with_max_entries(1, 0);
+shared_name!(map OFFCPU_BUF);
 
 /// Time off the CPU per (thread, stack), read by user space (sized at load).
 #[map]
 static OFFCPU_TOTALS: HashMap<TotalKey, Total> = HashMap::with_max_entries(TOTALS_ENTRIES, 0);
+shared_name!(map OFFCPU_TOTALS);
 
 /// A new total being assembled on this CPU (too large for the BPF stack).
 #[map]
 static OFFCPU_TOTAL_BUF: PerCpuArray<Total> = PerCpuArray::with_max_entries(1, 0);
+shared_name!(map OFFCPU_TOTAL_BUF);
 
 #[map]
 static OFFCPU_STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
+shared_name!(map OFFCPU_STATS);
 
 /// A copy of the user stack of each thread switched out while its process had no unwind
 /// tables (`record_flags::STACK_COPY` on its pending record), by tid: its wait's record
@@ -67,6 +73,7 @@ static OFFCPU_STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUN
 #[map]
 static OFFCPU_COPIES: HashMap<u32, StackCopyBuf> =
     HashMap::with_max_entries(COPY_ENTRIES, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
+shared_name!(map OFFCPU_COPIES);
 
 /// Threads with a copy kept at once (each 16 KiB, allocated when kept).
 const COPY_ENTRIES: u32 = 1024;
@@ -74,10 +81,12 @@ const COPY_ENTRIES: u32 = 1024;
 /// A copy being made on this CPU.
 #[map]
 static OFFCPU_COPY_BUF: PerCpuArray<StackCopyBuf> = PerCpuArray::with_max_entries(1, 0);
+shared_name!(map OFFCPU_COPY_BUF);
 
 /// A wait's record with its copy, assembled on this CPU at switch-in.
 #[map]
 static OFFCPU_OUT: PerCpuArray<StackSampleBuf> = PerCpuArray::with_max_entries(1, 0);
+shared_name!(map OFFCPU_OUT);
 
 #[inline(always)]
 fn add(slot: u32, n: u64) {

@@ -33,19 +33,23 @@ use crate::{
 
 #[map]
 pub(crate) static RECORD_EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
+shared_name!(map RECORD_EVENTS);
 
 /// The record being assembled on this CPU (up to 2 KiB: too large for the BPF stack).
 #[map]
 static RECORD_BUF: PerCpuArray<StackSampleBuf> = PerCpuArray::with_max_entries(1, 0);
+shared_name!(map RECORD_BUF);
 
 // In-kernel aggregation (`record --aggregate`): samples and their events per key, stacks
 // by id.
 #[map]
 static AGGREGATE: HashMap<AggregateKey, AggregateValue> =
     HashMap::with_max_entries(AGGREGATE_ENTRIES, 0);
+shared_name!(map AGGREGATE);
 
 #[map]
 static STACK_TRACES: StackTrace = StackTrace::with_max_entries(AGGREGATE_STACKS, 0);
+shared_name!(map STACK_TRACES);
 
 /// With unwind tables (needs `bpf_loop`, Linux 5.17). Always returns 0: perf writes
 /// nothing itself.

@@ -24,41 +24,55 @@ use profiler_common::{
 
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
+shared_name!(map EVENTS);
 
 #[map]
 pub(crate) static TGIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TARGET_TGIDS, 0);
+shared_name!(map TGIDS);
 
 #[map]
 static TIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TARGET_TIDS, 0);
+shared_name!(map TIDS);
 
 #[map]
 static CGROUPS: HashMap<u64, u8> = HashMap::with_max_entries(MAX_TARGET_CGROUPS, 0);
+shared_name!(map CGROUPS);
 
 #[map]
 pub(crate) static CONFIG: Array<SamplerConfig> = Array::with_max_entries(1, 0);
+shared_name!(map CONFIG);
 
 #[map]
 pub(crate) static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
+shared_name!(map STATS);
 
 // The events of a notifying set, so a record can carry the whole set's values: request k of
 // context c is at SIBk[c] (readable for events of the current task or CPU). One array per
 // request because aya sizes every perf event array to the number of CPUs.
 #[map]
 static SIB0: PerfEventArray<u32> = PerfEventArray::new(0);
+shared_name!(map SIB0);
 #[map]
 static SIB1: PerfEventArray<u32> = PerfEventArray::new(0);
+shared_name!(map SIB1);
 #[map]
 static SIB2: PerfEventArray<u32> = PerfEventArray::new(0);
+shared_name!(map SIB2);
 #[map]
 static SIB3: PerfEventArray<u32> = PerfEventArray::new(0);
+shared_name!(map SIB3);
 #[map]
 static SIB4: PerfEventArray<u32> = PerfEventArray::new(0);
+shared_name!(map SIB4);
 #[map]
 static SIB5: PerfEventArray<u32> = PerfEventArray::new(0);
+shared_name!(map SIB5);
 #[map]
 static SIB6: PerfEventArray<u32> = PerfEventArray::new(0);
+shared_name!(map SIB6);
 #[map]
 static SIB7: PerfEventArray<u32> = PerfEventArray::new(0);
+shared_name!(map SIB7);
 
 #[inline(always)]
 pub(crate) fn sibling_map(k: usize) -> *mut core::ffi::c_void {
@@ -130,6 +144,7 @@ pub(crate) fn request_cookie(ctx: &PerfEventContext) -> u64 {
 #[map]
 pub(crate) static REQUESTS: HashMap<u64, RequestConfig> =
     HashMap::with_max_entries(MAX_REQUESTS, 0);
+shared_name!(map REQUESTS);
 
 /// Returns 0 (the sample is fully handled here: perf writes nothing and sends no signal, and
 /// on Linux 6.10+ the IOC_REFRESH budget is untouched), except for a request that freezes on

@@ -33,11 +33,13 @@ pub(crate) const STACK_BYTES: u32 = (MAX_STACK_DEPTH * 8) as u32;
 #[map]
 static UNWIND_ROWS: Array<UnwindRow> =
     Array::with_max_entries(DEFAULT_UNWIND_ROWS, aya_ebpf::bindings::BPF_F_MMAPABLE);
+shared_name!(map UNWIND_ROWS);
 
 /// Per process (tgid): its executable mappings and where their tables are.
 #[map]
 static UNWIND_PROCS: HashMap<u32, ProcUnwind> =
     HashMap::with_max_entries(MAX_UNWIND_PROCS, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
+shared_name!(map UNWIND_PROCS);
 
 /// Stack copies made per process (tgid) while it has no tables: each process gets
 /// [`COPY_BUDGET`] (its first moments, which its tables normally follow within
@@ -45,6 +47,7 @@ static UNWIND_PROCS: HashMap<u32, ProcUnwind> =
 /// whose tables never come cannot fill the ring with copies.
 #[map]
 static COPIES: LruHashMap<u32, u32> = LruHashMap::with_max_entries(MAX_UNWIND_PROCS, 0);
+shared_name!(map COPIES);
 
 /// Copies one process may make before its tables are loaded (16 KiB each at most).
 const COPY_BUDGET: u32 = 256;
@@ -52,6 +55,7 @@ const COPY_BUDGET: u32 = 256;
 /// The stack bytes copied into the ring since `COPY_WINDOW[0]` (ns), all CPUs together.
 #[map]
 static COPY_WINDOW: Array<[u64; 2]> = Array::with_max_entries(1, 0);
+shared_name!(map COPY_WINDOW);
 
 /// The window over which copies are limited to a share of the ring.
 const COPY_WINDOW_NS: u64 = 100_000_000;
@@ -125,10 +129,12 @@ pub(crate) struct Walk {
 
 #[map]
 static WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
+shared_name!(map WALK);
 
 /// When this CPU last woke the reader for a frame in an unknown mapping (ns).
 #[map]
 static WOKE_AT: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+shared_name!(map WOKE_AT);
 
 /// Least time between two wake-ups for unknown mappings on one CPU: JIT code is in no
 /// mapping for good, and must not wake the reader at every sample.

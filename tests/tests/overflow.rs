@@ -12,7 +12,7 @@ use std::{
 };
 
 use profiler::{
-    bpf::{RecordStream, Sampler},
+    bpf::{OverflowConfig, OverflowProgram, RecordStream},
     cpc::{
         Cpc, Lwp, Overflow, OverflowPolicy,
         consts::{VER_CURRENT, request},
@@ -188,13 +188,14 @@ fn shared_per_cpu_events_deliver_only_the_selected_process() {
         return;
     }
     let _g = serial();
-    let mut sampler = Sampler::load(
-        SamplerConfig {
+    let mut sampler = OverflowProgram::load(OverflowConfig {
+        sampler: SamplerConfig {
             filter: filter::TGID,
             ..Default::default()
         },
-        1 << 20,
-    )
+        ring_bytes: 1 << 20,
+        ..Default::default()
+    })
     .unwrap();
     sampler.set_request(0, RequestConfig::default()).unwrap();
     let mut attr = EventAttr::software(SoftwareEvent::PageFaults);
@@ -258,13 +259,14 @@ fn overload_loss_matches_the_records_that_did_not_arrive() {
     // Count program runs in the kernel: an account independent of the program's counters.
     let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).unwrap();
     // 16 KiB holds 7 records; nothing is read until the workload is done.
-    let mut sampler = Sampler::load(
-        SamplerConfig {
+    let mut sampler = OverflowProgram::load(OverflowConfig {
+        sampler: SamplerConfig {
             wakeup_bytes: u64::MAX,
             ..Default::default()
         },
-        16 << 10,
-    )
+        ring_bytes: 16 << 10,
+        ..Default::default()
+    })
     .unwrap();
     sampler.set_request(0, RequestConfig::default()).unwrap();
     let mut attr = EventAttr::software(SoftwareEvent::PageFaults);

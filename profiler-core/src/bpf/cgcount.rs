@@ -8,23 +8,21 @@ use std::{
     os::fd::{AsFd, OwnedFd},
 };
 
-use aya::{
-    Ebpf, EbpfLoader,
-    maps::{Array, PerCpuArray, PerCpuHashMap},
-    programs::RawTracePoint,
+use aya::{Ebpf, maps::PerCpuHashMap, programs::RawTracePoint};
+use profiler_common::{
+    CgroupCounts, MAX_CGROUP_EVENTS, MAX_COUNTED_CGROUPS, cg_stat,
+    names::{maps as map, programs},
 };
-use profiler_common::{CgroupCounts, MAX_CGROUP_EVENTS, cg_stat};
 
 use super::{
     BpfError,
-    loader::{OBJECT, SIBLING_MAPS},
+    maps::{self, Counters, map_err},
+    object::{MapSizes, load_object},
 };
 use crate::{
     kernel,
     perf::{EventAttr, PerfEvent, Scope},
 };
-
-const PROGRAM: &str = "cg_switch";
 
 /// Totals the program kept besides the counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -43,57 +41,31 @@ pub struct CgroupCounter {
     nevents: usize,
 }
 
-fn map_err(name: &'static str) -> impl FnOnce(aya::maps::MapError) -> BpfError {
-    move |source| BpfError::Map { name, source }
-}
-
 impl CgroupCounter {
     /// Opens `events` (counting, as `Cpc::request_attrs` builds them) on each of `cpus`,
     /// attaches the program, then starts the counters.
     pub fn start(events: &[(EventAttr, String)], cpus: &[u32]) -> Result<Self, BpfError> {
-        if OBJECT.is_empty() {
-            return Err(BpfError::Stub);
-        }
         if events.is_empty() || events.len() > MAX_CGROUP_EVENTS {
             return Err(BpfError::Missing(
                 "room for that many events (1 to 8 per-cgroup counters)",
             ));
         }
-        // Only the counting maps are needed at size; the sampler's stay minimal.
-        let mut ebpf = EbpfLoader::new()
-            // The kernel's BTF that new() parsed (18 MiB) goes before the load, not after:
-            // the programs have no CO-RE relocations to apply (a test checks).
-            .btf(None)
-            .map_max_entries("EVENTS", page_size())
-            .map_max_entries("AGGREGATE", 1)
-            .map_max_entries("STACK_TRACES", 1)
-            .map_max_entries("AGGREGATE_GROUP", 1)
-            .map_max_entries("GROUP_SAMPLED", 1)
-            .load(OBJECT)?;
-        {
-            let mut config: Array<_, u32> = Array::try_from(
-                ebpf.map_mut("CG_CONFIG")
-                    .ok_or(BpfError::Missing("CG_CONFIG"))?,
-            )
-            .map_err(map_err("CG_CONFIG"))?;
-            config
-                .set(0, events.len() as u32, 0)
-                .map_err(map_err("CG_CONFIG"))?;
-        }
+        // Only the counting maps are needed at size; the sampling programs' stay minimal.
+        let mut ebpf = load_object(MapSizes {
+            events: page_size(),
+            cg_counts: MAX_COUNTED_CGROUPS,
+            ..MapSizes::default()
+        })?;
+        maps::set_config(&mut ebpf, map::CG_CONFIG, events.len() as u32)?;
         let mut opened = Vec::with_capacity(events.len() * cpus.len());
         for (k, (attr, name)) in events.iter().enumerate() {
             let mut attr = *attr;
             attr.set_disabled(true)
                 .set_inherit(false)
                 .set_inherit_thread(false);
-            let map_fd: OwnedFd = match ebpf.map(SIBLING_MAPS[k]) {
-                Some(aya::maps::Map::PerfEventArray(data)) => data
-                    .fd()
-                    .as_fd()
-                    .try_clone_to_owned()
-                    .map_err(BpfError::Sibling)?,
-                _ => return Err(BpfError::Missing("a SIB perf event array")),
-            };
+            let map_fd: OwnedFd = maps::perf_event_array(&ebpf, map::SIBLINGS[k])?
+                .try_clone_to_owned()
+                .map_err(BpfError::Sibling)?;
             for &cpu in cpus {
                 let ev = PerfEvent::open(&attr, Scope::Cpu(cpu), None, || name.clone())?;
                 kernel::linux()
@@ -103,8 +75,8 @@ impl CgroupCounter {
             }
         }
         let program: &mut RawTracePoint = ebpf
-            .program_mut(PROGRAM)
-            .ok_or(BpfError::Missing("program `cg_switch`"))?
+            .program_mut(programs::CG_SWITCH)
+            .ok_or(BpfError::Missing(programs::CG_SWITCH))?
             .try_into()?;
         program.load()?;
         // The link belongs to the program, which this value owns: detached on drop.
@@ -133,15 +105,13 @@ impl CgroupCounter {
 
     /// Totals per cgroup id so far (summed over CPUs), one value per event.
     pub fn read(&mut self) -> Result<BTreeMap<u64, Vec<u64>>, BpfError> {
-        let map: PerCpuHashMap<_, u64, CgroupCounts> = PerCpuHashMap::try_from(
-            self.ebpf
-                .map_mut("CG_COUNTS")
-                .ok_or(BpfError::Missing("CG_COUNTS"))?,
-        )
-        .map_err(map_err("CG_COUNTS"))?;
+        let name = map::CG_COUNTS;
+        let map: PerCpuHashMap<_, u64, CgroupCounts> =
+            PerCpuHashMap::try_from(self.ebpf.map(name).ok_or(BpfError::Missing(name))?)
+                .map_err(map_err(name))?;
         let mut out = BTreeMap::new();
         for entry in map.iter() {
-            let (cgroup, per_cpu) = entry.map_err(map_err("CG_COUNTS"))?;
+            let (cgroup, per_cpu) = entry.map_err(map_err(name))?;
             let mut sum = vec![0u64; self.nevents];
             for counts in per_cpu.iter() {
                 for (k, v) in sum.iter_mut().enumerate() {
@@ -154,19 +124,11 @@ impl CgroupCounter {
     }
 
     pub fn stats(&mut self) -> Result<CgroupCountStats, BpfError> {
-        let stats: PerCpuArray<_, u64> = PerCpuArray::try_from(
-            self.ebpf
-                .map_mut("CG_STATS")
-                .ok_or(BpfError::Missing("CG_STATS"))?,
-        )
-        .map_err(map_err("CG_STATS"))?;
-        let slot = |i: u32| -> Result<u64, BpfError> {
-            Ok(stats.get(&i, 0).map_err(map_err("CG_STATS"))?.iter().sum())
-        };
+        let stats = Counters::open(&self.ebpf, map::CG_STATS)?;
         Ok(CgroupCountStats {
-            switches: slot(cg_stat::SWITCHES)?,
-            dropped: slot(cg_stat::DROPPED)?,
-            read_errors: slot(cg_stat::READ_ERRORS)?,
+            switches: stats.sum(cg_stat::SWITCHES)?,
+            dropped: stats.sum(cg_stat::DROPPED)?,
+            read_errors: stats.sum(cg_stat::READ_ERRORS)?,
         })
     }
 }

@@ -2,17 +2,17 @@
 //! (see `profiler_common::offcpu`), its configuration, its counters and the records of the
 //! threads still off the CPU when a recording stops.
 
-use aya::{
-    maps::{Array, HashMap, MapError, PerCpuArray},
-    programs::{TracePoint, trace_point::TracePointLinkId},
+use aya::programs::{TracePoint, trace_point::TracePointLinkId};
+use profiler_common::{
+    names::{maps as map, programs},
+    offcpu::{OffCpuBuf, OffCpuConfig, Total, TotalKey, stat},
+    stack::StackCopyBuf,
 };
-use profiler_common::offcpu::{OffCpuBuf, OffCpuConfig, Total, TotalKey, stat};
 
-use super::{BpfError, Sampler};
-
-/// The program walking with unwind tables (with `record_sample`), and with frame pointers.
-const TABLES_PROGRAM: &str = "offcpu_switch";
-const FP_PROGRAM: &str = "offcpu_switch_fp";
+use super::{
+    BpfError, RecordProgram,
+    maps::{self, Counters},
+};
 
 /// The off-CPU program's totals (summed over CPUs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -33,7 +33,7 @@ pub struct OffCpuStats {
     pub stack_errors: u64,
 }
 
-/// The attached off-CPU program; [`Sampler::stop_off_cpu`] detaches it (dropping the sampler
+/// The attached off-CPU program; [`RecordProgram::stop_off_cpu`] detaches it (dropping the sampler
 /// does too).
 #[derive(Debug)]
 pub struct OffCpuHook {
@@ -41,27 +41,18 @@ pub struct OffCpuHook {
     link: TracePointLinkId,
 }
 
-fn map_err(name: &'static str) -> impl FnOnce(MapError) -> BpfError {
-    move |source| BpfError::Map { name, source }
-}
-
-impl Sampler {
+impl RecordProgram {
     /// Configures, loads and attaches the off-CPU program matching the loaded sampling
     /// program (unwind tables or frame pointers). The object must have been loaded with
     /// `capture::OFF_CPU`, which sizes its pending map.
     pub fn start_off_cpu(&mut self, config: OffCpuConfig) -> Result<OffCpuHook, BpfError> {
-        let program = if self.program_name() == "record_sample" {
-            TABLES_PROGRAM
+        let program = if self.walks_with_tables() {
+            programs::OFFCPU_SWITCH
         } else {
-            FP_PROGRAM
+            programs::OFFCPU_SWITCH_FP
         };
-        let ebpf = self.ebpf_mut();
-        let map = ebpf
-            .map_mut("OFFCPU_CONFIG")
-            .ok_or(BpfError::Missing("OFFCPU_CONFIG"))?;
-        let mut cfg: Array<_, OffCpuConfig> =
-            Array::try_from(map).map_err(map_err("OFFCPU_CONFIG"))?;
-        cfg.set(0, config, 0).map_err(map_err("OFFCPU_CONFIG"))?;
+        let ebpf = self.loaded.ebpf_mut();
+        maps::set_config(ebpf, map::OFFCPU_CONFIG, config)?;
         let tp: &mut TracePoint = ebpf
             .program_mut(program)
             .ok_or(BpfError::Missing("the off-CPU program"))?
@@ -74,6 +65,7 @@ impl Sampler {
     /// Detaches the off-CPU program: no record is written or kept after this returns.
     pub fn stop_off_cpu(&mut self, hook: OffCpuHook) -> Result<(), BpfError> {
         let tp: &mut TracePoint = self
+            .loaded
             .ebpf_mut()
             .program_mut(hook.program)
             .ok_or(BpfError::Missing("the off-CPU program"))?
@@ -82,70 +74,36 @@ impl Sampler {
     }
 
     /// The off-CPU program's counters.
-    pub fn off_cpu_stats(&mut self) -> Result<OffCpuStats, BpfError> {
-        let map = self
-            .ebpf_mut()
-            .map_mut("OFFCPU_STATS")
-            .ok_or(BpfError::Missing("OFFCPU_STATS"))?;
-        let stats: PerCpuArray<_, u64> =
-            PerCpuArray::try_from(map).map_err(map_err("OFFCPU_STATS"))?;
-        let slot = |i: u32| -> Result<u64, BpfError> {
-            Ok(stats
-                .get(&i, 0)
-                .map_err(map_err("OFFCPU_STATS"))?
-                .iter()
-                .sum())
-        };
+    pub fn off_cpu_stats(&self) -> Result<OffCpuStats, BpfError> {
+        let stats = Counters::open(self.loaded.ebpf(), map::OFFCPU_STATS)?;
         Ok(OffCpuStats {
-            kept: slot(stat::KEPT)?,
-            totalled: slot(stat::TOTALLED)?,
-            written: slot(stat::WRITTEN)?,
-            short: slot(stat::SHORT)?,
-            short_ns: slot(stat::SHORT_NS)?,
-            lost: slot(stat::LOST)?,
-            full: slot(stat::FULL)?,
-            stack_errors: slot(stat::STACK_ERRORS)?,
+            kept: stats.sum(stat::KEPT)?,
+            totalled: stats.sum(stat::TOTALLED)?,
+            written: stats.sum(stat::WRITTEN)?,
+            short: stats.sum(stat::SHORT)?,
+            short_ns: stats.sum(stat::SHORT_NS)?,
+            lost: stats.sum(stat::LOST)?,
+            full: stats.sum(stat::FULL)?,
+            stack_errors: stats.sum(stat::STACK_ERRORS)?,
         })
     }
 
     /// The in-kernel totals per (thread, stack), as they are now.
-    pub fn off_cpu_totals(&mut self) -> Result<Vec<(TotalKey, Total)>, BpfError> {
-        let map = self
-            .ebpf_mut()
-            .map_mut("OFFCPU_TOTALS")
-            .ok_or(BpfError::Missing("OFFCPU_TOTALS"))?;
-        let totals: HashMap<_, TotalKey, Total> =
-            HashMap::try_from(map).map_err(map_err("OFFCPU_TOTALS"))?;
+    pub fn off_cpu_totals(&self) -> Result<Vec<(TotalKey, Total)>, BpfError> {
         // Entries are never removed while the program runs.
-        totals
-            .iter()
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(map_err("OFFCPU_TOTALS"))
+        maps::entries(self.loaded.ebpf(), map::OFFCPU_TOTALS)
     }
 
     /// The stack copies kept for threads off the CPU now, by tid (threads that left while
     /// their process had no unwind tables).
-    pub fn off_cpu_copies(
-        &mut self,
-    ) -> Result<std::collections::HashMap<u32, profiler_common::stack::StackCopyBuf>, BpfError>
-    {
-        let map = self
-            .ebpf_mut()
-            .map_mut("OFFCPU_COPIES")
-            .ok_or(BpfError::Missing("OFFCPU_COPIES"))?;
-        let copies: HashMap<_, u32, profiler_common::stack::StackCopyBuf> =
-            HashMap::try_from(map).map_err(map_err("OFFCPU_COPIES"))?;
+    pub fn off_cpu_copies(&self) -> Result<std::collections::HashMap<u32, StackCopyBuf>, BpfError> {
+        let copies = maps::hash_map::<u32, StackCopyBuf>(self.loaded.ebpf(), map::OFFCPU_COPIES)?;
         Ok(copies.iter().filter_map(Result::ok).collect())
     }
 
     /// The kept records of threads off the CPU now (their `time_ns` is when they left).
-    pub fn off_cpu_pending(&mut self) -> Result<Vec<OffCpuBuf>, BpfError> {
-        let map = self
-            .ebpf_mut()
-            .map_mut("OFFCPU_PENDING")
-            .ok_or(BpfError::Missing("OFFCPU_PENDING"))?;
-        let pending: HashMap<_, u32, OffCpuBuf> =
-            HashMap::try_from(map).map_err(map_err("OFFCPU_PENDING"))?;
+    pub fn off_cpu_pending(&self) -> Result<Vec<OffCpuBuf>, BpfError> {
+        let pending = maps::hash_map::<u32, OffCpuBuf>(self.loaded.ebpf(), map::OFFCPU_PENDING)?;
         // An entry removed between listing and reading (its thread came back) is skipped.
         Ok(pending
             .iter()

@@ -12,12 +12,15 @@ use std::{
 };
 
 use aya::maps::{HashMap, Map, MapData};
-use profiler_common::unwind::{
-    DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, ProcUnwind, UnwindMapping, UnwindRow,
+use profiler_common::{
+    names::{maps as map, programs},
+    stat,
+    unwind::{DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, ProcUnwind, UnwindMapping, UnwindRow},
 };
 
 use super::{
-    loader::{BpfError, Sampler},
+    BpfError, RecordProgram,
+    maps::Counters,
     rowspace::{RowRange, RowSpace},
 };
 
@@ -57,19 +60,19 @@ impl Drop for RowView {
 // mutably from this process (rows are written through separate, short-lived mappings).
 unsafe impl Send for RowView {}
 
-impl Sampler {
-    /// Takes the unwind maps out of the object (the program keeps using them). The sampler
+impl RecordProgram {
+    /// Takes the unwind maps out of the object (the program keeps using them). The program
     /// must have been loaded with `capture::UNWIND_TABLES`, which sizes `UNWIND_ROWS`.
     pub fn take_unwind_maps(&mut self) -> Result<UnwindMaps, UnwindMapError> {
-        let ebpf = self.ebpf_mut();
+        let ebpf = self.loaded.ebpf_mut();
         let rows_map = ebpf
-            .take_map("UNWIND_ROWS")
-            .ok_or(BpfError::Missing("map `UNWIND_ROWS`"))?;
+            .take_map(map::UNWIND_ROWS)
+            .ok_or(BpfError::Missing(map::UNWIND_ROWS))?;
         let procs = ebpf
-            .take_map("UNWIND_PROCS")
-            .ok_or(BpfError::Missing("map `UNWIND_PROCS`"))?;
+            .take_map(map::UNWIND_PROCS)
+            .ok_or(BpfError::Missing(map::UNWIND_PROCS))?;
         let procs = HashMap::try_from(procs).map_err(|source| BpfError::Map {
-            name: "UNWIND_PROCS",
+            name: map::UNWIND_PROCS,
             source,
         })?;
         let Map::Array(data) = &rows_map else {
@@ -262,53 +265,23 @@ fn page_size() -> usize {
     usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
 }
 
-impl Sampler {
+impl RecordProgram {
     /// Drops a process's tables in the kernel when it execs or exits (the exec'ed image's
     /// are loaded on its next sample).
     pub fn hook_unwind_lifecycle(&mut self) -> Result<(), BpfError> {
-        for (name, event) in [
-            ("unwind_exec", "sched_process_exec"),
-            ("unwind_exit", "sched_process_exit"),
-        ] {
-            let program: &mut aya::programs::TracePoint = self
-                .ebpf_mut()
-                .program_mut(name)
-                .ok_or(BpfError::Missing("an unwind tracepoint program"))?
-                .try_into()?;
-            program.load()?;
-            // The link belongs to the program, which the sampler owns: detached on drop.
-            program.attach("sched", event)?;
-        }
-        Ok(())
+        self.loaded
+            .attach_tracepoint(programs::UNWIND_EXEC, "sched", "sched_process_exec")?;
+        self.loaded
+            .attach_tracepoint(programs::UNWIND_EXIT, "sched", "sched_process_exit")
     }
-}
 
-impl Sampler {
     /// (table walks that stopped short, samples of processes without tables), summed over
     /// CPUs.
-    pub fn unwind_counts(&mut self) -> Result<(u64, u64), BpfError> {
-        let map = self
-            .ebpf_mut()
-            .map_mut("STATS")
-            .ok_or(BpfError::Missing("map `STATS`"))?;
-        let stats: aya::maps::PerCpuArray<_, u64> =
-            aya::maps::PerCpuArray::try_from(map).map_err(|source| BpfError::Map {
-                name: "STATS",
-                source,
-            })?;
-        let slot = |i: u32| -> Result<u64, BpfError> {
-            Ok(stats
-                .get(&i, 0)
-                .map_err(|source| BpfError::Map {
-                    name: "STATS",
-                    source,
-                })?
-                .iter()
-                .sum())
-        };
+    pub fn unwind_counts(&self) -> Result<(u64, u64), BpfError> {
+        let stats = Counters::open(self.loaded.ebpf(), map::STATS)?;
         Ok((
-            slot(profiler_common::stat::UNWIND_PARTIAL)?,
-            slot(profiler_common::stat::UNWIND_NO_PROCESS)?,
+            stats.sum(stat::UNWIND_PARTIAL)?,
+            stats.sum(stat::UNWIND_NO_PROCESS)?,
         ))
     }
 }

@@ -1,5 +1,5 @@
-//! The eBPF overflow engine of one binding: the sampler program (the one `record` uses) linked
-//! to the notifying requests' events, and its per-request configuration (presets, freeze,
+//! The eBPF overflow engine of one binding: the overflow program linked to the notifying
+//! requests' events, and its per-request configuration (presets, freeze,
 //! signal, where each context's values sit).
 
 use std::os::fd::AsFd;
@@ -7,7 +7,10 @@ use std::os::fd::AsFd;
 use profiler_common::{MAX_SIBLINGS, RequestConfig, SamplerConfig, request_flags};
 
 use super::{error::CpcError, group::Group};
-use crate::{bpf::Sampler, kernel::Kernel};
+use crate::{
+    bpf::{OverflowConfig, OverflowProgram},
+    kernel::Kernel,
+};
 
 /// What happens to a set when one of its notifying requests overflows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -26,7 +29,7 @@ const ENGINE_RING_BYTES: u32 = 256 << 10;
 
 /// The eBPF program and its links for one binding's notifying requests.
 pub(crate) struct Engine {
-    pub sampler: Sampler,
+    pub program: OverflowProgram,
     pub freeze: bool,
     /// Contexts (groups) and requests per context.
     slots: usize,
@@ -89,10 +92,14 @@ impl Engine {
                 ));
             }
         }
-        let sampler =
-            Sampler::load_in(kernel, config, ENGINE_RING_BYTES).map_err(bpf_error(func))?;
+        let program = OverflowProgram::load(OverflowConfig {
+            sampler: config,
+            ring_bytes: ENGINE_RING_BYTES,
+            kernel,
+        })
+        .map_err(bpf_error(func))?;
         let mut engine = Engine {
-            sampler,
+            program,
             freeze,
             slots: groups.len(),
             nreq,
@@ -104,14 +111,14 @@ impl Engine {
             if siblings {
                 for k in 0..nreq {
                     engine
-                        .sampler
+                        .program
                         .set_sibling(k, s as u32, g.event(k).as_fd())
                         .map_err(bpf_error(func))?;
                 }
             }
             for &i in notify {
                 engine
-                    .sampler
+                    .program
                     .link(g.event(i).as_fd(), engine.cookie(s, i))
                     .map_err(bpf_error(func))?;
             }
@@ -153,7 +160,7 @@ impl Engine {
                     config.sibling_base = s as u32;
                     config.siblings = self.nreq as u32;
                 }
-                self.sampler
+                self.program
                     .set_request(self.cookie(s, k), config)
                     .map_err(bpf_error(func))?;
             }

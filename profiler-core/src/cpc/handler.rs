@@ -41,7 +41,7 @@ impl Cpc {
                 let mut guard = binding.lock();
                 match guard.as_mut().and_then(|l| l.engine.as_mut()) {
                     Some(e) => e
-                        .sampler
+                        .program
                         .take_records()
                         .map_err(|e| CpcError::new(F, libc::EINVAL, e.to_string())),
                     None => Err(CpcError::new(

@@ -151,7 +151,7 @@ impl Cpc {
         let binding = self.engine_binding(F, set)?;
         let mut guard = binding.lock();
         let engine = engine_of(F, &mut guard)?;
-        let records = engine.sampler.take_records().map_err(|e| {
+        let records = engine.program.take_records().map_err(|e| {
             CpcError::new(
                 F,
                 libc::EINVAL,
@@ -172,7 +172,7 @@ impl Cpc {
         let mut guard = binding.lock();
         let engine = engine_of(F, &mut guard)?;
         engine
-            .sampler
+            .program
             .stats()
             .map_err(|e| CpcError::new(F, libc::EIO, e.to_string()))
     }
