@@ -298,7 +298,8 @@ impl RecordArgs {
             .as_deref()
             .map(super::counters::cpu_list)
             .transpose()?;
-        (opts.events, opts.read) = crate::record::split_group(&self.event, &self.read)?;
+        (opts.events, opts.read) =
+            crate::record::split_group(&self.event, &self.read).map_err(|e| e.to_string())?;
         opts.mode = match (self.user, self.kernel) {
             (true, _) => Mode::User,
             (_, true) => Mode::Kernel,
@@ -469,7 +470,12 @@ pub fn run(args: RecordArgs) -> ExitCode {
             x.submit_message(m, profile.info.frequency_hz);
         }
     };
-    let recorded = runtime.block_on(record_with(&opts, &mut on_interval));
+    let mut warnings = Vec::new();
+    let recorded = runtime.block_on(record_with(&opts, &mut on_interval, &mut warnings));
+    // What the run had to say, whether or not it succeeded (the error comes after).
+    for w in &warnings {
+        eprintln!("{w}");
+    }
     // The last (or, without --interval, the only) profile goes out too; then pending
     // intervals get the flush timeout, and the rest stays spooled.
     let mut last = None;

@@ -66,8 +66,8 @@ pub enum UsageError {
     )]
     PerfModifier(String),
     /// A malformed counter group (`{LEADER,EV2,..}:S`, `--read`).
-    #[error("{0}")]
-    Group(String),
+    #[error(transparent)]
+    Group(#[from] super::group::GroupError),
     #[error(
         "--off-cpu cannot be combined with --aggregate (off-CPU time is not aggregated in the kernel)"
     )]
