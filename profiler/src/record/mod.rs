@@ -6,6 +6,7 @@ mod aggregate;
 mod batch;
 mod collect;
 mod copied;
+mod decode;
 mod error;
 mod feature;
 mod group;

@@ -10,13 +10,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use profiler_common::{RequestConfig, request_flags, stack::StackSampleHeader};
+use profiler_common::{RequestConfig, request_flags};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::{
     Detaching, Mode, RecordError, RecordOptions, RecordOutcome, Stop, Target, Warning,
-    batch::{Batch, CHUNK_RECORDS, MAX_BATCH_RECORDS, MAX_HELD, read_sideband},
+    batch::read_sideband,
     collect::Collector,
+    decode::Decoder,
     feature::{self, Feature, Kernel, Shared},
     online_cpus,
     pidfd::PidFd,
@@ -24,7 +25,6 @@ use super::{
     sources::{add_targets, attach_events, load_sampler},
     status::StatusLine,
     symbolizing::SymbolizeWorker,
-    unwind::{Rewritten, TableLoader},
     validate,
     workload::Workload,
 };
@@ -62,8 +62,8 @@ pub struct Session<'a> {
     // split: the command outlives the sampling of it).
     sampler: Sampler,
     records: RecordStream,
-    /// Unwind tables kept in step with the sampled processes (`--call-graph dwarf`).
-    tables: Option<TableLoader>,
+    /// Walks copied stacks and hands records to the features.
+    decoder: Decoder,
     /// The given processes (their exits end the run).
     pidfds: Vec<PidFd>,
     /// The started command's exit ends the run.
@@ -76,16 +76,12 @@ pub struct Session<'a> {
     status: StatusLine,
     /// What the kernel counted up to the last interval (continuous mode reports deltas).
     reported: SamplerStats,
-    /// Bytes of records read from the ring (for `unwind_stats`).
-    ring_bytes: u64,
     started: Instant,
     interval_started: Instant,
     workload: Option<Workload>,
     /// Mmaps, execs, forks and exits reported by the kernel (`None` where it could not be
     /// opened: mappings are then read from /proc, while processes live).
     sideband: Option<Sideband>,
-    /// Records with copied stacks whose process's tables are still being built.
-    held: Vec<Vec<u8>>,
     /// What the run has to say besides the profile: the caller's, kept if the run fails.
     warnings: &'a mut Vec<Warning>,
 }
@@ -198,7 +194,7 @@ impl<'a> Session<'a> {
                 .collect(),
             sampler,
             records,
-            tables,
+            decoder: Decoder::new(tables),
             pidfds,
             exit_watch,
             collector,
@@ -211,12 +207,10 @@ impl<'a> Session<'a> {
             features,
             status: StatusLine::new(opts.status_line, opts.status_extra.clone()),
             reported: SamplerStats::default(),
-            ring_bytes: 0,
             started,
             interval_started: Instant::now(),
             workload,
             sideband,
-            held: Vec::new(),
             warnings,
         })
     }
@@ -265,15 +259,11 @@ impl<'a> Session<'a> {
         let features = &mut self.features;
         let warnings = &mut *self.warnings;
         let records = &mut self.records;
-        let tables = &mut self.tables;
-        let ring_bytes = &mut self.ring_bytes;
+        let decoder = &mut self.decoder;
         let status = &mut self.status;
         let reported = &mut self.reported;
         let interval_started = &mut self.interval_started;
         let sideband = &mut self.sideband;
-        let held = &mut self.held;
-        // The records of one wake-up, kept until the unwind tables they ask for are loaded.
-        let mut batch = Batch::default();
         let stop = loop {
             tokio::select! {
                 biased;
@@ -319,54 +309,8 @@ impl<'a> Session<'a> {
                         f.observe(&mut kernel, collector)?;
                     }
                 }
-                _ = records.next_batch_bytes(opts.poll, |bytes| {
-                    batch.take(bytes, ring_bytes, tables.as_mut());
-                }) => {
-                    // The mappings reported up to now: those of every sample just read.
-                    read_sideband(sideband, collector);
-                    // Tables first: a new process's next samples are walked whole as soon as
-                    // they are in the kernel, not after this batch is normalized.
-                    if let Some(t) = tables.as_mut() {
-                        for pid in t.load_pending(collector.files_and_history())? {
-                            collector.refresh_maps(pid);
-                        }
-                    }
-                    // In chunks: between two, what arrived meanwhile is taken in and the
-                    // tables it asks for are loaded, so a process started while a long batch
-                    // is being normalized (a busy host) does not wait for all of it.
-                    let mut done = 0;
-                    while done < batch.len() {
-                        let end = (done + CHUNK_RECORDS).min(batch.len());
-                        for i in done..end {
-                            let record = batch.get(i);
-                            match tables.as_mut().map(|t| t.rewrite(record, held.len() < MAX_HELD)) {
-                                Some(Rewritten::Walked(r)) => feature::dispatch(features, collector, &r),
-                                Some(Rewritten::Wait) => held.push(record.to_vec()),
-                                _ => feature::dispatch(features, collector, record),
-                            }
-                        }
-                        done = end;
-                        if let Some(t) = tables.as_mut()
-                            && batch.len() < MAX_BATCH_RECORDS
-                        {
-                            records.drain_bytes(|bytes| batch.take(bytes, ring_bytes, Some(t)));
-                            read_sideband(sideband, collector);
-                            for pid in t.load_pending(collector.files_and_history())? {
-                                collector.refresh_maps(pid);
-                            }
-                        }
-                    }
-                    batch.clear();
-                    // Copies held for modules built since.
-                    if let Some(t) = tables.as_mut() && !held.is_empty() {
-                        for record in std::mem::take(held) {
-                            match t.rewrite(&record, true) {
-                                Rewritten::Walked(r) => feature::dispatch(features, collector, &r),
-                                Rewritten::Wait => held.push(record),
-                                Rewritten::Same => feature::dispatch(features, collector, &record),
-                            }
-                        }
-                    }
+                _ = records.next_batch_bytes(opts.poll, |bytes| decoder.take(bytes)) => {
+                    decoder.decode_batch(records, sideband, collector, features)?;
                 }
             }
         };
@@ -394,69 +338,30 @@ impl<'a> Session<'a> {
         // Every mapping of the samples still in the ring was reported before them.
         read_sideband(&mut self.sideband, &mut self.collector);
 
-        let ring_bytes = &mut self.ring_bytes;
-        let records = &mut self.records;
-        let features = &mut self.features;
-        let tables = &mut self.tables;
-        let held = &mut self.held;
-        let collector = &mut self.collector;
-        for f in features.iter_mut() {
+        for f in &mut self.features {
             f.detach(&mut self.sampler)?;
         }
-        records.drain_bytes(|bytes| {
-            *ring_bytes += bytes.len() as u64;
-            // A copied stack needs its process's tables: loaded now if they are not.
-            let walked = tables.as_mut().and_then(|t| {
-                if let Some((header, _)) = StackSampleHeader::parse(bytes) {
-                    t.note(&header);
-                    let _ = t.load_pending(collector.files_and_history());
-                }
-                match t.rewrite(bytes, held.len() < MAX_HELD) {
-                    Rewritten::Walked(r) => Some(Some(r)),
-                    Rewritten::Wait => None,
-                    Rewritten::Same => Some(None),
-                }
-            });
-            match walked {
-                Some(Some(r)) => feature::dispatch(features, collector, &r),
-                None => held.push(bytes.to_vec()),
-                Some(None) => feature::dispatch(features, collector, bytes),
-            }
-        });
+        let collector = &mut self.collector;
+        self.decoder
+            .drain_last(&mut self.records, collector, &mut self.features);
         // Records only the end knows (waits unfinished at the stop whose stack is a copy):
-        // walked with the copies held below.
-        for f in features.iter_mut() {
+        // walked with the copies held.
+        for f in &mut self.features {
             let records = f.drained(&mut self.sampler, collector, self.warnings)?;
-            held.extend(records);
+            self.decoder.hold(records);
         }
-        // The copies held for tables being built: walked once they are (or the time is up).
-        if let Some(t) = self.tables.as_mut() {
-            for record in &self.held {
-                if let Some((header, _)) = StackSampleHeader::parse(record) {
-                    t.note(&header);
-                }
-            }
-            let deadline = Instant::now() + Duration::from_secs(5);
-            t.finish_building(deadline, collector.files_and_history())?;
-            for record in std::mem::take(&mut self.held) {
-                match t.rewrite(&record, false) {
-                    Rewritten::Walked(r) => feature::dispatch(features, collector, &r),
-                    _ => feature::dispatch(features, collector, &record),
-                }
-            }
-        }
+        self.decoder.finish(collector, &mut self.features)?;
         // What the kernel summed up to the end.
         let mut shared = Shared::default();
         let mut kernel = Kernel {
             sampler: &mut self.sampler,
             sideband: &mut self.sideband,
         };
-        for f in features.iter_mut() {
+        for f in &mut self.features {
             f.read(&mut kernel, collector, &mut shared)?;
         }
         let stats = self.sampler.stats()?;
-        if let Some(t) = &self.tables {
-            let t = t.stats();
+        if let Some(t) = self.decoder.table_stats() {
             if t.copies_cut > 0 {
                 self.warnings.push(Warning::note(format!(
                     "{} of {} samples taken before their process's unwind tables were loaded \
@@ -514,14 +419,14 @@ impl<'a> Session<'a> {
     /// The unwinder's and the ring's totals, one line for stderr (for the benchmark).
     fn unwind_stats(&mut self, stats: &SamplerStats) -> Result<Warning, RecordError> {
         let (partial, no_process) = self.sampler.unwind_counts()?;
-        let t = self.tables.as_ref().map(|t| t.stats()).unwrap_or_default();
+        let t = self.decoder.table_stats().unwrap_or_default();
         Ok(Warning::figures(format!(
             "unwind-stats samples={} ring_bytes={} partial={partial} \
              no_process={no_process} modules={} processes={} loads={} \
              modules_without_table={} modules_evicted={} row_bytes={} reserved_bytes={} \
              user_bytes={} copies_walked={} copies_cut={}",
             stats.submitted,
-            self.ring_bytes,
+            self.decoder.ring_bytes(),
             t.modules,
             t.processes,
             t.loads,
