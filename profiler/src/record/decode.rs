@@ -176,6 +176,14 @@ impl Decoder {
         Ok(())
     }
 
+    /// The unwinder's warnings since the last call.
+    pub fn take_warnings(&mut self) -> Vec<super::Warning> {
+        self.tables
+            .as_mut()
+            .map(TableLoader::take_warnings)
+            .unwrap_or_default()
+    }
+
     /// The tables' totals (zeros without tables).
     pub fn table_stats(&self) -> Option<TableStats> {
         self.tables.as_ref().map(|t| t.stats())

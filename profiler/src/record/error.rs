@@ -79,6 +79,15 @@ pub enum UsageError {
     NotAnEvent(EventError),
 }
 
+/// Why the children of the targets are not followed (a warning: the run goes on).
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError {
+    #[error("sched:sched_process_fork is not in tracefs")]
+    NoForkTracepoint,
+    #[error(transparent)]
+    Bpf(BpfError),
+}
+
 /// An event that exists but that `record` cannot sample here.
 #[derive(Debug, thiserror::Error)]
 pub enum SampleEventError {

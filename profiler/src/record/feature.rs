@@ -22,8 +22,11 @@ pub(super) struct Spec {
     pub validate: fn(&RecordOptions) -> Result<(), UsageError>,
     /// `profiler_common::capture` flags the record program must be loaded with.
     pub capture: fn(&RecordOptions) -> u32,
-    pub start: fn(&mut Start<'_>) -> Result<Option<Box<dyn Feature>>, RecordError>,
+    pub start: fn(&mut Start<'_>) -> Started,
 }
+
+/// A started feature, `None` when the options do not ask for it.
+pub(super) type Started = Result<Option<Box<dyn Feature>>, RecordError>;
 
 /// Every feature, in the order their hooks run (in-kernel aggregation before counter groups:
 /// the group's totals use what the aggregation put on stacks).
@@ -201,5 +204,69 @@ pub(super) fn dispatch(features: &mut [Box<dyn Feature>], collector: &mut Collec
         Some(f) => f.record(&record, collector),
         None if kind == RecordKind::Sample => collector.add(&record.header, frames),
         None => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use profiler_common::stack::STACK_HEADER_SIZE;
+
+    use super::*;
+
+    /// A ring record: the header, then `words` (frames, then whatever follows them).
+    fn record(header: StackSampleHeader, words: &[u64]) -> Vec<u8> {
+        // SAFETY: the header is repr(C) plain integers without padding (its size is asserted
+        // in profiler_common::stack); its bytes are read as laid out.
+        let head = unsafe {
+            std::slice::from_raw_parts((&raw const header).cast::<u8>(), STACK_HEADER_SIZE)
+        };
+        let mut out = head.to_vec();
+        out.extend(words.iter().flat_map(|w| w.to_ne_bytes()));
+        out
+    }
+
+    /// Takes off-CPU records and remembers their first frame.
+    #[derive(Default)]
+    struct Waits(std::rc::Rc<std::cell::RefCell<Vec<u64>>>);
+
+    impl Feature for Waits {
+        fn takes(&self, kind: RecordKind) -> bool {
+            kind == RecordKind::OffCpu
+        }
+
+        fn record(&mut self, record: &Record<'_>, _collector: &mut Collector) {
+            let first = u64::from_ne_bytes(record.frames[..8].try_into().unwrap());
+            self.0.borrow_mut().push(first);
+        }
+    }
+
+    #[test]
+    fn records_go_to_the_feature_that_takes_their_kind() {
+        let sample = StackSampleHeader {
+            kernel_frames: 1,
+            ..Default::default()
+        };
+        let wait = StackSampleHeader {
+            flags: profiler_common::offcpu::OFF_CPU,
+            ..sample
+        };
+        let seen = Waits::default();
+        let got = seen.0.clone();
+        let mut features: Vec<Box<dyn Feature>> = vec![Box::new(seen)];
+        let mut collector = Collector::default();
+        // Two samples (no feature takes them: counted as samples) and one wait of 5 ns.
+        for (header, words) in [
+            (sample, &[0x10, 0][..]),
+            (wait, &[0x20, 5]),
+            (sample, &[0x30]),
+        ] {
+            dispatch(&mut features, &mut collector, &record(header, words));
+        }
+        // A record shorter than its header is dropped.
+        dispatch(&mut features, &mut collector, &[0u8; 8]);
+        assert_eq!(collector.samples(), 2);
+        assert_eq!(*got.borrow(), [0x20]);
+        assert_eq!(RecordKind::of(&wait), RecordKind::OffCpu);
+        assert_eq!(RecordKind::of(&sample), RecordKind::Sample);
     }
 }

@@ -79,7 +79,7 @@ fn fork_child_offset(
         Target::Pids(_) | Target::Tids(_) | Target::Command(_) => {
             let offset = super::tracepoint_field_offset(catalog, "sched_process_fork", "child_pid");
             if offset.is_none() {
-                warnings.push(Warning::warning(
+                warnings.push(Warning::new(
                     "sched:sched_process_fork is not in tracefs: the counters may count a few \
                      events of a thread's exit that `perf stat -p` does not",
                 ));
@@ -200,14 +200,14 @@ impl Feature for Group {
             return Ok(());
         }
         if values.aggregate_full > 0 {
-            warnings.push(Warning::warning(format!(
+            warnings.push(Warning::new(format!(
                 "the counters of {} samples found the in-kernel aggregation full (they count \
                  on their thread's next sample, or as unattributed)",
                 values.aggregate_full
             )));
         }
         if values.read_errors > 0 {
-            warnings.push(Warning::warning(format!(
+            warnings.push(Warning::new(format!(
                 "{} counter reads failed (a CPU without the counter)",
                 values.read_errors
             )));

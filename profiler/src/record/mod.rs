@@ -26,7 +26,7 @@ use std::{ffi::OsString, time::Duration};
 use nix::sys::wait::WaitStatus;
 
 pub use collect::Collector;
-pub use error::{RecordError, SampleEventError, UsageError};
+pub use error::{FollowError, RecordError, SampleEventError, UsageError};
 pub use group::{GroupError, split_group};
 pub use session::Session;
 pub use status::StatusExtra;
@@ -342,17 +342,14 @@ fn follow_children(
     warnings: &mut Vec<Warning>,
 ) {
     let group_dead = tracepoint_field_offset(catalog, "sched_process_exit", "group_dead");
-    let followed = tracepoint_field_offset(catalog, "sched_process_fork", "child_pid")
-        .ok_or_else(|| "sched:sched_process_fork is not in tracefs".to_string())
-        .and_then(|off| {
-            sampler
-                .follow_forks(off, group_dead)
-                .map_err(|e| e.to_string())
-        });
+    let followed = match tracepoint_field_offset(catalog, "sched_process_fork", "child_pid") {
+        Some(off) => sampler
+            .follow_forks(off, group_dead)
+            .map_err(FollowError::Bpf),
+        None => Err(FollowError::NoForkTracepoint),
+    };
     if let Err(e) = followed {
-        warnings.push(Warning::warning(format!(
-            "not following {whose} children: {e}"
-        )));
+        warnings.push(Warning::new(format!("not following {whose} children: {e}")));
     }
 }
 

@@ -155,7 +155,7 @@ impl<'a> Session<'a> {
             true => match Sideband::open(&online_cpus()?) {
                 Ok(s) => Some(s),
                 Err(e) => {
-                    warnings.push(Warning::warning(format!(
+                    warnings.push(Warning::new(format!(
                         "mappings are read from /proc only (processes that end before their \
                          samples are read lose their modules): {e}"
                     )));
@@ -182,6 +182,9 @@ impl<'a> Session<'a> {
             }
             None => None,
         };
+        if let Some(t) = tables.as_mut() {
+            warnings.extend(t.take_warnings());
+        }
         Ok(Session {
             opts,
             signals,
@@ -288,8 +291,12 @@ impl<'a> Session<'a> {
                     *interval_started = Instant::now();
                     // Symbolized on the worker's thread; the profile comes back below.
                     symbolizer.submit(collector.take_batch(info, &self.names));
+                    warnings.extend(collector.take_warnings());
                 }
-                Some(profile) = symbolizer.next(), if symbolizer.busy() => on_interval(profile),
+                Some((profile, said)) = symbolizer.next(), if symbolizer.busy() => {
+                    warnings.extend(said);
+                    on_interval(profile);
+                }
                 _ = status_ticks.tick(), if status.enabled() => {
                     let stats = sampler.stats()?;
                     status.show(
@@ -311,6 +318,7 @@ impl<'a> Session<'a> {
                 }
                 _ = records.next_batch_bytes(opts.poll, |bytes| decoder.take(bytes)) => {
                     decoder.decode_batch(records, sideband, collector, features)?;
+                    warnings.extend(decoder.take_warnings());
                 }
             }
         };
@@ -351,6 +359,7 @@ impl<'a> Session<'a> {
             self.decoder.hold(records);
         }
         self.decoder.finish(collector, &mut self.features)?;
+        self.warnings.extend(self.decoder.take_warnings());
         // What the kernel summed up to the end.
         let mut shared = Shared::default();
         let mut kernel = Kernel {
@@ -361,15 +370,15 @@ impl<'a> Session<'a> {
             f.read(&mut kernel, collector, &mut shared)?;
         }
         let stats = self.sampler.stats()?;
-        if let Some(t) = self.decoder.table_stats() {
-            if t.copies_cut > 0 {
-                self.warnings.push(Warning::note(format!(
-                    "{} of {} samples taken before their process's unwind tables were loaded \
+        if let Some(t) = self.decoder.table_stats()
+            && t.copies_cut > 0
+        {
+            self.warnings.push(Warning::note(format!(
+                "{} of {} samples taken before their process's unwind tables were loaded \
                      could not be walked whole from their stack copy (kept as their sampled \
                      address)",
-                    t.copies_cut, t.copies_walked
-                )));
-            }
+                t.copies_cut, t.copies_walked
+            )));
         }
         if self.opts.unwind_stats {
             let line = self.unwind_stats(&stats)?;
@@ -400,16 +409,20 @@ impl<'a> Session<'a> {
             })?;
         let command_status = self.workload.as_mut().and_then(|w| w.try_reap());
         let last = self.collector.take_batch(info, &self.names);
+        self.warnings.extend(self.collector.take_warnings());
         let (earlier, last) = self.symbolizer.finish(last).await;
         let detaching = Detaching::new(teardown);
-        for profile in earlier {
+        for (profile, said) in earlier {
+            self.warnings.extend(said);
             on_interval(profile);
         }
+        let (profile, said) = last.ok_or(RecordError::Io {
+            what: "symbolizing the profile",
+            source: std::io::Error::other("the symbolizing thread stopped"),
+        })?;
+        self.warnings.extend(said);
         Ok(RecordOutcome {
-            profile: last.ok_or(RecordError::Io {
-                what: "symbolizing the profile",
-                source: std::io::Error::other("the symbolizing thread stopped"),
-            })?,
+            profile,
             stop,
             command_status,
             detaching,

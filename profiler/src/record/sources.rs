@@ -69,7 +69,7 @@ pub(super) fn load_sampler(
     let sampler = match Sampler::load_record_group(config, ring, opts.unwind_rows, group) {
         // The unwinder needs bpf_loop (Linux 5.17); older kernels walk frame pointers.
         Err(BpfError::Program(e)) if wants_tables => {
-            warnings.push(Warning::warning(format!(
+            warnings.push(Warning::new(format!(
                 "the kernel refused the unwind-table program (it needs Linux 5.17 or newer \
                  for bpf_loop); walking stacks with frame pointers: {e}"
             )));
@@ -88,7 +88,7 @@ pub(super) fn load_sampler(
     let mut loader = TableLoader::new(sampler.take_unwind_maps()?);
     loader.preload_own(files)?;
     if let Err(e) = sampler.hook_unwind_lifecycle() {
-        warnings.push(Warning::warning(format!(
+        warnings.push(Warning::new(format!(
             "exec and exit do not refresh unwind tables: {e}"
         )));
     }

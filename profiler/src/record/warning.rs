@@ -23,7 +23,7 @@ enum Kind {
 
 impl Warning {
     /// The run goes on without something.
-    pub fn warning(text: impl Into<String>) -> Self {
+    pub fn new(text: impl Into<String>) -> Self {
         Self {
             kind: Kind::Warning,
             text: text.into(),
@@ -64,7 +64,7 @@ mod tests {
     #[test]
     fn lines_as_printed() {
         assert_eq!(
-            Warning::warning("not following").to_string(),
+            Warning::new("not following").to_string(),
             "profiler: warning: not following"
         );
         assert_eq!(
