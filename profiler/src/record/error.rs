@@ -68,12 +68,9 @@ pub enum UsageError {
     /// A malformed counter group (`{LEADER,EV2,..}:S`, `--read`).
     #[error(transparent)]
     Group(#[from] super::group::GroupError),
-    #[error(
-        "--off-cpu cannot be combined with --aggregate (off-CPU time is not aggregated in the kernel)"
-    )]
-    OffCpuAggregate,
-    #[error("--wall converts CPU-clock samples to time: sample cpu-clock or task-clock, not '{0}'")]
-    WallNeedsClock(String),
+    /// Off-CPU options that do not go together (`--off-cpu`, `--wall`).
+    #[error(transparent)]
+    OffCpu(#[from] super::offcpu::OffCpuUsage),
     /// Not an event name at all (unknown, malformed), with the catalogue's suggestions.
     #[error(transparent)]
     NotAnEvent(EventError),

@@ -28,6 +28,7 @@ use nix::sys::wait::WaitStatus;
 pub use collect::Collector;
 pub use error::{FollowError, RecordError, SampleEventError, UsageError};
 pub use group::{GroupError, split_group};
+pub use offcpu::OffCpuUsage;
 pub use session::Session;
 pub use status::StatusExtra;
 pub use unwind::{TableLoader, TableStats};

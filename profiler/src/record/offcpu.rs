@@ -42,13 +42,24 @@ pub(super) const SPEC: feature::Spec = feature::Spec {
 /// Events whose samples are CPU time, so `--wall` can convert them to nanoseconds.
 const CLOCK_EVENTS: [&str; 2] = ["cpu-clock", "task-clock"];
 
+/// Off-CPU options that cannot work together.
+#[derive(Debug, thiserror::Error)]
+pub enum OffCpuUsage {
+    #[error(
+        "--off-cpu cannot be combined with --aggregate (off-CPU time is not aggregated in the kernel)"
+    )]
+    Aggregate,
+    #[error("--wall converts CPU-clock samples to time: sample cpu-clock or task-clock, not '{0}'")]
+    WallNeedsClock(String),
+}
+
 /// What `--off-cpu` and `--wall` need that the options may lack.
 fn validate(opts: &RecordOptions) -> Result<(), UsageError> {
     if !opts.off_cpu {
         return Ok(());
     }
     if opts.aggregate {
-        return Err(UsageError::OffCpuAggregate);
+        return Err(OffCpuUsage::Aggregate.into());
     }
     if opts.wall
         && let Some(e) = opts
@@ -56,7 +67,7 @@ fn validate(opts: &RecordOptions) -> Result<(), UsageError> {
             .iter()
             .find(|e| !CLOCK_EVENTS.contains(&e.as_str()))
     {
-        return Err(UsageError::WallNeedsClock(e.clone()));
+        return Err(OffCpuUsage::WallNeedsClock(e.clone()).into());
     }
     Ok(())
 }
