@@ -16,6 +16,7 @@ mod prefetch;
 mod session;
 mod sources;
 mod status;
+mod stops;
 mod symbolizing;
 mod unwind;
 mod warning;

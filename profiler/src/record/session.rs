@@ -11,7 +11,6 @@ use std::{
 };
 
 use profiler_common::{RequestConfig, request_flags};
-use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::{
     Detaching, Mode, RecordError, RecordOptions, RecordOutcome, Stop, Target, Warning,
@@ -24,6 +23,7 @@ use super::{
     resolve_events,
     sources::{add_targets, attach_events, load_sampler},
     status::StatusLine,
+    stops::StopSignals,
     symbolizing::SymbolizeWorker,
     validate,
     workload::Workload,
@@ -35,23 +35,6 @@ use crate::{
     perf::Sideband,
     profile::{Profile, RunInfo},
 };
-
-/// The signals that end a recording in an orderly report.
-struct StopSignals {
-    int: Signal,
-    term: Signal,
-    hup: Signal,
-}
-
-impl StopSignals {
-    fn hook() -> Result<Self, RecordError> {
-        Ok(Self {
-            int: signal(SignalKind::interrupt()).map_err(io("installing SIGINT handler"))?,
-            term: signal(SignalKind::terminate()).map_err(io("installing SIGTERM handler"))?,
-            hup: signal(SignalKind::hangup()).map_err(io("installing SIGHUP handler"))?,
-        })
-    }
-}
 
 /// A recording in progress.
 pub struct Session<'a> {
@@ -251,8 +234,8 @@ impl<'a> Session<'a> {
         };
         let mut intervals = every(opts.interval);
         let mut status_ticks = every(Some(Duration::from_secs(1)));
-        // Features look at what the kernel keeps once a second (the in-kernel aggregation
-        // for new processes, to capture their maps).
+        // Features look at what the kernel keeps once a second (new processes, say, to
+        // capture their maps).
         let mut observe_ticks = every(Some(Duration::from_secs(1)));
         let mut prefetch_ticks = every(Some(PREFETCH_EVERY));
         let signals = &mut self.signals;
