@@ -31,7 +31,7 @@ pub use object::SamplerStats;
 pub use offcpu::{OffCpuHook, OffCpuStats};
 pub use overflow_program::{OverflowConfig, OverflowProgram};
 pub use privilege::{Privilege, PrivilegeError, check_privileges};
-pub use record_program::{RecordConfig, RecordProgram, Sampler};
+pub use record_program::{RecordConfig, RecordProgram};
 pub use ring::{MAX_BATCH_TIME, Records};
 pub use rowspace::RowRange;
 pub use unwind::{UnwindMapError, UnwindMaps};

@@ -103,9 +103,6 @@ pub struct RecordProgram {
     pub(super) loaded: Loaded,
 }
 
-/// The record program's name before it had its own type (`record` still calls it that).
-pub type Sampler = RecordProgram;
-
 impl RecordProgram {
     /// Loads the object for `record` as `config` says.
     pub fn load(config: RecordConfig) -> Result<Self, BpfError> {
@@ -117,23 +114,6 @@ impl RecordProgram {
             config.sampler,
         )?;
         Ok(Self { loaded })
-    }
-
-    /// [`RecordProgram::load`] with the arguments `record` passes today: kept only until
-    /// `record`'s pipeline (issue 39) builds its [`RecordConfig`] itself.
-    pub fn load_record_group(
-        sampler: SamplerConfig,
-        ring_bytes: u32,
-        unwind_rows: u32,
-        group: bool,
-    ) -> Result<Self, BpfError> {
-        Self::load(RecordConfig {
-            sampler,
-            ring_bytes,
-            unwind_rows,
-            group,
-            ..RecordConfig::default()
-        })
     }
 
     /// The name of the perf_event program loaded ([`programs::RECORD_SAMPLE`] or

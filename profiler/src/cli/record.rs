@@ -470,7 +470,12 @@ pub fn run(args: RecordArgs) -> ExitCode {
             x.submit_message(m, profile.info.frequency_hz);
         }
     };
-    let recorded = runtime.block_on(record_with(&opts, &mut on_interval));
+    let mut warnings = Vec::new();
+    let recorded = runtime.block_on(record_with(&opts, &mut on_interval, &mut warnings));
+    // What the run had to say, whether or not it succeeded (the error comes after).
+    for w in &warnings {
+        eprintln!("{w}");
+    }
     // The last (or, without --interval, the only) profile goes out too; then pending
     // intervals get the flush timeout, and the rest stays spooled.
     let mut last = None;

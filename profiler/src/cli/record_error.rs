@@ -17,9 +17,9 @@ pub enum RecordArgError {
     Seconds { what: &'static str, secs: f64 },
     #[error(transparent)]
     Usage(#[from] UsageError),
-    /// A malformed `-e '{A,B}:S'` counter group (the group parser's text).
-    #[error("{0}")]
-    Group(String),
+    /// A malformed `-e '{A,B}:S'` counter group.
+    #[error(transparent)]
+    Group(#[from] crate::record::GroupError),
     #[error(transparent)]
     Export(#[from] ExportError),
 }

@@ -11,13 +11,56 @@ use std::collections::HashMap;
 use profiler_common::{AggregateKey, group::MAX_COUNTERS, stack_id};
 
 use super::{
-    Collector,
+    Collector, RecordError,
     collect::{CountedStack, Weight},
+    feature::{self, Feature, Kernel, Shared},
 };
-use crate::bpf::{BpfError, Sampler};
+use crate::bpf::{BpfError, RecordProgram};
+
+/// `--aggregate` in the list of features: the program counts stacks in a map instead of
+/// writing records, read each interval and at the end.
+pub(super) const SPEC: feature::Spec = feature::Spec {
+    validate: |_| Ok(()),
+    capture: |opts| match opts.aggregate {
+        true => profiler_common::capture::AGGREGATE,
+        false => 0,
+    },
+    start: |s| {
+        if !s.opts.aggregate {
+            return Ok(None);
+        }
+        // A counter group's counters are the events that follow (its feature comes next).
+        let first_counter = (!s.counters.is_empty()).then_some(s.first_event);
+        Ok(Some(Box::new(AggregateReader::new(first_counter))))
+    },
+};
+
+impl Feature for AggregateReader {
+    /// Processes that ended since are named from what the kernel reported.
+    fn observe(
+        &mut self,
+        kernel: &mut Kernel<'_>,
+        collector: &mut Collector,
+    ) -> Result<(), RecordError> {
+        kernel.read_mappings(collector);
+        Ok(AggregateReader::observe(self, kernel.sampler, collector)?)
+    }
+
+    fn read(
+        &mut self,
+        kernel: &mut Kernel<'_>,
+        collector: &mut Collector,
+        shared: &mut Shared,
+    ) -> Result<(), RecordError> {
+        kernel.read_mappings(collector);
+        AggregateReader::read(self, kernel.sampler, collector)?;
+        shared.counters_on_stacks = self.counters.as_ref().map(|c| c.attributed);
+        Ok(())
+    }
+}
 
 #[derive(Default)]
-pub struct AggregateReader {
+pub(super) struct AggregateReader {
     /// Samples and events as of the last read, and each key's command.
     seen: HashMap<AggregateKey, (Weight, [u8; 16])>,
     /// Stacks by id; a stack-map slot is never overwritten without BPF_F_REUSE_STACKID.
@@ -38,7 +81,7 @@ struct CounterSums {
 impl AggregateReader {
     /// A reader that also reads a counter group's sums (whose first counter is event
     /// `first_counter`), or only the counts.
-    pub fn new(first_counter: Option<u32>) -> Self {
+    fn new(first_counter: Option<u32>) -> Self {
         Self {
             counters: first_counter.map(|first_event| CounterSums {
                 first_event,
@@ -49,18 +92,11 @@ impl AggregateReader {
         }
     }
 
-    /// Each counter's events put on stacks so far (zeros without a group).
-    pub fn attributed(&self) -> [u64; MAX_COUNTERS] {
-        self.counters
-            .as_ref()
-            .map_or([0; MAX_COUNTERS], |c| c.attributed)
-    }
-
     /// Captures the memory maps of processes that appeared since the last look, so their
     /// stacks can be symbolized even if they exit before the end.
-    pub fn observe(
+    fn observe(
         &mut self,
-        sampler: &mut Sampler,
+        sampler: &mut RecordProgram,
         collector: &mut Collector,
     ) -> Result<(), BpfError> {
         for (key, value) in sampler.aggregated()? {
@@ -73,9 +109,9 @@ impl AggregateReader {
     }
 
     /// Adds what every entry gained since the last read to `collector`.
-    pub fn read(
+    fn read(
         &mut self,
-        sampler: &mut Sampler,
+        sampler: &mut RecordProgram,
         collector: &mut Collector,
     ) -> Result<(), BpfError> {
         // The sums first: the kernel adds to a key's sums only after counting the sample
@@ -132,7 +168,7 @@ impl AggregateReader {
     /// The kernel and user stacks of `key` (empty where it has none).
     fn stacks_of(
         &mut self,
-        sampler: &mut Sampler,
+        sampler: &mut RecordProgram,
         key: &AggregateKey,
     ) -> Result<(Vec<u64>, Vec<u64>), BpfError> {
         Ok((
@@ -141,7 +177,7 @@ impl AggregateReader {
         ))
     }
 
-    fn stack(&mut self, sampler: &mut Sampler, id: i32) -> Result<Vec<u64>, BpfError> {
+    fn stack(&mut self, sampler: &mut RecordProgram, id: i32) -> Result<Vec<u64>, BpfError> {
         if id < 0 {
             return Ok(Vec::new());
         }

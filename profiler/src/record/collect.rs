@@ -14,7 +14,10 @@ use profiler_common::{
     stack::{StackSampleHeader, frame_at},
 };
 
-use super::prefetch::{Fresh, Prefetch};
+use super::{
+    Warning,
+    prefetch::{Fresh, Prefetch},
+};
 use crate::{
     modules::ElfFiles,
     profile::{FrameId, Profile, RunInfo, StackCount},
@@ -77,6 +80,8 @@ pub struct Collector {
     symbolizer: Symbolizer,
     /// Addresses of the stacks first seen since the last [`Collector::take_prefetch`].
     fresh: Fresh,
+    /// Warnings not yet taken ([`Collector::take_warnings`]).
+    warnings: Vec<Warning>,
 }
 
 /// One interval's stacks with the files their offsets are in: everything needed to name
@@ -86,6 +91,8 @@ pub struct Batch {
     files: HashMap<FileId, ElfFile>,
     info: RunInfo,
     events: Vec<Arc<str>>,
+    /// Files that could not be named (said when the profile is handed over).
+    warnings: Vec<Warning>,
 }
 
 impl Collector {
@@ -331,7 +338,8 @@ impl Collector {
         let ids: BTreeSet<FileId> = file_offsets(stacks.keys()).map(|(f, _)| f).collect();
         let files = self.symbolizer.hand_over(ids);
         for refusal in self.symbolizer.take_refusals() {
-            eprintln!("profiler: warning: not read: {refusal}");
+            self.warnings
+                .push(Warning::new(format!("not read: {refusal}")));
             info.refused += 1;
         }
         // The stacks of exited processes are normalized: their maps can go.
@@ -341,13 +349,20 @@ impl Collector {
             files,
             info,
             events: events.to_vec(),
+            warnings: Vec::new(),
         }
+    }
+
+    /// The warnings given since the last call (files refused).
+    pub fn take_warnings(&mut self) -> Vec<Warning> {
+        std::mem::take(&mut self.warnings)
     }
 
     /// The profile of the samples counted so far, symbolized here and now.
     pub fn take_profile(&mut self, info: RunInfo, events: &[Arc<str>]) -> Profile {
         self.take_batch(info, events)
             .symbolize(&mut Resolver::new(&[]))
+            .0
     }
 }
 
@@ -372,15 +387,16 @@ fn file_offsets<'a>(
 }
 
 /// Names `wanted` (one blazesym call per file); returns how many files could not be read,
-/// each said on stderr.
+/// each with a warning in `warnings`.
 fn resolve_files(
     resolver: &mut Resolver,
     files: &HashMap<FileId, ElfFile>,
     wanted: impl Iterator<Item = (FileId, u64)>,
+    warnings: &mut Vec<Warning>,
 ) -> u64 {
     let errors = resolver.resolve_user(files, wanted);
     for e in &errors.files {
-        eprintln!("profiler: warning: not symbolized: {e}");
+        warnings.push(Warning::new(format!("not symbolized: {e}")));
     }
     errors.files.len() as u64
 }
@@ -397,21 +413,26 @@ impl Batch {
             }
         }
         let wanted = file_offsets(batches.iter().flat_map(|b| b.stacks.keys()));
-        let failed = resolve_files(resolver, &files, wanted);
+        let mut warnings = Vec::new();
+        let failed = resolve_files(resolver, &files, wanted, &mut warnings);
         if let Some(first) = batches.first_mut() {
             first.info.unsymbolized += failed;
+            first.warnings.extend(warnings);
         }
     }
 
     /// Names every frame: each file's offsets in one call, the kernel's in one call.
-    pub fn symbolize(self, resolver: &mut Resolver) -> Profile {
+    /// Returns the profile and the warnings that go with it.
+    pub fn symbolize(self, resolver: &mut Resolver) -> (Profile, Vec<Warning>) {
         let Batch {
             stacks: raw_stacks,
             files,
             mut info,
             events,
+            mut warnings,
         } = self;
-        info.unsymbolized += resolve_files(resolver, &files, file_offsets(raw_stacks.keys()));
+        let wanted = file_offsets(raw_stacks.keys());
+        info.unsymbolized += resolve_files(resolver, &files, wanted, &mut warnings);
         resolver.resolve_kernel(raw_stacks.keys().flat_map(RawStack::kernel_lookups));
         let name_of = |id: FileId| files.get(&id).map(|f| (f.name.clone(), f.path.clone()));
         let mut profile = Profile {
@@ -496,7 +517,7 @@ impl Batch {
             )
             .collect();
         profile.cgroups = crate::cgroup::paths(&cgroups);
-        profile
+        (profile, warnings)
     }
 }
 

@@ -66,17 +66,23 @@ pub enum UsageError {
     )]
     PerfModifier(String),
     /// A malformed counter group (`{LEADER,EV2,..}:S`, `--read`).
-    #[error("{0}")]
-    Group(String),
-    #[error(
-        "--off-cpu cannot be combined with --aggregate (off-CPU time is not aggregated in the kernel)"
-    )]
-    OffCpuAggregate,
-    #[error("--wall converts CPU-clock samples to time: sample cpu-clock or task-clock, not '{0}'")]
-    WallNeedsClock(String),
+    #[error(transparent)]
+    Group(#[from] super::group::GroupError),
+    /// Off-CPU options that do not go together (`--off-cpu`, `--wall`).
+    #[error(transparent)]
+    OffCpu(#[from] super::offcpu::OffCpuUsage),
     /// Not an event name at all (unknown, malformed), with the catalogue's suggestions.
     #[error(transparent)]
     NotAnEvent(EventError),
+}
+
+/// Why the children of the targets are not followed (a warning: the run goes on).
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError {
+    #[error("sched:sched_process_fork is not in tracefs")]
+    NoForkTracepoint,
+    #[error(transparent)]
+    Bpf(BpfError),
 }
 
 /// An event that exists but that `record` cannot sample here.

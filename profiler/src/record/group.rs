@@ -12,13 +12,234 @@ use profiler_common::{
     stack::{StackSampleHeader, frame_at, group_values},
 };
 
-use super::{Mode, UsageError};
-use crate::{
-    bpf::GroupTotals,
-    cpc::events::{Event, EventKind},
-    perf::{EventAttr, SoftwareEvent},
-    profile::CounterTotal,
+use super::{
+    Mode, RecordError, RecordOptions, Target, UsageError, Warning,
+    collect::Collector,
+    feature::{self, Feature, Record, RecordKind, Shared},
+    online_cpus,
 };
+use crate::{
+    bpf::{GroupTotals, RecordProgram},
+    cpc::events::{Catalog, Event, EventKind},
+    perf::{EventAttr, PerfEvent, Scope, SoftwareEvent},
+    profile::{CounterTotal, RunInfo},
+};
+
+/// Counter groups in the list of features: the counters are opened and the program reads
+/// them per thread; each sample weighs its thread's counters' increases.
+pub(super) const SPEC: feature::Spec = feature::Spec {
+    validate,
+    // The group's programs and maps are loaded with the record program (`load_sampler`).
+    capture: |_| 0,
+    start: |s| {
+        if s.counters.is_empty() {
+            return Ok(None);
+        }
+        let cpus = match &s.opts.cpus {
+            Some(c) => c.clone(),
+            None => online_cpus()?,
+        };
+        Ok(Some(Box::new(Group {
+            names: s.counters.iter().map(|e| e.name.clone()).collect(),
+            counters: s.counters.to_vec(),
+            opts: Opened {
+                mode: s.opts.mode,
+                fork_child_offset: fork_child_offset(s.opts, s.catalog, s.warnings),
+            },
+            cpus,
+            first_event: s.first_event,
+            deltas: GroupDeltas::default(),
+            attributed_before: [0; MAX_COUNTERS],
+            last_values: None,
+        })))
+    },
+};
+
+/// What the options ask of a group.
+fn validate(opts: &RecordOptions) -> Result<(), UsageError> {
+    if opts.read.is_empty() {
+        return Ok(());
+    }
+    split_group(&opts.events, &opts.read)?;
+    if opts.off_cpu {
+        return Err(GroupError::WithOffCpu.into());
+    }
+    Ok(())
+}
+
+/// Where `sched_process_fork` keeps `child_pid`, when processes or threads are counted:
+/// they are counted as `perf stat -p` counts them, up to their exit (system-wide and cgroup
+/// counts take every event on the CPUs, as `perf stat -a/-G`).
+fn fork_child_offset(
+    opts: &RecordOptions,
+    catalog: &Catalog,
+    warnings: &mut Vec<Warning>,
+) -> Option<u32> {
+    match opts.target {
+        Target::Pids(_) | Target::Tids(_) | Target::Command(_) => {
+            let offset = super::tracepoint_field_offset(catalog, "sched_process_fork", "child_pid");
+            if offset.is_none() {
+                warnings.push(Warning::new(
+                    "sched:sched_process_fork is not in tracefs: the counters may count a few \
+                     events of a thread's exit that `perf stat -p` does not",
+                ));
+            }
+            offset
+        }
+        Target::SystemWide | Target::Cgroup(_) => None,
+    }
+}
+
+/// How the counters are opened.
+struct Opened {
+    mode: Mode,
+    fork_child_offset: Option<u32>,
+}
+
+/// A counter group being recorded: the counters' names, the CPUs they count on, and the
+/// per-thread values seen so far.
+struct Group {
+    names: Vec<String>,
+    counters: Vec<Event>,
+    opts: Opened,
+    cpus: Vec<u32>,
+    first_event: u32,
+    deltas: GroupDeltas,
+    /// Each counter's events on stacks as of the last profile handed over (continuous mode).
+    attributed_before: [u64; MAX_COUNTERS],
+    /// The values read once the events were stopped.
+    last_values: Option<GroupTotals>,
+}
+
+impl Group {
+    /// The counters of the profile being handed over: what went on its stacks since the
+    /// previous one, plus what is on no stack yet (counted after a thread's last sample:
+    /// it lands on a later interval's stacks, or stays unattributed at the end). For a
+    /// single profile, the run's totals.
+    fn counters(&mut self, values: &GroupTotals, shared: &Shared) -> Vec<CounterTotal> {
+        let cumulative = match &shared.counters_on_stacks {
+            Some(on_stacks) => totals(&self.names, values, on_stacks),
+            None => self.deltas.totals(&self.names, values),
+        };
+        cumulative
+            .into_iter()
+            .zip(self.attributed_before.iter_mut())
+            .map(|(c, before)| {
+                let attributed = c.total.wrapping_sub(c.unattributed);
+                let on_stacks = attributed.wrapping_sub(*before);
+                *before = attributed;
+                CounterTotal {
+                    total: on_stacks.wrapping_add(c.unattributed),
+                    ..c
+                }
+            })
+            .collect()
+    }
+}
+
+impl Feature for Group {
+    fn event_names(&self) -> Vec<String> {
+        self.names.clone()
+    }
+
+    /// Opens the counters on every sampled CPU (after the sampling events, so that they
+    /// are enabled after them) and has the program read them per thread.
+    fn attach(&mut self, sampler: &mut RecordProgram) -> Result<(), RecordError> {
+        let mut opened = Vec::with_capacity(self.cpus.len());
+        for &cpu in &self.cpus {
+            let mut on_cpu = Vec::with_capacity(self.counters.len());
+            for event in &self.counters {
+                let attr = counter_attr(event, self.opts.mode);
+                on_cpu.push(PerfEvent::open(&attr, Scope::Cpu(cpu), None, || {
+                    event.name.clone()
+                })?);
+            }
+            opened.push((cpu, on_cpu));
+        }
+        let config = group_config(&self.counters, self.opts.mode, self.opts.fork_child_offset);
+        Ok(sampler.start_group(opened, config)?)
+    }
+
+    /// A group is not recorded with off-CPU time: every record is a sample of the leader.
+    fn takes(&self, _kind: RecordKind) -> bool {
+        true
+    }
+
+    /// Counts one sample with its counters' increases.
+    fn record(&mut self, record: &Record<'_>, collector: &mut Collector) {
+        let weights = self
+            .deltas
+            .deltas(&record.header, record.bytes)
+            .unwrap_or_default();
+        collector.add_weighted(&record.header, record.frames, self.first_event, &weights);
+    }
+
+    /// The counters are stopped: a switch on every CPU accounts what the tasks running
+    /// there counted since their last switch or sample.
+    fn stopped(&mut self, sampler: &mut RecordProgram) -> Result<(), RecordError> {
+        crate::bpf::switch_every_cpu(&self.cpus);
+        self.last_values = Some(sampler.group_values()?);
+        Ok(())
+    }
+
+    fn info(
+        &mut self,
+        sampler: &mut RecordProgram,
+        info: &mut RunInfo,
+        shared: &Shared,
+        last: bool,
+        warnings: &mut Vec<Warning>,
+    ) -> Result<(), RecordError> {
+        let values = match (last, self.last_values.take()) {
+            (true, Some(v)) => v,
+            (true, None) => return Ok(()),
+            (false, _) => sampler.group_values()?,
+        };
+        info.counters = self.counters(&values, shared);
+        if !last {
+            return Ok(());
+        }
+        if values.aggregate_full > 0 {
+            warnings.push(Warning::new(format!(
+                "the counters of {} samples found the in-kernel aggregation full (they count \
+                 on their thread's next sample, or as unattributed)",
+                values.aggregate_full
+            )));
+        }
+        if values.read_errors > 0 {
+            warnings.push(Warning::new(format!(
+                "{} counter reads failed (a CPU without the counter)",
+                values.read_errors
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A malformed counter group (`{LEADER,EV2,..}:S`, `--read`).
+#[derive(Debug, thiserror::Error)]
+pub enum GroupError {
+    #[error(
+        "malformed event group '{0}': write '{{LEADER,EVENT,..}}:S' (one group, nothing else in -e)"
+    )]
+    Malformed(String),
+    #[error("malformed event group '{0}': an empty event name")]
+    EmptyName(String),
+    #[error("event group '{0}' has no counter to read besides its leader")]
+    NoCounter(String),
+    #[error("give the counters to read either in an event group or with --read, not both")]
+    GroupAndRead,
+    #[error("--read needs exactly one sampled event (-e LEADER), not {0}")]
+    ReadNeedsOneEvent(usize),
+    #[error("--read: an empty event name")]
+    EmptyRead,
+    #[error("{0} counters read with one leader; at most {MAX_COUNTERS}")]
+    TooMany(usize),
+    #[error("event '{0}' is given twice; name each event once")]
+    Duplicate(String),
+    #[error("counters (an event group or --read) are not read with --off-cpu")]
+    WithOffCpu,
+}
 
 /// Splits perf's group syntax out of `-e` values (clap split them at commas): returns the
 /// events to sample and the counters to read. `{a,b,c}:S` (or `{a,b,c}`) samples `a` and
@@ -26,7 +247,7 @@ use crate::{
 pub fn split_group(
     events: &[String],
     read: &[String],
-) -> Result<(Vec<String>, Vec<String>), String> {
+) -> Result<(Vec<String>, Vec<String>), GroupError> {
     let joined = events.join(",");
     let mut sampled = events.to_vec();
     let mut counters = Vec::new();
@@ -35,56 +256,38 @@ pub fn split_group(
             .strip_prefix('{')
             .and_then(|s| s.strip_suffix("}:S").or_else(|| s.strip_suffix('}')))
             .filter(|s| !s.contains(['{', '}']))
-            .ok_or_else(|| {
-                format!(
-                    "malformed event group '{joined}': write '{{LEADER,EVENT,..}}:S' (one group, \
-                     nothing else in -e)"
-                )
-            })?;
+            .ok_or_else(|| GroupError::Malformed(joined.clone()))?;
         let names: Vec<String> = inner.split(',').map(|s| s.trim().to_string()).collect();
         if names.iter().any(String::is_empty) {
-            return Err(format!(
-                "malformed event group '{joined}': an empty event name"
-            ));
+            return Err(GroupError::EmptyName(joined));
         }
         if names.len() < 2 {
-            return Err(format!(
-                "event group '{joined}' has no counter to read besides its leader"
-            ));
+            return Err(GroupError::NoCounter(joined));
         }
         sampled = vec![names[0].clone()];
         counters = names[1..].to_vec();
     }
     if !read.is_empty() {
         if !counters.is_empty() {
-            return Err(
-                "give the counters to read either in an event group or with --read, not both"
-                    .into(),
-            );
+            return Err(GroupError::GroupAndRead);
         }
         if sampled.len() != 1 {
-            return Err(format!(
-                "--read needs exactly one sampled event (-e LEADER), not {}",
-                sampled.len()
-            ));
+            return Err(GroupError::ReadNeedsOneEvent(sampled.len()));
         }
         counters = read.iter().map(|s| s.trim().to_string()).collect();
         if counters.iter().any(String::is_empty) {
-            return Err("--read: an empty event name".into());
+            return Err(GroupError::EmptyRead);
         }
     }
     if counters.len() > MAX_COUNTERS {
-        return Err(format!(
-            "{} counters read with one leader; at most {MAX_COUNTERS}",
-            counters.len()
-        ));
+        return Err(GroupError::TooMany(counters.len()));
     }
     if let Some(dup) = counters
         .iter()
         .enumerate()
         .find_map(|(i, c)| (counters[..i].contains(c) || sampled.contains(c)).then_some(c))
     {
-        return Err(UsageError::DuplicateEvent(dup.clone()).to_string());
+        return Err(GroupError::Duplicate(dup.clone()));
     }
     Ok((sampled, counters))
 }
@@ -253,7 +456,7 @@ mod tests {
                 "at most 8",
             ),
         ] {
-            let e = split_group(&s(&events), &s(&read)).unwrap_err();
+            let e = split_group(&s(&events), &s(&read)).unwrap_err().to_string();
             assert!(e.contains(text), "{events:?} {read:?}: {e}");
             assert!(!e.contains('\n'), "{e}");
         }

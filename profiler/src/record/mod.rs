@@ -6,15 +6,20 @@ mod aggregate;
 mod batch;
 mod collect;
 mod copied;
+mod decode;
 mod error;
+mod feature;
 mod group;
 mod offcpu;
 mod pidfd;
 mod prefetch;
 mod session;
+mod sources;
 mod status;
+mod stops;
 mod symbolizing;
 mod unwind;
+mod warning;
 mod workload;
 
 use std::{ffi::OsString, time::Duration};
@@ -22,15 +27,17 @@ use std::{ffi::OsString, time::Duration};
 use nix::sys::wait::WaitStatus;
 
 pub use collect::Collector;
-pub use error::{RecordError, SampleEventError, UsageError};
-pub use group::split_group;
+pub use error::{FollowError, RecordError, SampleEventError, UsageError};
+pub use group::{GroupError, split_group};
+pub use offcpu::OffCpuUsage;
 pub use session::Session;
 pub use status::StatusExtra;
 pub use unwind::{TableLoader, TableStats};
+pub use warning::Warning;
 pub use workload::{Workload, WorkloadError, resolve_command};
 
 use crate::{
-    bpf::{Sampler, check_privileges},
+    bpf::{RecordProgram, check_privileges},
     cpc::events::{Catalog, Event, EventError, EventKind},
     profile::Profile,
 };
@@ -279,16 +286,7 @@ pub fn validate(opts: &RecordOptions) -> Result<(), RecordError> {
         }
         _ => {}
     }
-    offcpu::validate(opts)?;
-    if !opts.read.is_empty() {
-        group::split_group(&opts.events, &opts.read).map_err(UsageError::Group)?;
-        if opts.off_cpu {
-            return Err(UsageError::Group(
-                "counters (an event group or --read) are not read with --off-cpu".into(),
-            )
-            .into());
-        }
-    }
+    feature::validate(opts)?;
     if let Target::Command(argv) = &opts.target {
         resolve_command(&argv[0])?;
     }
@@ -339,17 +337,21 @@ fn perf_modifier(catalog: &Catalog, name: &str) -> bool {
 
 /// Adds children of the filtered processes to the filter as they fork; a warning if the
 /// kernel lacks what that needs (the run goes on without it).
-fn follow_children(catalog: &Catalog, sampler: &mut Sampler, whose: &str) {
+fn follow_children(
+    catalog: &Catalog,
+    sampler: &mut RecordProgram,
+    whose: &str,
+    warnings: &mut Vec<Warning>,
+) {
     let group_dead = tracepoint_field_offset(catalog, "sched_process_exit", "group_dead");
-    let followed = tracepoint_field_offset(catalog, "sched_process_fork", "child_pid")
-        .ok_or_else(|| "sched:sched_process_fork is not in tracefs".to_string())
-        .and_then(|off| {
-            sampler
-                .follow_forks(off, group_dead)
-                .map_err(|e| e.to_string())
-        });
+    let followed = match tracepoint_field_offset(catalog, "sched_process_fork", "child_pid") {
+        Some(off) => sampler
+            .follow_forks(off, group_dead)
+            .map_err(FollowError::Bpf),
+        None => Err(FollowError::NoForkTracepoint),
+    };
     if let Err(e) = followed {
-        eprintln!("profiler: warning: not following {whose} children: {e}");
+        warnings.push(Warning::new(format!("not following {whose} children: {e}")));
     }
 }
 
@@ -395,15 +397,21 @@ fn online_cpus() -> Result<Vec<u32>, RecordError> {
 
 /// Records until the duration passes, the command or all target processes exit, or SIGINT,
 /// SIGTERM or SIGHUP arrives. Must run inside a tokio runtime.
-pub async fn record(opts: &RecordOptions) -> Result<RecordOutcome, RecordError> {
-    record_with(opts, &mut |_| {}).await
+pub async fn record(
+    opts: &RecordOptions,
+    warnings: &mut Vec<Warning>,
+) -> Result<RecordOutcome, RecordError> {
+    record_with(opts, &mut |_| {}, warnings).await
 }
 
 /// [`record`], handing `on_interval` the profile of each `opts.interval` as it ends (the
 /// outcome then holds the last, partial interval). Lost and filtered counts are per interval.
+/// What the run has to say besides the profile goes to `warnings`, in the order it happened,
+/// kept when the run fails (the caller prints it).
 pub async fn record_with(
     opts: &RecordOptions,
     on_interval: &mut dyn FnMut(Profile),
+    warnings: &mut Vec<Warning>,
 ) -> Result<RecordOutcome, RecordError> {
     // `--wall`: every profile handed over is the wall-clock view.
     let wall = opts.wall;
@@ -412,7 +420,7 @@ pub async fn record_with(
         false => p,
     };
     let mut on_interval = |p: Profile| on_interval(view(p));
-    let mut session = Session::setup(opts)?;
+    let mut session = Session::setup(opts, warnings)?;
     let stop = session.run(&mut on_interval).await?;
     let mut outcome = session.finish(stop, &mut on_interval).await?;
     outcome.profile = view(outcome.profile);

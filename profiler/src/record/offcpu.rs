@@ -8,26 +8,58 @@ use std::{collections::HashMap, time::Duration};
 use profiler_common::{
     offcpu::{OffCpuBuf, OffCpuConfig, TotalKey, weight},
     record_flags,
-    stack::{STACK_HEADER_SIZE, StackCopyBuf, StackSampleHeader},
+    stack::{STACK_HEADER_SIZE, StackCopyBuf},
 };
 
-use super::{RecordError, RecordOptions, UsageError, collect::Collector, tracepoint_field_offset};
+use super::{
+    RecordError, RecordOptions, UsageError, Warning,
+    collect::Collector,
+    feature::{self, Feature, Kernel, Record, RecordKind, Shared},
+    tracepoint_field_offset,
+};
 use crate::{
-    bpf::{OffCpuHook, OffCpuStats, Sampler},
+    bpf::{OffCpuHook, OffCpuStats, RecordProgram},
     cpc::events::Catalog,
     profile::OFF_CPU_EVENT,
+};
+
+/// `--off-cpu` (and `--wall`) in the list of features.
+pub(super) const SPEC: feature::Spec = feature::Spec {
+    validate,
+    capture: |opts| match opts.off_cpu {
+        true => profiler_common::capture::OFF_CPU,
+        false => 0,
+    },
+    start: |s| {
+        if !s.opts.off_cpu {
+            return Ok(None);
+        }
+        let off_cpu = OffCpu::start(s.opts, s.catalog, s.sampler, s.first_event)?;
+        Ok(Some(Box::new(off_cpu)))
+    },
 };
 
 /// Events whose samples are CPU time, so `--wall` can convert them to nanoseconds.
 const CLOCK_EVENTS: [&str; 2] = ["cpu-clock", "task-clock"];
 
+/// Off-CPU options that cannot work together.
+#[derive(Debug, thiserror::Error)]
+pub enum OffCpuUsage {
+    #[error(
+        "--off-cpu cannot be combined with --aggregate (off-CPU time is not aggregated in the kernel)"
+    )]
+    Aggregate,
+    #[error("--wall converts CPU-clock samples to time: sample cpu-clock or task-clock, not '{0}'")]
+    WallNeedsClock(String),
+}
+
 /// What `--off-cpu` and `--wall` need that the options may lack.
-pub(super) fn validate(opts: &RecordOptions) -> Result<(), UsageError> {
+fn validate(opts: &RecordOptions) -> Result<(), UsageError> {
     if !opts.off_cpu {
         return Ok(());
     }
     if opts.aggregate {
-        return Err(UsageError::OffCpuAggregate);
+        return Err(OffCpuUsage::Aggregate.into());
     }
     if opts.wall
         && let Some(e) = opts
@@ -35,14 +67,15 @@ pub(super) fn validate(opts: &RecordOptions) -> Result<(), UsageError> {
             .iter()
             .find(|e| !CLOCK_EVENTS.contains(&e.as_str()))
     {
-        return Err(UsageError::WallNeedsClock(e.clone()));
+        return Err(OffCpuUsage::WallNeedsClock(e.clone()).into());
     }
     Ok(())
 }
 
 /// The attached off-CPU program and what has been taken of its in-kernel totals.
-pub(super) struct OffCpu {
-    hook: OffCpuHook,
+struct OffCpu {
+    /// `None` once detached.
+    hook: Option<OffCpuHook>,
     /// Nanoseconds already counted per (thread, stack) key: each read adds what grew.
     counted: HashMap<TotalKey, u64>,
     min_block: Duration,
@@ -51,10 +84,10 @@ pub(super) struct OffCpu {
 impl OffCpu {
     /// Attaches the off-CPU program (its stacks carry request `request`, the index of the
     /// `off-cpu` event among the profile's events).
-    pub(super) fn start(
+    fn start(
         opts: &RecordOptions,
         catalog: &Catalog,
-        sampler: &mut Sampler,
+        sampler: &mut RecordProgram,
         request: u32,
     ) -> Result<Self, RecordError> {
         let offset = |field: &'static str| {
@@ -71,44 +104,61 @@ impl OffCpu {
             runnable: 1,
         };
         Ok(Self {
-            hook: sampler.start_off_cpu(config)?,
+            hook: Some(sampler.start_off_cpu(config)?),
             counted: HashMap::new(),
             min_block: opts.min_block,
         })
     }
+}
 
-    /// Counts what the in-kernel totals gained since the last read.
-    pub(super) fn read_totals(
-        &mut self,
-        sampler: &mut Sampler,
-        collector: &mut Collector,
-    ) -> Result<(), RecordError> {
-        read_totals(&mut self.counted, sampler, collector)
+impl Feature for OffCpu {
+    fn event_names(&self) -> Vec<String> {
+        vec![OFF_CPU_EVENT.to_string()]
     }
 
-    /// Detaches the program, then counts its totals and the threads still off the CPU as
-    /// away until now (after `drain` has emptied the ring, so that no wait is counted
-    /// twice). Prints what was kept and dropped on stderr.
+    fn takes(&self, kind: RecordKind) -> bool {
+        kind == RecordKind::OffCpu
+    }
+
+    /// Counts one off-CPU wait in nanoseconds.
+    fn record(&mut self, record: &Record<'_>, collector: &mut Collector) {
+        if let Some(ns) = weight(&record.header, record.bytes) {
+            collector.add_off_cpu(&record.header, record.frames, ns);
+        }
+    }
+
+    fn read(
+        &mut self,
+        kernel: &mut Kernel<'_>,
+        collector: &mut Collector,
+        _shared: &mut Shared,
+    ) -> Result<(), RecordError> {
+        read_totals(&mut self.counted, kernel.sampler, collector)
+    }
+
+    /// Detached before the ring is drained, so that no wait is counted twice.
+    fn detach(&mut self, sampler: &mut RecordProgram) -> Result<(), RecordError> {
+        match self.hook.take() {
+            Some(hook) => Ok(sampler.stop_off_cpu(hook)?),
+            None => Ok(()),
+        }
+    }
+
+    /// Counts the totals and the threads still off the CPU as away until now; says what
+    /// was kept and dropped.
     ///
     /// Returns, as ring records with their time away, the unfinished waits whose user stack
-    /// is a copy (`record_flags::STACK_COPY`): the caller walks them as it walks the ring's.
-    pub(super) fn stop(
-        self,
-        sampler: &mut Sampler,
+    /// is a copy (`record_flags::STACK_COPY`): the session walks them as it walks the ring's.
+    fn drained(
+        &mut self,
+        sampler: &mut RecordProgram,
         collector: &mut Collector,
-        drain: impl FnOnce(&mut Collector),
+        warnings: &mut Vec<Warning>,
     ) -> Result<Vec<Vec<u8>>, RecordError> {
-        let OffCpu {
-            hook,
-            mut counted,
-            min_block,
-        } = self;
-        sampler.stop_off_cpu(hook)?;
-        drain(collector);
         let now = monotonic_ns();
-        let min = nanos(min_block);
+        let min = nanos(self.min_block);
         let mut stats = sampler.off_cpu_stats()?;
-        read_totals(&mut counted, sampler, collector)?;
+        read_totals(&mut self.counted, sampler, collector)?;
         let mut unfinished = 0;
         let mut copied = Vec::new();
         let pending = sampler.off_cpu_pending()?;
@@ -135,7 +185,7 @@ impl OffCpu {
             }
             add_kept(collector, &buf, away);
         }
-        report(&stats, unfinished, min_block);
+        warnings.push(report(&stats, unfinished, self.min_block));
         Ok(copied)
     }
 }
@@ -143,7 +193,7 @@ impl OffCpu {
 /// Counts what the in-kernel totals gained since `counted` was last updated.
 fn read_totals(
     counted: &mut HashMap<TotalKey, u64>,
-    sampler: &mut Sampler,
+    sampler: &mut RecordProgram,
     collector: &mut Collector,
 ) -> Result<(), RecordError> {
     for (key, total) in sampler.off_cpu_totals()? {
@@ -193,23 +243,11 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Counts one record of `record`'s ring: a sample, or an off-CPU wait in nanoseconds.
-pub(super) fn collect(collector: &mut Collector, bytes: &[u8]) {
-    let Some((header, frames)) = StackSampleHeader::parse(bytes) else {
-        return;
-    };
-    if header.flags & profiler_common::offcpu::OFF_CPU == 0 {
-        collector.add(&header, frames);
-    } else if let Some(ns) = weight(&header, bytes) {
-        collector.add_off_cpu(&header, frames, ns);
-    }
-}
-
-/// One line on stderr: what off-CPU recording kept and dropped (`unfinished`: threads still
+/// One line for stderr: what off-CPU recording kept and dropped (`unfinished`: threads still
 /// off the CPU at the end, counted up to then).
-fn report(stats: &OffCpuStats, unfinished: u64, min_block: Duration) {
+fn report(stats: &OffCpuStats, unfinished: u64, min_block: Duration) -> Warning {
     let mut line = format!(
-        "profiler: off-cpu: {} waits recorded",
+        "off-cpu: {} waits recorded",
         stats.totalled + stats.written + unfinished
     );
     if stats.written > 0 {
@@ -235,16 +273,7 @@ fn report(stats: &OffCpuStats, unfinished: u64, min_block: Duration) {
     if stats.stack_errors > 0 {
         line += &format!("; {} stack walk errors", stats.stack_errors);
     }
-    eprintln!("{line}");
-}
-
-/// The event names of the profile: the sampled events, then `off-cpu` when recorded.
-pub(super) fn event_names(opts: &RecordOptions) -> Vec<String> {
-    let mut names = opts.events.clone();
-    if opts.off_cpu {
-        names.push(OFF_CPU_EVENT.to_string());
-    }
-    names
+    Warning::note(line)
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`.

@@ -15,21 +15,25 @@ use std::{
 
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
+use super::Warning;
 use super::{
     collect::Batch,
     prefetch::{Budget, Prefetch},
 };
 use crate::{profile::Profile, symbolize::Resolver};
 
+/// A symbolized profile and the warnings naming it gave.
+pub(super) type Named = (Profile, Vec<Warning>);
+
 /// What the thread is sent: an interval to symbolize, or addresses to name ahead.
 enum Job {
-    Batch(Batch),
+    Batch(Box<Batch>),
     Prefetch(Prefetch),
 }
 
 pub struct SymbolizeWorker {
     jobs: Option<mpsc::Sender<Job>>,
-    done: UnboundedReceiver<Profile>,
+    done: UnboundedReceiver<Named>,
     thread: Option<JoinHandle<()>>,
     /// The thread's id, once it runs (0 before): its priority is raised back at the end.
     tid: Arc<AtomicI32>,
@@ -64,7 +68,7 @@ impl SymbolizeWorker {
                     let (mut queue, mut ahead) = (Vec::new(), Vec::new());
                     for job in std::iter::once(first).chain(rx.try_iter()) {
                         match job {
-                            Job::Batch(b) => queue.push(b),
+                            Job::Batch(b) => queue.push(*b),
                             Job::Prefetch(p) => ahead.push(p),
                         }
                     }
@@ -96,7 +100,7 @@ impl SymbolizeWorker {
 
     pub fn submit(&mut self, batch: Batch) {
         if let Some(jobs) = &self.jobs
-            && jobs.send(Job::Batch(batch)).is_ok()
+            && jobs.send(Job::Batch(Box::new(batch))).is_ok()
         {
             self.pending += 1;
         }
@@ -115,7 +119,7 @@ impl SymbolizeWorker {
     }
 
     /// The next finished profile (wait only while [`SymbolizeWorker::busy`]).
-    pub async fn next(&mut self) -> Option<Profile> {
+    pub async fn next(&mut self) -> Option<Named> {
         let p = self.done.recv().await;
         if p.is_some() {
             self.pending -= 1;
@@ -125,7 +129,7 @@ impl SymbolizeWorker {
 
     /// Sends the last batch and waits for every profile still to come: those of earlier
     /// intervals, then the last one's.
-    pub async fn finish(mut self, last: Batch) -> (Vec<Profile>, Option<Profile>) {
+    pub async fn finish(mut self, last: Batch) -> (Vec<Named>, Option<Named>) {
         // The profile is awaited now: at the recorder's own priority, not behind a busy
         // host's other work.
         let tid = self.tid.load(Ordering::Relaxed);

@@ -150,6 +150,8 @@ pub struct TableLoader {
     /// Processes to (re)load, and whether the kernel had no entry at all.
     pending: HashMap<u32, bool>,
     warned: HashSet<std::sync::Arc<str>>,
+    /// Warnings not yet taken by the session.
+    warnings: Vec<super::Warning>,
     stats: TableStats,
     worker: Option<Worker>,
     /// Processes to publish again when a module's table is built.
@@ -170,6 +172,7 @@ impl TableLoader {
             procs: HashMap::new(),
             pending: HashMap::new(),
             warned: HashSet::new(),
+            warnings: Vec::new(),
             stats: TableStats::default(),
             worker: Worker::start(),
             waiting: HashMap::new(),
@@ -533,8 +536,15 @@ impl TableLoader {
 
     fn warn(&mut self, name: &std::sync::Arc<str>, e: &dyn std::fmt::Display) {
         if self.warned.len() < MAX_WARNINGS && self.warned.insert(name.clone()) {
-            eprintln!("profiler: warning: {name}: no unwind table, frame pointers used: {e}");
+            self.warnings.push(super::Warning::new(format!(
+                "{name}: no unwind table, frame pointers used: {e}"
+            )));
         }
+    }
+
+    /// The warnings given since the last call.
+    pub fn take_warnings(&mut self) -> Vec<super::Warning> {
+        std::mem::take(&mut self.warnings)
     }
 
     /// Forgets a process that exited (the kernel's exit hook removed its entry).

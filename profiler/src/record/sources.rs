@@ -1,0 +1,180 @@
+//! The sources of a recording: the record program, loaded with what the options and the
+//! features ask of it, its filter filled with the targets, and the sampling events attached.
+
+use profiler_common::{SamplerConfig, capture, filter};
+
+use super::{
+    CallGraph, Mode, RecordError, RecordOptions, Target, Warning, cgroup_id, feature,
+    follow_children, online_cpus, pidfd::PidFd, unwind::TableLoader, workload::Workload,
+};
+use crate::{
+    bpf::{BpfError, RecordConfig, RecordProgram},
+    cpc::events::{Catalog, Event},
+    modules::{ElfFiles, MapHistory},
+    perf::{PerfEvent, SamplePolicy, Scope},
+};
+
+/// What the program is told: which filter, which stacks (and whether user stacks are walked
+/// with unwind tables), when to wake the reader (a quarter of the ring's `ring_bytes`).
+fn sampler_config(
+    opts: &RecordOptions,
+    ring_bytes: u32,
+    warnings: &mut Vec<Warning>,
+) -> SamplerConfig {
+    let stacks = match opts.mode {
+        Mode::Both => capture::USER_STACK | capture::KERNEL_STACK,
+        Mode::User => capture::USER_STACK,
+        Mode::Kernel => capture::KERNEL_STACK,
+    };
+    // Unwind tables serve ring-buffer records of user stacks (in-kernel aggregation keys
+    // stacks by the kernel's stack map, which only frame pointers fill).
+    let mut tables = opts.call_graph == CallGraph::Dwarf
+        && !opts.aggregate
+        && opts.stacks
+        && stacks & capture::USER_STACK != 0;
+    if tables && !crate::bpf::KernelFeatures::get().bpf_loop() {
+        // Known from the kernel's BTF: no failed load, one line.
+        warnings.push(Warning::note(format!(
+            "this kernel ({}) has no bpf_loop (Linux 5.17): walking user stacks with frame \
+             pointers",
+            crate::bpf::kernel_release()
+        )));
+        tables = false;
+    }
+    SamplerConfig {
+        filter: match &opts.target {
+            _ if opts.whole_system => 0,
+            Target::SystemWide => 0,
+            Target::Tids(_) => filter::TID,
+            Target::Cgroup(_) => filter::CGROUP,
+            Target::Pids(_) | Target::Command(_) => filter::TGID,
+        },
+        capture: stacks | feature::capture(opts) | if tables { capture::UNWIND_TABLES } else { 0 },
+        wakeup_bytes: u64::from(ring_bytes / 4),
+        ..Default::default()
+    }
+}
+
+/// Loads `record`'s program; with unwind tables, also their loader (our own libraries'
+/// tables built) and the exec and exit hooks that drop a process's tables.
+pub(super) fn load_sampler(
+    opts: &RecordOptions,
+    files: &mut ElfFiles,
+    warnings: &mut Vec<Warning>,
+) -> Result<(RecordProgram, Option<TableLoader>), RecordError> {
+    let ring = opts.ring_size();
+    let config = sampler_config(opts, ring, warnings);
+    let wants_tables = config.capture & capture::UNWIND_TABLES != 0;
+    let group = !opts.read.is_empty();
+    let load = |sampler| {
+        RecordProgram::load(RecordConfig {
+            sampler,
+            ring_bytes: ring,
+            unwind_rows: opts.unwind_rows,
+            group,
+            ..RecordConfig::default()
+        })
+    };
+    let sampler = match load(config) {
+        // The unwinder needs bpf_loop (Linux 5.17); older kernels walk frame pointers.
+        Err(BpfError::Program(e)) if wants_tables => {
+            warnings.push(Warning::new(format!(
+                "the kernel refused the unwind-table program (it needs Linux 5.17 or newer \
+                 for bpf_loop); walking stacks with frame pointers: {e}"
+            )));
+            let config = SamplerConfig {
+                capture: config.capture & !capture::UNWIND_TABLES,
+                ..config
+            };
+            load(config)?
+        }
+        other => other?,
+    };
+    let mut sampler = sampler;
+    if !(wants_tables && sampler.walks_with_tables()) {
+        return Ok((sampler, None));
+    }
+    let mut loader = TableLoader::new(sampler.take_unwind_maps()?);
+    loader.preload_own(files)?;
+    if let Err(e) = sampler.hook_unwind_lifecycle() {
+        warnings.push(Warning::new(format!(
+            "exec and exit do not refresh unwind tables: {e}"
+        )));
+    }
+    Ok((sampler, Some(loader)))
+}
+
+/// Puts the targets into the program's filter (and their tables into the unwinder's maps);
+/// returns pidfds of the given processes, whose exits end the run.
+pub(super) fn add_targets(
+    opts: &RecordOptions,
+    catalog: &Catalog,
+    sampler: &mut RecordProgram,
+    mut tables: Option<&mut TableLoader>,
+    files: &mut ElfFiles,
+    workload: Option<&Workload>,
+    warnings: &mut Vec<Warning>,
+) -> Result<Vec<PidFd>, RecordError> {
+    let mut pidfds = Vec::new();
+    match (&opts.target, workload) {
+        (Target::Pids(pids), _) => {
+            for &pid in pids {
+                sampler.add_tgid(pid)?;
+                if let Some(t) = tables.as_deref_mut() {
+                    t.load(pid, true, files, &MapHistory::default())?;
+                }
+                // A target that is already gone is not an error: it simply contributes
+                // nothing.
+                if let Ok(fd) = PidFd::open(pid) {
+                    pidfds.push(fd);
+                }
+            }
+            // Children the targets start while profiled are profiled too (as perf's
+            // inherited events do); the run still ends when the given processes exit.
+            follow_children(catalog, sampler, "the processes'", warnings);
+        }
+        (Target::Tids(tids), _) => {
+            for &tid in tids {
+                sampler.add_tid(tid)?;
+            }
+        }
+        (Target::Cgroup(path), _) => sampler.add_cgroup(cgroup_id(path)?)?,
+        // The whole system while the command runs: nothing to filter on.
+        (Target::Command(_), Some(_)) if opts.whole_system => {}
+        (Target::Command(_), Some(w)) => {
+            sampler.add_tgid(w.pid())?;
+            // Children of the command are profiled too (a shell script's commands, say).
+            follow_children(catalog, sampler, "the command's", warnings);
+        }
+        _ => {}
+    }
+    Ok(pidfds)
+}
+
+/// One event per CPU per requested event, shared by all targets: the program filters in the
+/// kernel and labels each sample with its event (the link's cookie).
+pub(super) fn attach_events(
+    opts: &RecordOptions,
+    events: &[Event],
+    sampler: &mut RecordProgram,
+) -> Result<(), RecordError> {
+    let policy = match opts.period {
+        Some(n) => SamplePolicy::Period(n),
+        None => SamplePolicy::Frequency(opts.frequency_hz),
+    };
+    let cpus = match &opts.cpus {
+        Some(c) => c.clone(),
+        None => online_cpus()?,
+    };
+    for (i, event) in events.iter().enumerate() {
+        let mut attr = event.attr();
+        attr.set_sample_policy(policy);
+        attr.set_exclude_user(opts.mode == Mode::Kernel);
+        attr.set_exclude_kernel(opts.mode == Mode::User);
+        for &cpu in &cpus {
+            let ev = PerfEvent::open(&attr, Scope::Cpu(cpu), None, || event.name.clone())?;
+            sampler.attach(ev, i as u64)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,76 @@
+//! What a recording has to say that is not an error: the run goes on (or went on) without
+//! something, or tells what it kept and dropped. Values the caller prints (the CLI on stderr),
+//! never printed here.
+
+use std::fmt;
+
+/// One line for the user, as the CLI prints it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Warning {
+    kind: Kind,
+    text: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Something the run does without (`profiler: warning: ...`).
+    Warning,
+    /// What the run did, for the user (`profiler: ...`).
+    Note,
+    /// A line of figures for scripts (printed as is).
+    Figures,
+}
+
+impl Warning {
+    /// The run goes on without something.
+    pub fn new(text: impl Into<String>) -> Self {
+        Self {
+            kind: Kind::Warning,
+            text: text.into(),
+        }
+    }
+
+    /// What the run did or decided.
+    pub fn note(text: impl Into<String>) -> Self {
+        Self {
+            kind: Kind::Note,
+            text: text.into(),
+        }
+    }
+
+    /// A line of figures printed as is (`--unwind-stats`).
+    pub fn figures(text: impl Into<String>) -> Self {
+        Self {
+            kind: Kind::Figures,
+            text: text.into(),
+        }
+    }
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            Kind::Warning => write!(f, "profiler: warning: {}", self.text),
+            Kind::Note => write!(f, "profiler: {}", self.text),
+            Kind::Figures => f.write_str(&self.text),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_as_printed() {
+        assert_eq!(
+            Warning::new("not following").to_string(),
+            "profiler: warning: not following"
+        );
+        assert_eq!(
+            Warning::note("off-cpu: 3 waits").to_string(),
+            "profiler: off-cpu: 3 waits"
+        );
+        assert_eq!(Warning::figures("a=1").to_string(), "a=1");
+    }
+}
