@@ -470,12 +470,8 @@ pub fn run(args: RecordArgs) -> ExitCode {
             x.submit_message(m, profile.info.frequency_hz);
         }
     };
-    let mut warnings = Vec::new();
-    let recorded = runtime.block_on(record_with(&opts, &mut on_interval, &mut warnings));
-    // What the run had to say, whether or not it succeeded (the error comes after).
-    for w in &warnings {
-        eprintln!("{w}");
-    }
+    // What the run has to say is printed as it happens (the error, if any, comes after).
+    let recorded = runtime.block_on(record_with(&opts, &mut on_interval, &mut Stderr));
     // The last (or, without --interval, the only) profile goes out too; then pending
     // intervals get the flush timeout, and the rest stays spooled.
     let mut last = None;
@@ -631,6 +627,15 @@ fn unwind_rows(text: &str) -> Result<u32, SizeError> {
         return Err(SizeError::UnwindMemory(text.to_string()));
     }
     u32::try_from(bytes / 8).map_err(|_| too_large())
+}
+
+/// Prints a recording's warnings on stderr as they happen.
+struct Stderr;
+
+impl crate::record::Warn for Stderr {
+    fn warn(&mut self, warning: crate::record::Warning) {
+        eprintln!("{warning}");
+    }
 }
 
 #[cfg(test)]

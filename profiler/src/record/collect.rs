@@ -4,6 +4,7 @@
 //! [`crate::symbolize`]); a finished interval becomes a [`Batch`] that needs no process any
 //! more and is symbolized wherever it is sent.
 
+use crate::record::Warn;
 use std::{
     collections::{BTreeSet, HashMap, hash_map::Entry},
     sync::Arc,
@@ -392,11 +393,11 @@ fn resolve_files(
     resolver: &mut Resolver,
     files: &HashMap<FileId, ElfFile>,
     wanted: impl Iterator<Item = (FileId, u64)>,
-    warnings: &mut Vec<Warning>,
+    warnings: &mut dyn Warn,
 ) -> u64 {
     let errors = resolver.resolve_user(files, wanted);
     for e in &errors.files {
-        warnings.push(Warning::new(format!("not symbolized: {e}")));
+        warnings.warn(Warning::new(format!("not symbolized: {e}")));
     }
     errors.files.len() as u64
 }

@@ -4,11 +4,10 @@
 //! the run and never names a feature: adding one is its module, its option and one line in
 //! [`FEATURES`].
 
+use crate::record::Warn;
 use profiler_common::{group::MAX_COUNTERS, stack::StackSampleHeader};
 
-use super::{
-    RecordError, RecordOptions, UsageError, Warning, aggregate, collect::Collector, group, offcpu,
-};
+use super::{RecordError, RecordOptions, UsageError, aggregate, collect::Collector, group, offcpu};
 use crate::{
     bpf::RecordProgram,
     cpc::events::{Catalog, Event},
@@ -52,7 +51,7 @@ pub(super) struct Start<'a> {
     pub counters: &'a [Event],
     /// The index the feature's first own event gets in the profile.
     pub first_event: u32,
-    pub warnings: &'a mut Vec<Warning>,
+    pub warnings: &'a mut dyn Warn,
 }
 
 /// The kernel side a feature reads from while recording: the program's maps, and the
@@ -157,7 +156,7 @@ pub(super) trait Feature {
         &mut self,
         _sampler: &mut RecordProgram,
         _collector: &mut Collector,
-        _warnings: &mut Vec<Warning>,
+        _warnings: &mut dyn Warn,
     ) -> Result<Vec<Vec<u8>>, RecordError> {
         Ok(Vec::new())
     }
@@ -169,7 +168,7 @@ pub(super) trait Feature {
         _info: &mut RunInfo,
         _shared: &Shared,
         _last: bool,
-        _warnings: &mut Vec<Warning>,
+        _warnings: &mut dyn Warn,
     ) -> Result<(), RecordError> {
         Ok(())
     }

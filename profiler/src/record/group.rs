@@ -5,6 +5,7 @@
 //! increase since the previous sample *of the same thread* becomes that sample's weight in
 //! the counter, and what a thread counted after its last sample is `unattributed`.
 
+use crate::record::Warn;
 use std::collections::HashMap;
 
 use profiler_common::{
@@ -73,13 +74,13 @@ fn validate(opts: &RecordOptions) -> Result<(), UsageError> {
 fn fork_child_offset(
     opts: &RecordOptions,
     catalog: &Catalog,
-    warnings: &mut Vec<Warning>,
+    warnings: &mut dyn Warn,
 ) -> Option<u32> {
     match opts.target {
         Target::Pids(_) | Target::Tids(_) | Target::Command(_) => {
             let offset = super::tracepoint_field_offset(catalog, "sched_process_fork", "child_pid");
             if offset.is_none() {
-                warnings.push(Warning::new(
+                warnings.warn(Warning::new(
                     "sched:sched_process_fork is not in tracefs: the counters may count a few \
                      events of a thread's exit that `perf stat -p` does not",
                 ));
@@ -188,7 +189,7 @@ impl Feature for Group {
         info: &mut RunInfo,
         shared: &Shared,
         last: bool,
-        warnings: &mut Vec<Warning>,
+        warnings: &mut dyn Warn,
     ) -> Result<(), RecordError> {
         let values = match (last, self.last_values.take()) {
             (true, Some(v)) => v,
@@ -200,14 +201,14 @@ impl Feature for Group {
             return Ok(());
         }
         if values.aggregate_full > 0 {
-            warnings.push(Warning::new(format!(
+            warnings.warn(Warning::new(format!(
                 "the counters of {} samples found the in-kernel aggregation full (they count \
                  on their thread's next sample, or as unattributed)",
                 values.aggregate_full
             )));
         }
         if values.read_errors > 0 {
-            warnings.push(Warning::new(format!(
+            warnings.warn(Warning::new(format!(
                 "{} counter reads failed (a CPU without the counter)",
                 values.read_errors
             )));

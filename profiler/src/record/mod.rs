@@ -33,7 +33,7 @@ pub use offcpu::OffCpuUsage;
 pub use session::Session;
 pub use status::StatusExtra;
 pub use unwind::{TableLoader, TableStats};
-pub use warning::Warning;
+pub use warning::{Warn, Warning};
 pub use workload::{Workload, WorkloadError, resolve_command};
 
 use crate::{
@@ -341,7 +341,7 @@ fn follow_children(
     catalog: &Catalog,
     sampler: &mut RecordProgram,
     whose: &str,
-    warnings: &mut Vec<Warning>,
+    warnings: &mut dyn Warn,
 ) {
     let group_dead = tracepoint_field_offset(catalog, "sched_process_exit", "group_dead");
     let followed = match tracepoint_field_offset(catalog, "sched_process_fork", "child_pid") {
@@ -351,7 +351,7 @@ fn follow_children(
         None => Err(FollowError::NoForkTracepoint),
     };
     if let Err(e) = followed {
-        warnings.push(Warning::new(format!("not following {whose} children: {e}")));
+        warnings.warn(Warning::new(format!("not following {whose} children: {e}")));
     }
 }
 
@@ -399,7 +399,7 @@ fn online_cpus() -> Result<Vec<u32>, RecordError> {
 /// SIGTERM or SIGHUP arrives. Must run inside a tokio runtime.
 pub async fn record(
     opts: &RecordOptions,
-    warnings: &mut Vec<Warning>,
+    warnings: &mut dyn Warn,
 ) -> Result<RecordOutcome, RecordError> {
     record_with(opts, &mut |_| {}, warnings).await
 }
@@ -411,7 +411,7 @@ pub async fn record(
 pub async fn record_with(
     opts: &RecordOptions,
     on_interval: &mut dyn FnMut(Profile),
-    warnings: &mut Vec<Warning>,
+    warnings: &mut dyn Warn,
 ) -> Result<RecordOutcome, RecordError> {
     // `--wall`: every profile handed over is the wall-clock view.
     let wall = opts.wall;

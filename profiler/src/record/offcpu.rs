@@ -3,6 +3,7 @@
 //! come through `record`'s ring with the samples and are counted in nanoseconds under the
 //! `off-cpu` event; at the end the threads still off the CPU are accounted up to the stop.
 
+use crate::record::Warn;
 use std::{collections::HashMap, time::Duration};
 
 use profiler_common::{
@@ -153,7 +154,7 @@ impl Feature for OffCpu {
         &mut self,
         sampler: &mut RecordProgram,
         collector: &mut Collector,
-        warnings: &mut Vec<Warning>,
+        warnings: &mut dyn Warn,
     ) -> Result<Vec<Vec<u8>>, RecordError> {
         let now = monotonic_ns();
         let min = nanos(self.min_block);
@@ -185,7 +186,7 @@ impl Feature for OffCpu {
             }
             add_kept(collector, &buf, away);
         }
-        warnings.push(report(&stats, unfinished, self.min_block));
+        warnings.warn(report(&stats, unfinished, self.min_block));
         Ok(copied)
     }
 }

@@ -3,6 +3,7 @@
 //! condition; [`Session::finish`] detaches, drains the ring and returns the profile with the
 //! run's statistics. Everything attached is owned here and detaches on drop.
 
+use crate::record::Warn;
 use std::{
     future::Future,
     pin::Pin,
@@ -66,7 +67,7 @@ pub struct Session<'a> {
     /// opened: mappings are then read from /proc, while processes live).
     sideband: Option<Sideband>,
     /// What the run has to say besides the profile: the caller's, kept if the run fails.
-    warnings: &'a mut Vec<Warning>,
+    warnings: &'a mut dyn Warn,
 }
 
 fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> RecordError {
@@ -76,10 +77,7 @@ fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> RecordError {
 impl<'a> Session<'a> {
     /// Validates the options, loads and configures the program, attaches it to one event per
     /// CPU per requested event, enables them and starts the command.
-    pub fn setup(
-        opts: &'a RecordOptions,
-        warnings: &'a mut Vec<Warning>,
-    ) -> Result<Self, RecordError> {
+    pub fn setup(opts: &'a RecordOptions, warnings: &'a mut dyn Warn) -> Result<Self, RecordError> {
         validate(opts)?;
         // Signals are hooked first, so a Ctrl-C during set-up still ends in an orderly report.
         let signals = StopSignals::hook()?;
@@ -138,7 +136,7 @@ impl<'a> Session<'a> {
             true => match Sideband::open(&online_cpus()?) {
                 Ok(s) => Some(s),
                 Err(e) => {
-                    warnings.push(Warning::new(format!(
+                    warnings.warn(Warning::new(format!(
                         "mappings are read from /proc only (processes that end before their \
                          samples are read lose their modules): {e}"
                     )));
@@ -166,7 +164,7 @@ impl<'a> Session<'a> {
             None => None,
         };
         if let Some(t) = tables.as_mut() {
-            warnings.extend(t.take_warnings());
+            warnings.warn_all(t.take_warnings());
         }
         Ok(Session {
             opts,
@@ -274,10 +272,10 @@ impl<'a> Session<'a> {
                     *interval_started = Instant::now();
                     // Symbolized on the worker's thread; the profile comes back below.
                     symbolizer.submit(collector.take_batch(info, &self.names));
-                    warnings.extend(collector.take_warnings());
+                    warnings.warn_all(collector.take_warnings());
                 }
                 Some((profile, said)) = symbolizer.next(), if symbolizer.busy() => {
-                    warnings.extend(said);
+                    warnings.warn_all(said);
                     on_interval(profile);
                 }
                 _ = status_ticks.tick(), if status.enabled() => {
@@ -301,7 +299,7 @@ impl<'a> Session<'a> {
                 }
                 _ = records.next_batch_bytes(opts.poll, |bytes| decoder.take(bytes)) => {
                     decoder.decode_batch(records, sideband, collector, features)?;
-                    warnings.extend(decoder.take_warnings());
+                    warnings.warn_all(decoder.take_warnings());
                 }
             }
         };
@@ -342,7 +340,7 @@ impl<'a> Session<'a> {
             self.decoder.hold(records);
         }
         self.decoder.finish(collector, &mut self.features)?;
-        self.warnings.extend(self.decoder.take_warnings());
+        self.warnings.warn_all(self.decoder.take_warnings());
         // What the kernel summed up to the end.
         let mut shared = Shared::default();
         let mut kernel = Kernel {
@@ -356,7 +354,7 @@ impl<'a> Session<'a> {
         if let Some(t) = self.decoder.table_stats()
             && t.copies_cut > 0
         {
-            self.warnings.push(Warning::note(format!(
+            self.warnings.warn(Warning::note(format!(
                 "{} of {} samples taken before their process's unwind tables were loaded \
                      could not be walked whole from their stack copy (kept as their sampled \
                      address)",
@@ -365,7 +363,7 @@ impl<'a> Session<'a> {
         }
         if self.opts.unwind_stats {
             let line = self.unwind_stats(&stats)?;
-            self.warnings.push(line);
+            self.warnings.warn(line);
         }
         let since = if self.opts.interval.is_some() {
             self.interval_started
@@ -392,18 +390,18 @@ impl<'a> Session<'a> {
             })?;
         let command_status = self.workload.as_mut().and_then(|w| w.try_reap());
         let last = self.collector.take_batch(info, &self.names);
-        self.warnings.extend(self.collector.take_warnings());
+        self.warnings.warn_all(self.collector.take_warnings());
         let (earlier, last) = self.symbolizer.finish(last).await;
         let detaching = Detaching::new(teardown);
         for (profile, said) in earlier {
-            self.warnings.extend(said);
+            self.warnings.warn_all(said);
             on_interval(profile);
         }
         let (profile, said) = last.ok_or(RecordError::Io {
             what: "symbolizing the profile",
             source: std::io::Error::other("the symbolizing thread stopped"),
         })?;
-        self.warnings.extend(said);
+        self.warnings.warn_all(said);
         Ok(RecordOutcome {
             profile,
             stop,

@@ -1,6 +1,7 @@
 //! The sources of a recording: the record program, loaded with what the options and the
 //! features ask of it, its filter filled with the targets, and the sampling events attached.
 
+use crate::record::Warn;
 use profiler_common::{SamplerConfig, capture, filter};
 
 use super::{
@@ -16,11 +17,7 @@ use crate::{
 
 /// What the program is told: which filter, which stacks (and whether user stacks are walked
 /// with unwind tables), when to wake the reader (a quarter of the ring's `ring_bytes`).
-fn sampler_config(
-    opts: &RecordOptions,
-    ring_bytes: u32,
-    warnings: &mut Vec<Warning>,
-) -> SamplerConfig {
+fn sampler_config(opts: &RecordOptions, ring_bytes: u32, warnings: &mut dyn Warn) -> SamplerConfig {
     let stacks = match opts.mode {
         Mode::Both => capture::USER_STACK | capture::KERNEL_STACK,
         Mode::User => capture::USER_STACK,
@@ -34,7 +31,7 @@ fn sampler_config(
         && stacks & capture::USER_STACK != 0;
     if tables && !crate::bpf::KernelFeatures::get().bpf_loop() {
         // Known from the kernel's BTF: no failed load, one line.
-        warnings.push(Warning::note(format!(
+        warnings.warn(Warning::note(format!(
             "this kernel ({}) has no bpf_loop (Linux 5.17): walking user stacks with frame \
              pointers",
             crate::bpf::kernel_release()
@@ -60,7 +57,7 @@ fn sampler_config(
 pub(super) fn load_sampler(
     opts: &RecordOptions,
     files: &mut ElfFiles,
-    warnings: &mut Vec<Warning>,
+    warnings: &mut dyn Warn,
 ) -> Result<(RecordProgram, Option<TableLoader>), RecordError> {
     let ring = opts.ring_size();
     let config = sampler_config(opts, ring, warnings);
@@ -78,7 +75,7 @@ pub(super) fn load_sampler(
     let sampler = match load(config) {
         // The unwinder needs bpf_loop (Linux 5.17); older kernels walk frame pointers.
         Err(BpfError::Program(e)) if wants_tables => {
-            warnings.push(Warning::new(format!(
+            warnings.warn(Warning::new(format!(
                 "the kernel refused the unwind-table program (it needs Linux 5.17 or newer \
                  for bpf_loop); walking stacks with frame pointers: {e}"
             )));
@@ -97,7 +94,7 @@ pub(super) fn load_sampler(
     let mut loader = TableLoader::new(sampler.take_unwind_maps()?);
     loader.preload_own(files)?;
     if let Err(e) = sampler.hook_unwind_lifecycle() {
-        warnings.push(Warning::new(format!(
+        warnings.warn(Warning::new(format!(
             "exec and exit do not refresh unwind tables: {e}"
         )));
     }
@@ -113,7 +110,7 @@ pub(super) fn add_targets(
     mut tables: Option<&mut TableLoader>,
     files: &mut ElfFiles,
     workload: Option<&Workload>,
-    warnings: &mut Vec<Warning>,
+    warnings: &mut dyn Warn,
 ) -> Result<Vec<PidFd>, RecordError> {
     let mut pidfds = Vec::new();
     match (&opts.target, workload) {

@@ -57,6 +57,25 @@ impl fmt::Display for Warning {
     }
 }
 
+/// Where a run's warnings go as they happen: the CLI prints each at once (a warning about
+/// the set-up is not held until a long run ends); tests and callers that want them all
+/// afterwards pass a `Vec`.
+pub trait Warn {
+    fn warn(&mut self, warning: Warning);
+
+    fn warn_all(&mut self, warnings: Vec<Warning>) {
+        for w in warnings {
+            self.warn(w);
+        }
+    }
+}
+
+impl Warn for Vec<Warning> {
+    fn warn(&mut self, warning: Warning) {
+        self.push(warning);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
