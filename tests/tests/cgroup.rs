@@ -338,7 +338,7 @@ fn each_containers_flame_graph_holds_only_its_own_workload() {
     assert!(status.success(), "record failed");
     let by = run_ok(&["report", "-i", file.to_str().unwrap(), "--by", "cgroup"]);
     assert!(by.contains(&rel(&a)) && by.contains(&rel(&b)), "{by}");
-    for (cg, own, foreign) in [(&a, "leaf", "spin"), (&b, "run", "chain")] {
+    for (cg, comm, own, foreign) in [(&a, "chain", "leaf", "spin"), (&b, "spin", "run", "chain")] {
         let folded = dir.join("one.folded");
         run_ok(&[
             "flamegraph",
@@ -352,29 +352,34 @@ fn each_containers_flame_graph_holds_only_its_own_workload() {
         ]);
         let stacks = read_folded(Path::new(&folded));
         assert!(!stacks.is_empty());
-        // Samples the ring lost (a starved reader on a loaded host) are counted, in their
-        // own `[lost samples]` frame: they are no other workload's, so not in the share.
-        let total: u64 = stacks
-            .iter()
-            .filter(|(f, _)| !f.iter().any(|x| x == "[lost samples]"))
-            .map(|(_, n)| n)
-            .sum();
-        let own_n: u64 = stacks
-            .iter()
-            .filter(|(f, _)| f.iter().any(|x| x == own))
-            .map(|(_, n)| n)
-            .sum();
         assert!(
             stacks.iter().all(|(f, _)| !f.iter().any(|x| x == foreign)),
             "{own}'s cgroup has {foreign}'s stacks"
         );
+        // Samples the ring lost (a starved reader on a loaded host) are counted, in their
+        // own `[lost samples]` frame: they are no other workload's, so not in the share.
+        let sum = |keep: &dyn Fn(&[String]) -> bool| -> u64 {
+            stacks.iter().filter(|(f, _)| keep(f)).map(|(_, n)| n).sum()
+        };
+        let total = sum(&|f| !f.iter().any(|x| x == "[lost samples]"));
+        let mine = sum(&|f| f.first().is_some_and(|c| c == comm));
+        let whole = sum(&|f| f.iter().any(|x| x == own));
         assert!(
             total > 0,
             "{own}'s cgroup has only lost samples: {stacks:?}"
         );
+        // The cgroup's samples are its workload's (the test's fork before its exec: a few).
         assert!(
-            own_n * 10 >= total * 8,
-            "{own}: {own_n} of {total} samples: {:?}",
+            mine * 10 >= total * 9,
+            "{comm}: {mine} of {total} samples: {:?}",
+            &stacks[..stacks.len().min(5)]
+        );
+        // Most reach the workload's function; a process's first samples recorded system-wide
+        // on a busy host can find the ring's share of stack copies spent and be cut (counted:
+        // a fresh CI clone had 198 of 306 whole; a developer machine 92-100 %).
+        assert!(
+            whole * 2 >= mine,
+            "{own}: {whole} of {mine} samples whole: {:?}",
             &stacks[..stacks.len().min(5)]
         );
         let svg = dir.join("one.svg");
