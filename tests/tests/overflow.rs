@@ -19,7 +19,7 @@ use profiler::{
     },
     perf::{EventAttr, PerfEvent, SamplePolicy, Scope, SoftwareEvent},
     record::Workload,
-    symbolize::Symbolizer,
+    symbolize::Normalizer,
 };
 use profiler_common::{RequestConfig, SamplerConfig, filter};
 use profiler_tests::*;
@@ -71,8 +71,8 @@ fn every_thousandth_fault_of_touch_is_notified_inside_its_loop() {
     cpc.bind_pctx(pid as i32, Lwp::All, &mut set, 0).unwrap();
     let (seen, handler) = collector(&cpc, &set);
     w.start().unwrap();
-    let mut symbolizer = Symbolizer::new();
-    symbolizer.observe(pid, None); // after exec: the maps of touch itself
+    let mut normalizer = Normalizer::new();
+    normalizer.observe(pid, None); // after exec: the maps of touch itself
     while w.try_reap().is_none() {
         thread::sleep(Duration::from_millis(20));
     }
@@ -93,7 +93,7 @@ fn every_thousandth_fault_of_touch_is_notified_inside_its_loop() {
     assert_eq!((stats.lost, stats.submitted), (0, seen.len() as u64));
     for o in seen.iter() {
         assert_eq!((o.pid, o.request), (pid, 0));
-        let frames = symbolizer.user_now(pid, None, o.pc, false);
+        let frames = normalizer.user_now(pid, None, o.pc, false);
         let f = frames.last().unwrap();
         assert_eq!(
             f.function.as_ref(),
@@ -381,9 +381,9 @@ fn signal_mode_interrupts_the_overflowing_thread_with_its_pc() {
         "handler PC {pc:#x} vs overflow PC {:#x}",
         last.pc
     );
-    let mut symbolizer = Symbolizer::new();
-    symbolizer.observe(std::process::id(), None);
-    let frames = symbolizer.user_now(std::process::id(), None, pc, false);
+    let mut normalizer = Normalizer::new();
+    normalizer.observe(std::process::id(), None);
+    let frames = normalizer.user_now(std::process::id(), None, pc, false);
     // Debug builds keep ptr::write_volatile out of line; release builds inline it.
     assert!(
         frames

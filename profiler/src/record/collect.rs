@@ -1,7 +1,7 @@
 //! Aggregation of raw samples into distinct stacks while recording, and their symbolization
 //! into a [`Profile`] afterwards. Identical stacks are counted, not stored, so memory grows
 //! with distinct stacks, not with samples. User addresses are normalized on arrival (see
-//! [`crate::symbolize`]); a finished interval becomes a [`Batch`] that needs no process any
+//! [`crate::symbolize`]); a finished interval becomes a [`Normalized`] that needs no process any
 //! more and is symbolized wherever it is sent.
 
 use crate::record::Warn;
@@ -22,7 +22,7 @@ use super::{
 use crate::{
     modules::ElfFiles,
     profile::{FrameId, Profile, RunInfo, StackCount},
-    symbolize::{ElfFile, FileId, Frame, FrameKind, Resolver, Symbolizer, UserFrame},
+    symbolize::{ElfFile, FileId, Frame, FrameKind, Normalizer, Symbolizer, UserFrame},
 };
 
 /// Start of the kernel half of the x86-64 address space (canonical upper half).
@@ -78,7 +78,7 @@ pub struct Collector {
     samples: u64,
     /// Samples of the intervals already taken.
     all_samples: u64,
-    symbolizer: Symbolizer,
+    normalizer: Normalizer,
     /// Addresses of the stacks first seen since the last [`Collector::take_prefetch`].
     fresh: Fresh,
     /// Warnings not yet taken ([`Collector::take_warnings`]).
@@ -87,7 +87,7 @@ pub struct Collector {
 
 /// One interval's stacks with the files their offsets are in: everything needed to name
 /// them, on any thread, after every process in them has gone.
-pub struct Batch {
+pub struct Normalized {
     stacks: HashMap<RawStack, Weight>,
     files: HashMap<FileId, ElfFile>,
     info: RunInfo,
@@ -155,7 +155,7 @@ impl Collector {
         weight: Weight,
         (first_counter, weights): (u32, &[u64]),
     ) {
-        self.symbolizer.observe(rec.pid, Some(rec.comm));
+        self.normalizer.observe(rec.pid, Some(rec.comm));
         let nk = usize::from(rec.kernel_frames);
         let nu = usize::from(rec.user_frames);
         let mut user: Vec<u64> = (nk..nk + nu).map(|i| frame_at(frames, i)).collect();
@@ -165,7 +165,7 @@ impl Collector {
         // (librustc_driver's symbol table held it for seconds in a debug build).
         if rec.flags & record_flags::LEAF_RET != 0
             && let Some(&ip) = user.first()
-            && let Some(caller) = self.symbolizer.missing_leaf_caller(
+            && let Some(caller) = self.normalizer.missing_leaf_caller(
                 rec.pid,
                 Some(&rec.comm),
                 ip,
@@ -190,7 +190,7 @@ impl Collector {
             .iter()
             .enumerate()
             .map(|(i, &addr)| {
-                self.symbolizer
+                self.normalizer
                     .normalize(rec.pid, Some(&rec.comm), addr, i > 0)
             })
             .collect();
@@ -238,23 +238,23 @@ impl Collector {
 
     /// The addresses of the stacks first seen since the last call, to be named ahead.
     pub fn take_prefetch(&mut self) -> Option<Prefetch> {
-        self.fresh.take(&self.symbolizer)
+        self.fresh.take(&self.normalizer)
     }
 
     /// The one table of opened files (the unwinder's registry reads through it too).
     pub fn files(&mut self) -> &mut ElfFiles {
-        self.symbolizer.files()
+        self.normalizer.files()
     }
 
     /// The table of opened files and the mappings' history, for the unwinder's loader.
     pub fn files_and_history(&mut self) -> (&mut ElfFiles, &crate::modules::MapHistory) {
-        self.symbolizer.files_and_history()
+        self.normalizer.files_and_history()
     }
 
     /// Applies the kernel's sideband records (mmaps, execs, forks, exits) to the mappings'
     /// history, before the samples that follow them are read.
     pub fn apply_sideband(&mut self, records: &[crate::perf::SideRecord]) {
-        let history = self.symbolizer.history_mut();
+        let history = self.normalizer.history_mut();
         for r in records {
             history.apply(r);
         }
@@ -262,13 +262,13 @@ impl Collector {
 
     /// Merges `pid`'s current maps into what was captured (a library was mapped since).
     pub fn refresh_maps(&mut self, pid: u32) {
-        self.symbolizer.merge_current_maps(pid);
+        self.normalizer.merge_current_maps(pid);
     }
 
     /// Captures `pid`'s maps now, while it lives (in-kernel aggregation sees pids before
     /// their stacks are read).
     pub fn observe(&mut self, pid: u32) {
-        self.symbolizer.observe(pid, None);
+        self.normalizer.observe(pid, None);
     }
 
     /// Counts `weight` (samples and the events they stand for) of event `event` on one
@@ -307,11 +307,11 @@ impl Collector {
             user,
             missing,
         } = *stack;
-        self.symbolizer.observe(pid, Some(comm));
+        self.normalizer.observe(pid, Some(comm));
         let user = user
             .iter()
             .enumerate()
-            .map(|(i, &addr)| self.symbolizer.normalize(pid, Some(&comm), addr, i > 0))
+            .map(|(i, &addr)| self.normalizer.normalize(pid, Some(&comm), addr, i > 0))
             .collect();
         let key = RawStack {
             event,
@@ -329,7 +329,7 @@ impl Collector {
 
     /// The samples counted so far, with the files they need, as a batch to symbolize;
     /// counting starts again from zero. Refused files are reported here, once each.
-    pub fn take_batch(&mut self, mut info: RunInfo, events: &[Arc<str>]) -> Batch {
+    pub fn take_normalized(&mut self, mut info: RunInfo, events: &[Arc<str>]) -> Normalized {
         info.samples = std::mem::take(&mut self.samples);
         self.all_samples += info.samples;
         let stacks = std::mem::take(&mut self.stacks);
@@ -337,15 +337,15 @@ impl Collector {
         // The batch names all of them.
         self.fresh = Fresh::default();
         let ids: BTreeSet<FileId> = file_offsets(stacks.keys()).map(|(f, _)| f).collect();
-        let files = self.symbolizer.hand_over(ids);
-        for refusal in self.symbolizer.take_refusals() {
+        let files = self.normalizer.hand_over(ids);
+        for refusal in self.normalizer.take_refusals() {
             self.warnings
                 .push(Warning::new(format!("not read: {refusal}")));
             info.refused += 1;
         }
         // The stacks of exited processes are normalized: their maps can go.
-        self.symbolizer.forget_exited();
-        Batch {
+        self.normalizer.forget_exited();
+        Normalized {
             stacks,
             files,
             info,
@@ -361,8 +361,8 @@ impl Collector {
 
     /// The profile of the samples counted so far, symbolized here and now.
     pub fn take_profile(&mut self, info: RunInfo, events: &[Arc<str>]) -> Profile {
-        self.take_batch(info, events)
-            .symbolize(&mut Resolver::new(&[]))
+        self.take_normalized(info, events)
+            .symbolize(&mut Symbolizer::new(&[]))
             .0
     }
 }
@@ -390,23 +390,23 @@ fn file_offsets<'a>(
 /// Names `wanted` (one blazesym call per file); returns how many files could not be read,
 /// each with a warning in `warnings`.
 fn resolve_files(
-    resolver: &mut Resolver,
+    symbolizer: &mut Symbolizer,
     files: &HashMap<FileId, ElfFile>,
     wanted: impl Iterator<Item = (FileId, u64)>,
     warnings: &mut dyn Warn,
 ) -> u64 {
-    let errors = resolver.resolve_user(files, wanted);
+    let errors = symbolizer.resolve_user(files, wanted);
     for e in &errors.files {
         warnings.warn(Warning::new(format!("not symbolized: {e}")));
     }
     errors.files.len() as u64
 }
 
-impl Batch {
+impl Normalized {
     /// Names the user offsets of several waiting batches in one pass, one blazesym call per
-    /// file for all of them (their [`Batch::symbolize`] then finds every name cached): a
+    /// file for all of them (their [`Normalized::symbolize`] then finds every name cached): a
     /// worker that fell behind catches up instead of parsing each file once per interval.
-    pub fn resolve_ahead(batches: &mut [Batch], resolver: &mut Resolver) {
+    pub fn resolve_ahead(batches: &mut [Normalized], symbolizer: &mut Symbolizer) {
         let mut files: HashMap<FileId, ElfFile> = HashMap::new();
         for b in batches.iter() {
             for (id, f) in &b.files {
@@ -415,7 +415,7 @@ impl Batch {
         }
         let wanted = file_offsets(batches.iter().flat_map(|b| b.stacks.keys()));
         let mut warnings = Vec::new();
-        let failed = resolve_files(resolver, &files, wanted, &mut warnings);
+        let failed = resolve_files(symbolizer, &files, wanted, &mut warnings);
         if let Some(first) = batches.first_mut() {
             first.info.unsymbolized += failed;
             first.warnings.extend(warnings);
@@ -424,8 +424,8 @@ impl Batch {
 
     /// Names every frame: each file's offsets in one call, the kernel's in one call.
     /// Returns the profile and the warnings that go with it.
-    pub fn symbolize(self, resolver: &mut Resolver) -> (Profile, Vec<Warning>) {
-        let Batch {
+    pub fn symbolize(self, symbolizer: &mut Symbolizer) -> (Profile, Vec<Warning>) {
+        let Normalized {
             stacks: raw_stacks,
             files,
             mut info,
@@ -433,8 +433,8 @@ impl Batch {
             mut warnings,
         } = self;
         let wanted = file_offsets(raw_stacks.keys());
-        info.unsymbolized += resolve_files(resolver, &files, wanted, &mut warnings);
-        resolver.resolve_kernel(raw_stacks.keys().flat_map(RawStack::kernel_lookups));
+        info.unsymbolized += resolve_files(symbolizer, &files, wanted, &mut warnings);
+        symbolizer.resolve_kernel(raw_stacks.keys().flat_map(RawStack::kernel_lookups));
         let name_of = |id: FileId| files.get(&id).map(|f| (f.name.clone(), f.path.clone()));
         let mut profile = Profile {
             info,
@@ -465,7 +465,7 @@ impl Batch {
                 match f {
                     UserFrame::File { file, offset } => {
                         let ids = user_ids.entry((*file, *offset)).or_insert_with(|| {
-                            table.intern_all(resolver.user(*file, *offset, name_of(*file)).iter())
+                            table.intern_all(symbolizer.user(*file, *offset, name_of(*file)).iter())
                         });
                         frames.extend_from_slice(ids);
                     }
@@ -475,7 +475,7 @@ impl Batch {
             for addr in raw.kernel_lookups().rev() {
                 let ids = kernel_ids
                     .entry(addr)
-                    .or_insert_with(|| table.intern_all(resolver.kernel(addr).iter()));
+                    .or_insert_with(|| table.intern_all(symbolizer.kernel(addr).iter()));
                 frames.extend_from_slice(ids);
             }
             if let Some(why) = raw.missing {

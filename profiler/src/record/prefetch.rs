@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::symbolize::{ElfFile, FileId, Resolver, Symbolizer, UserFrame};
+use crate::symbolize::{ElfFile, FileId, Normalizer, Symbolizer, UserFrame};
 
 /// Addresses noted between two prefetches beyond this are left to the end (a host-wide
 /// recording's first seconds).
@@ -44,7 +44,7 @@ impl Fresh {
     }
 
     /// What was noted, with the files it is in, as a job for the symbolizing thread.
-    pub fn take(&mut self, symbolizer: &Symbolizer) -> Option<Prefetch> {
+    pub fn take(&mut self, normalizer: &Normalizer) -> Option<Prefetch> {
         if self.user.is_empty() && self.kernel.is_empty() {
             return None;
         }
@@ -57,7 +57,7 @@ impl Fresh {
         let mut ids: Vec<FileId> = user.iter().map(|&(f, _)| f).collect();
         ids.dedup();
         Some(Prefetch {
-            files: symbolizer.open_files(ids),
+            files: normalizer.open_files(ids),
             user,
             kernel,
         })
@@ -85,17 +85,17 @@ impl Budget {
         }
     }
 
-    /// Names what `p` holds into `resolver`'s caches; kernel addresses always (their
+    /// Names what `p` holds into `symbolizer`'s caches; kernel addresses always (their
     /// symbols are in memory), files only while within the budget.
-    pub fn resolve(&mut self, p: Prefetch, resolver: &mut Resolver) {
-        resolver.resolve_kernel(p.kernel);
+    pub fn resolve(&mut self, p: Prefetch, symbolizer: &mut Symbolizer) {
+        symbolizer.resolve_kernel(p.kernel);
         let left = (FREE + self.started.elapsed() / SHARE).saturating_sub(self.spent);
         let max_bytes = (left.as_secs_f64() * READ_BYTES_PER_SEC) as u64;
         if max_bytes == 0 {
             return;
         }
         let t = Instant::now();
-        resolver.prefetch_user(&p.files, p.user, max_bytes);
+        symbolizer.prefetch_user(&p.files, p.user, max_bytes);
         self.spent += t.elapsed();
     }
 }
@@ -116,12 +116,12 @@ mod tests {
             [0xffff_ffff_8100_0010, 0xffff_ffff_8100_0000].into_iter(),
             &[at(1, 0x20), UserFrame::Named(std::sync::Arc::from([]))],
         );
-        let symbolizer = Symbolizer::new();
-        let p = fresh.take(&symbolizer).expect("something to name");
+        let normalizer = Normalizer::new();
+        let p = fresh.take(&normalizer).expect("something to name");
         assert_eq!(p.user, [(0, 0x10), (1, 0x20)]);
         assert_eq!(p.kernel, [0xffff_ffff_8100_0000, 0xffff_ffff_8100_0010]);
         // Files never opened here are not in the job (the batch at the end has them).
         assert!(p.files.is_empty());
-        assert!(fresh.take(&symbolizer).is_none(), "nothing new since");
+        assert!(fresh.take(&normalizer).is_none(), "nothing new since");
     }
 }

@@ -271,7 +271,7 @@ impl<'a> Session<'a> {
                     }
                     *interval_started = Instant::now();
                     // Symbolized on the worker's thread; the profile comes back below.
-                    symbolizer.submit(collector.take_batch(info, &self.names));
+                    symbolizer.submit(collector.take_normalized(info, &self.names));
                     warnings.warn_all(collector.take_warnings());
                 }
                 Some((profile, said)) = symbolizer.next(), if symbolizer.busy() => {
@@ -389,7 +389,7 @@ impl<'a> Session<'a> {
                 source,
             })?;
         let command_status = self.workload.as_mut().and_then(|w| w.try_reap());
-        let last = self.collector.take_batch(info, &self.names);
+        let last = self.collector.take_normalized(info, &self.names);
         self.warnings.warn_all(self.collector.take_warnings());
         let (earlier, last) = self.symbolizer.finish(last).await;
         let detaching = Detaching::new(teardown);

@@ -1,5 +1,5 @@
 //! The thread that symbolizes finished intervals, so the ring reader never waits for
-//! symbols: it hands each interval over as a [`Batch`] and goes on reading; profiles come
+//! symbols: it hands each interval over as a [`Normalized`] and goes on reading; profiles come
 //! back in the order their batches were sent. Between intervals it names the addresses of
 //! new stacks ahead ([`super::prefetch`]), so the end of a run finds them named.
 
@@ -17,17 +17,17 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use super::Warning;
 use super::{
-    collect::Batch,
+    collect::Normalized,
     prefetch::{Budget, Prefetch},
 };
-use crate::{profile::Profile, symbolize::Resolver};
+use crate::{profile::Profile, symbolize::Symbolizer};
 
 /// A symbolized profile and the warnings naming it gave.
 pub(super) type Named = (Profile, Vec<Warning>);
 
 /// What the thread is sent: an interval to symbolize, or addresses to name ahead.
 enum Job {
-    Batch(Box<Batch>),
+    Interval(Box<Normalized>),
     Prefetch(Prefetch),
 }
 
@@ -54,21 +54,21 @@ impl SymbolizeWorker {
         let thread = std::thread::Builder::new()
             .name("symbolize".into())
             .spawn(move || {
-                let mut resolver = Resolver::new(&debug_dirs);
-                resolver.name_user_frames(user);
+                let mut symbolizer = Symbolizer::new(&debug_dirs);
+                symbolizer.name_user_frames(user);
                 // SAFETY: gettid has no preconditions.
                 let me = unsafe { libc::gettid() };
                 its_tid.store(me, Ordering::Relaxed);
                 set_nice(me, BACKGROUND_NICE);
                 if kernel {
-                    let _ = resolver.load_kernel_symbols();
+                    let _ = symbolizer.load_kernel_symbols();
                 }
                 let mut budget = Budget::new();
                 while let Ok(first) = rx.recv() {
                     let (mut queue, mut ahead) = (Vec::new(), Vec::new());
                     for job in std::iter::once(first).chain(rx.try_iter()) {
                         match job {
-                            Job::Batch(b) => queue.push(*b),
+                            Job::Interval(b) => queue.push(*b),
                             Job::Prefetch(p) => ahead.push(p),
                         }
                     }
@@ -76,14 +76,14 @@ impl SymbolizeWorker {
                     // for the time when there are none).
                     if queue.is_empty() {
                         for p in ahead {
-                            budget.resolve(p, &mut resolver);
+                            budget.resolve(p, &mut symbolizer);
                         }
                     }
                     if queue.len() > 1 {
-                        Batch::resolve_ahead(&mut queue, &mut resolver);
+                        Normalized::resolve_ahead(&mut queue, &mut symbolizer);
                     }
                     for batch in queue {
-                        if tx.send(batch.symbolize(&mut resolver)).is_err() {
+                        if tx.send(batch.symbolize(&mut symbolizer)).is_err() {
                             return;
                         }
                     }
@@ -98,9 +98,9 @@ impl SymbolizeWorker {
         })
     }
 
-    pub fn submit(&mut self, batch: Batch) {
+    pub fn submit(&mut self, batch: Normalized) {
         if let Some(jobs) = &self.jobs
-            && jobs.send(Job::Batch(Box::new(batch))).is_ok()
+            && jobs.send(Job::Interval(Box::new(batch))).is_ok()
         {
             self.pending += 1;
         }
@@ -129,7 +129,7 @@ impl SymbolizeWorker {
 
     /// Sends the last batch and waits for every profile still to come: those of earlier
     /// intervals, then the last one's.
-    pub async fn finish(mut self, last: Batch) -> (Vec<Named>, Option<Named>) {
+    pub async fn finish(mut self, last: Normalized) -> (Vec<Named>, Option<Named>) {
         // The profile is awaited now: at the recorder's own priority, not behind a busy
         // host's other work.
         let tid = self.tid.load(Ordering::Relaxed);

@@ -1,10 +1,10 @@
 //! From sampled addresses to named frames, in two steps.
 //!
-//! On arrival ([`Symbolizer`], on the ring reader's thread), each user address is
+//! On arrival ([`Normalizer`], on the ring reader's thread), each user address is
 //! normalized through the memory maps captured while its process lived into (ELF file, file
 //! offset), the file opened and checked then; JIT code is named from the process's perf map
 //! at once. Stacks then no longer depend on any process, which may exit and whose pid may be
-//! reused. Later and elsewhere ([`Resolver`]), the offsets of each file are named in one
+//! reused. Later and elsewhere ([`Symbolizer`]), the offsets of each file are named in one
 //! batch, and kernel addresses through kallsyms. A miss is a value (`[module]+0xoffset`),
 //! never an error.
 
@@ -37,7 +37,7 @@ use crate::modules::MapHistory;
 pub use frame::{Frame, FrameKind};
 pub use maps::{MapEntry, ProcessMaps};
 pub use perfmap::PerfMap;
-pub use resolve::{ResolveErrors, Resolver};
+pub use resolve::{SymbolizeErrors, Symbolizer};
 
 /// A location in a file: (path, file offset).
 type FileKey = (Arc<str>, u64);
@@ -79,7 +79,7 @@ impl Images {
 }
 
 /// The arrival side: per-process map snapshots, perf maps and the opened ELF files.
-pub struct Symbolizer {
+pub struct Normalizer {
     /// Reads function starts for the frame-pointer path's leaf-caller check (see [`leaf`]).
     inner: bz::Symbolizer,
     maps: HashMap<u32, Images>,
@@ -97,7 +97,7 @@ pub struct Symbolizer {
     /// Refused perf maps, one line each, until taken.
     refusals: Vec<String>,
     /// Per process: when its maps were last re-read for an address outside them, and the
-    /// wait before the next re-read (see [`Symbolizer::refresh`]).
+    /// wait before the next re-read (see [`Normalizer::refresh`]).
     refreshed: HashMap<u32, (Instant, Duration)>,
     /// Each process's mappings as the kernel reported them since the start (the sideband),
     /// for processes gone, or exec'ed into another image, before their samples are read.
@@ -115,13 +115,13 @@ const SMALL_FILE_BYTES: u64 = 16 << 20;
 const REFRESH_MIN: Duration = Duration::from_millis(5);
 const REFRESH_MAX: Duration = Duration::from_secs(1);
 
-impl Default for Symbolizer {
+impl Default for Normalizer {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Symbolizer {
+impl Normalizer {
     pub fn new() -> Self {
         let inner = bz::Symbolizer::builder()
             .enable_code_info(true)
@@ -435,9 +435,9 @@ impl Symbolizer {
                 };
                 let name = Some((elf.name.clone(), elf.path.clone()));
                 let files = HashMap::from([(file, elf)]);
-                let mut resolver = Resolver::new(&[]);
-                resolver.resolve_user(&files, [(file, offset)]);
-                resolver.user(file, offset, name)
+                let mut symbolizer = Symbolizer::new(&[]);
+                symbolizer.resolve_user(&files, [(file, offset)]);
+                symbolizer.user(file, offset, name)
             }
         }
     }
@@ -549,7 +549,7 @@ mod tests {
 
     #[test]
     fn threads_with_other_names_share_one_snapshot() {
-        let mut s = Symbolizer::new();
+        let mut s = Normalizer::new();
         let pid = std::process::id();
         s.observe(pid, Some(name("main")));
         s.observe(pid, Some(name("worker")));

@@ -29,14 +29,16 @@ const SYSTEM_DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
 /// Cached names beyond this are dropped (and found again when needed).
 const MAX_CACHED: usize = 1 << 20;
 
-/// What the resolver could not do in one batch.
+/// What the symbolizer could not name in one batch.
 #[derive(Debug, Default)]
-pub struct ResolveErrors {
+pub struct SymbolizeErrors {
     /// Files blazesym could not read (their addresses stay unnamed), one line each.
     pub files: Vec<String>,
 }
 
-pub struct Resolver {
+/// The later step: file offsets (and kernel addresses) to names, as blazesym says
+/// "symbolize"; the arrival step, addresses to file offsets, is [`super::Normalizer`].
+pub struct Symbolizer {
     /// `None` until the first kernel address; then the table, or `Some(None)` if kallsyms
     /// could not be read (every kernel frame is then unknown, as with kallsyms hidden).
     kernel: Option<Option<KernelSymbols>>,
@@ -57,7 +59,7 @@ enum FileError {
     Blazesym(blazesym::Error),
 }
 
-impl Resolver {
+impl Symbolizer {
     /// `debug_dirs`: roots to search for debug files before the system's.
     pub fn new(debug_dirs: &[PathBuf]) -> Self {
         let mut dirs = debug_dirs.to_vec();
@@ -83,11 +85,11 @@ impl Resolver {
         &mut self,
         files: &HashMap<FileId, ElfFile>,
         wanted: impl IntoIterator<Item = (FileId, u64)>,
-    ) -> ResolveErrors {
+    ) -> SymbolizeErrors {
         self.resolve_user_files(files, wanted, None)
     }
 
-    /// [`Resolver::resolve_user`] ahead of time, while recording, in files of at most
+    /// [`Symbolizer::resolve_user`] ahead of time, while recording, in files of at most
     /// `max_bytes` (a bigger one is read once, by the batch at the end, not twice): a file
     /// that cannot be read is left for the batch that needs it, which then says so and
     /// counts it.
@@ -106,12 +108,12 @@ impl Resolver {
         files: &HashMap<FileId, ElfFile>,
         wanted: impl IntoIterator<Item = (FileId, u64)>,
         ahead: Option<u64>,
-    ) -> ResolveErrors {
+    ) -> SymbolizeErrors {
         if self.user_cache.len() > MAX_CACHED {
             self.user_cache.clear();
         }
         if !self.user {
-            return ResolveErrors::default();
+            return SymbolizeErrors::default();
         }
         let mut by_file: BTreeMap<FileId, Vec<u64>> = BTreeMap::new();
         for (id, offset) in wanted {
@@ -119,7 +121,7 @@ impl Resolver {
                 by_file.entry(id).or_default().push(offset);
             }
         }
-        let mut errors = ResolveErrors::default();
+        let mut errors = SymbolizeErrors::default();
         for (id, mut offsets) in by_file {
             offsets.sort_unstable();
             offsets.dedup();

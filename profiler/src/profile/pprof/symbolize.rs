@@ -8,7 +8,7 @@ use std::{collections::HashMap, path::PathBuf, sync::Arc};
 
 use super::proto;
 use crate::{
-    symbolize::{ElfFile, Frame, Identity, Resolver, by_build_id},
+    symbolize::{ElfFile, Frame, Identity, Symbolizer, by_build_id},
     untrusted::{self, MAX_ELF_BYTES, Rules},
 };
 
@@ -35,7 +35,7 @@ pub fn symbolize_message(p: &mut proto::Profile, debug_dirs: &[PathBuf]) -> Symb
     };
     let mut dirs = debug_dirs.to_vec();
     dirs.extend(["/usr/lib/debug", "/lib/debug"].map(PathBuf::from));
-    let mut resolver = Resolver::new(debug_dirs);
+    let mut symbolizer = Symbolizer::new(debug_dirs);
     let mut functions = Functions::new(p);
     for m in 0..p.mapping.len() {
         let mapping = p.mapping[m].clone();
@@ -63,16 +63,16 @@ pub fn symbolize_message(p: &mut proto::Profile, debug_dirs: &[PathBuf]) -> Symb
                     })
                     .collect();
                 let files = HashMap::from([(0, file.clone())]);
-                resolver.resolve_user(&files, offsets.iter().map(|&o| (0, o)));
+                symbolizer.resolve_user(&files, offsets.iter().map(|&o| (0, o)));
                 offsets
                     .iter()
-                    .map(|&o| resolver.user(0, o, Some((file.name.clone(), file.path.clone()))))
+                    .map(|&o| symbolizer.user(0, o, Some((file.name.clone(), file.path.clone()))))
                     .collect::<Vec<_>>()
             }
             Some(Found::Debug(debug)) if mapping.memory_limit > mapping.memory_start => {
                 let vaddrs: Vec<u64> = wanted.iter().map(|&i| p.location[i].address).collect();
                 let name: Arc<str> = Arc::from(path.rsplit('/').next().unwrap_or(&path));
-                resolver.debug_file_frames(&debug, &name, &Arc::from(path.as_str()), &vaddrs)
+                symbolizer.debug_file_frames(&debug, &name, &Arc::from(path.as_str()), &vaddrs)
             }
             _ => {
                 out.missing.push(if build_id.is_empty() {
