@@ -1,13 +1,14 @@
 //! What a recording can do besides sampling stacks, as parts the session plugs in: a
 //! [`Feature`] says what it needs in the kernel, which records it takes, and what it adds to
-//! each profile; [`FEATURES`] lists them all. The session calls the hooks at fixed points of
-//! the run and never names a feature: adding one is its module, its option and one line in
-//! [`FEATURES`].
+//! each profile; `super::features::FEATURES` lists them all (a module of its own, so that the
+//! features import this one and nothing imports back). The session calls the hooks at fixed
+//! points of the run and never names a feature: adding one is its module, its option and one
+//! line in `FEATURES`.
 
 use crate::record::Warn;
 use profiler_common::{group::MAX_COUNTERS, stack::StackSampleHeader};
 
-use super::{RecordError, RecordOptions, UsageError, aggregate, collect::Collector, group, offcpu};
+use super::{RecordError, RecordOptions, UsageError, collect::Collector};
 use crate::{
     bpf::RecordProgram,
     cpc::events::{Catalog, Event},
@@ -15,7 +16,7 @@ use crate::{
     profile::RunInfo,
 };
 
-/// One feature's entry in [`FEATURES`]: its checks of the options, the capture flags it asks
+/// One feature's entry in `FEATURES`: its checks of the options, the capture flags it asks
 /// of the program, and its start (`None` when the options do not ask for it).
 pub(super) struct Spec {
     pub validate: fn(&RecordOptions) -> Result<(), UsageError>,
@@ -26,20 +27,6 @@ pub(super) struct Spec {
 
 /// A started feature, `None` when the options do not ask for it.
 pub(super) type Started = Result<Option<Box<dyn Feature>>, RecordError>;
-
-/// Every feature, in the order their hooks run (in-kernel aggregation before counter groups:
-/// the group's totals use what the aggregation put on stacks).
-pub(super) const FEATURES: &[Spec] = &[offcpu::SPEC, aggregate::SPEC, group::SPEC];
-
-/// Each feature's checks of the options, before anything is attached.
-pub(super) fn validate(opts: &RecordOptions) -> Result<(), UsageError> {
-    FEATURES.iter().try_for_each(|f| (f.validate)(opts))
-}
-
-/// The capture flags every feature asks of the program.
-pub(super) fn capture(opts: &RecordOptions) -> u32 {
-    FEATURES.iter().fold(0, |c, f| c | (f.capture)(opts))
-}
 
 /// What a feature starts from: the options, the loaded program (before the sampling events
 /// are attached), and the profile's events so far.
@@ -172,19 +159,6 @@ pub(super) trait Feature {
     ) -> Result<(), RecordError> {
         Ok(())
     }
-}
-
-/// The features the options ask for, started in [`FEATURES`]' order; each one's events
-/// follow the previous ones'.
-pub(super) fn start(start: &mut Start<'_>) -> Result<Vec<Box<dyn Feature>>, RecordError> {
-    let mut started = Vec::new();
-    for spec in FEATURES {
-        if let Some(f) = (spec.start)(start)? {
-            start.first_event += f.event_names().len() as u32;
-            started.push(f);
-        }
-    }
-    Ok(started)
 }
 
 /// Sends a record to the first feature that takes its kind; a sample no feature takes is

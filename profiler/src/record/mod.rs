@@ -9,6 +9,7 @@ mod copied;
 mod decode;
 mod error;
 mod feature;
+mod features;
 mod group;
 mod offcpu;
 mod pidfd;
@@ -286,7 +287,7 @@ pub fn validate(opts: &RecordOptions) -> Result<(), RecordError> {
         }
         _ => {}
     }
-    feature::validate(opts)?;
+    features::validate(opts)?;
     if let Target::Command(argv) = &opts.target {
         resolve_command(&argv[0])?;
     }

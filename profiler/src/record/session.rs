@@ -118,7 +118,7 @@ impl<'a> Session<'a> {
             warnings,
         )?;
         // Before the events: once they are attached, everything is.
-        let mut features = feature::start(&mut feature::Start {
+        let mut features = super::features::start(&mut feature::Start {
             opts,
             catalog: &catalog,
             sampler: &mut sampler,

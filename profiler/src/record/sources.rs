@@ -5,7 +5,7 @@ use crate::record::Warn;
 use profiler_common::{SamplerConfig, capture, filter};
 
 use super::{
-    CallGraph, Mode, RecordError, RecordOptions, Target, Warning, cgroup_id, feature,
+    CallGraph, Mode, RecordError, RecordOptions, Target, Warning, cgroup_id, features,
     follow_children, online_cpus, pidfd::PidFd, unwind::TableLoader, workload::Workload,
 };
 use crate::{
@@ -46,7 +46,7 @@ fn sampler_config(opts: &RecordOptions, ring_bytes: u32, warnings: &mut dyn Warn
             Target::Cgroup(_) => filter::CGROUP,
             Target::Pids(_) | Target::Command(_) => filter::TGID,
         },
-        capture: stacks | feature::capture(opts) | if tables { capture::UNWIND_TABLES } else { 0 },
+        capture: stacks | features::capture(opts) | if tables { capture::UNWIND_TABLES } else { 0 },
         wakeup_bytes: u64::from(ring_bytes / 4),
         ..Default::default()
     }
