@@ -23,10 +23,13 @@ fuzz_target!(|data: &[u8]| {
         npic: 8,
         attributes: catalog.attributes(),
         check: Box::new(|name: &str| {
-            let event = catalog.resolve(name).map_err(|e| e.to_string())?;
+            let event = catalog.resolve(name)?;
             match catalog.unavailable_reason(&event) {
                 None => Ok(()),
-                Some(reason) => Err(reason),
+                Some(reason) => Err(spec::Uncountable::Unavailable {
+                    name: name.to_owned(),
+                    reason,
+                }),
             }
         }),
     };
