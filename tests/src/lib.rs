@@ -615,17 +615,26 @@ pub fn wait_for<T>(what: &str, secs: u64, mut cond: impl FnMut() -> Option<T>) -
     }
 }
 
-/// A child's stdout, read on a thread as it is written, so a test can wait for a line.
-pub struct StdoutLines {
+/// A child's stdout or stderr, read on a thread as it is written, so a test can wait for a
+/// line.
+pub struct Lines {
     text: std::sync::Arc<Mutex<String>>,
     reader: std::thread::JoinHandle<()>,
 }
 
-impl StdoutLines {
+impl Lines {
     /// Takes `child`'s piped stdout.
-    pub fn of(child: &mut std::process::Child) -> StdoutLines {
+    pub fn of(child: &mut std::process::Child) -> Lines {
+        Self::read(child.stdout.take().expect("stdout is piped"))
+    }
+
+    /// Takes `child`'s piped stderr.
+    pub fn of_stderr(child: &mut std::process::Child) -> Lines {
+        Self::read(child.stderr.take().expect("stderr is piped"))
+    }
+
+    fn read(out: impl std::io::Read + Send + 'static) -> Lines {
         use std::io::BufRead;
-        let out = child.stdout.take().expect("stdout is piped");
         let text = std::sync::Arc::new(Mutex::new(String::new()));
         let t = text.clone();
         let reader = std::thread::spawn(move || {
@@ -635,7 +644,7 @@ impl StdoutLines {
                 t.push('\n');
             }
         });
-        StdoutLines { text, reader }
+        Lines { text, reader }
     }
 
     /// What was written so far.
@@ -643,11 +652,36 @@ impl StdoutLines {
         self.text.lock().unwrap().clone()
     }
 
-    /// Everything, once the child closed its stdout.
+    /// Everything, once the child closed the stream.
     pub fn finish(self) -> String {
         let _ = self.reader.join();
         self.text.lock().unwrap().clone()
     }
+}
+
+/// Waits (bounded, not timed) until `profiler record` attached to running tasks says it is
+/// recording: its events are enabled, so what the target does from here is counted. (Holding
+/// perf events and links is not enough: they are enabled after every feature attached.)
+/// Takes the child's piped stderr; the returned lines hold it, start line included.
+pub fn wait_recording(child: &mut std::process::Child) -> Lines {
+    let lines = Lines::of_stderr(child);
+    let start = std::time::Instant::now();
+    while !lines
+        .now()
+        .lines()
+        .any(|l| l.starts_with("profiler: recording "))
+    {
+        if child.try_wait().expect("try_wait").is_some() {
+            panic!("the profiler exited before recording: {}", lines.finish());
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "never started recording: {}",
+            lines.now()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    lines
 }
 
 /// The number of threads of process `pid` (0 once it is gone).

@@ -326,13 +326,13 @@ fn a_damaged_copy_with_the_same_build_id_leaves_the_real_stacks_alone() {
 
     let folded = dir.join("out.folded");
     let mut rec = Command::new(profiler_bin())
-        .args(["record", "-a", "-F", "999", "-d", "60", "-q", "-o"])
+        .args(["record", "-a", "-F", "999", "-d", "60", "-o"])
         .arg(&folded)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn record");
-    wait_attached(&mut rec);
+    let stderr = wait_recording(&mut rec);
     // The damaged copy first (its tables fail), then the real program.
     for (program, secs) in [(&evil, "0.5"), (&real, "2")] {
         let status = Command::new(program)
@@ -345,12 +345,9 @@ fn a_damaged_copy_with_the_same_build_id_leaves_the_real_stacks_alone() {
     // Both ran whole under the recording: end it (SIGINT: the report, then exit 130).
     // SAFETY: kill(2) of our own child's pid.
     unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
-    let out = rec.wait_with_output().expect("record");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() || out.status.code() == Some(130),
-        "{stderr}"
-    );
+    let status = rec.wait().expect("record");
+    let stderr = stderr.finish();
+    assert!(status.success() || status.code() == Some(130), "{stderr}");
     let stacks = read_folded(&folded);
     assert!(
         !user_stacks(&stacks, "evil").is_empty(),

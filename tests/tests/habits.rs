@@ -119,7 +119,7 @@ fn stat_stopped_by_a_signal_prints_what_it_counted() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let lines = StdoutLines::of(&mut stat);
+    let lines = Lines::of(&mut stat);
     wait_for("stat's header", 60, || {
         lines.now().contains("time").then_some(())
     });
@@ -166,7 +166,7 @@ fn track_stopped_by_a_signal_prints_the_totals_so_far() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let lines = StdoutLines::of(&mut track);
+    let lines = Lines::of(&mut track);
     wait_for("the pages touched", 120, || {
         lines.now().contains("touched").then_some(())
     });

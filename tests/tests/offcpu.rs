@@ -96,18 +96,19 @@ fn spin_sleep_and_pipe_read_times_are_in_their_stacks() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("starting waits");
-    let lines = StdoutLines::of(&mut waits);
+    let lines = Lines::of(&mut waits);
     wait_for("waits to be ready", 30, || {
         lines.now().contains("ready").then_some(())
     });
     let pid = waits.id().to_string();
     let mut record = profiler_command()
-        .args(["record", "-F", "999", "--wall", "-q", "-p", &pid, "-o"])
+        .args(["record", "-F", "999", "--wall", "-p", &pid, "-o"])
         .arg(&folded)
+        .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("starting the profiler");
-    wait_attached(&mut record);
+    let stderr = wait_recording(&mut record);
     // Started once the unwind tables of libc (whose wrappers keep no frame pointer) are in.
     wait_for("libc's unwind tables", 60, || {
         has_tables(record.id(), waits.id(), "/libc.so.6").then_some(())
@@ -115,9 +116,9 @@ fn spin_sleep_and_pipe_read_times_are_in_their_stacks() {
     // SAFETY: kill has no memory preconditions; the pid is our child's.
     unsafe { libc::kill(waits.id() as i32, libc::SIGUSR1) };
     assert!(waits.wait().expect("waits").success());
-    let out = record.wait_with_output().expect("profiler");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "record failed: {stderr}");
+    let status = record.wait().expect("profiler");
+    let stderr = stderr.finish();
+    assert!(status.success(), "record failed: {stderr}");
     let stdout = lines.finish();
     let stacks = read_folded(&folded);
     let text = folded_text(&stacks);

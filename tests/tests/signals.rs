@@ -189,7 +189,7 @@ fn the_counting_tools_end_on_each_stop_signal_with_their_totals() {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let lines = StdoutLines::of(&mut track);
+        let lines = Lines::of(&mut track);
         wait_for("cputrack's first tick row", 60, || {
             table(&lines.now())
                 .iter()

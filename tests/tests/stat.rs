@@ -60,7 +60,7 @@ fn sigint_ends_the_run_with_totals() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let lines = StdoutLines::of(&mut child);
+    let lines = Lines::of(&mut child);
     wait_for("two rounds of every CPU", 20, || {
         let rounds = table(&lines.now())
             .iter()

@@ -23,7 +23,7 @@ fn attach_with_p_and_detach_on_sigint_leaves_the_target_running() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let lines = StdoutLines::of(&mut tracker);
+    let lines = Lines::of(&mut tracker);
     // Rows of all three threads, and a spinner's CPU time in one of them.
     wait_for(
         "tick rows of three threads with the spinners' time",

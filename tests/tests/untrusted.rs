@@ -282,21 +282,18 @@ fn sigterm_ends_a_run_whose_target_planted_a_fifo_promptly() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        wait_attached(&mut child);
-        // Let the first samples (and with them the perf map) be read.
-        std::thread::sleep(Duration::from_millis(300));
+        let stderr = wait_recording(&mut child);
+        // Some samples first (the perf map is read for them).
+        wait_for("the kernel to submit a few samples", 30, || {
+            (kernel_records_submitted(child.id()) >= 5).then_some(())
+        });
         let sent = Instant::now();
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let out = child.wait_with_output().unwrap();
         let latency = sent.elapsed();
         worst = worst.max(latency);
-        assert_eq!(
-            out.status.code(),
-            Some(143),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_eq!(out.status.code(), Some(143), "{}", stderr.finish());
         assert!(reported_samples(&String::from_utf8_lossy(&out.stdout)) > 0);
     }
     let _ = (jit.kill(), jit.wait());

@@ -471,7 +471,11 @@ pub fn run(args: RecordArgs) -> ExitCode {
         }
     };
     // What the run has to say is printed as it happens (the error, if any, comes after).
-    let recorded = runtime.block_on(record_with(&opts, &mut on_interval, &mut Stderr));
+    let recorded = runtime.block_on(record_with(
+        &opts,
+        &mut on_interval,
+        &mut Stderr { quiet: args.quiet },
+    ));
     // The last (or, without --interval, the only) profile goes out too; then pending
     // intervals get the flush timeout, and the rest stays spooled.
     let mut last = None;
@@ -630,11 +634,16 @@ fn unwind_rows(text: &str) -> Result<u32, SizeError> {
 }
 
 /// Prints a recording's warnings on stderr as they happen.
-struct Stderr;
+/// Prints each warning as it comes; `-q` silences the start line.
+struct Stderr {
+    quiet: bool,
+}
 
 impl crate::record::Warn for Stderr {
     fn warn(&mut self, warning: crate::record::Warning) {
-        eprintln!("{warning}");
+        if !(self.quiet && warning.is_start()) {
+            eprintln!("{warning}");
+        }
     }
 }
 

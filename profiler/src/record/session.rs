@@ -166,6 +166,9 @@ impl<'a> Session<'a> {
         if let Some(t) = tables.as_mut() {
             warnings.warn_all(t.take_warnings());
         }
+        if let Some(line) = started_line(opts) {
+            warnings.warn(Warning::started(line));
+        }
         Ok(Session {
             opts,
             signals,
@@ -436,6 +439,43 @@ impl<'a> Session<'a> {
 }
 
 /// The run's (or interval's) statistics: counts since the last report.
+/// What a run attached to running tasks says once its events are enabled (a started command
+/// needs no such line: it runs only once everything is).
+fn started_line(opts: &RecordOptions) -> Option<String> {
+    let list = |ids: &[u32]| ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let what = match &opts.target {
+        Target::Command(_) => return None,
+        Target::Pids(p) => format!("pid {}", list(p)),
+        Target::Tids(t) => format!("tid {}", list(t)),
+        Target::SystemWide => match &opts.cpus {
+            Some(c) => format!("CPU {}", list(c)),
+            None => "all CPUs".into(),
+        },
+        Target::Cgroup(c) => format!("cgroup {}", c.display()),
+    };
+    let rate = match opts.period {
+        Some(p) => format!("every {p} events"),
+        None => format!("at {} Hz", opts.frequency_hz),
+    };
+    let until = match opts.duration {
+        Some(d) => format!("for {}", humantime_secs(d)),
+        None => "until Ctrl-C".into(),
+    };
+    Some(format!(
+        "recording {what} ({} {rate}) {until}",
+        opts.events.join(", ")
+    ))
+}
+
+/// `5 s`, `1.5 s`, `250 ms`.
+fn humantime_secs(d: Duration) -> String {
+    match d.as_millis() {
+        ms if ms < 1000 => format!("{ms} ms"),
+        ms if ms % 1000 == 0 => format!("{} s", ms / 1000),
+        _ => format!("{:.1} s", d.as_secs_f64()),
+    }
+}
+
 fn run_info(
     opts: &RecordOptions,
     stats: &SamplerStats,

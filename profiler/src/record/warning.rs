@@ -19,6 +19,8 @@ enum Kind {
     Note,
     /// A line of figures for scripts (printed as is).
     Figures,
+    /// The run has started recording (`-q` silences it, as every message but errors).
+    Started,
 }
 
 impl Warning {
@@ -38,6 +40,20 @@ impl Warning {
         }
     }
 
+    /// Recording has begun: everything is attached and enabled. Said for targets that were
+    /// already running (a script that attaches, then starts a load, waits for this line).
+    pub fn started(text: impl Into<String>) -> Self {
+        Self {
+            kind: Kind::Started,
+            text: text.into(),
+        }
+    }
+
+    /// Whether this is the start line ([`Self::started`]), which `-q` silences.
+    pub fn is_start(&self) -> bool {
+        self.kind == Kind::Started
+    }
+
     /// A line of figures printed as is (`--unwind-stats`).
     pub fn figures(text: impl Into<String>) -> Self {
         Self {
@@ -51,7 +67,7 @@ impl fmt::Display for Warning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.kind {
             Kind::Warning => write!(f, "profiler: warning: {}", self.text),
-            Kind::Note => write!(f, "profiler: {}", self.text),
+            Kind::Note | Kind::Started => write!(f, "profiler: {}", self.text),
             Kind::Figures => f.write_str(&self.text),
         }
     }
@@ -91,5 +107,8 @@ mod tests {
             "profiler: off-cpu: 3 waits"
         );
         assert_eq!(Warning::figures("a=1").to_string(), "a=1");
+        let start = Warning::started("recording pid 7");
+        assert_eq!(start.to_string(), "profiler: recording pid 7");
+        assert!(start.is_start() && !Warning::note("x").is_start());
     }
 }
