@@ -182,13 +182,15 @@ fn the_counting_tools_end_on_each_stop_signal_with_their_totals() {
         assert!(rows.iter().any(|r| r.is(2, "partial")), "{rows:?}");
 
         // cputrack: the command it started gets the signal too; its rows are printed.
-        let mut track = profiler_command()
-            .args(["track", "-c", "task-clock", "-T", "0.2", "--"])
-            .arg(fixture("spin"))
-            .args(["1", "600"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut track = KillOnDrop(
+            profiler_command()
+                .args(["track", "-c", "task-clock", "-T", "0.2", "--"])
+                .arg(fixture("spin"))
+                .args(["1", "600"])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
         let lines = Lines::of(&mut track);
         wait_for("cputrack's first tick row", 60, || {
             table(&lines.now())
@@ -198,7 +200,10 @@ fn the_counting_tools_end_on_each_stop_signal_with_their_totals() {
         });
         // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(track.id() as i32, sig) };
-        let status = track.wait().unwrap();
+        // Bounded: a signal track missed would otherwise wait for the spinner's 600 s.
+        let status = wait_for("cputrack to end after the signal", 60, || {
+            track.try_wait().expect("try_wait")
+        });
         let stdout = lines.finish();
         assert_eq!(
             status.code(),
