@@ -29,7 +29,8 @@ fn every_interval_reaches_three_stores_as_its_file_says() {
     args.extend(receiver.exports(&PROTOCOLS));
     args.extend(["--export-header", "Authorization=Bearer t0ken"].map(String::from));
     args.extend(["--service-name", "fallback"].map(String::from));
-    args.extend(["--", &path("chain"), "6.5"].map(String::from));
+    // A minute of intervals, as a continuous recording runs.
+    args.extend(["--", &path("chain"), "60.5"].map(String::from));
     let out = Command::new(profiler_bin())
         .args(&args)
         .env("OTEL_SERVICE_NAME", "chain-service")
@@ -38,7 +39,7 @@ fn every_interval_reaches_three_stores_as_its_file_says() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let files = written(&series);
-    assert!(files.len() >= 6, "{} files: {stderr}", files.len());
+    assert!(files.len() >= 60, "{} files: {stderr}", files.len());
     for p in PROTOCOLS {
         assert_same_intervals(&log, p, &files);
     }
@@ -167,14 +168,14 @@ fn intervals_outlive_a_store_outage_in_order_and_once() {
     // A bound, not a wait: the run ends as soon as everything is sent (a busy machine may
     // take a few seconds to reconnect after the outage).
     args.extend(["--export-flush", "20"].map(String::from));
-    args.extend(["--", &path("chain"), "9.5"].map(String::from));
+    args.extend(["--", &path("chain"), "45.5"].map(String::from));
     let child = Command::new(profiler_bin())
         .args(&args)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let child = KillOnDrop(child);
-    // Down after the first interval arrived everywhere, for three intervals' files.
+    // Down after the first interval arrived everywhere, for 30 intervals (30 s).
     wait_for("the first interval at every store", 30, || {
         PROTOCOLS
             .iter()
@@ -183,8 +184,8 @@ fn intervals_outlive_a_store_outage_in_order_and_once() {
     });
     receiver.stop();
     let down_at = count_files(&series);
-    wait_for("three intervals while the store is down", 30, || {
-        (count_files(&series) >= down_at + 3).then_some(())
+    wait_for("30 intervals while the store is down", 90, || {
+        (count_files(&series) >= down_at + 30).then_some(())
     });
     let receiver = Receiver::start(&log, ports, None);
     let mut child = child;

@@ -123,12 +123,12 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             why: format!(
                 "Without stacks the program costs {wo:.0} ns (ring-buffer reserve and submit, \
                  time, comm, cgroup id, the counter read, the ring's fill query, and the BPF \
-                 statistics' own clock reads); the user stack walk alone (bpf_get_stack on \
-                 frame pointers) brings it to {un:.0} ns, both walks (the default) to \
-                 {ws:.0} ns, and a kernel-mode sample's kernel stack \
-                 (the ORC unwinder, in a VM) to {kn:.0} ns. The walks are the kernel's own, \
-                 the ones perf record -g pays in its sample path too, and the end-to-end cost \
-                 per sample to the workload is of the same order for both tools ({e0:.0} ns vs \
+                 statistics' own clock reads); the user stack walk alone (the program's own walker: \
+                 .eh_frame tables where a module has them, frame pointers elsewhere) brings it \
+                 to {un:.0} ns, both walks (the default) to {ws:.0} ns, and a kernel-mode \
+                 sample's kernel stack (the kernel's ORC unwinder, in a VM, the walk perf \
+                 record -g pays in its sample path too) to {kn:.0} ns. The end-to-end cost per \
+                 sample to the workload is of the same order for both tools ({e0:.0} ns vs \
                  {e1:.0} ns, rows 5 and 6). \
                  Closing it needs fewer walks rather than faster ones: sample without stacks \
                  where counts suffice, or walk only the mode the sample was taken in.",

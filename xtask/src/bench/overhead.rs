@@ -131,8 +131,7 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
          rows differ as much, in either direction; the baseline's own deviation is \
          {spread:.1}%, the workload's CPU time {cps:+.1}% vs {cfs:+.1}% system-wide). Closing \
          it means less work per sample: in-kernel aggregation (`record --aggregate`) for long \
-         runs, and variable-length records holding only the frames walked (every record is \
-         now about 2 KiB, two 127-frame stack arrays).",
+         runs (records are already variable-length, a header and the frames walked).",
         s9("profiler", "process"),
         s9("profiler", "system"),
         s9("perf", "process"),
