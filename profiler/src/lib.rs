@@ -28,6 +28,7 @@ pub mod output;
 pub mod profile;
 pub mod record;
 pub mod runtimes;
+pub mod sink;
 mod stream;
 pub mod symbolize;
 pub mod tools;

@@ -10,7 +10,6 @@ mod persona;
 mod record;
 mod record_error;
 mod report;
-mod series;
 mod stat;
 mod symbolize;
 mod track;

@@ -4,7 +4,6 @@ use std::{ffi::OsString, io::IsTerminal as _, path::PathBuf, process::ExitCode, 
 
 use clap::Args;
 
-use super::series::Series;
 use super::{
     EXIT_USAGE,
     exit::Ended,
@@ -15,9 +14,10 @@ use crate::{
     export::{
         DEFAULT_SPOOL_MAX, Endpoint, ExportOptions, Exporter, parse_header, read_header_file,
     },
-    output::{Sink, is_stdout},
-    profile::{By, Format, Profile, Ratio, ReportOptions, Sort, pprof, render_report},
+    output::is_stdout,
+    profile::{By, Format, Ratio, ReportOptions, Sort},
     record::{CallGraph, Mode, RecordError, RecordOptions, Stop, Target, record_with},
+    sink::{FileSink, Series, Sinks, TableSink},
 };
 
 /// `--call-graph` values.
@@ -413,9 +413,9 @@ pub fn run(args: RecordArgs) -> ExitCode {
         limit: args.limit,
         ratios,
     };
-    // The output (file, or directory in continuous mode) is checked before anything is
-    // attached: a file is created as a hidden temp file now.
-    let mut output = None;
+    // The outputs are checked before anything is attached: a file is created as a hidden
+    // temp file now, a series' directory proved writable, the spools opened.
+    let mut file = None;
     let mut series = None;
     match args.interval {
         Some(_) if Series::looks_like_a_file(path) => {
@@ -430,108 +430,75 @@ pub fn run(args: RecordArgs) -> ExitCode {
             Ok(s) => series = Some(s),
             Err(e) => return fail(e),
         },
-        None => match Sink::create(path) {
-            Ok(mut sink) => {
-                if let (Sink::File(f), None) = (&mut sink, &args.output) {
+        None => match FileSink::create(path, format, &title(&opts)) {
+            Ok(f) => {
+                let mut f = f.describing();
+                if args.output.is_none() {
                     let mut old = default.clone().into_os_string();
                     old.push(".old");
                     f.keep_previous_as(PathBuf::from(old));
                 }
-                output = Some(sink);
+                file = Some(f);
             }
             Err(e) => return fail(e),
         },
     }
-    // The spools are opened (and proved writable) before anything is attached.
-    let mut exporter = match export.as_ref().map(Exporter::start).transpose() {
+    let exporter = match export.as_ref().map(Exporter::start).transpose() {
         Ok(e) => e,
         Err(e) => return fail(e),
     };
-    let mut opts = opts;
     opts.status_extra = exporter.as_ref().map(Exporter::status);
+    // In the order they finish: the stores first (their flush is bounded by
+    // --export-flush), then the table, the file, the series' last interval.
+    let mut sinks = Sinks::new(|n| eprintln!("profiler: {n}"));
+    if let Some(x) = exporter {
+        sinks.push(x);
+    }
+    if !args.quiet {
+        // Our stdout carries the profile with `-o -`: the table goes to stderr then.
+        let stream: Box<dyn std::io::Write> = match to_stdout {
+            true => Box::new(std::io::stderr()),
+            false => Box::new(std::io::stdout()),
+        };
+        sinks.push(TableSink::new(report, stream));
+    }
+    if let Some(f) = file {
+        sinks.push(f);
+    }
+    if let Some(s) = series {
+        sinks.push(s);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(r) => r,
-        Err(e) => return fail(format!("starting the async runtime: {e}")),
-    };
-    let mut write_error = None;
-    let mut on_interval = |profile: Profile| {
-        // With an exporter the interval is encoded once, for the file and the stores.
-        let message = exporter.as_ref().map(|_| pprof::encode(&profile));
-        if let Some(s) = series.as_mut()
-            && let Err(e) = s.write_encoded(&profile, message.as_ref())
-        {
-            eprintln!("profiler: error: {e}");
-            write_error.get_or_insert(e);
-        }
-        if let (Some(x), Some(m)) = (exporter.as_mut(), message) {
-            x.submit_message(m, profile.info.frequency_hz);
+        Err(e) => {
+            sinks.abandon();
+            return fail(format!("starting the async runtime: {e}"));
         }
     };
     // What the run has to say is printed as it happens (the error, if any, comes after).
     let recorded = runtime.block_on(record_with(
         &opts,
-        &mut on_interval,
+        &mut |interval| sinks.interval(&interval),
         &mut Stderr { quiet: args.quiet },
     ));
-    // The last (or, without --interval, the only) profile goes out too; then pending
-    // intervals get the flush timeout, and the rest stays spooled.
-    let mut last = None;
-    if let Some(mut x) = exporter.take() {
-        if let Ok(o) = &recorded {
-            let message = pprof::encode(&o.profile);
-            x.submit_message(message.clone(), o.profile.info.frequency_hz);
-            last = Some(message);
-        }
-        x.finish();
-    }
     let outcome = match recorded {
         Ok(o) => o,
-        Err(e @ RecordError::Usage(_)) => {
-            eprintln!("profiler: {e}");
-            return ExitCode::from(EXIT_USAGE);
-        }
-        Err(e) => return fail(e),
-    };
-    let profile = &outcome.profile;
-    if !args.quiet {
-        // One event at a time (their units differ); the others are named on stderr.
-        let (one, note) = match report.by {
-            By::Event => (profile.clone(), None),
-            _ => crate::profile::one_event(profile),
-        };
-        if let Some(note) = note {
-            eprintln!("profiler: {note}");
-        }
-        let table = render_report(&one, report);
-        if to_stdout {
-            eprint!("{table}");
-        } else {
-            print!("{table}");
-        }
-    }
-    if let Some(mut out) = output.take() {
-        let name = out.name();
-        let quiet = out.is_stdout();
-        let written = format
-            .write(profile, &title(&opts), &mut out)
-            .map_err(|e| e.to_string());
-        match written.and_then(|()| out.commit().map_err(|e| e.to_string())) {
-            Ok(()) if quiet => {}
-            Ok(()) => eprintln!("profiler: {} written to {name}", describe(format)),
-            Err(e) => return fail(format!("writing {name}: {e}")),
-        }
-    }
-
-    if let Some(s) = series.as_mut() {
-        // The last, partial interval.
-        if let Err(e) = s.write_encoded(profile, last.as_ref()) {
+        Err(e) => {
+            // The stores still flush the intervals they hold; no file is left half-made.
+            sinks.abandon();
+            if let RecordError::Usage(_) = e {
+                eprintln!("profiler: {e}");
+                return ExitCode::from(EXIT_USAGE);
+            }
             return fail(e);
         }
-    }
-    if let Some(e) = write_error {
+    };
+    // The last (or, without --interval, the only) profile goes to every sink; a sink that
+    // failed (now or at an interval) fails the run once the others are done.
+    if let Err(e) = sinks.finish(&outcome.profile) {
         return fail(e);
     }
     let command = outcome.command_status.and_then(Ended::from_wait);
@@ -550,16 +517,6 @@ pub fn run(args: RecordArgs) -> ExitCode {
         _ => None,
     };
     super::exit::status(interrupted, command)
-}
-
-fn describe(format: Format) -> &'static str {
-    match format {
-        Format::Pprof => "pprof profile",
-        Format::Folded => "folded stacks",
-        Format::Svg => "flame graph",
-        Format::Speedscope => "speedscope profile",
-        Format::Report => "report",
-    }
 }
 
 fn title(opts: &RecordOptions) -> String {
