@@ -10,6 +10,7 @@ mod persona;
 mod record;
 mod record_error;
 mod report;
+mod size;
 mod stat;
 mod symbolize;
 mod track;

@@ -8,7 +8,8 @@ use super::{
     EXIT_USAGE,
     exit::Ended,
     fail,
-    record_error::{RecordArgError, SizeError},
+    record_error::RecordArgError,
+    size::{byte_size, unwind_rows},
 };
 use crate::{
     export::{
@@ -370,19 +371,6 @@ pub fn run(args: RecordArgs) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    // Without -o: profile.pb.gz, or profile.<ext> of the --format asked for.
-    let default = match args.format {
-        None | Some(Format::Pprof) => PathBuf::from(DEFAULT_OUTPUT),
-        Some(f) => PathBuf::from(format!("profile.{}", f.extension())),
-    };
-    let path = args.output.as_deref().unwrap_or(&default);
-    let to_stdout = args.interval.is_none() && is_stdout(path);
-    // Our stdout carries the profile: the command's goes to stderr, as the table does.
-    opts.command_stdout_to_stderr = to_stdout;
-    let format = args.format.unwrap_or_else(|| match args.interval {
-        None => Format::for_path(path),
-        Some(_) => Format::Pprof,
-    });
     let names: Vec<String> = opts.events.iter().chain(&opts.read).cloned().collect();
     let ratios = match args
         .ratio
@@ -413,61 +401,10 @@ pub fn run(args: RecordArgs) -> ExitCode {
         limit: args.limit,
         ratios,
     };
-    // The outputs are checked before anything is attached: a file is created as a hidden
-    // temp file now, a series' directory proved writable, the spools opened.
-    let mut file = None;
-    let mut series = None;
-    match args.interval {
-        Some(_) if Series::looks_like_a_file(path) => {
-            eprintln!(
-                "profiler: --interval writes one file per interval into a directory, and -o {} \
-                 names a file: give -o a directory",
-                path.display()
-            );
-            return ExitCode::from(EXIT_USAGE);
-        }
-        Some(_) => match Series::open(path, format) {
-            Ok(s) => series = Some(s),
-            Err(e) => return fail(e),
-        },
-        None => match FileSink::create(path, format, &title(&opts)) {
-            Ok(f) => {
-                let mut f = f.describing();
-                if args.output.is_none() {
-                    let mut old = default.clone().into_os_string();
-                    old.push(".old");
-                    f.keep_previous_as(PathBuf::from(old));
-                }
-                file = Some(f);
-            }
-            Err(e) => return fail(e),
-        },
-    }
-    let exporter = match export.as_ref().map(Exporter::start).transpose() {
-        Ok(e) => e,
-        Err(e) => return fail(e),
+    let mut sinks = match sinks(&args, &mut opts, report, export.as_ref()) {
+        Ok(s) => s,
+        Err(code) => return code,
     };
-    opts.status_extra = exporter.as_ref().map(Exporter::status);
-    // In the order they finish: the stores first (their flush is bounded by
-    // --export-flush), then the table, the file, the series' last interval.
-    let mut sinks = Sinks::new(|n| eprintln!("profiler: {n}"));
-    if let Some(x) = exporter {
-        sinks.push(x);
-    }
-    if !args.quiet {
-        // Our stdout carries the profile with `-o -`: the table goes to stderr then.
-        let stream: Box<dyn std::io::Write> = match to_stdout {
-            true => Box::new(std::io::stderr()),
-            false => Box::new(std::io::stdout()),
-        };
-        sinks.push(TableSink::new(report, stream));
-    }
-    if let Some(f) = file {
-        sinks.push(f);
-    }
-    if let Some(s) = series {
-        sinks.push(s);
-    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -519,6 +456,84 @@ pub fn run(args: RecordArgs) -> ExitCode {
     super::exit::status(interrupted, command)
 }
 
+/// Where the run's profiles go, in the order they finish: the stores first (their flush is
+/// bounded by --export-flush), then the table, the file, the series' last interval. A new
+/// output or store is one more `push`.
+fn sinks(
+    args: &RecordArgs,
+    opts: &mut RecordOptions,
+    report: ReportOptions,
+    export: Option<&ExportOptions>,
+) -> Result<Sinks, ExitCode> {
+    // Without -o: profile.pb.gz, or profile.<ext> of the --format asked for.
+    let default = match args.format {
+        None | Some(Format::Pprof) => PathBuf::from(DEFAULT_OUTPUT),
+        Some(f) => PathBuf::from(format!("profile.{}", f.extension())),
+    };
+    let path = args.output.as_deref().unwrap_or(&default);
+    let to_stdout = args.interval.is_none() && is_stdout(path);
+    // Our stdout carries the profile: the command's goes to stderr, as the table does.
+    opts.command_stdout_to_stderr = to_stdout;
+    let format = args.format.unwrap_or_else(|| match args.interval {
+        None => Format::for_path(path),
+        Some(_) => Format::Pprof,
+    });
+    // The outputs are checked before anything is attached: a file is created as a hidden
+    // temp file now, a series' directory proved writable, the spools opened.
+    let mut file = None;
+    let mut series = None;
+    match args.interval {
+        Some(_) if Series::looks_like_a_file(path) => {
+            eprintln!(
+                "profiler: --interval writes one file per interval into a directory, and -o {} \
+                 names a file: give -o a directory",
+                path.display()
+            );
+            return Err(ExitCode::from(EXIT_USAGE));
+        }
+        Some(_) => match Series::open(path, format) {
+            Ok(s) => series = Some(s),
+            Err(e) => return Err(fail(e)),
+        },
+        None => match FileSink::create(path, format, &title(opts)) {
+            Ok(f) => {
+                let mut f = f.describing();
+                if args.output.is_none() {
+                    let mut old = default.clone().into_os_string();
+                    old.push(".old");
+                    f.keep_previous_as(PathBuf::from(old));
+                }
+                file = Some(f);
+            }
+            Err(e) => return Err(fail(e)),
+        },
+    }
+    let exporter = match export.map(Exporter::start).transpose() {
+        Ok(e) => e,
+        Err(e) => return Err(fail(e)),
+    };
+    opts.status_extra = exporter.as_ref().map(Exporter::status);
+    let mut sinks = Sinks::new(|n| eprintln!("profiler: {n}"));
+    if let Some(x) = exporter {
+        sinks.push(x);
+    }
+    if !args.quiet {
+        // Our stdout carries the profile with `-o -`: the table goes to stderr then.
+        let stream: Box<dyn std::io::Write> = match to_stdout {
+            true => Box::new(std::io::stderr()),
+            false => Box::new(std::io::stdout()),
+        };
+        sinks.push(TableSink::new(report, stream));
+    }
+    if let Some(f) = file {
+        sinks.push(f);
+    }
+    if let Some(s) = series {
+        sinks.push(s);
+    }
+    Ok(sinks)
+}
+
 fn title(opts: &RecordOptions) -> String {
     let what = match &opts.target {
         Target::Command(argv) => {
@@ -540,56 +555,6 @@ fn title(opts: &RecordOptions) -> String {
     format!("{} of {what}", opts.events.join(", "))
 }
 
-/// `--spool-max SIZE`: bytes, with an optional K, M or G suffix.
-fn byte_size(text: &str) -> Result<u64, SizeError> {
-    let (digits, shift) = match text.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => (
-            &text[..i],
-            match c.to_ascii_uppercase() {
-                'K' => 10,
-                'M' => 20,
-                'G' => 30,
-                _ => return Err(SizeError::Suffix(text.to_string())),
-            },
-        ),
-        _ => (text, 0),
-    };
-    let n: u64 = digits.parse().map_err(|_| SizeError::NotASize {
-        text: text.to_string(),
-        example: "256M",
-    })?;
-    n.checked_shl(shift)
-        .filter(|b| b >> shift == n && *b > 0)
-        .ok_or_else(|| SizeError::Bytes(text.to_string()))
-}
-
-/// `--unwind-memory SIZE` as a number of 8-byte rows.
-fn unwind_rows(text: &str) -> Result<u32, SizeError> {
-    let (digits, unit) = match text.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => (&text[..i], c.to_ascii_uppercase()),
-        _ => (text, 'M'),
-    };
-    let shift = match unit {
-        'K' => 10,
-        'M' => 20,
-        'G' => 30,
-        _ => return Err(SizeError::Suffix(text.to_string())),
-    };
-    let n: u64 = digits.parse().map_err(|_| SizeError::NotASize {
-        text: text.to_string(),
-        example: "64M or 512K",
-    })?;
-    let too_large = || SizeError::TooLarge(text.to_string());
-    let bytes = n
-        .checked_shl(shift)
-        .filter(|b| b >> shift == n)
-        .ok_or_else(too_large)?;
-    if !((64 << 10)..=(4 << 30)).contains(&bytes) {
-        return Err(SizeError::UnwindMemory(text.to_string()));
-    }
-    u32::try_from(bytes / 8).map_err(|_| too_large())
-}
-
 /// Prints a recording's warnings on stderr as they happen.
 /// Prints each warning as it comes; `-q` silences the start line.
 struct Stderr {
@@ -601,23 +566,5 @@ impl crate::record::Warn for Stderr {
         if !(self.quiet && warning.is_start()) {
             eprintln!("{warning}");
         }
-    }
-}
-
-#[cfg(test)]
-mod unwind_memory_tests {
-    use super::unwind_rows;
-
-    #[test]
-    fn sizes_become_rows() {
-        assert_eq!(unwind_rows("32"), Ok(32 << 17));
-        assert_eq!(unwind_rows("32M"), Ok(32 << 17));
-        assert_eq!(unwind_rows("512k"), Ok(512 << 7));
-        assert_eq!(unwind_rows("4G"), Ok(1 << 29));
-        assert!(unwind_rows("63K").is_err());
-        assert!(unwind_rows("5G").is_err());
-        assert!(unwind_rows("12X").is_err());
-        assert!(unwind_rows("M").is_err());
-        assert!(unwind_rows("99999999999999999G").is_err());
     }
 }
