@@ -2,9 +2,10 @@
 //!
 //! Layers, one way: `cli` → `record` → `profiler_core` (`perf`, `bpf`, `cpc`) → kernel → ring
 //! buffer → `profile` → `sink` (files, the table, the stores). `symbolize` turns addresses
-//! into frames between the ring buffer and `profile`; `modules` (the ELF module registry) builds the unwind tables
-//! `record` puts into the kernel. The counting model lives in `profiler-core` (which
-//! `libcpc.so` also links); its modules are re-exported here under their own names.
+//! into frames between the ring buffer and `profile`; `modules` (the ELF module registry)
+//! builds the unwind tables `record` puts into the kernel. The counting model lives in
+//! `profiler-core` (which `libcpc.so` also links); its modules are re-exported here under
+//! their own names.
 
 pub use profiler_core::{host, perf};
 
