@@ -154,10 +154,6 @@ impl Sinks {
         self.sinks.push(Box::new(sink));
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.sinks.is_empty()
-    }
-
     /// Hands one interval to every sink. A sink that fails is told about at once and
     /// remembered (the run fails at the end); the others still take the interval, and the
     /// failing one is handed the next.
