@@ -1,10 +1,11 @@
 //! profiler: an eBPF-assisted CPU performance profiler for Linux with the libcpc model.
 //!
 //! Layers, one way: `cli` → `record` → `profiler_core` (`perf`, `bpf`, `cpc`) → kernel → ring
-//! buffer → `profile` → writers. `symbolize` turns addresses into frames between the ring
-//! buffer and `profile`; `modules` (the ELF module registry) builds the unwind tables
-//! `record` puts into the kernel. The counting model lives in `profiler-core` (which
-//! `libcpc.so` also links); its modules are re-exported here under their own names.
+//! buffer → `profile` → `sink` (files, the table, the stores). `symbolize` turns addresses
+//! into frames between the ring buffer and `profile`; `modules` (the ELF module registry)
+//! builds the unwind tables `record` puts into the kernel. The counting model lives in
+//! `profiler-core` (which `libcpc.so` also links); its modules are re-exported here under
+//! their own names.
 
 pub use profiler_core::{host, perf};
 
@@ -28,6 +29,7 @@ pub mod output;
 pub mod profile;
 pub mod record;
 pub mod runtimes;
+pub mod sink;
 mod stream;
 pub mod symbolize;
 pub mod tools;

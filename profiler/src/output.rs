@@ -111,7 +111,7 @@ pub fn is_stdout(path: &Path) -> bool {
 
 /// Where a profile goes: a file written atomically, or standard output for `-o -`. A
 /// reader that goes away (`| head`) ends the output quietly, as for any Unix filter.
-pub enum Sink {
+pub enum Output {
     File(AtomicFile),
     Stdout {
         out: BufWriter<io::Stdout>,
@@ -119,36 +119,36 @@ pub enum Sink {
     },
 }
 
-impl Sink {
+impl Output {
     /// Standard output for `-`, else an [`AtomicFile`] (created now, so an unwritable
     /// path fails before anything runs).
-    pub fn create(path: &Path) -> Result<Sink, OutputError> {
+    pub fn create(path: &Path) -> Result<Output, OutputError> {
         if is_stdout(path) {
-            return Ok(Sink::Stdout {
+            return Ok(Output::Stdout {
                 out: BufWriter::new(io::stdout()),
                 closed: false,
             });
         }
-        AtomicFile::create(path).map(Sink::File)
+        AtomicFile::create(path).map(Output::File)
     }
 
     /// How messages name it: the file's path, or "standard output".
     pub fn name(&self) -> String {
         match self {
-            Sink::File(f) => f.path().display().to_string(),
-            Sink::Stdout { .. } => "standard output".into(),
+            Output::File(f) => f.path().display().to_string(),
+            Output::Stdout { .. } => "standard output".into(),
         }
     }
 
     pub fn is_stdout(&self) -> bool {
-        matches!(self, Sink::Stdout { .. })
+        matches!(self, Output::Stdout { .. })
     }
 
     /// Renames the file into place, or flushes standard output.
     pub fn commit(self) -> Result<(), OutputError> {
         match self {
-            Sink::File(f) => f.commit(),
-            Sink::Stdout { mut out, .. } => match out.flush() {
+            Output::File(f) => f.commit(),
+            Output::Stdout { mut out, .. } => match out.flush() {
                 Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(OutputError {
                     path: PathBuf::from("-"),
                     source: e,
@@ -159,12 +159,12 @@ impl Sink {
     }
 }
 
-impl Write for Sink {
+impl Write for Output {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
-            Sink::File(f) => f.write(buf),
-            Sink::Stdout { closed: true, .. } => Ok(buf.len()),
-            Sink::Stdout { out, closed } => match out.write(buf) {
+            Output::File(f) => f.write(buf),
+            Output::Stdout { closed: true, .. } => Ok(buf.len()),
+            Output::Stdout { out, closed } => match out.write(buf) {
                 Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
                     *closed = true;
                     Ok(buf.len())
@@ -176,9 +176,9 @@ impl Write for Sink {
 
     fn flush(&mut self) -> io::Result<()> {
         match self {
-            Sink::File(f) => f.flush(),
-            Sink::Stdout { closed: true, .. } => Ok(()),
-            Sink::Stdout { out, closed } => match out.flush() {
+            Output::File(f) => f.flush(),
+            Output::Stdout { closed: true, .. } => Ok(()),
+            Output::Stdout { out, closed } => match out.flush() {
                 Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
                     *closed = true;
                     Ok(())

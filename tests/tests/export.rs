@@ -567,6 +567,72 @@ fn tls_exports_trust_the_given_ca_and_only_it() {
     receiver.stop();
 }
 
+/// A sink that fails does not cost the others what they hold: the run's file cannot be put
+/// in place (its directory is removed during the run), yet the store gets the profile and
+/// the table is printed; the run then fails with the file named.
+#[test]
+fn a_file_that_cannot_be_written_costs_the_store_nothing() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("export-file-fails");
+    let log = dir.join("requests.jsonl");
+    let receiver = Receiver::start(&log, [0; 3], None);
+    let out_dir = dir.join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let file = out_dir.join("run.pb.gz");
+    let mut target = KillOnDrop(
+        Command::new(fixture("chain"))
+            .arg("30")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = target.0.id().to_string();
+    let mut args: Vec<String> = ["record", "-F", "199", "-p", &pid, "-o"]
+        .map(String::from)
+        .to_vec();
+    args.push(file.display().to_string());
+    args.extend(receiver.exports(&["http"]));
+    let mut child = Command::new(profiler_bin())
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = wait_recording(&mut child);
+    // The file was created (hidden) at the start; its directory goes away under it.
+    std::fs::remove_dir_all(&out_dir).unwrap();
+    // SAFETY: kill(2) on our own child, which has not been waited for.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    let status = child.wait().unwrap();
+    let stderr = lines.finish();
+    let _ = target.0.kill();
+    // The file's error, once, and the run's status 1 (its own error comes before the signal).
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    let failed: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("profiler: error: "))
+        .collect();
+    let needle = format!("profiler: error: writing {}: ", file.display());
+    assert!(
+        matches!(failed[..], [one] if one.starts_with(&needle)),
+        "{stderr}"
+    );
+    assert!(!file.exists());
+    // The store got the profile; the table was printed.
+    assert_eq!(totals(&stderr).len(), 1, "{stderr}");
+    for (url, n) in totals(&stderr) {
+        assert_eq!(n, [1, 0, 0], "{url}: {stderr}");
+    }
+    assert_eq!(accepted(&log, "http").len(), 1, "{stderr}");
+    assert!(stdout.contains(" samples of cpu-clock"), "{stdout}");
+    receiver.stop();
+}
+
 /// `record -F RATE -q --interval 1 -o DIR/profiles` (the directory made first: --interval
 /// writes into an existing one), and that directory.
 fn interval_args(dir: &Path, rate: &str) -> (PathBuf, Vec<String>) {

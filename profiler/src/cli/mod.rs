@@ -10,7 +10,7 @@ mod persona;
 mod record;
 mod record_error;
 mod report;
-mod series;
+mod size;
 mod stat;
 mod symbolize;
 mod track;

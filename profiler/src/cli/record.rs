@@ -4,20 +4,21 @@ use std::{ffi::OsString, io::IsTerminal as _, path::PathBuf, process::ExitCode, 
 
 use clap::Args;
 
-use super::series::Series;
 use super::{
     EXIT_USAGE,
     exit::Ended,
     fail,
-    record_error::{RecordArgError, SizeError},
+    record_error::RecordArgError,
+    size::{byte_size, unwind_rows},
 };
 use crate::{
     export::{
         DEFAULT_SPOOL_MAX, Endpoint, ExportOptions, Exporter, parse_header, read_header_file,
     },
-    output::{Sink, is_stdout},
-    profile::{By, Format, Profile, Ratio, ReportOptions, Sort, pprof, render_report},
+    output::is_stdout,
+    profile::{By, Format, Ratio, ReportOptions, Sort},
     record::{CallGraph, Mode, RecordError, RecordOptions, Stop, Target, record_with},
+    sink::{FileSink, Series, Sinks, TableSink},
 };
 
 /// `--call-graph` values.
@@ -370,19 +371,6 @@ pub fn run(args: RecordArgs) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    // Without -o: profile.pb.gz, or profile.<ext> of the --format asked for.
-    let default = match args.format {
-        None | Some(Format::Pprof) => PathBuf::from(DEFAULT_OUTPUT),
-        Some(f) => PathBuf::from(format!("profile.{}", f.extension())),
-    };
-    let path = args.output.as_deref().unwrap_or(&default);
-    let to_stdout = args.interval.is_none() && is_stdout(path);
-    // Our stdout carries the profile: the command's goes to stderr, as the table does.
-    opts.command_stdout_to_stderr = to_stdout;
-    let format = args.format.unwrap_or_else(|| match args.interval {
-        None => Format::for_path(path),
-        Some(_) => Format::Pprof,
-    });
     let names: Vec<String> = opts.events.iter().chain(&opts.read).cloned().collect();
     let ratios = match args
         .ratio
@@ -413,125 +401,41 @@ pub fn run(args: RecordArgs) -> ExitCode {
         limit: args.limit,
         ratios,
     };
-    // The output (file, or directory in continuous mode) is checked before anything is
-    // attached: a file is created as a hidden temp file now.
-    let mut output = None;
-    let mut series = None;
-    match args.interval {
-        Some(_) if Series::looks_like_a_file(path) => {
-            eprintln!(
-                "profiler: --interval writes one file per interval into a directory, and -o {} \
-                 names a file: give -o a directory",
-                path.display()
-            );
-            return ExitCode::from(EXIT_USAGE);
-        }
-        Some(_) => match Series::open(path, format) {
-            Ok(s) => series = Some(s),
-            Err(e) => return fail(e),
-        },
-        None => match Sink::create(path) {
-            Ok(mut sink) => {
-                if let (Sink::File(f), None) = (&mut sink, &args.output) {
-                    let mut old = default.clone().into_os_string();
-                    old.push(".old");
-                    f.keep_previous_as(PathBuf::from(old));
-                }
-                output = Some(sink);
-            }
-            Err(e) => return fail(e),
-        },
-    }
-    // The spools are opened (and proved writable) before anything is attached.
-    let mut exporter = match export.as_ref().map(Exporter::start).transpose() {
-        Ok(e) => e,
-        Err(e) => return fail(e),
+    let mut sinks = match sinks(&args, &mut opts, report, export.as_ref()) {
+        Ok(s) => s,
+        Err(code) => return code,
     };
-    let mut opts = opts;
-    opts.status_extra = exporter.as_ref().map(Exporter::status);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(r) => r,
-        Err(e) => return fail(format!("starting the async runtime: {e}")),
-    };
-    let mut write_error = None;
-    let mut on_interval = |profile: Profile| {
-        // With an exporter the interval is encoded once, for the file and the stores.
-        let message = exporter.as_ref().map(|_| pprof::encode(&profile));
-        if let Some(s) = series.as_mut()
-            && let Err(e) = s.write_encoded(&profile, message.as_ref())
-        {
-            eprintln!("profiler: error: {e}");
-            write_error.get_or_insert(e);
-        }
-        if let (Some(x), Some(m)) = (exporter.as_mut(), message) {
-            x.submit_message(m, profile.info.frequency_hz);
+        Err(e) => {
+            sinks.abandon();
+            return fail(format!("starting the async runtime: {e}"));
         }
     };
     // What the run has to say is printed as it happens (the error, if any, comes after).
     let recorded = runtime.block_on(record_with(
         &opts,
-        &mut on_interval,
+        &mut |interval| sinks.interval(&interval),
         &mut Stderr { quiet: args.quiet },
     ));
-    // The last (or, without --interval, the only) profile goes out too; then pending
-    // intervals get the flush timeout, and the rest stays spooled.
-    let mut last = None;
-    if let Some(mut x) = exporter.take() {
-        if let Ok(o) = &recorded {
-            let message = pprof::encode(&o.profile);
-            x.submit_message(message.clone(), o.profile.info.frequency_hz);
-            last = Some(message);
-        }
-        x.finish();
-    }
     let outcome = match recorded {
         Ok(o) => o,
-        Err(e @ RecordError::Usage(_)) => {
-            eprintln!("profiler: {e}");
-            return ExitCode::from(EXIT_USAGE);
-        }
-        Err(e) => return fail(e),
-    };
-    let profile = &outcome.profile;
-    if !args.quiet {
-        // One event at a time (their units differ); the others are named on stderr.
-        let (one, note) = match report.by {
-            By::Event => (profile.clone(), None),
-            _ => crate::profile::one_event(profile),
-        };
-        if let Some(note) = note {
-            eprintln!("profiler: {note}");
-        }
-        let table = render_report(&one, report);
-        if to_stdout {
-            eprint!("{table}");
-        } else {
-            print!("{table}");
-        }
-    }
-    if let Some(mut out) = output.take() {
-        let name = out.name();
-        let quiet = out.is_stdout();
-        let written = format
-            .write(profile, &title(&opts), &mut out)
-            .map_err(|e| e.to_string());
-        match written.and_then(|()| out.commit().map_err(|e| e.to_string())) {
-            Ok(()) if quiet => {}
-            Ok(()) => eprintln!("profiler: {} written to {name}", describe(format)),
-            Err(e) => return fail(format!("writing {name}: {e}")),
-        }
-    }
-
-    if let Some(s) = series.as_mut() {
-        // The last, partial interval.
-        if let Err(e) = s.write_encoded(profile, last.as_ref()) {
+        Err(e) => {
+            // The stores still flush the intervals they hold; no file is left half-made.
+            sinks.abandon();
+            if let RecordError::Usage(_) = e {
+                eprintln!("profiler: {e}");
+                return ExitCode::from(EXIT_USAGE);
+            }
             return fail(e);
         }
-    }
-    if let Some(e) = write_error {
+    };
+    // The last (or, without --interval, the only) profile goes to every sink; a sink that
+    // failed (now or at an interval) fails the run once the others are done.
+    if let Err(e) = sinks.finish(&outcome.profile) {
         return fail(e);
     }
     let command = outcome.command_status.and_then(Ended::from_wait);
@@ -552,14 +456,82 @@ pub fn run(args: RecordArgs) -> ExitCode {
     super::exit::status(interrupted, command)
 }
 
-fn describe(format: Format) -> &'static str {
-    match format {
-        Format::Pprof => "pprof profile",
-        Format::Folded => "folded stacks",
-        Format::Svg => "flame graph",
-        Format::Speedscope => "speedscope profile",
-        Format::Report => "report",
+/// Where the run's profiles go, in the order they finish: the stores first (their flush is
+/// bounded by --export-flush), then the table, the file, the series' last interval. A new
+/// output or store is one more `push`.
+fn sinks(
+    args: &RecordArgs,
+    opts: &mut RecordOptions,
+    report: ReportOptions,
+    export: Option<&ExportOptions>,
+) -> Result<Sinks, ExitCode> {
+    // Without -o: profile.pb.gz, or profile.<ext> of the --format asked for.
+    let default = match args.format {
+        None | Some(Format::Pprof) => PathBuf::from(DEFAULT_OUTPUT),
+        Some(f) => PathBuf::from(format!("profile.{}", f.extension())),
+    };
+    let path = args.output.as_deref().unwrap_or(&default);
+    let to_stdout = args.interval.is_none() && is_stdout(path);
+    // Our stdout carries the profile: the command's goes to stderr, as the table does.
+    opts.command_stdout_to_stderr = to_stdout;
+    let format = args.format.unwrap_or_else(|| match args.interval {
+        None => Format::for_path(path),
+        Some(_) => Format::Pprof,
+    });
+    // The outputs are checked before anything is attached: a file is created as a hidden
+    // temp file now, a series' directory proved writable, the spools opened.
+    let mut file = None;
+    let mut series = None;
+    match args.interval {
+        Some(_) if Series::looks_like_a_file(path) => {
+            eprintln!(
+                "profiler: --interval writes one file per interval into a directory, and -o {} \
+                 names a file: give -o a directory",
+                path.display()
+            );
+            return Err(ExitCode::from(EXIT_USAGE));
+        }
+        Some(_) => match Series::open(path, format) {
+            Ok(s) => series = Some(s),
+            Err(e) => return Err(fail(e)),
+        },
+        None => match FileSink::create(path, format, &title(opts)) {
+            Ok(f) => {
+                let mut f = f.describing();
+                if args.output.is_none() {
+                    let mut old = default.clone().into_os_string();
+                    old.push(".old");
+                    f.keep_previous_as(PathBuf::from(old));
+                }
+                file = Some(f);
+            }
+            Err(e) => return Err(fail(e)),
+        },
     }
+    let exporter = match export.map(Exporter::start).transpose() {
+        Ok(e) => e,
+        Err(e) => return Err(fail(e)),
+    };
+    opts.status_extra = exporter.as_ref().map(Exporter::status);
+    let mut sinks = Sinks::new(|n| eprintln!("profiler: {n}"));
+    if let Some(x) = exporter {
+        sinks.push(x);
+    }
+    if !args.quiet {
+        // Our stdout carries the profile with `-o -`: the table goes to stderr then.
+        let stream: Box<dyn std::io::Write> = match to_stdout {
+            true => Box::new(std::io::stderr()),
+            false => Box::new(std::io::stdout()),
+        };
+        sinks.push(TableSink::new(report, stream));
+    }
+    if let Some(f) = file {
+        sinks.push(f);
+    }
+    if let Some(s) = series {
+        sinks.push(s);
+    }
+    Ok(sinks)
 }
 
 fn title(opts: &RecordOptions) -> String {
@@ -583,56 +555,6 @@ fn title(opts: &RecordOptions) -> String {
     format!("{} of {what}", opts.events.join(", "))
 }
 
-/// `--spool-max SIZE`: bytes, with an optional K, M or G suffix.
-fn byte_size(text: &str) -> Result<u64, SizeError> {
-    let (digits, shift) = match text.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => (
-            &text[..i],
-            match c.to_ascii_uppercase() {
-                'K' => 10,
-                'M' => 20,
-                'G' => 30,
-                _ => return Err(SizeError::Suffix(text.to_string())),
-            },
-        ),
-        _ => (text, 0),
-    };
-    let n: u64 = digits.parse().map_err(|_| SizeError::NotASize {
-        text: text.to_string(),
-        example: "256M",
-    })?;
-    n.checked_shl(shift)
-        .filter(|b| b >> shift == n && *b > 0)
-        .ok_or_else(|| SizeError::Bytes(text.to_string()))
-}
-
-/// `--unwind-memory SIZE` as a number of 8-byte rows.
-fn unwind_rows(text: &str) -> Result<u32, SizeError> {
-    let (digits, unit) = match text.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => (&text[..i], c.to_ascii_uppercase()),
-        _ => (text, 'M'),
-    };
-    let shift = match unit {
-        'K' => 10,
-        'M' => 20,
-        'G' => 30,
-        _ => return Err(SizeError::Suffix(text.to_string())),
-    };
-    let n: u64 = digits.parse().map_err(|_| SizeError::NotASize {
-        text: text.to_string(),
-        example: "64M or 512K",
-    })?;
-    let too_large = || SizeError::TooLarge(text.to_string());
-    let bytes = n
-        .checked_shl(shift)
-        .filter(|b| b >> shift == n)
-        .ok_or_else(too_large)?;
-    if !((64 << 10)..=(4 << 30)).contains(&bytes) {
-        return Err(SizeError::UnwindMemory(text.to_string()));
-    }
-    u32::try_from(bytes / 8).map_err(|_| too_large())
-}
-
 /// Prints a recording's warnings on stderr as they happen.
 /// Prints each warning as it comes; `-q` silences the start line.
 struct Stderr {
@@ -644,23 +566,5 @@ impl crate::record::Warn for Stderr {
         if !(self.quiet && warning.is_start()) {
             eprintln!("{warning}");
         }
-    }
-}
-
-#[cfg(test)]
-mod unwind_memory_tests {
-    use super::unwind_rows;
-
-    #[test]
-    fn sizes_become_rows() {
-        assert_eq!(unwind_rows("32"), Ok(32 << 17));
-        assert_eq!(unwind_rows("32M"), Ok(32 << 17));
-        assert_eq!(unwind_rows("512k"), Ok(512 << 7));
-        assert_eq!(unwind_rows("4G"), Ok(1 << 29));
-        assert!(unwind_rows("63K").is_err());
-        assert!(unwind_rows("5G").is_err());
-        assert!(unwind_rows("12X").is_err());
-        assert!(unwind_rows("M").is_err());
-        assert!(unwind_rows("99999999999999999G").is_err());
     }
 }

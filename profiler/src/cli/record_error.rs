@@ -23,18 +23,3 @@ pub enum RecordArgError {
     #[error(transparent)]
     Export(#[from] ExportError),
 }
-
-/// Why a `SIZE` argument (`--spool-max`, `--unwind-memory`) was refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum SizeError {
-    #[error("`{0}`: the suffix must be K, M or G")]
-    Suffix(String),
-    #[error("`{text}` is not a size (e.g. {example})")]
-    NotASize { text: String, example: &'static str },
-    #[error("`{0}`: must be from 1 byte to 16 EiB")]
-    Bytes(String),
-    #[error("`{0}` is too large")]
-    TooLarge(String),
-    #[error("`{0}`: unwind memory must be from 64K to 4G")]
-    UnwindMemory(String),
-}

@@ -7,11 +7,8 @@ use clap::Args;
 
 use super::fail;
 use crate::{
-    output::Sink,
-    profile::{
-        By, Format, Profile, Ratio, ReadError, ReportOptions, Sort, read_profile, render_report,
-        write_diff_flamegraph,
-    },
+    profile::{By, Format, Profile, Ratio, ReadError, ReportOptions, Sort, read_profile},
+    sink::{FileSink, Sinks, TableSink},
 };
 
 /// What `record` writes when it is given no `-o`.
@@ -159,13 +156,12 @@ pub fn run_report(args: ReportArgs) -> ExitCode {
         limit: args.limit,
         ratios,
     };
-    // `--by event` lists every event, each in its unit; other tables show one event.
-    let profile = match args.by {
-        By::Event => profile,
-        _ => one_event(profile),
-    };
-    print!("{}", render_report(&profile, opts));
-    ExitCode::SUCCESS
+    let mut sinks = Sinks::new(|n| eprintln!("profiler: {n}"));
+    sinks.push(TableSink::new(opts, Box::new(std::io::stdout())));
+    match sinks.finish(&profile) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
 }
 
 pub fn run_flamegraph(args: FlamegraphArgs) -> ExitCode {
@@ -188,27 +184,25 @@ pub fn run_flamegraph(args: FlamegraphArgs) -> ExitCode {
             false => "flamegraph.svg",
         })
     });
-    let mut out = match Sink::create(&path) {
-        Ok(o) => o,
-        Err(e) => return fail(e),
-    };
-    let written = match inputs.as_slice() {
-        [before, after] => write_diff_flamegraph(before, after, &args.title, &mut out),
-        [one] if args.folded => Format::Folded.write(one, &args.title, &mut out),
-        [one] => Format::Svg.write(one, &args.title, &mut out),
-        _ => unreachable!("one input, or two with --diff"),
-    };
-    let (name, to_stdout) = (out.name(), out.is_stdout());
-    match written
-        .map_err(|e| e.to_string())
-        .and_then(|()| out.commit().map_err(|e| e.to_string()))
-    {
-        Ok(()) => {
-            if !to_stdout {
-                eprintln!("profiler: wrote {name}");
-            }
-            ExitCode::SUCCESS
+    let mut inputs = inputs.into_iter();
+    let first = inputs.next().expect("one input, or two with --diff");
+    let (sink, profile) = match inputs.next() {
+        Some(after) => (FileSink::create_diff(&path, first, &args.title), after),
+        None => {
+            let format = match args.folded {
+                true => Format::Folded,
+                false => Format::Svg,
+            };
+            (FileSink::create(&path, format, &args.title), first)
         }
-        Err(e) => fail(format!("writing {name}: {e}")),
+    };
+    let mut sinks = Sinks::new(|n| eprintln!("profiler: {n}"));
+    match sink {
+        Ok(s) => sinks.push(s),
+        Err(e) => return fail(e),
+    }
+    match sinks.finish(&profile) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
     }
 }

@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::fail;
 use crate::{
-    output::Sink,
+    output::Output,
     profile::pprof::{read_message, symbolize_message, write_message},
 };
 
@@ -38,7 +38,7 @@ pub fn run(args: SymbolizeArgs) -> ExitCode {
     for m in &done.missing {
         eprintln!("profiler: warning: no file or debug file here for {m}");
     }
-    let mut out = match Sink::create(&args.output) {
+    let mut out = match Output::create(&args.output) {
         Ok(o) => o,
         Err(e) => return fail(e),
     };

@@ -30,7 +30,7 @@ pub use notice::{Notice, Notify};
 pub use process::ProcessInfo;
 pub use queue::Counts;
 
-use crate::profile::{Profile, pprof};
+use crate::profile::pprof;
 
 /// The wire protocol of a destination.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -183,8 +183,8 @@ struct Shared {
     wake: tokio::sync::Notify,
 }
 
-/// The exporter: hand it each interval's profile ([`Exporter::submit`]), then
-/// [`Exporter::finish`].
+/// The exporter: hand it each interval's pprof message ([`Exporter::submit`]), then
+/// [`Exporter::finish`]. As a sink (`crate::sink`) it takes every interval and the last.
 pub struct Exporter {
     destinations: Vec<Arc<Shared>>,
     /// To the exporter's thread, which makes each protocol's request of an interval there,
@@ -193,9 +193,10 @@ pub struct Exporter {
     thread: Option<JoinHandle<()>>,
 }
 
-/// One interval handed over: its pprof message, sampling rate, and when it ended.
+/// One interval handed over: its pprof message (shared with the pprof file written beside
+/// it), sampling rate, and when it ended.
 struct Interval {
-    message: pprof::proto::Profile,
+    message: Arc<pprof::proto::Profile>,
     rate: u64,
     until: u64,
 }
@@ -326,14 +327,9 @@ impl Exporter {
         })
     }
 
-    /// Queues one interval for every destination (each protocol's request is made once, on
-    /// the exporter's thread).
-    pub fn submit(&mut self, profile: &Profile) {
-        self.submit_message(pprof::encode(profile), profile.info.frequency_hz);
-    }
-
-    /// [`Exporter::submit`] for an encoded pprof message.
-    pub fn submit_message(&mut self, message: pprof::proto::Profile, rate: u64) {
+    /// Queues one interval's pprof message (sampled at `rate` Hz) for every destination;
+    /// each protocol's request is made once, on the exporter's thread.
+    pub fn submit(&mut self, message: Arc<pprof::proto::Profile>, rate: u64) {
         let interval = Interval {
             message,
             rate,

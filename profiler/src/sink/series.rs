@@ -8,9 +8,10 @@ use std::{
     time::{SystemTime, UNIX_EPOCH},
 };
 
+use super::{Notice, Outgoing, Sink, SinkError};
 use crate::{
     output::{AtomicFile, OutputError},
-    profile::{Format, Profile},
+    profile::{Format, pprof},
 };
 
 pub struct Series {
@@ -65,13 +66,8 @@ impl Series {
     }
 
     /// Writes the next interval's file: `profile-<unix seconds>-<sequence>.<ext>`; a pprof
-    /// series takes the profile's pprof `message` when it is already made (the exporter's),
-    /// so it is not encoded twice.
-    pub fn write_encoded(
-        &mut self,
-        profile: &Profile,
-        message: Option<&crate::profile::pprof::proto::Profile>,
-    ) -> Result<PathBuf, OutputError> {
+    /// series writes the interval's pprof message, the one the exporters send.
+    fn write(&mut self, interval: &Outgoing<'_>) -> Result<PathBuf, OutputError> {
         self.seq += 1;
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -87,18 +83,41 @@ impl Series {
             path: path.clone(),
             source,
         };
-        match (self.format, message) {
-            (Format::Pprof, Some(m)) => crate::profile::pprof::write_message(m, &mut file),
-            _ => self.format.write(profile, "profiler interval", &mut file),
+        match self.format {
+            Format::Pprof => pprof::write_message(interval.pprof(), &mut file),
+            f => f.write(interval.profile, "profiler interval", &mut file),
         }
         .map_err(err)?;
         file.commit()?;
-        eprintln!(
-            "profiler: wrote {} ({} samples, {} lost)",
-            path.display(),
-            profile.info.samples,
-            profile.info.lost
-        );
         Ok(path)
+    }
+
+    fn written(path: PathBuf, interval: &Outgoing<'_>) -> Notice<'static> {
+        Notice::Interval {
+            path,
+            samples: interval.profile.info.samples,
+            lost: interval.profile.info.lost,
+        }
+    }
+}
+
+impl Sink for Series {
+    fn interval(
+        &mut self,
+        interval: &Outgoing<'_>,
+        tell: &mut dyn FnMut(&Notice<'_>),
+    ) -> Result<(), SinkError> {
+        let path = self.write(interval)?;
+        tell(&Self::written(path, interval));
+        Ok(())
+    }
+
+    /// The last, partial interval is one more file.
+    fn finish(
+        mut self: Box<Self>,
+        last: &Outgoing<'_>,
+        tell: &mut dyn FnMut(&Notice<'_>),
+    ) -> Result<(), SinkError> {
+        self.interval(last, tell)
     }
 }
