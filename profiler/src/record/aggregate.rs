@@ -307,7 +307,7 @@ mod tests {
     fn frame_pointers_are_said_only_when_user_stacks_are_walked_with_them() {
         let opts = RecordOptions {
             aggregate: true,
-            ..Default::default()
+            ..RecordOptions::new(crate::record::Target::SystemWide)
         };
         assert_eq!(frame_pointers(&opts, true), None);
         let kernel_only = RecordOptions {
