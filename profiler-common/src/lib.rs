@@ -391,3 +391,41 @@ impl SampleRecord {
         &self.comm[..end]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hash(frames: &[u64]) -> u64 {
+        let h = frames
+            .iter()
+            .fold(USER_HASH_SEED, |h, &f| user_hash_step(h, f));
+        user_hash_finish(h, frames.len() as u64)
+    }
+
+    /// The kernel keeps a user stack under this hash: stacks that differ in a frame, in
+    /// order or only in length (a trailing zero frame) get different keys.
+    #[test]
+    fn a_user_stack_hash_depends_on_every_frame_its_order_and_its_length() {
+        let a = [0x401136, 0x401178, 0x7f00_0002_9d90];
+        assert_eq!(hash(&a), hash(&[0x401136, 0x401178, 0x7f00_0002_9d90]));
+        let keys = [
+            hash(&a),
+            hash(&[a[1], a[0], a[2]]),
+            hash(&[a[0], a[1], a[2] + 1]),
+            hash(&[a[0], a[1], a[2], 0]),
+            hash(&a[..2]),
+            hash(&[]),
+            hash(&[0]),
+        ];
+        // no_std: pairwise.
+        for (i, x) in keys.iter().enumerate() {
+            for (j, y) in keys.iter().enumerate() {
+                assert!(
+                    i == j || x != y,
+                    "stacks {i} and {j} share a key: {keys:x?}"
+                );
+            }
+        }
+    }
+}
