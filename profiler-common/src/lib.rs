@@ -45,7 +45,9 @@ pub mod capture {
     /// writing one ring-buffer record per sample (`record --aggregate`).
     pub const AGGREGATE: u32 = 1 << 2;
     /// Walk user stacks with the unwind tables of `UNWIND_PROCS`/`UNWIND_ROWS` (frame
-    /// pointers where a process or mapping has none); ring-buffer records only.
+    /// pointers where a process or mapping has none). With [`AGGREGATE`], the walked stacks
+    /// are kept in `USER_STACKS` ([`crate::UserStack`]); a sample whose process has no
+    /// tables yet goes to the ring as an ordinary record instead.
     pub const UNWIND_TABLES: u32 = 1 << 3;
     /// Off-CPU time is recorded too (`record --off-cpu`, see [`crate::offcpu`]): sizes the
     /// pending map at load.
@@ -68,7 +70,8 @@ pub mod kernel_features {
 
 /// Entries of the in-kernel aggregation map: distinct (process, event, stacks, cgroup) keys.
 pub const AGGREGATE_ENTRIES: u32 = 65536;
-/// Distinct stacks the aggregation's stack-trace map holds.
+/// Distinct stacks the aggregation's stack-trace map holds (kernel stacks, and user stacks
+/// walked with frame pointers), and distinct table-walked user stacks (`USER_STACKS`).
 pub const AGGREGATE_STACKS: u32 = 16384;
 
 /// Most events per-cgroup counting attributes at once: one per sibling perf event array
@@ -99,8 +102,15 @@ pub mod cg_stat {
 pub mod stack_id {
     /// The stack was not asked for, or could not be walked.
     pub const NONE: i32 = -1;
-    /// Another stack had the same hash and holds the slot (`bpf_get_stackid` -EEXIST).
+    /// Another stack had the same hash and holds the slot (`bpf_get_stackid` -EEXIST, or
+    /// a `USER_STACKS` entry under the same 64-bit hash with other frames).
     pub const COLLISION: i32 = -2;
+    /// A user stack walked with unwind tables: its frames are the `USER_STACKS` entry
+    /// under [`super::AggregateKey::user_hash`].
+    pub const HASHED: i32 = -3;
+    /// A table-walked user stack `USER_STACKS` had no room for (every slot holds another
+    /// stack); counted with the collisions.
+    pub const FULL: i32 = -4;
 }
 
 /// Key of the in-kernel aggregation map.
@@ -114,6 +124,50 @@ pub struct AggregateKey {
     pub kernel_stack: i32,
     pub user_stack: i32,
     pub cgroup_id: u64,
+    /// With `user_stack` [`stack_id::HASHED`]: the key of the user stack in `USER_STACKS`
+    /// (a hash of its frames); 0 otherwise.
+    pub user_hash: u64,
+}
+
+/// A user stack walked with unwind tables, as `USER_STACKS` keeps it for the in-kernel
+/// aggregation: `len` frames, innermost first (the words after them are not part of it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct UserStack {
+    pub len: u32,
+    /// Explicit padding.
+    pub _pad: u32,
+    pub frames: [u64; MAX_STACK_DEPTH],
+}
+
+impl UserStack {
+    /// The stack's frames.
+    pub fn frames(&self) -> &[u64] {
+        &self.frames[..(self.len as usize).min(MAX_STACK_DEPTH)]
+    }
+}
+
+/// The start of a user stack's hash, the key it is kept under in `USER_STACKS`: the kernel
+/// mixes in each frame ([`user_hash_step`]), then their number ([`user_hash_finish`]); a
+/// slot holding other frames under the same hash is detected there and counted.
+pub const USER_HASH_SEED: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// One frame into a user stack's hash (a multiply-xorshift step, a few instructions in BPF).
+#[inline(always)]
+pub fn user_hash_step(hash: u64, frame: u64) -> u64 {
+    let h = (hash ^ frame).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h ^ (h >> 29)
+}
+
+/// The end of a user stack's hash: the number of frames mixed in, then murmur3's finalizer.
+#[inline(always)]
+pub fn user_hash_finish(hash: u64, len: u64) -> u64 {
+    let mut h = hash ^ len;
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
 }
 
 /// Value of the in-kernel aggregation map.
@@ -144,8 +198,8 @@ pub mod stat {
     pub const UNCONFIGURED: u32 = 4;
     /// Samples counted in the aggregation map (`capture::AGGREGATE`; a full map is `LOST`).
     pub const AGGREGATED: u32 = 5;
-    /// Stacks the stack-trace map could not store because another stack holds their hash
-    /// slot (their samples are still counted, under a collision marker).
+    /// Stacks the stack maps could not store because another stack holds their hash slot
+    /// (or `USER_STACKS` is full): their samples are still counted, under a marker.
     pub const COLLISIONS: u32 = 6;
     /// Children of targets that could not join the `TGIDS` filter (the map was full): their
     /// samples are filtered out, so each is reported as an untracked process.
@@ -154,8 +208,9 @@ pub mod stat {
     /// rule, an unreadable stack, the depth limit); the record is marked
     /// [`super::record_flags::UNWIND_PARTIAL`].
     pub const UNWIND_PARTIAL: u32 = 8;
-    /// Samples of processes without unwind tables yet (walked with frame pointers, marked
-    /// [`super::record_flags::UNWIND_NO_PROCESS`] so user space loads them).
+    /// Samples of processes without unwind tables yet (their stack copied or left out,
+    /// marked [`super::record_flags::UNWIND_NO_PROCESS`] so user space loads them; with
+    /// in-kernel aggregation such a sample goes to the ring).
     pub const UNWIND_NO_PROCESS: u32 = 9;
     /// Number of slots.
     pub const COUNT: u32 = 10;
@@ -291,7 +346,8 @@ const _: () = assert!(core::mem::size_of::<SamplerConfig>() == 32);
 const _: () = assert!(core::mem::size_of::<SampleRecord>() == 152);
 const _: () = assert!(core::mem::align_of::<SampleRecord>() == 8);
 const _: () = assert!(core::mem::size_of::<RequestConfig>() == 32);
-const _: () = assert!(core::mem::size_of::<AggregateKey>() == 24);
+const _: () = assert!(core::mem::size_of::<AggregateKey>() == 32);
+const _: () = assert!(core::mem::size_of::<UserStack>() == 8 + 8 * MAX_STACK_DEPTH);
 const _: () = assert!(core::mem::size_of::<AggregateValue>() == 32);
 const _: () = assert!(core::mem::size_of::<CgroupCounts>() == 8 * MAX_CGROUP_EVENTS);
 
@@ -316,6 +372,9 @@ unsafe impl aya::Pod for AggregateKey {}
 unsafe impl aya::Pod for AggregateValue {}
 // SAFETY: as above.
 #[cfg(feature = "user")]
+unsafe impl aya::Pod for UserStack {}
+// SAFETY: as above.
+#[cfg(feature = "user")]
 unsafe impl aya::Pod for CgroupCounts {}
 
 impl SampleRecord {
@@ -330,5 +389,43 @@ impl SampleRecord {
             .position(|&b| b == 0)
             .unwrap_or(self.comm.len());
         &self.comm[..end]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hash(frames: &[u64]) -> u64 {
+        let h = frames
+            .iter()
+            .fold(USER_HASH_SEED, |h, &f| user_hash_step(h, f));
+        user_hash_finish(h, frames.len() as u64)
+    }
+
+    /// The kernel keeps a user stack under this hash: stacks that differ in a frame, in
+    /// order or only in length (a trailing zero frame) get different keys.
+    #[test]
+    fn a_user_stack_hash_depends_on_every_frame_its_order_and_its_length() {
+        let a = [0x401136, 0x401178, 0x7f00_0002_9d90];
+        assert_eq!(hash(&a), hash(&[0x401136, 0x401178, 0x7f00_0002_9d90]));
+        let keys = [
+            hash(&a),
+            hash(&[a[1], a[0], a[2]]),
+            hash(&[a[0], a[1], a[2] + 1]),
+            hash(&[a[0], a[1], a[2], 0]),
+            hash(&a[..2]),
+            hash(&[]),
+            hash(&[0]),
+        ];
+        // no_std: pairwise.
+        for (i, x) in keys.iter().enumerate() {
+            for (j, y) in keys.iter().enumerate() {
+                assert!(
+                    i == j || x != y,
+                    "stacks {i} and {j} share a key: {keys:x?}"
+                );
+            }
+        }
     }
 }

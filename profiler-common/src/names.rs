@@ -35,6 +35,7 @@ pub mod maps {
     pub const RECORD_BUF: &str = "RECORD_BUF";
     pub const AGGREGATE: &str = "AGGREGATE";
     pub const STACK_TRACES: &str = "STACK_TRACES";
+    pub const USER_STACKS: &str = "USER_STACKS";
 
     // The unwinder (unwind.rs).
     pub const UNWIND_ROWS: &str = "UNWIND_ROWS";
@@ -92,6 +93,7 @@ pub mod maps {
         RECORD_BUF,
         AGGREGATE,
         STACK_TRACES,
+        USER_STACKS,
         UNWIND_ROWS,
         UNWIND_PROCS,
         COPIES,

@@ -234,6 +234,19 @@ pub(crate) fn prepare_tail(pid_tgid: u64) {
     }
 }
 
+/// A record without group words: what the in-kernel aggregation sends to the ring (the
+/// thread's counter increases stay with it, for its next aggregated sample).
+#[inline(always)]
+pub(crate) fn no_tail() {
+    if let Some(tail) = GROUP_TAIL.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot of a per-CPU array (perf_event programs do not nest).
+        unsafe {
+            (*tail).words = 0;
+            (*tail).flags = 0;
+        }
+    }
+}
+
 // `record --aggregate` with a group (both maps are sized only then):
 
 /// Each sampled thread's `GROUP_TASKS` values at its last sample.

@@ -1,14 +1,15 @@
 //! `record`'s sampling program: at each sample of a target it writes a record of only the
 //! frames walked (kernel, then user; see `profiler_common::stack`), user stacks walked with
 //! unwind tables where the process has them (`crate::unwind`), else with frame pointers; or,
-//! with `capture::AGGREGATE`, counts the sample in a kernel map instead.
+//! with `capture::AGGREGATE`, counts the sample in a kernel map instead (a sample whose
+//! process has no tables in the kernel yet still goes to the ring).
 
 use aya_ebpf::{
     EbpfContext,
     bindings::{BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_get_smp_processor_id, bpf_get_stack, bpf_ktime_get_ns, generated,
+        bpf_get_smp_processor_id, bpf_get_stack, bpf_ktime_get_ns, generated, generated::bpf_loop,
     },
     macros::map,
     maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
@@ -16,18 +17,18 @@ use aya_ebpf::{
 };
 use profiler_common::{
     AGGREGATE_ENTRIES, AGGREGATE_STACKS, AggregateKey, AggregateValue, DEFAULT_RING_BYTES,
-    MAX_STACK_DEPTH, RequestConfig, SamplerConfig, capture, group as group_consts, record_flags,
-    request_flags,
+    MAX_STACK_DEPTH, RequestConfig, SamplerConfig, USER_HASH_SEED, UserStack, capture,
+    group as group_consts, record_flags, request_flags,
     stack::{MAX_RECORD_FRAMES, STACK_COPY_HEAD_WORDS, STACK_HEADER_SIZE, StackSampleBuf},
-    stack_id, stat,
+    stack_id, stat, user_hash_finish, user_hash_step,
 };
 
 use crate::{
     group,
     sampler::{CONFIG, REQUESTS, bump, request_cookie, targeted},
     unwind::{
-        STACK_BYTES, Walked, copied_bytes, copy_allowed, copy_user_stack, user_frames, user_regs,
-        wake_for_tables, walk_user,
+        STACK_BYTES, Walk, Walked, copied_bytes, copy_allowed, copy_user_stack, user_frames,
+        user_regs, wake_for_tables, walk_user,
     },
 };
 
@@ -50,6 +51,13 @@ shared_name!(map AGGREGATE);
 #[map]
 static STACK_TRACES: StackTrace = StackTrace::with_max_entries(AGGREGATE_STACKS, 0);
 shared_name!(map STACK_TRACES);
+
+/// User stacks walked with unwind tables, by the hash of their frames (`AggregateKey`'s
+/// `user_hash`). Preallocated: perf_event programs on kernels before 6.1 may only use
+/// preallocated hash maps, and the loader sizes it only for `--aggregate` with tables.
+#[map]
+static USER_STACKS: HashMap<u64, UserStack> = HashMap::with_max_entries(AGGREGATE_STACKS, 0);
+shared_name!(map USER_STACKS);
 
 /// With unwind tables (needs `bpf_loop`, Linux 5.17). Always returns 0: perf writes
 /// nothing itself.
@@ -91,15 +99,21 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
         bump(stat::FILTERED);
         return;
     }
-    if config.capture & capture::AGGREGATE != 0 {
-        aggregate(ctx, config, &request, pid_tgid);
+    let aggregated = config.capture & capture::AGGREGATE != 0;
+    if aggregated && aggregate::<TABLES>(ctx, config, &request, pid_tgid) {
         return;
     }
     let Some(buf) = RECORD_BUF.get_ptr_mut(0) else {
         return;
     };
     // Before the walk: the verifier then checks the group's code once, not per walk.
-    group::prepare_tail(pid_tgid);
+    if aggregated {
+        // A sample the aggregation sends to the ring: its thread's counter increases were
+        // accounted and stay with it, for its next aggregated sample.
+        group::no_tail();
+    } else {
+        group::prepare_tail(pid_tgid);
+    }
     // SAFETY: this CPU's buffer (perf_event programs do not nest on one CPU); `ctx.ctx` is
     // the program's context, which the verifier lets us read.
     let (flags, frames) = unsafe {
@@ -253,23 +267,55 @@ unsafe fn user_stack<const TABLES: bool>(
     }
 }
 
-/// Counts the sample and its period's events in `AGGREGATE` under (process, event, stack
-/// ids, cgroup). Every sample
-/// ends in `AGGREGATED` or, when the map is full, `LOST`; stacks that lose a hash slot are
-/// counted under [`stack_id::COLLISION`], so the totals stay exact. With a counter group,
-/// the thread's counter increases since its previous counted sample are summed under the
-/// same key (`group::aggregate_values`).
+/// Counts the sample and its period's events in `AGGREGATE` under (process, event, stacks,
+/// cgroup); returns false when the sample is to be written to the ring instead. Every
+/// counted sample ends in `AGGREGATED` or, when the map is full, `LOST`; stacks that lose
+/// a hash slot are counted under [`stack_id::COLLISION`] (or [`stack_id::FULL`]), so the
+/// totals stay exact. With a counter group, the thread's counter increases since its
+/// previous counted sample are summed under the same key (`group::aggregate_values`).
+///
+/// With unwind tables (`TABLES`), user stacks are walked as in ring mode and kept once each
+/// in `USER_STACKS` under a hash of their frames. A sample that walk cannot serve goes to
+/// the ring, where user space handles it as in ring mode: its process has no tables in the
+/// kernel yet (no frame-pointer guess is aggregated), or a frame was in no mapping the
+/// tables know (at most as often as such a record wakes the reader, so it rescans).
 #[inline(always)]
-fn aggregate(
+fn aggregate<const TABLES: bool>(
     ctx: &PerfEventContext,
     config: &SamplerConfig,
     request: &RequestConfig,
     pid_tgid: u64,
-) {
+) -> bool {
     let tgid = (pid_tgid >> 32) as u32;
     // The counters are accounted to the sampled thread whether or not the sample is counted.
     let values = group::account(pid_tgid, false);
     let stacks = request.flags & request_flags::STACKS != 0;
+    let mut user = None;
+    if TABLES
+        && stacks
+        && config.capture & capture::USER_STACK != 0
+        && config.capture & capture::UNWIND_TABLES != 0
+    {
+        match walk_user(ctx, tgid) {
+            Walked::Done(walk) => {
+                // SAFETY: the helper only reads the clock.
+                let now = unsafe { bpf_ktime_get_ns() };
+                if walk.flags & record_flags::UNWIND_NO_MAPPING != 0
+                    && wake_for_tables(walk.flags, now)
+                {
+                    return false;
+                }
+                if walk.flags & record_flags::UNWIND_PARTIAL != 0 {
+                    bump(stat::UNWIND_PARTIAL);
+                }
+                user = Some(keep_user_stack(walk));
+            }
+            Walked::NoProcess => return false,
+            // A kernel thread, or a kernel-mode sample whose user registers this kernel
+            // cannot give: the frame-pointer walk below, as in ring mode.
+            Walked::NoUser => {}
+        }
+    }
     let walk = |wanted: u32, flags: u64| -> i32 {
         if !stacks || config.capture & wanted == 0 {
             return stack_id::NONE;
@@ -290,13 +336,18 @@ fn aggregate(
             }
         }
     };
+    let (user_stack, user_hash) = match user {
+        Some(kept) => kept,
+        None => (walk(capture::USER_STACK, BPF_F_USER_STACK as u64), 0),
+    };
     let key = AggregateKey {
         pid: tgid,
         request: request.index,
         kernel_stack: walk(capture::KERNEL_STACK, 0),
-        user_stack: walk(capture::USER_STACK, BPF_F_USER_STACK as u64),
+        user_stack,
         // SAFETY: the helper only reads the current task's cgroup id.
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        user_hash,
     };
     // SAFETY: the program's context, which the verifier lets us read.
     let period = unsafe { (*ctx.ctx).sample_period };
@@ -315,12 +366,118 @@ fn aggregate(
     if !counted {
         // The thread's counter increases stay with it, as a lost ring record's do.
         bump(stat::LOST);
-        return;
+        return true;
     }
     bump(stat::AGGREGATED);
     if let Some(values) = values {
         group::aggregate_values(pid_tgid, values, &key);
     }
+    true
+}
+
+/// Keeps a table-walked user stack in `USER_STACKS` under the hash of its frames; returns
+/// the key's `(user_stack, user_hash)`: [`stack_id::HASHED`] and the hash, or a marker when
+/// the slot holds other frames (a 64-bit collision) or the map is full (both counted).
+/// Hashing and comparing are `bpf_loop`s: the verifier checks one frame's step once, where
+/// a loop bounded by the walk's length is checked per length (past its instruction limit).
+#[inline(always)]
+fn keep_user_stack(walk: &Walk) -> (i32, u64) {
+    let stack = &walk.stack;
+    let n = stack.len.min(MAX_STACK_DEPTH as u32);
+    let mut lctx = StackLoop {
+        stack,
+        kept: stack,
+        hash: USER_HASH_SEED,
+        differ: 0,
+    };
+    // SAFETY: `hash_frame` is a BPF callback taking (index, ctx); `lctx` outlives the call.
+    unsafe {
+        bpf_loop(
+            n,
+            hash_frame as *mut core::ffi::c_void,
+            (&raw mut lctx).cast(),
+            0,
+        );
+    }
+    let hash = user_hash_finish(lctx.hash, u64::from(n));
+    // Most samples repeat a stack already kept: one lookup and a comparison.
+    // SAFETY: a plain map lookup; the value is only read.
+    let kept = match unsafe { USER_STACKS.get(hash) } {
+        Some(kept) => kept,
+        // BPF_NOEXIST: an entry is written once and never changed, so a reader on another
+        // CPU never sees it half written (a new entry is linked in once it is filled).
+        None => match USER_STACKS.insert(hash, stack, 1) {
+            Ok(()) => return (stack_id::HASHED, hash),
+            // -EEXIST: another CPU kept a stack under this hash meanwhile.
+            // SAFETY: as above.
+            Err(-17) => match unsafe { USER_STACKS.get(hash) } {
+                Some(kept) => kept,
+                None => return collision(stack_id::COLLISION),
+            },
+            Err(_) => return collision(stack_id::FULL),
+        },
+    };
+    if kept.len != stack.len {
+        return collision(stack_id::COLLISION);
+    }
+    lctx.kept = kept;
+    // SAFETY: as above, with `compare_frame`.
+    unsafe {
+        bpf_loop(
+            n,
+            compare_frame as *mut core::ffi::c_void,
+            (&raw mut lctx).cast(),
+            0,
+        );
+    }
+    if lctx.differ != 0 {
+        return collision(stack_id::COLLISION);
+    }
+    (stack_id::HASHED, hash)
+}
+
+/// A user stack that could not be kept: counted, and marked `why` in the key.
+#[inline(always)]
+fn collision(why: i32) -> (i32, u64) {
+    bump(stat::COLLISIONS);
+    (why, 0)
+}
+
+/// What the `bpf_loop`s of [`keep_user_stack`] work on, on the caller's stack.
+#[repr(C)]
+struct StackLoop {
+    stack: *const UserStack,
+    /// The stack kept under the same hash, compared with `stack`.
+    kept: *const UserStack,
+    hash: u64,
+    /// Non-zero once a frame differs.
+    differ: u64,
+}
+
+/// Mixes frame `index` of the stack into the hash.
+extern "C" fn hash_frame(index: u64, ctx: *mut core::ffi::c_void) -> i64 {
+    // SAFETY: `ctx` is the StackLoop `keep_user_stack` passed; its pointers are map values.
+    let c = unsafe { &mut *(ctx as *mut StackLoop) };
+    let i = index as usize;
+    if i >= MAX_STACK_DEPTH {
+        return 1;
+    }
+    // SAFETY: as above.
+    c.hash = user_hash_step(c.hash, unsafe { (*c.stack).frames[i] });
+    0
+}
+
+/// Compares frame `index` of the two stacks; stops at the first that differs.
+extern "C" fn compare_frame(index: u64, ctx: *mut core::ffi::c_void) -> i64 {
+    // SAFETY: as in `hash_frame`.
+    let c = unsafe { &mut *(ctx as *mut StackLoop) };
+    let i = index as usize;
+    // SAFETY: as above.
+    if i >= MAX_STACK_DEPTH || unsafe { (*c.kept).frames[i] != (*c.stack).frames[i] } {
+        c.differ = 1;
+        return 1;
+    }
+    0
 }
 
 /// Adds one sample of `period` events to an existing `AGGREGATE` entry; false if there is

@@ -16,7 +16,7 @@ use aya_ebpf::{
     programs::{PerfEventContext, TracePointContext},
 };
 use profiler_common::{
-    MAX_STACK_DEPTH, kernel_features, record_flags,
+    MAX_STACK_DEPTH, UserStack, kernel_features, record_flags,
     stack::{STACK_COPY_BLOCK, STACK_COPY_BYTES, STACK_COPY_HEAD_WORDS, StackSampleHeader},
     unwind::{
         DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, MAX_UNWIND_PROCS, ProcUnwind, UnwindMapping,
@@ -116,15 +116,14 @@ pub(crate) struct Walk {
     pc: u64,
     sp: u64,
     bp: u64,
-    /// Frames written to `frames`.
-    pub(crate) n: u32,
     /// Non-zero: `pc` is an interrupted instruction (the first frame, or the frame a signal
     /// interrupted), not a return address, so its row is looked up at `pc`, not `pc - 1`.
     exact: u32,
     /// `record_flags` bits.
     pub(crate) flags: u32,
-    _pad: u32,
-    pub(crate) frames: [u64; MAX_STACK_DEPTH],
+    /// The frames walked (`len` of them), laid out as the in-kernel aggregation keeps a
+    /// stack, so it is stored from here without a copy.
+    pub(crate) stack: UserStack,
 }
 
 #[map]
@@ -210,7 +209,7 @@ pub(crate) fn walk_user_from((pc, sp, bp): (u64, u64, u64), tgid: u32) -> Walked
         (*walk).pc = pc;
         (*walk).sp = sp;
         (*walk).bp = bp;
-        (*walk).n = 0;
+        (*walk).stack.len = 0;
         (*walk).exact = 1;
         (*walk).flags = record_flags::UNWIND_TABLES;
     }
@@ -252,9 +251,13 @@ pub(crate) unsafe fn user_frames(
     unsafe {
         if let Some(walk) = walked {
             // A constant size the verifier accepts; frames past `n` are ignored.
-            generated::bpf_probe_read_kernel(dst.cast(), STACK_BYTES, walk.frames.as_ptr().cast());
+            generated::bpf_probe_read_kernel(
+                dst.cast(),
+                STACK_BYTES,
+                walk.stack.frames.as_ptr().cast(),
+            );
             (*header).flags |= walk.flags;
-            return Some((walk.n as usize).min(MAX_STACK_DEPTH));
+            return Some((walk.stack.len as usize).min(MAX_STACK_DEPTH));
         }
         if let Some(sp) = sp()
             && let Ok(word) = bpf_probe_read_user(sp as *const u64)
@@ -347,13 +350,13 @@ extern "C" fn step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
         let c = &*(ctx as *const LoopCtx);
         (&mut *c.walk, &*c.proc_)
     };
-    let n = w.n as usize;
+    let n = w.stack.len as usize;
     if n >= MAX_STACK_DEPTH {
         w.flags |= record_flags::UNWIND_PARTIAL;
         return 1;
     }
-    w.frames[n] = w.pc;
-    w.n += 1;
+    w.stack.frames[n] = w.pc;
+    w.stack.len += 1;
     if w.pc == 0 {
         return 1;
     }

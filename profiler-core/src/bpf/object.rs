@@ -41,6 +41,7 @@ pub(super) struct MapSizes {
     pub unwind_rows: u32,
     pub aggregate: u32,
     pub stack_traces: u32,
+    pub user_stacks: u32,
     pub group_tasks: u32,
     pub aggregate_group: u32,
     pub group_sampled: u32,
@@ -57,6 +58,7 @@ impl Default for MapSizes {
             unwind_rows: 1,
             aggregate: 1,
             stack_traces: 1,
+            user_stacks: 1,
             group_tasks: 1,
             aggregate_group: 1,
             group_sampled: 1,
@@ -75,6 +77,7 @@ impl MapSizes {
             .map_max_entries(map::UNWIND_ROWS, self.unwind_rows)
             .map_max_entries(map::AGGREGATE, self.aggregate)
             .map_max_entries(map::STACK_TRACES, self.stack_traces)
+            .map_max_entries(map::USER_STACKS, self.user_stacks)
             .map_max_entries(map::CG_COUNTS, self.cg_counts)
             .map_max_entries(map::GROUP_TASKS, self.group_tasks)
             .map_max_entries(map::AGGREGATE_GROUP, self.aggregate_group)
@@ -95,7 +98,8 @@ pub struct SamplerStats {
     pub unconfigured: u64,
     /// Samples counted in the in-kernel aggregation map.
     pub aggregated: u64,
-    /// Stacks that lost their stack-map slot to another with the same hash.
+    /// Stacks that lost their stack-map slot to another with the same hash (or found the
+    /// user stack map full).
     pub collisions: u64,
     /// Children of targets that could not join the in-kernel filter (it was full).
     pub follow_failed: u64,

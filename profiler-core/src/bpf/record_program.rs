@@ -6,7 +6,7 @@ use std::os::fd::BorrowedFd;
 
 use profiler_common::{
     AGGREGATE_ENTRIES, AGGREGATE_STACKS, AggregateKey, AggregateValue, DEFAULT_RING_BYTES,
-    NO_GROUP_DEAD, RequestConfig, SamplerConfig, capture, group,
+    NO_GROUP_DEAD, RequestConfig, SamplerConfig, UserStack, capture, group,
     names::{maps as map, programs},
     offcpu::{PENDING_ENTRIES, TOTALS_ENTRIES},
     unwind::DEFAULT_UNWIND_ROWS,
@@ -67,7 +67,8 @@ impl RecordConfig {
     }
 
     /// The maps this configuration uses at size; the others stay minimal. The big ones cost
-    /// kernel memory (unwind rows 32 MiB, aggregation ~20 MiB, off-CPU ~26 MiB at full size).
+    /// kernel memory (unwind rows 32 MiB, aggregation ~20 MiB and 16 MiB more for its
+    /// table-walked user stacks, off-CPU ~26 MiB at full size).
     fn sizes(&self) -> MapSizes {
         let capture = self.sampler.capture;
         let aggregate = capture & capture::AGGREGATE != 0;
@@ -83,6 +84,10 @@ impl RecordConfig {
         if aggregate {
             sizes.aggregate = AGGREGATE_ENTRIES;
             sizes.stack_traces = AGGREGATE_STACKS;
+            // Table-walked user stacks (about 1 KiB each, preallocated: 16 MiB).
+            if self.tables() {
+                sizes.user_stacks = AGGREGATE_STACKS;
+            }
             // The aggregation's counter group maps only with a group too.
             if self.group {
                 sizes.aggregate_group = AGGREGATE_ENTRIES;
@@ -224,6 +229,17 @@ impl RecordProgram {
         Ok(sums.into_iter().map(|(key, v)| (key, v.values)).collect())
     }
 
+    /// The frames (innermost first) of the table-walked user stack the aggregation keeps
+    /// under `hash` (`AggregateKey::user_hash`); `None` if there is none.
+    pub fn user_stack(&self, hash: u64) -> Result<Option<Vec<u64>>, BpfError> {
+        let name = map::USER_STACKS;
+        match maps::hash_map::<u64, UserStack>(self.loaded.ebpf(), name)?.get(&hash, 0) {
+            Ok(stack) => Ok(Some(stack.frames().to_vec())),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(map_err(name)(e)),
+        }
+    }
+
     /// The frames (innermost first) of stack `id` of the aggregation's stack-trace map.
     pub fn stack_trace(&self, id: u32) -> Result<Vec<u64>, BpfError> {
         let name = map::STACK_TRACES;
@@ -283,6 +299,7 @@ mod tests {
                 unwind_rows: 1000,
                 aggregate: AGGREGATE_ENTRIES,
                 stack_traces: AGGREGATE_STACKS,
+                user_stacks: AGGREGATE_STACKS,
                 group_tasks: group::MAX_TASKS,
                 aggregate_group: AGGREGATE_ENTRIES,
                 group_sampled: group::MAX_TASKS,
@@ -295,6 +312,8 @@ mod tests {
         // without aggregation sizes only the per-thread map.
         let aggregate = config(capture::AGGREGATE, false).sizes();
         assert_eq!((aggregate.aggregate_group, aggregate.group_sampled), (1, 1));
+        // Aggregation with frame pointers keeps no table-walked user stacks.
+        assert_eq!(aggregate.user_stacks, 1);
         let group = config(0, true).sizes();
         assert_eq!(
             (group.group_tasks, group.aggregate_group, group.aggregate),

@@ -1,6 +1,8 @@
 //! Reading the in-kernel aggregation map (`record --aggregate`): samples and the events they
 //! stand for (the sum of their periods) per (process, event, stacks, cgroup), turned into
-//! per-interval deltas for the collector. Entries are never deleted while recording (a
+//! per-interval deltas for the collector. User stacks are walked with unwind tables where
+//! the kernel runs the walker (kept once each in `USER_STACKS`, by hash); a sample whose
+//! process has no tables in the kernel yet comes through the ring as in ring mode. Entries are never deleted while recording (a
 //! delete would race with the kernel's increments and lose counts), so each read reports
 //! what grew since the last one. With a counter group, the
 //! kernel also sums each counter's per-thread increases per key (`AGGREGATE_GROUP`): their
@@ -11,11 +13,14 @@ use std::collections::HashMap;
 use profiler_common::{AggregateKey, group::MAX_COUNTERS, stack_id};
 
 use super::{
-    Collector, RecordError,
+    CallGraph, Collector, Mode, RecordError, RecordOptions, Warn, Warning,
     collect::{CountedStack, Weight},
     feature::{self, Feature, Kernel, Shared},
 };
-use crate::bpf::{BpfError, RecordProgram};
+use crate::{
+    bpf::{BpfError, RecordProgram},
+    profile::RunInfo,
+};
 
 /// `--aggregate` in the list of features: the program counts stacks in a map instead of
 /// writing records, read each interval and at the end.
@@ -31,9 +36,35 @@ pub(super) const SPEC: feature::Spec = feature::Spec {
         }
         // A counter group's counters are the events that follow (its feature comes next).
         let first_counter = (!s.counters.is_empty()).then_some(s.first_event);
-        Ok(Some(Box::new(AggregateReader::new(first_counter))))
+        let mut reader = AggregateReader::new(first_counter);
+        reader.frame_pointers = frame_pointers(s.opts, s.sampler.walks_with_tables());
+        if let Some(w) = &reader.frame_pointers {
+            s.warnings.warn(w.clone());
+        }
+        Ok(Some(Box::new(reader)))
     },
 };
+
+/// What the run says when user stacks are aggregated as frame pointers give them (once at
+/// the start, again with the summary), or `None` when they are walked with unwind tables.
+fn frame_pointers(opts: &RecordOptions, tables: bool) -> Option<Warning> {
+    if tables || !opts.stacks || opts.mode == Mode::Kernel {
+        return None;
+    }
+    const WHAT: &str = "--aggregate walks user stacks with frame pointers";
+    const SO: &str = "code built without them loses its callers";
+    Some(match opts.call_graph {
+        CallGraph::FramePointer => Warning::note(format!("{WHAT} (--call-graph fp): {SO}")),
+        CallGraph::Dwarf if !crate::bpf::KernelFeatures::get().bpf_loop() => Warning::new(format!(
+            "{WHAT}: this kernel ({}) has no bpf_loop (Linux 5.17) for the unwind-table \
+                 walker; {SO}",
+            crate::bpf::kernel_release()
+        )),
+        CallGraph::Dwarf => Warning::new(format!(
+            "{WHAT}: the kernel refused the unwind-table walker; {SO}"
+        )),
+    })
+}
 
 impl Feature for AggregateReader {
     /// Processes that ended since are named from what the kernel reported.
@@ -57,6 +88,21 @@ impl Feature for AggregateReader {
         shared.counters_on_stacks = self.counters.as_ref().map(|c| c.attributed);
         Ok(())
     }
+
+    /// At the end, the frame-pointer note again, beside the summary.
+    fn info(
+        &mut self,
+        _sampler: &mut RecordProgram,
+        _info: &mut RunInfo,
+        _shared: &Shared,
+        last: bool,
+        warnings: &mut dyn Warn,
+    ) -> Result<(), RecordError> {
+        if last && let Some(w) = &self.frame_pointers {
+            warnings.warn(w.clone());
+        }
+        Ok(())
+    }
 }
 
 #[derive(Default)]
@@ -65,6 +111,10 @@ pub(super) struct AggregateReader {
     seen: HashMap<AggregateKey, (Weight, [u8; 16])>,
     /// Stacks by id; a stack-map slot is never overwritten without BPF_F_REUSE_STACKID.
     stacks: HashMap<i32, Vec<u64>>,
+    /// Table-walked user stacks by hash (the kernel never changes an entry).
+    user_stacks: HashMap<u64, Vec<u64>>,
+    /// Said at the start and the end when user stacks are walked with frame pointers.
+    frame_pointers: Option<Warning>,
     /// The counter group's sums, when one is recorded.
     counters: Option<CounterSums>,
 }
@@ -171,10 +221,21 @@ impl AggregateReader {
         sampler: &mut RecordProgram,
         key: &AggregateKey,
     ) -> Result<(Vec<u64>, Vec<u64>), BpfError> {
-        Ok((
-            self.stack(sampler, key.kernel_stack)?,
-            self.stack(sampler, key.user_stack)?,
-        ))
+        let user = match key.user_stack {
+            stack_id::HASHED => self.user_stack(sampler, key.user_hash)?,
+            id => self.stack(sampler, id)?,
+        };
+        Ok((self.stack(sampler, key.kernel_stack)?, user))
+    }
+
+    fn user_stack(&mut self, sampler: &mut RecordProgram, hash: u64) -> Result<Vec<u64>, BpfError> {
+        if let Some(s) = self.user_stacks.get(&hash) {
+            return Ok(s.clone());
+        }
+        // Kept before the key that names it was counted: always there.
+        let frames = sampler.user_stack(hash)?.unwrap_or_default();
+        self.user_stacks.insert(hash, frames.clone());
+        Ok(frames)
     }
 
     fn stack(&mut self, sampler: &mut RecordProgram, id: i32) -> Result<Vec<u64>, BpfError> {
@@ -202,7 +263,69 @@ fn counted<'a>(
         comm,
         kernel,
         user,
-        missing: (key.kernel_stack == stack_id::COLLISION || key.user_stack == stack_id::COLLISION)
-            .then_some("[stack hash collision]"),
+        missing: missing(key),
+    }
+}
+
+/// Why `key` has no stack: one of its stacks lost its slot.
+fn missing(key: &AggregateKey) -> Option<&'static str> {
+    let lost = |id: i32| key.kernel_stack == id || key.user_stack == id;
+    if lost(stack_id::COLLISION) {
+        Some("[stack hash collision]")
+    } else if lost(stack_id::FULL) {
+        Some("[stack map full]")
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stack_that_lost_its_slot_is_named_why() {
+        let key = |kernel_stack, user_stack| AggregateKey {
+            kernel_stack,
+            user_stack,
+            ..Default::default()
+        };
+        assert_eq!(missing(&key(3, stack_id::HASHED)), None);
+        assert_eq!(missing(&key(stack_id::NONE, 7)), None);
+        assert_eq!(
+            missing(&key(3, stack_id::COLLISION)),
+            Some("[stack hash collision]")
+        );
+        assert_eq!(
+            missing(&key(stack_id::COLLISION, stack_id::HASHED)),
+            Some("[stack hash collision]")
+        );
+        assert_eq!(missing(&key(3, stack_id::FULL)), Some("[stack map full]"));
+    }
+
+    #[test]
+    fn frame_pointers_are_said_only_when_user_stacks_are_walked_with_them() {
+        let opts = RecordOptions {
+            aggregate: true,
+            ..RecordOptions::new(crate::record::Target::SystemWide)
+        };
+        assert_eq!(frame_pointers(&opts, true), None);
+        let kernel_only = RecordOptions {
+            mode: Mode::Kernel,
+            ..opts.clone()
+        };
+        assert_eq!(frame_pointers(&kernel_only, false), None);
+        let fp = RecordOptions {
+            call_graph: CallGraph::FramePointer,
+            ..opts
+        };
+        assert_eq!(
+            frame_pointers(&fp, false).map(|w| w.to_string()),
+            Some(
+                "profiler: --aggregate walks user stacks with frame pointers (--call-graph fp): \
+                 code built without them loses its callers"
+                    .into()
+            )
+        );
     }
 }

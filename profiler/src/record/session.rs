@@ -413,16 +413,18 @@ impl<'a> Session<'a> {
         })
     }
 
-    /// The unwinder's and the ring's totals, one line for stderr (for the benchmark).
+    /// The unwinder's and the ring's totals, one line for stderr (for the benchmark): ring
+    /// records (`samples`) and samples counted in the kernel (`aggregated`).
     fn unwind_stats(&mut self, stats: &SamplerStats) -> Result<Warning, RecordError> {
         let (partial, no_process) = self.sampler.unwind_counts()?;
         let t = self.decoder.table_stats().unwrap_or_default();
         Ok(Warning::figures(format!(
-            "unwind-stats samples={} ring_bytes={} partial={partial} \
+            "unwind-stats samples={} aggregated={} ring_bytes={} partial={partial} \
              no_process={no_process} modules={} processes={} loads={} \
              modules_without_table={} modules_evicted={} row_bytes={} reserved_bytes={} \
              user_bytes={} copies_walked={} copies_cut={}",
             stats.submitted,
+            stats.aggregated,
             self.decoder.ring_bytes(),
             t.modules,
             t.processes,

@@ -23,19 +23,19 @@ fn sampler_config(opts: &RecordOptions, ring_bytes: u32, warnings: &mut dyn Warn
         Mode::User => capture::USER_STACK,
         Mode::Kernel => capture::KERNEL_STACK,
     };
-    // Unwind tables serve ring-buffer records of user stacks (in-kernel aggregation keys
-    // stacks by the kernel's stack map, which only frame pointers fill).
-    let mut tables = opts.call_graph == CallGraph::Dwarf
-        && !opts.aggregate
-        && opts.stacks
-        && stacks & capture::USER_STACK != 0;
+    // Unwind tables walk user stacks for ring records and the in-kernel aggregation alike.
+    let mut tables =
+        opts.call_graph == CallGraph::Dwarf && opts.stacks && stacks & capture::USER_STACK != 0;
     if tables && !crate::bpf::KernelFeatures::get().bpf_loop() {
-        // Known from the kernel's BTF: no failed load, one line.
-        warnings.warn(Warning::note(format!(
-            "this kernel ({}) has no bpf_loop (Linux 5.17): walking user stacks with frame \
-             pointers",
-            crate::bpf::kernel_release()
-        )));
+        // Known from the kernel's BTF: no failed load, one line (the aggregation's feature
+        // says it in its own words, at the start and the end).
+        if !opts.aggregate {
+            warnings.warn(Warning::note(format!(
+                "this kernel ({}) has no bpf_loop (Linux 5.17): walking user stacks with \
+                 frame pointers",
+                crate::bpf::kernel_release()
+            )));
+        }
         tables = false;
     }
     SamplerConfig {
