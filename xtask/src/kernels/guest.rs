@@ -106,6 +106,10 @@ const CHECKS: &[Check] = &[
         run: record_aggregate,
     },
     Check {
+        name: "record-aggregate-nofp",
+        run: record_aggregate_nofp,
+    },
+    Check {
         name: "record-offcpu",
         run: record_off_cpu,
     },
@@ -342,7 +346,12 @@ fn kernel_mode_at_entry(stacks: &[(Vec<String>, u64)]) -> u64 {
 /// `chain`'s profile: samples of the process, samples in leaf, and the leaf samples whose
 /// stack is the whole chain `main > outer > middle > leaf` (below whatever starts main).
 fn chain_profile(stacks: &[(Vec<String>, u64)]) -> (u64, u64, u64) {
-    let mine: Vec<_> = stacks.iter().filter(|(f, _)| f[0] == "chain").collect();
+    profile_of("chain", stacks)
+}
+
+/// [`chain_profile`] of the process named `comm` (the fixtures built from chain.c).
+fn profile_of(comm: &str, stacks: &[(Vec<String>, u64)]) -> (u64, u64, u64) {
+    let mine: Vec<_> = stacks.iter().filter(|(f, _)| f[0] == comm).collect();
     let total = mine.iter().map(|(_, n)| n).sum();
     let in_leaf: Vec<_> = mine
         .iter()
@@ -626,6 +635,59 @@ fn record_aggregate(l: &Layout) -> CheckResult {
         return Err(fail("no main > outer > chain in the report".into(), &out));
     }
     Ok(format!("{samples} samples, leaf {}%", leaf * 100 / total))
+}
+
+/// `record --aggregate -- nofp 1.5`: code built without frame pointers, aggregated in the
+/// kernel with the unwind-table walker, whole to `main` as the default mode has it. Without
+/// `bpf_loop` (before 5.17) the run walks frame pointers and says so at the start and the end.
+fn record_aggregate_nofp(l: &Layout) -> CheckResult {
+    const SAID: &str = "--aggregate walks user stacks with frame pointers";
+    let folded = l.out("agg-nofp.folded");
+    let nofp = l.fixture("nofp");
+    let args = [
+        "record",
+        "--aggregate",
+        "-F",
+        "999",
+        "-o",
+        &folded,
+        "--",
+        &nofp,
+        "1.5",
+    ];
+    let out = output_within(
+        Command::new(&l.profiler).args(args),
+        Duration::from_secs(60),
+    )?;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() {
+        return Err(fail(
+            format!("`profiler {}` exited with {}", args.join(" "), out.status),
+            &stderr,
+        ));
+    }
+    let said = stderr.matches(SAID).count();
+    if !l.unwind_tables {
+        return match said {
+            2 => Ok("no bpf_loop: frame pointers, said at the start and the end".into()),
+            n => Err(fail(format!("{SAID:?} said {n} times, not 2"), &stderr)),
+        };
+    }
+    if said != 0 {
+        return Err(fail(format!("{SAID:?} with the walker"), &stderr));
+    }
+    let stacks = read_folded(&folded)?;
+    let (total, leaf, whole) = profile_of("nofp", &stacks);
+    if total < 300 || leaf * 100 < total * LEAF_SHARE || whole * 100 < leaf * 99 {
+        return Err(fail(
+            format!("{total} samples of nofp, {leaf} in leaf, {whole} whole to main"),
+            &stderr,
+        ));
+    }
+    Ok(format!(
+        "{total} samples, {}% of leaf whole",
+        whole * 100 / leaf
+    ))
 }
 
 /// `record --wall -- waits 3`: the nanosleeps of `sleep_phase` as off-CPU time within 5 %

@@ -18,7 +18,7 @@ use crate::util::{output, run, show, workspace_root};
 pub const PREFIX: &str = "/opt/profiler";
 
 /// The fixtures the suite runs (their flags are in each file's first line).
-const FIXTURES: &[&str] = &["chain", "touch", "waits", "group"];
+const FIXTURES: &[&str] = &["chain", "nofp", "touch", "waits", "group"];
 /// libcpc's C programs the suite runs.
 const EXAMPLES: &[&str] = &["example1", "example2"];
 
