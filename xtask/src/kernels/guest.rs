@@ -148,6 +148,9 @@ pub fn check_names() -> Vec<&'static str> {
 /// returns how many failed.
 pub fn run_suite(layout: &mut Layout, only: Option<&str>) -> usize {
     let _ = std::fs::create_dir_all(&layout.scratch);
+    // A check's default output (`record` without `-o` writes profile.pb.gz) lands in the
+    // scratch directory, not in the workspace the host suite was started from.
+    let _ = std::env::set_current_dir(&layout.scratch);
     // What the profiler says this kernel offers.
     if let Ok(list) = profiler(layout, &["list"]) {
         layout.kernel_mode_callers = !list.contains("task pt_regs (5.15) no");
