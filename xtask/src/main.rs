@@ -10,6 +10,7 @@ mod packages;
 mod setup;
 mod test;
 mod util;
+mod venv;
 
 use std::process::ExitCode;
 

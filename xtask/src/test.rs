@@ -10,6 +10,8 @@ use crate::{
 pub fn test(extra: &[String]) -> anyhow::Result<()> {
     setup()?;
     crate::packages::ensure(crate::packages::TEST)?;
+    // The export tests' receivers (made here, once, rather than by each test binary).
+    crate::venv::otlp_python()?;
     cargo(&["fmt", "--all", "--check"])?;
     crate::deps::check()?;
     // Host crates. The eBPF crate is not a default member and builds only for BPF.

@@ -18,37 +18,27 @@ pub fn receiver_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("export/receiver.py")
 }
 
-/// The virtualenv's python with `opentelemetry-proto` and `grpcio`, created under target/
-/// the first time.
+/// The virtualenv's python with `opentelemetry-proto` and `grpcio` under target/, which
+/// `cargo xtask test` makes (xtask/src/venv.rs).
 pub fn python() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     // target/<profile>/deps/<test>
     let target = exe.ancestors().nth(3).expect("target dir").to_path_buf();
-    let venv = target.join("otlp-venv");
-    let py = venv.join("bin/python");
-    let ready = |py: &Path| {
-        Command::new(py)
-            .args([
-                "-c",
-                "import grpc, opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2_grpc",
-            ])
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !ready(&py) {
-        let status = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .status()
-            .expect("python3 -m venv (Debian: python3-venv, which cargo xtask test installs)");
-        assert!(status.success(), "creating {}", venv.display());
-        let status = Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "opentelemetry-proto", "grpcio"])
-            .status()
-            .expect("pip install");
-        assert!(status.success(), "pip install opentelemetry-proto grpcio");
-        assert!(ready(&py), "the venv cannot import the OTLP stubs");
-    }
+    let py = target.join("otlp-venv/bin/python");
+    let ready = Command::new(&py)
+        .args([
+            "-c",
+            "import grpc, opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2_grpc",
+        ])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ready,
+        "{} cannot import the OTLP stubs: run `cargo xtask test` (it makes the venv), or \
+         python3 -m venv target/otlp-venv && target/otlp-venv/bin/pip install \
+         opentelemetry-proto grpcio",
+        py.display()
+    );
     py
 }
 

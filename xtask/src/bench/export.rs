@@ -9,7 +9,7 @@
 
 use std::{
     io::{BufRead as _, BufReader},
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Stdio},
 };
 
@@ -41,7 +41,7 @@ struct Receivers {
 impl Receivers {
     fn start(log: &Path) -> anyhow::Result<Self> {
         let script = workspace_root().join("tests/export/receiver.py");
-        let mut child = Command::new(venv_python()?)
+        let mut child = Command::new(crate::venv::otlp_python()?)
             .arg(&script)
             .args(["serve", "--out"])
             .arg(log)
@@ -74,42 +74,6 @@ impl Drop for Receivers {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// The virtualenv with `opentelemetry-proto` and `grpcio` the export tests make under
-/// target/ (made here when the tests have not run yet).
-fn venv_python() -> anyhow::Result<PathBuf> {
-    let venv = workspace_root().join("target/otlp-venv");
-    let py = venv.join("bin/python");
-    let ready = |py: &Path| {
-        Command::new(py)
-            .args([
-                "-c",
-                "import grpc, opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2_grpc",
-            ])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !ready(&py) {
-        let ok = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .status()
-            .context("python3 -m venv")?
-            .success()
-            && Command::new(venv.join("bin/pip"))
-                .args(["install", "--quiet", "opentelemetry-proto", "grpcio"])
-                .status()
-                .context("pip install")?
-                .success();
-        anyhow::ensure!(
-            ok && ready(&py),
-            "could not make {} with opentelemetry-proto and grpcio",
-            venv.display()
-        );
-    }
-    Ok(py)
 }
 
 /// One recording: its CPU seconds, intervals sent and bytes sent (0 without a store).
