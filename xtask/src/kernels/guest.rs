@@ -192,6 +192,11 @@ fn kernel_release() -> String {
 /// Runs the profiler with `args` (60 s at most); a non-zero exit is a failure whose evidence
 /// is its stderr (a verifier refusal is there).
 fn profiler(l: &Layout, args: &[&str]) -> Result<String, Failure> {
+    profiler_streams(l, args).map(|(stdout, _)| stdout)
+}
+
+/// [`profiler`], with its stderr beside its stdout (for checks of what it says).
+fn profiler_streams(l: &Layout, args: &[&str]) -> Result<(String, String), Failure> {
     let mut cmd = Command::new(&l.profiler);
     cmd.args(args);
     let out = output_within(&mut cmd, Duration::from_secs(60))?;
@@ -208,7 +213,7 @@ fn profiler(l: &Layout, args: &[&str]) -> Result<String, Failure> {
             evidence: format!("stderr:\n{stderr}\nstdout:\n{stdout}"),
         });
     }
-    Ok(stdout)
+    Ok((stdout, stderr))
 }
 
 /// The first line of `text` worth showing (a refusal's own message, not aya's preamble).
@@ -658,17 +663,7 @@ fn record_aggregate_nofp(l: &Layout) -> CheckResult {
         &nofp,
         "1.5",
     ];
-    let out = output_within(
-        Command::new(&l.profiler).args(args),
-        Duration::from_secs(60),
-    )?;
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    if !out.status.success() {
-        return Err(fail(
-            format!("`profiler {}` exited with {}", args.join(" "), out.status),
-            &stderr,
-        ));
-    }
+    let (_, stderr) = profiler_streams(l, &args)?;
     let said = stderr.matches(SAID).count();
     if !l.unwind_tables {
         return match said {
