@@ -275,6 +275,11 @@ pub mod record_flags {
     /// of the user stack after its frames and group words (`crate::stack::stack_copy`),
     /// which user space walks with the same rows once it has loaded them.
     pub const STACK_COPY: u32 = 1 << 7;
+    /// Some user frames are Python frames (`crate::python::PY_FRAME`, two words each).
+    pub const PYTHON: u32 = 1 << 8;
+    /// The Python walk failed (no thread state, or a frame that could not be read): the
+    /// eval loop's frames from there on are native.
+    pub const PYTHON_ERROR: u32 = 1 << 9;
 }
 
 /// Run-time configuration of the sampling program, slot 0 of the `CONFIG` array.

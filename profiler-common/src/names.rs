@@ -44,6 +44,8 @@ pub mod maps {
     pub const COPY_WINDOW: &str = "COPY_WINDOW";
     pub const WALK: &str = "WALK";
     pub const WOKE_AT: &str = "WOKE_AT";
+    /// The Python walker's processes (`crate::python::PyProc`, by tgid).
+    pub const PY_PROCS: &str = "PY_PROCS";
 
     // Counter groups (group.rs).
     pub const GROUP_CONFIG: &str = "GROUP_CONFIG";
@@ -100,6 +102,7 @@ pub mod maps {
         COPY_WINDOW,
         WALK,
         WOKE_AT,
+        PY_PROCS,
         GROUP_CONFIG,
         GROUP_CPU,
         GROUP_TASKS,

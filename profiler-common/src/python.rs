@@ -123,3 +123,73 @@ const _: () = assert!(core::mem::align_of::<PythonOffsets>() == 4);
 // padding (size asserted above), so every bit pattern is valid.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for PythonOffsets {}
+
+/// [`PyProc::tss_kind`]: the key is the `pthread_key_t` of a `Py_tss_t` (3.7+), read as
+/// one word: `_is_initialized` in the low half, the key in the high half.
+pub const TSS_PY_TSS_T: u8 = 1;
+/// [`PyProc::tss_kind`]: the key is 3.6's `int autoTLSkey` (-1 until initialised).
+pub const TSS_INT: u8 = 2;
+
+/// What the kernel walker knows of one CPython process (`PY_PROCS`, by tgid): where its
+/// eval loop is (a native frame there is replaced by its Python frames), how to find the
+/// current thread's `PyThreadState` (glibc's `pthread_getspecific` emulated from the
+/// thread pointer), and the build's [`PythonOffsets`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PyProc {
+    /// `_PyEval_EvalFrameDefault`, runtime addresses, `[start, end)`.
+    pub eval_start: u64,
+    pub eval_end: u64,
+    /// Its `.cold` part, or `0..0`.
+    pub cold_start: u64,
+    pub cold_end: u64,
+    /// Where the thread-state key is in the process ([`Self::tss_kind`] says how to read it):
+    /// read at each walk, so a process detected before `Py_Initialize` made the key works
+    /// once it has.
+    pub tss_key_addr: u64,
+    /// Offset of `thread.fsbase` in the kernel's `task_struct` (from its BTF): the thread
+    /// pointer, which on x86-64 glibc is the thread's `struct pthread`.
+    pub task_fsbase: u32,
+    /// Offset of `specific_1stblock` in glibc's `struct pthread`.
+    pub tsd_first_block: u16,
+    /// Keys held in that first block (32).
+    pub tsd_first_block_keys: u16,
+    /// [`TSS_PY_TSS_T`] or [`TSS_INT`].
+    pub tss_kind: u8,
+    pub _pad: [u8; 7],
+    pub offsets: PythonOffsets,
+}
+
+const _: () = assert!(core::mem::size_of::<PyProc>() == 56 + 72);
+const _: () = assert!(core::mem::align_of::<PyProc>() == 8);
+
+// SAFETY: `PyProc` is `#[repr(C)]` with fixed-width integer fields and explicit padding
+// (size asserted above), so every bit pattern is valid.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for PyProc {}
+
+/// A user frame word with this bit set is a Python frame: the word holds its code object's
+/// address, and the next word [`py_frame_data`]. Native user addresses never have it (they
+/// are below the kernel half of the address space).
+pub const PY_FRAME: u64 = 1 << 63;
+
+/// The second word of a Python frame: the code object's [`py_check`] above the byte offset
+/// of the frame's instruction in its bytecode (as the interpreter counts: `f_lasti` in
+/// bytes, or the distance of the instruction pointer from the first code unit; negative
+/// before the first instruction).
+pub const fn py_frame_data(check: u32, byte_offset: i32) -> u64 {
+    ((check as u64) << 32) | byte_offset as u32 as u64
+}
+
+/// A code object's check value, read cheaply where it starts by the kernel walker and
+/// compared by user space with the object it has cached at that address: its first line
+/// mixed with the low half of its `co_name` pointer. 0 means "not read".
+pub const fn py_check(firstlineno: i32, name_ptr: u64) -> u32 {
+    let v = (name_ptr as u32) ^ (firstlineno as u32).rotate_left(16);
+    if v == 0 { 1 } else { v }
+}
+
+/// A Python frame's words taken apart: (code object address, check, byte offset).
+pub const fn py_frame_parts(word: u64, data: u64) -> (u64, u32, i32) {
+    (word & !PY_FRAME, (data >> 32) as u32, data as u32 as i32)
+}

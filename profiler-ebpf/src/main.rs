@@ -64,6 +64,7 @@ mod cgcount;
 mod follow;
 mod group;
 mod offcpu;
+mod python;
 mod record;
 mod sampler;
 mod unwind;

@@ -16,7 +16,9 @@ use aya_ebpf::{
     programs::{PerfEventContext, TracePointContext},
 };
 use profiler_common::{
-    MAX_STACK_DEPTH, UserStack, kernel_features, record_flags,
+    MAX_STACK_DEPTH, UserStack, kernel_features,
+    python::PyProc,
+    record_flags,
     stack::{STACK_COPY_BLOCK, STACK_COPY_BYTES, STACK_COPY_HEAD_WORDS, StackSampleHeader},
     unwind::{
         DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, MAX_UNWIND_PROCS, ProcUnwind, UnwindMapping,
@@ -24,7 +26,7 @@ use profiler_common::{
     },
 };
 
-use crate::sampler::kernel_has;
+use crate::{python, sampler::kernel_has};
 
 /// Bytes of one stack's frames, the size every copy of one is made with.
 pub(crate) const STACK_BYTES: u32 = (MAX_STACK_DEPTH * 8) as u32;
@@ -121,6 +123,14 @@ pub(crate) struct Walk {
     exact: u32,
     /// `record_flags` bits.
     pub(crate) flags: u32,
+    /// The Python walk (`crate::python`): its state, the next Python frame to write, whether
+    /// an eval call's Python frames are being written (the native walk waits meanwhile), and
+    /// whether the native walk ended at that eval call's caller.
+    pub(crate) py_state: u32,
+    pub(crate) py_emit: u32,
+    pub(crate) py_frame: u64,
+    pub(crate) native_done: u32,
+    _pad: u32,
     /// The frames walked (`len` of them), laid out as the in-kernel aggregation keeps a
     /// stack, so it is stored from here without a copy.
     pub(crate) stack: UserStack,
@@ -168,6 +178,8 @@ pub(crate) fn wake_for_tables(flags: u32, now: u64) -> bool {
 struct LoopCtx {
     walk: *mut Walk,
     proc_: *const ProcUnwind,
+    /// The process's CPython entry, or null.
+    py: *const PyProc,
 }
 
 /// Byte offsets in the `ucontext` the rt_sigreturn trampoline's rsp points at: 40 to
@@ -212,10 +224,15 @@ pub(crate) fn walk_user_from((pc, sp, bp): (u64, u64, u64), tgid: u32) -> Walked
         (*walk).stack.len = 0;
         (*walk).exact = 1;
         (*walk).flags = record_flags::UNWIND_TABLES;
+        (*walk).py_state = python::NOT_STARTED;
+        (*walk).py_emit = 0;
+        (*walk).py_frame = 0;
+        (*walk).native_done = 0;
     }
     let mut lctx = LoopCtx {
         walk,
         proc_: proc_ as *const ProcUnwind,
+        py: python::process(tgid),
     };
     // SAFETY: `step` is a BPF callback taking (index, ctx); `lctx` outlives the call.
     unsafe {
@@ -343,25 +360,53 @@ pub(crate) fn saved_user_regs() -> Option<(u64, u64, u64)> {
     }
 }
 
-/// One frame: record `pc`, then find the caller's pc, sp and bp. Returns 1 to stop.
+/// One frame: record `pc` (or, for a CPython eval call, the Python frames it runs, over
+/// the next iterations), then find the caller's pc, sp and bp. Returns 1 to stop.
 extern "C" fn step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
-    // SAFETY: `ctx` is the LoopCtx `walk_user` passed, whose pointers are to map values.
-    let (w, p) = unsafe {
+    // SAFETY: `ctx` is the LoopCtx `walk_user` passed, whose pointers are to map values
+    // (`py` may be null).
+    let (w, p, py) = unsafe {
         let c = &*(ctx as *const LoopCtx);
-        (&mut *c.walk, &*c.proc_)
+        (&mut *c.walk, &*c.proc_, c.py.as_ref())
     };
+    if let Some(py) = py
+        && w.py_emit != 0
+    {
+        return python::step(w, py);
+    }
     let n = w.stack.len as usize;
     if n >= MAX_STACK_DEPTH {
         w.flags |= record_flags::UNWIND_PARTIAL;
         return 1;
     }
-    w.stack.frames[n] = w.pc;
-    w.stack.len += 1;
     if w.pc == 0 {
+        w.stack.frames[n] = 0;
+        w.stack.len += 1;
         return 1;
     }
     let at = if w.exact != 0 { w.pc } else { w.pc - 1 };
     w.exact = 0;
+    if let Some(py) = py
+        && python::begins(w, py, at)
+    {
+        // The eval call's Python frames take its place once its caller is found.
+        w.py_emit = 1;
+    } else {
+        w.stack.frames[n] = w.pc;
+        w.stack.len += 1;
+    }
+    let r = native_step(w, p, at);
+    if r != 0 && w.py_emit != 0 {
+        // The native walk ends here, after the eval call's Python frames.
+        w.native_done = 1;
+        return 0;
+    }
+    r
+}
+
+/// The caller of the native frame at `at` (its pc, sp and bp into `w`). Returns 1 to stop.
+#[inline(always)]
+fn native_step(w: &mut Walk, p: &ProcUnwind, at: u64) -> i64 {
     let Some(m) = find_mapping(p, at) else {
         w.flags |= record_flags::UNWIND_NO_MAPPING;
         return frame_pointer_step(w);
@@ -506,6 +551,7 @@ pub fn unwind_exec(_ctx: TracePointContext) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     let _ = UNWIND_PROCS.remove(tgid);
     let _ = COPIES.remove(tgid);
+    python::forget(tgid);
     0
 }
 
@@ -517,6 +563,7 @@ pub fn unwind_exit(_ctx: TracePointContext) -> u32 {
     if pid_tgid >> 32 == pid_tgid & 0xffff_ffff {
         let _ = UNWIND_PROCS.remove((pid_tgid >> 32) as u32);
         let _ = COPIES.remove((pid_tgid >> 32) as u32);
+        python::forget((pid_tgid >> 32) as u32);
     }
     0
 }

@@ -4,7 +4,9 @@ perftools.profiles schema declared here field by field (the numbers of pprof's
 profile.proto), no code from this project. Prints a JSON summary of a profile file:
 total samples, samples per event label, per leaf function, sample types, comments,
 mapping file names with build ids, and label keys; and each event's values (the column
-named after the event label), per event and per (event, leaf function)."""
+named after the event label), per event and per (event, leaf function). With --stacks,
+each sample instead: its tid, samples, and frames innermost first as [function, file,
+line, mapping file]."""
 
 import gzip
 import json
@@ -75,12 +77,33 @@ def profile_class():
     return message_factory.MessageFactory(pool).GetPrototype(descriptor)
 
 
-def main(path):
+def stacks(p):
+    s = p.string_table
+    functions = {f.id: f for f in p.function}
+    mappings = {m.id: s[m.filename] for m in p.mapping}
+    locations = {l.id: l for l in p.location}
+    out = []
+    for sample in p.sample:
+        labels = {s[l.key]: (s[l.str] if l.str else l.num) for l in sample.label}
+        frames = []
+        for loc_id in sample.location_id:
+            loc = locations[loc_id]
+            for line in loc.line:
+                f = functions[line.function_id]
+                frames.append([s[f.name], s[f.filename], line.line,
+                               mappings.get(loc.mapping_id, "")])
+        out.append({"tid": labels.get("tid", 0), "n": sample.value[0], "frames": frames})
+    print(json.dumps({"stacks": out}))
+
+
+def main(path, want_stacks=False):
     data = open(path, "rb").read()
     if data[:2] == b"\x1f\x8b":
         data = gzip.decompress(data)
     p = profile_class()()
     p.ParseFromString(data)
+    if want_stacks:
+        return stacks(p)
     s = p.string_table
     functions = {f.id: s[f.name] for f in p.function}
     locations = {l.id: l for l in p.location}
@@ -120,4 +143,4 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], "--stacks" in sys.argv[2:])

@@ -750,6 +750,11 @@ pub fn user_stacks(stacks: &[(Vec<String>, u64)], comm: &str) -> Vec<(Vec<String
 
 /// The decoder's JSON summary of a pprof file.
 pub fn python_decode(file: &std::path::Path) -> serde_json::Value {
+    python_decode_with(file, &[])
+}
+
+/// [`python_decode`] with the decoder's options (`--stacks`: each sample's tid and frames).
+pub fn python_decode_with(file: &std::path::Path, options: &[&str]) -> serde_json::Value {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("pprof/decode_pprof.py");
     // The first Python that has the protobuf runtime: a pyenv `python3` may shadow the
     // system one that Debian's python3-protobuf (installed by .ci/run) belongs to.
@@ -766,6 +771,7 @@ pub fn python_decode(file: &std::path::Path) -> serde_json::Value {
     let out = Command::new(python)
         .arg(&script)
         .arg(file)
+        .args(options)
         .output()
         .expect("running python3");
     assert!(
@@ -787,4 +793,51 @@ pub fn truth(stdout: &str, key: &str) -> u64 {
         })
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no truth {key} in:\n{stdout}"))
+}
+
+/// Every CPython 3.6-3.13 installed here, with its version (as it reports it).
+pub fn python_interpreters() -> Vec<(std::path::PathBuf, profiler::runtimes::python::Version)> {
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let versions = std::path::Path::new(&home).join(".pyenv/versions");
+    let mut candidates: Vec<std::path::PathBuf> = (6..=13)
+        .filter_map(|minor| {
+            let dir = std::fs::read_dir(&versions).ok()?.flatten().find(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| n.starts_with(&format!("3.{minor}.")))
+            });
+            match dir {
+                Some(d) => Some(d.path().join(format!("bin/python3.{minor}"))),
+                None => {
+                    eprintln!(
+                        "SKIP Python 3.{minor}: not installed under {}",
+                        versions.display()
+                    );
+                    None
+                }
+            }
+        })
+        .collect();
+    candidates.push(std::path::PathBuf::from("/usr/bin/python3.11"));
+    candidates
+        .into_iter()
+        .filter(|p| {
+            let there = p.exists();
+            if !there {
+                eprintln!("SKIP {}: not installed", p.display());
+            }
+            there
+        })
+        .map(|p| {
+            let out = Command::new(&p)
+                .args(["-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"])
+                .output()
+                .expect("run python");
+            let v = profiler::runtimes::python::Version::parse(
+                String::from_utf8_lossy(&out.stdout).trim(),
+            )
+            .expect("version");
+            (p, v)
+        })
+        .collect()
 }

@@ -3,7 +3,7 @@
 //! Debian's python3.11. No BPF: this is the reference the kernel walker is checked against.
 
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
@@ -15,50 +15,6 @@ use profiler::runtimes::{
 use profiler_tests::*;
 
 const SCRIPT: &str = include_str!("../fixtures/python/stacks.py");
-
-/// Every CPython 3.6-3.13 installed here, with its version (as it reports it).
-fn interpreters() -> Vec<(PathBuf, Version)> {
-    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
-    let versions = Path::new(&home).join(".pyenv/versions");
-    let mut candidates: Vec<PathBuf> = (6..=13)
-        .filter_map(|minor| {
-            let dir = std::fs::read_dir(&versions).ok()?.flatten().find(|e| {
-                e.file_name()
-                    .to_str()
-                    .is_some_and(|n| n.starts_with(&format!("3.{minor}.")))
-            });
-            match dir {
-                Some(d) => Some(d.path().join(format!("bin/python3.{minor}"))),
-                None => {
-                    eprintln!(
-                        "SKIP Python 3.{minor}: not installed under {}",
-                        versions.display()
-                    );
-                    None
-                }
-            }
-        })
-        .collect();
-    candidates.push(PathBuf::from("/usr/bin/python3.11"));
-    candidates
-        .into_iter()
-        .filter(|p| {
-            let there = p.exists();
-            if !there {
-                eprintln!("SKIP {}: not installed", p.display());
-            }
-            there
-        })
-        .map(|p| {
-            let out = Command::new(&p)
-                .args(["-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"])
-                .output()
-                .expect("run python");
-            let v = Version::parse(String::from_utf8_lossy(&out.stdout).trim()).expect("version");
-            (p, v)
-        })
-        .collect()
-}
 
 /// A process killed (and continued first, if stopped) when dropped.
 struct Running(Child);
@@ -247,7 +203,7 @@ fn check_interpreter(python: &Path, version: Version, dir: &Path) {
 
 #[test]
 fn every_thread_reads_as_the_interpreter_says() {
-    let found = interpreters();
+    let found = python_interpreters();
     assert!(
         !found.is_empty() || std::env::var("CI").is_err(),
         "no Python installed under CI"

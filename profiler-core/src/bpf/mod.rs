@@ -9,6 +9,7 @@
 //! `profiler_common::names`.
 
 mod attach;
+pub mod btf;
 mod cgcount;
 mod error;
 mod features;

@@ -14,6 +14,7 @@ use std::{
 use aya::maps::{HashMap, Map, MapData};
 use profiler_common::{
     names::{maps as map, programs},
+    python::PyProc,
     stat,
     unwind::{DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, ProcUnwind, UnwindMapping, UnwindRow},
 };
@@ -32,6 +33,8 @@ pub struct UnwindMaps {
     /// Keeps the array's fd alive.
     _rows_map: Map,
     procs: HashMap<MapData, u32, ProcUnwind>,
+    /// The Python walker's processes (`PY_PROCS`): runtimes the walk hands over to.
+    python: HashMap<MapData, u32, PyProc>,
     placed: StdHashMap<u32, RowRange>,
     /// A read-only mapping of the whole array, made on first use by [`UnwindMaps::rows`]
     /// (only the pages read become resident).
@@ -75,6 +78,13 @@ impl RecordProgram {
             name: map::UNWIND_PROCS,
             source,
         })?;
+        let python = ebpf
+            .take_map(map::PY_PROCS)
+            .ok_or(BpfError::Missing(map::PY_PROCS))?;
+        let python = HashMap::try_from(python).map_err(|source| BpfError::Map {
+            name: map::PY_PROCS,
+            source,
+        })?;
         let Map::Array(data) = &rows_map else {
             return Err(BpfError::Missing("array map `UNWIND_ROWS`").into());
         };
@@ -89,6 +99,7 @@ impl RecordProgram {
             space: RowSpace::new(capacity),
             _rows_map: rows_map,
             procs,
+            python,
             placed: StdHashMap::new(),
             view: None,
         })
@@ -105,8 +116,11 @@ pub enum UnwindMapError {
         "the unwind row array is full ({capacity} rows); this module walks with frame pointers"
     )]
     Full { capacity: u32 },
-    #[error("bpf(BPF_MAP_UPDATE_ELEM) of UNWIND_PROCS: {}", errno_text(.0))]
-    Update(aya::maps::MapError),
+    #[error("bpf(BPF_MAP_UPDATE_ELEM) of {map}: {}", errno_text(.source))]
+    Update {
+        map: &'static str,
+        source: aya::maps::MapError,
+    },
 }
 
 /// A map error with the errno the syscall returned, when it was a syscall that failed.
@@ -239,12 +253,33 @@ impl UnwindMaps {
         value.count = n as u32;
         self.procs
             .insert(pid, value, 0)
-            .map_err(UnwindMapError::Update)
+            .map_err(|source| UnwindMapError::Update {
+                map: map::UNWIND_PROCS,
+                source,
+            })
     }
 
     /// Forgets a process (it exited).
     pub fn remove_process(&mut self, pid: u32) {
         let _ = self.procs.remove(&pid);
+        let _ = self.python.remove(&pid);
+    }
+
+    /// Tells the walker that `pid` runs CPython (`Some`), or no longer does.
+    pub fn set_python(&mut self, pid: u32, entry: Option<&PyProc>) -> Result<(), UnwindMapError> {
+        match entry {
+            Some(e) => self
+                .python
+                .insert(pid, e, 0)
+                .map_err(|source| UnwindMapError::Update {
+                    map: map::PY_PROCS,
+                    source,
+                }),
+            None => {
+                let _ = self.python.remove(&pid);
+                Ok(())
+            }
+        }
     }
 
     /// Bytes of rows in use.

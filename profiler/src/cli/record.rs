@@ -165,6 +165,10 @@ pub struct RecordArgs {
     /// counted and reported).
     #[arg(long = "min-block", value_name = "USECS")]
     pub min_block: Option<u64>,
+    /// Show no Python frames: CPython processes' stacks are native only (the eval loop's
+    /// C frames). By default each eval call is replaced by the Python functions it runs.
+    #[arg(long)]
+    pub no_python: bool,
     /// Walk no stacks in the kernel (benchmarks: the eBPF program's cost without them).
     #[arg(long, hide = true)]
     pub no_stacks: bool,
@@ -318,6 +322,7 @@ impl RecordArgs {
         }
         opts.status_line = std::io::stderr().is_terminal();
         opts.aggregate = self.aggregate;
+        opts.python = !self.no_python;
         opts.stacks = !self.no_stacks;
         opts.unwind_stats = self.unwind_stats;
         if let Some(rows) = self.unwind_memory {

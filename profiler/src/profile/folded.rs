@@ -28,6 +28,17 @@ fn clean(name: &str) -> String {
     name.replace([';', '\n', '\r'], ":").replace(' ', "_")
 }
 
+/// [`clean`], but the one space of a Python frame's `name (file:line)` stays: tools read
+/// the count after the line's last space, and inferno shows names as written.
+fn clean_frame(name: &str) -> String {
+    match name.split_once(" (") {
+        Some((function, place)) if place.ends_with(')') => {
+            format!("{} ({})", clean(function), clean(&place[..place.len() - 1]))
+        }
+        _ => clean(name),
+    }
+}
+
 /// Folded lines of `profile`, merged and sorted (deterministic output). Kernel frames carry
 /// the `_[k]` suffix FlameGraph uses to colour them. With stacks of several events, each
 /// line starts with its event.
@@ -43,7 +54,7 @@ pub fn folded_lines(profile: &Profile) -> BTreeMap<String, u64> {
         line.push_str(&clean(&stack.comm));
         for frame in profile.frames_of(stack) {
             line.push(';');
-            line.push_str(&clean(&frame.function));
+            line.push_str(&clean_frame(&frame.display_name()));
             if frame.kind == FrameKind::Kernel {
                 line.push_str("_[k]");
             }

@@ -22,6 +22,7 @@ use super::{
 use crate::{
     modules::ElfFiles,
     profile::{FrameId, Profile, RunInfo, StackCount},
+    runtimes::SharedRuntimes,
     symbolize::{ElfFile, FileId, Frame, FrameKind, Normalizer, Symbolizer, UserFrame},
 };
 
@@ -83,6 +84,8 @@ pub struct Collector {
     fresh: Fresh,
     /// Warnings not yet taken ([`Collector::take_warnings`]).
     warnings: Vec<Warning>,
+    /// Runtimes whose kernel walkers put their own frames among the user frames (Python).
+    runtimes: Option<SharedRuntimes>,
 }
 
 /// One interval's stacks with the files their offsets are in: everything needed to name
@@ -185,15 +188,7 @@ impl Collector {
                 user.push(rec.ip);
             }
         }
-        // Every user frame but the innermost is a return address.
-        let user: Box<[UserFrame]> = user
-            .iter()
-            .enumerate()
-            .map(|(i, &addr)| {
-                self.normalizer
-                    .normalize(rec.pid, Some(&rec.comm), addr, i > 0)
-            })
-            .collect();
+        let user = self.user_frames(rec.pid, &rec.comm, &user);
         let key = RawStack {
             event: rec.request,
             pid: rec.pid,
@@ -221,6 +216,31 @@ impl Collector {
             }
         }
         self.count(key, weight);
+    }
+
+    /// Names runtimes' frames (through [`Self::set_runtimes`]) and normalizes native ones.
+    /// Every native frame but the innermost is a return address.
+    fn user_frames(&mut self, pid: u32, comm: &[u8; 16], words: &[u64]) -> Box<[UserFrame]> {
+        let mut out = Vec::with_capacity(words.len());
+        let mut runtimes = self.runtimes.as_ref().and_then(|r| r.lock().ok());
+        let mut i = 0;
+        while i < words.len() {
+            if let Some(r) = runtimes.as_mut()
+                && let Some((taken, frame)) = r.frame(pid, &words[i..])
+            {
+                out.extend(frame.map(UserFrame::Named));
+                i += taken;
+                continue;
+            }
+            out.push(self.normalizer.normalize(pid, Some(comm), words[i], i > 0));
+            i += 1;
+        }
+        out.into_boxed_slice()
+    }
+
+    /// Names the frames of these runtimes' kernel walkers from now on.
+    pub fn set_runtimes(&mut self, runtimes: SharedRuntimes) {
+        self.runtimes = Some(runtimes);
     }
 
     /// Adds `weight` to `key`'s count; a stack seen for the first time has its addresses
@@ -308,11 +328,7 @@ impl Collector {
             missing,
         } = *stack;
         self.normalizer.observe(pid, Some(comm));
-        let user = user
-            .iter()
-            .enumerate()
-            .map(|(i, &addr)| self.normalizer.normalize(pid, Some(&comm), addr, i > 0))
-            .collect();
+        let user = self.user_frames(pid, &comm, user);
         let key = RawStack {
             event,
             pid,

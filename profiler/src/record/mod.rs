@@ -14,6 +14,7 @@ mod group;
 mod offcpu;
 mod pidfd;
 mod prefetch;
+mod runtime;
 mod session;
 mod sources;
 mod status;
@@ -130,6 +131,9 @@ pub struct RecordOptions {
     pub wall: bool,
     /// With `off_cpu`: waits shorter than this are dropped (and counted).
     pub min_block: Duration,
+    /// Show CPython's frames in the stacks of Python processes (with the unwind-table
+    /// walker; on by default).
+    pub python: bool,
 }
 
 impl RecordOptions {
@@ -160,6 +164,7 @@ impl RecordOptions {
             off_cpu: false,
             wall: false,
             min_block: Duration::ZERO,
+            python: true,
         }
     }
 

@@ -21,7 +21,7 @@ use super::{
     feature::{self, Feature, Kernel, Shared},
     online_cpus,
     pidfd::PidFd,
-    resolve_events,
+    resolve_events, runtime,
     sources::{add_targets, attach_events, load_sampler},
     status::StatusLine,
     stops::StopSignals,
@@ -96,6 +96,7 @@ impl<'a> Session<'a> {
         // registry reads CFI through it.
         let mut collector = Collector::default();
         let (mut sampler, mut tables) = load_sampler(opts, collector.files(), warnings)?;
+        runtime::start(opts, tables.as_mut(), &mut collector, warnings);
         for i in 0..events.len() {
             let config = RequestConfig {
                 index: i as u32,

@@ -118,7 +118,7 @@ pub(super) fn add_targets(
             for &pid in pids {
                 sampler.add_tgid(pid)?;
                 if let Some(t) = tables.as_deref_mut() {
-                    t.load(pid, true, files, &MapHistory::default())?;
+                    t.load_now(pid, files, &MapHistory::default())?;
                 }
                 // A target that is already gone is not an error: it simply contributes
                 // nothing.

@@ -16,6 +16,7 @@ use profiler_common::{
 };
 
 use super::copied;
+use crate::runtimes::SharedRuntimes;
 
 use crate::{
     bpf::{RowRange, UnwindMapError, UnwindMaps},
@@ -162,6 +163,9 @@ pub struct TableLoader {
     swept: Instant,
     /// Build every table on this thread (while preloading, before sampling starts).
     build_now: bool,
+    /// Runtimes (Python) told of each process as it is published, before the native
+    /// tables, so its first walked sample already has their frames.
+    runtimes: Option<SharedRuntimes>,
 }
 
 impl TableLoader {
@@ -179,7 +183,13 @@ impl TableLoader {
             users: HashMap::new(),
             swept: Instant::now(),
             build_now: false,
+            runtimes: None,
         }
+    }
+
+    /// Tells `runtimes` of every process published from now on.
+    pub fn set_runtimes(&mut self, runtimes: SharedRuntimes) {
+        self.runtimes = Some(runtimes);
     }
 
     /// Builds and places the tables of this process's own modules (the C library, the
@@ -254,6 +264,22 @@ impl TableLoader {
         Ok(changed)
     }
 
+    /// [`Self::load`] with every module's table built on this thread, whatever its size:
+    /// for processes given before sampling starts (`-p`), whose first samples would
+    /// otherwise walk a big module (libpython, a Rust driver) with frame pointers until the
+    /// worker has built it.
+    pub fn load_now(
+        &mut self,
+        pid: u32,
+        files: &mut ElfFiles,
+        history: &MapHistory,
+    ) -> Result<bool, UnwindMapError> {
+        self.build_now = true;
+        let loaded = self.load(pid, true, files, history);
+        self.build_now = false;
+        loaded
+    }
+
     /// Loads (or refreshes) the tables of `pid`'s mappings. `absent`: the kernel has no
     /// entry for it (new, or exec'ed since), so it is written even if the mappings look the
     /// same as last time. Returns whether a process loaded before had new mappings.
@@ -323,11 +349,23 @@ impl TableLoader {
             }
             return Ok(false);
         }
+        let runtimes = self.runtimes.clone();
+        if let Some(r) = runtimes
+            && let Ok(mut r) = r.lock()
+        {
+            let published = r.publish(pid, &mappings, &mut self.maps);
+            self.warnings
+                .extend(r.take_lines().into_iter().map(super::Warning::new));
+            if let Err(e) = published {
+                let name: std::sync::Arc<str> = std::sync::Arc::from("[runtime table]");
+                self.warn(&name, &e);
+            }
+        }
         match self.maps.set_process(pid, &entries) {
             Ok(()) => {}
             // The kernel's process map full (or out of memory): this process walks with frame
             // pointers; the recording goes on.
-            Err(e @ UnwindMapError::Update(_)) => {
+            Err(e @ UnwindMapError::Update { .. }) => {
                 self.stats.processes_without_table += 1;
                 let name: std::sync::Arc<str> = std::sync::Arc::from("[process table]");
                 self.warn(&name, &e);
@@ -551,6 +589,11 @@ impl TableLoader {
     fn forget(&mut self, pid: u32) {
         if let Some(state) = self.procs.remove(&pid) {
             self.drop_users(&state.modules);
+        }
+        if let Some(r) = &self.runtimes
+            && let Ok(mut r) = r.lock()
+        {
+            r.forget(pid);
         }
     }
 

@@ -8,6 +8,9 @@ use blazesym::symbolize::{CodeInfo, Sym};
 pub enum FrameKind {
     User,
     Kernel,
+    /// A Python function (its file and line are the script's), from the kernel's Python
+    /// walker: in place of the eval loop's native frame that ran it.
+    Python,
 }
 
 /// A function (or an unknown location named by its module) in a stack.
@@ -30,6 +33,22 @@ pub struct Frame {
 }
 
 impl Frame {
+    /// How folded stacks and flame graphs name the frame: a Python function with its file's
+    /// name and line, as py-spy shows them (`find_longest_match (difflib.py:421)`); any
+    /// other frame by its function.
+    pub fn display_name(&self) -> std::borrow::Cow<'_, str> {
+        match (self.kind, &self.file) {
+            (FrameKind::Python, Some(file)) => {
+                let base = file.rsplit('/').next().unwrap_or(file);
+                match self.line {
+                    Some(line) => format!("{} ({base}:{line})", self.function).into(),
+                    None => format!("{} ({base})", self.function).into(),
+                }
+            }
+            _ => self.function.as_ref().into(),
+        }
+    }
+
     /// A frame with only a function name (as read back from folded stacks).
     pub fn named(function: &str, kind: FrameKind) -> Self {
         Self {

@@ -14,6 +14,7 @@ fn frame(name: &str, kind: FrameKind, inlined: bool) -> Frame {
     f.module = Some(Arc::from(match kind {
         FrameKind::User => "chain",
         FrameKind::Kernel => "[kernel.kallsyms]",
+        FrameKind::Python => "stacks.py",
     }));
     if kind == FrameKind::User {
         f.path = Some(Arc::from("/nonexistent/chain"));

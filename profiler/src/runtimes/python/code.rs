@@ -36,11 +36,12 @@ pub struct PyFrame {
     pub line: Option<i32>,
 }
 
-/// The check value of a code object: its first line above the low 32 bits of its `co_name`
-/// pointer. Both are read where the object starts, cheaply, by the kernel walker too; a
-/// different code object at the same address almost surely differs in one.
+/// The check value of a code object: the kernel walker's
+/// [`py_check`](profiler_common::python::py_check) of its first line and `co_name` pointer,
+/// both read where the object starts; a different code object at the same address almost
+/// surely differs in one.
 pub fn check_value(firstlineno: i32, name_ptr: u64) -> u64 {
-    (u64::from(firstlineno as u32) << 32) | (name_ptr & 0xffff_ffff)
+    u64::from(profiler_common::python::py_check(firstlineno, name_ptr))
 }
 
 /// The byte offset of the instruction a frame is at, from the raw value the frame holds

@@ -190,6 +190,12 @@ fn check_live_debug_offsets(
 }
 
 /// The executable mapping of the interpreter's ELF, in the process `pid`.
+/// Whether `pid`, with these mappings, may run CPython (cheap: names only), so that
+/// [`detect`] is worth its reading.
+pub fn is_candidate(pid: u32, maps: &[Mapping]) -> bool {
+    interpreter_mapping(pid, maps).is_some()
+}
+
 fn interpreter_mapping(pid: u32, maps: &[Mapping]) -> Option<Mapping> {
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
     let exe = exe.as_deref().and_then(|p| p.to_str());

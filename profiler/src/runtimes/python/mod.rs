@@ -35,6 +35,7 @@ pub mod offsets;
 pub mod process;
 pub mod stack;
 pub mod version;
+pub mod walker;
 
 pub use code::{CodeCache, CodeInfo, PyFrame, check_value};
 pub use detect::{DetectError, Detection, Interpreter, Symbols, detect};
@@ -42,6 +43,7 @@ pub use offsets::{DebugOffsetsError, check_debug_offsets, for_version as offsets
 pub use process::{Memory, ProcessMemory, ReadError};
 pub use stack::{AttachError, PythonProcess, ThreadStack};
 pub use version::{Unsupported, Version};
+pub use walker::{Published, PythonWalker};
 
 #[cfg(test)]
 mod dwarf_check;

@@ -1,0 +1,217 @@
+//! CPython frames in the user walk (`crate::unwind`): where a native frame's PC is in a
+//! Python process's eval loop, that frame is replaced by the Python frames that eval call
+//! runs, read from the interpreter's frame chain, so the stack reads Python → C → Python in
+//! the order it was called, with every native frame between.
+//!
+//! The chain starts at the thread's `PyThreadState`, found as `pthread_getspecific` finds it
+//! (the thread pointer from the task, the key from the process), which works for shared and
+//! static builds alike. Each eval call owns: one frame on 3.6–3.10 (a `PyFrameObject`);
+//! frames up to the one marked `is_entry` on 3.11; frames up to the shim frame the C stack
+//! owns on 3.12+ (skipped). A frame is two words (`profiler_common::python::PY_FRAME`).
+
+use aya_ebpf::{
+    helpers::{bpf_probe_read_kernel, bpf_probe_read_user, generated::bpf_get_current_task},
+    macros::map,
+    maps::HashMap,
+};
+use profiler_common::{
+    MAX_STACK_DEPTH,
+    python::{
+        FRAME_OBJECT, INSTR_PTR, LASTI_BYTES, LASTI_UNITS, NONE, OWNED_BY_CSTACK, PREV_INSTR,
+        PY_FRAME, PyProc, TSS_INT, TSS_PY_TSS_T, py_check, py_frame_data,
+    },
+    record_flags,
+    unwind::MAX_UNWIND_PROCS,
+};
+
+use crate::unwind::Walk;
+
+/// The Python processes the walker knows, by tgid (user space adds them as it finds them).
+#[map]
+static PY_PROCS: HashMap<u32, PyProc> =
+    HashMap::with_max_entries(MAX_UNWIND_PROCS, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
+shared_name!(map PY_PROCS);
+
+/// The walk's Python state ([`Walk::py_state`]).
+pub(crate) const NOT_STARTED: u32 = 0;
+pub(crate) const WALKING: u32 = 1;
+pub(crate) const FAILED: u32 = 2;
+
+/// This process's entry, if it runs CPython.
+#[inline(always)]
+pub(crate) fn process(tgid: u32) -> *const PyProc {
+    // SAFETY: a plain map lookup; the value is only read.
+    match unsafe { PY_PROCS.get(tgid) } {
+        Some(p) => p as *const PyProc,
+        None => core::ptr::null(),
+    }
+}
+
+/// Forgets a process (exec, exit).
+#[inline(always)]
+pub(crate) fn forget(tgid: u32) {
+    let _ = PY_PROCS.remove(tgid);
+}
+
+#[inline(always)]
+fn in_eval(p: &PyProc, at: u64) -> bool {
+    (p.eval_start <= at && at < p.eval_end) || (p.cold_start <= at && at < p.cold_end)
+}
+
+/// Whether the native frame at `at` is an eval call whose Python frames replace it: the
+/// first such frame finds the thread's current Python frame. After a failure (or once the
+/// chain is used up) eval frames stay native.
+#[inline(always)]
+pub(crate) fn begins(w: &mut Walk, p: &PyProc, at: u64) -> bool {
+    if !in_eval(p, at) {
+        return false;
+    }
+    match w.py_state {
+        NOT_STARTED => match current_frame(p) {
+            Some(frame) => {
+                w.py_frame = frame;
+                w.py_state = WALKING;
+            }
+            None => {
+                w.py_state = FAILED;
+                w.flags |= record_flags::PYTHON_ERROR;
+                return false;
+            }
+        },
+        WALKING => {}
+        _ => return false,
+    }
+    w.py_frame != 0
+}
+
+/// The current thread's innermost Python frame (0 when it runs none).
+#[inline(always)]
+fn current_frame(p: &PyProc) -> Option<u64> {
+    let o = &p.offsets;
+    let key = match p.tss_kind {
+        TSS_PY_TSS_T => {
+            let word = read(p.tss_key_addr)?;
+            if word as u32 == 0 {
+                return None; // not initialised yet
+            }
+            (word >> 32) as u32
+        }
+        TSS_INT => {
+            let key = read(p.tss_key_addr)? as u32 as i32;
+            if key < 0 {
+                return None;
+            }
+            key as u32
+        }
+        _ => return None,
+    };
+    if key >= u32::from(p.tsd_first_block_keys) {
+        return None;
+    }
+    // SAFETY: the current task's field at an offset read from this kernel's BTF, read with
+    // bpf_probe_read_kernel, which tolerates any address.
+    let thread: u64 = unsafe {
+        let task = bpf_get_current_task();
+        bpf_probe_read_kernel((task + u64::from(p.task_fsbase)) as *const u64).ok()?
+    };
+    if thread == 0 {
+        return None;
+    }
+    let tstate = read(thread + u64::from(p.tsd_first_block) + 16 * u64::from(key) + 8)?;
+    if tstate == 0 {
+        return None;
+    }
+    let mut frame = read(tstate + u64::from(o.tstate_frame))?;
+    if o.cframe_current_frame != NONE && frame != 0 {
+        frame = read(frame + u64::from(o.cframe_current_frame))?;
+    }
+    Some(frame)
+}
+
+/// One iteration of the walk while an eval call's Python frames are being written: writes
+/// the next one (or skips the shim that ends the call on 3.12+). Returns 1 to end the walk.
+#[inline(always)]
+pub(crate) fn step(w: &mut Walk, p: &PyProc) -> i64 {
+    let o = &p.offsets;
+    let frame = w.py_frame;
+    if frame == 0 {
+        return end_call(w);
+    }
+    let Some(back) = read(frame + u64::from(o.frame_back)) else {
+        return fail(w);
+    };
+    if o.frame_kind != FRAME_OBJECT {
+        let Some(owner) = read_u8(frame + u64::from(o.frame_owner)) else {
+            return fail(w);
+        };
+        if o.version >= 0x030c00 && owner == OWNED_BY_CSTACK {
+            w.py_frame = back;
+            return end_call(w);
+        }
+    }
+    let n = w.stack.len as usize;
+    if n + 2 > MAX_STACK_DEPTH {
+        w.flags |= record_flags::UNWIND_PARTIAL;
+        return 1;
+    }
+    let (Some(code), Some(raw)) = (
+        read(frame + u64::from(o.frame_code)),
+        read(frame + u64::from(o.frame_instr)),
+    ) else {
+        return fail(w);
+    };
+    let offset = match o.instr_kind {
+        LASTI_BYTES => raw as u32 as i32,
+        LASTI_UNITS => (raw as u32 as i32).wrapping_mul(2),
+        PREV_INSTR | INSTR_PTR => raw.wrapping_sub(code + u64::from(o.code_adaptive)) as i32,
+        _ => -1,
+    };
+    let check = match (
+        read(code + u64::from(o.code_firstlineno)),
+        read(code + u64::from(o.code_name)),
+    ) {
+        (Some(first), Some(name)) => py_check(first as u32 as i32, name),
+        _ => 0,
+    };
+    w.stack.frames[n] = PY_FRAME | code;
+    w.stack.frames[n + 1] = py_frame_data(check, offset);
+    w.stack.len += 2;
+    w.flags |= record_flags::PYTHON;
+    w.py_frame = back;
+    let ends = if o.frame_kind == FRAME_OBJECT {
+        true
+    } else if o.frame_is_entry != NONE {
+        read_u8(frame + u64::from(o.frame_is_entry)).is_none_or(|e| e != 0)
+    } else {
+        false
+    };
+    if ends { end_call(w) } else { 0 }
+}
+
+/// The eval call's frames are written: the native walk resumes at its caller (already
+/// found), unless it had ended there.
+#[inline(always)]
+fn end_call(w: &mut Walk) -> i64 {
+    w.py_emit = 0;
+    if w.native_done != 0 { 1 } else { 0 }
+}
+
+/// A frame that cannot be read: the rest of the walk is native.
+#[inline(always)]
+fn fail(w: &mut Walk) -> i64 {
+    w.py_state = FAILED;
+    w.flags |= record_flags::PYTHON_ERROR;
+    end_call(w)
+}
+
+#[inline(always)]
+fn read(addr: u64) -> Option<u64> {
+    // SAFETY: bpf_probe_read_user tolerates any address.
+    unsafe { bpf_probe_read_user(addr as *const u64) }.ok()
+}
+
+#[inline(always)]
+fn read_u8(addr: u64) -> Option<u8> {
+    // SAFETY: as `read`.
+    unsafe { bpf_probe_read_user(addr as *const u8) }.ok()
+}

@@ -1,0 +1,328 @@
+//! Python frames in `record`'s stacks (the kernel's CPython walker): every pyenv CPython
+//! 3.6-3.13 installed here and Debian's python3.11, each running `stacks.py` (threads
+//! spinning in a function, a method, a `sorted()` key callback, a generator, and a 200-deep
+//! recursion). Each thread's samples must carry the Python chain the interpreter itself
+//! reported, in order, with its lines, and native frames between a C call and the Python
+//! it calls back. Read from the pprof output by an independent decoder.
+
+use std::{
+    collections::HashMap,
+    path::Path,
+    process::{Command, Stdio},
+};
+
+use profiler_tests::*;
+
+const SCRIPT: &str = include_str!("../fixtures/python/stacks.py");
+
+/// One Python frame as the interpreter and the profile both name it.
+type PyFrame = (String, String, i64);
+
+/// A sample: its thread, its count, and its frames innermost first as [function, file,
+/// line, mapping].
+struct Sample {
+    tid: u64,
+    n: u64,
+    frames: Vec<(String, String, i64, String)>,
+}
+
+impl Sample {
+    /// The Python frames (no mapping: named by the runtime), innermost first.
+    fn python(&self) -> Vec<PyFrame> {
+        self.frames
+            .iter()
+            .filter(|f| f.3.is_empty() && (f.1.ends_with(".py") || f.0.starts_with("[python")))
+            .map(|f| (f.0.clone(), f.1.clone(), f.2))
+            .collect()
+    }
+}
+
+fn samples(pprof: &Path) -> Vec<Sample> {
+    let v = python_decode_with(pprof, &["--stacks"]);
+    v["stacks"]
+        .as_array()
+        .expect("stacks")
+        .iter()
+        .map(|s| Sample {
+            tid: s["tid"].as_u64().unwrap_or(0),
+            n: s["n"].as_u64().unwrap_or(0),
+            frames: s["frames"]
+                .as_array()
+                .expect("frames")
+                .iter()
+                .map(|f| {
+                    (
+                        f[0].as_str().unwrap_or("").to_string(),
+                        f[1].as_str().unwrap_or("").to_string(),
+                        f[2].as_i64().unwrap_or(0),
+                        f[3].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// What the script wrote: each thread's frames, innermost first.
+fn expected(path: &Path) -> Vec<Vec<PyFrame>> {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("read")).expect("json");
+    v.as_object()
+        .expect("object")
+        .values()
+        .map(|t| {
+            t["stack"]
+                .as_array()
+                .expect("stack")
+                .iter()
+                .map(|f| {
+                    (
+                        f[0].as_str().unwrap().to_string(),
+                        f[1].as_str().unwrap().to_string(),
+                        f[2].as_i64().unwrap(),
+                    )
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Per thread of the profile: its samples, and those whose Python frames are `want`'s
+/// (the expected thread whose innermost function the thread's samples show most); the
+/// recursion, deeper than a record holds, is compared on the frames it has.
+struct Thread {
+    innermost: String,
+    all: u64,
+    exact: u64,
+    /// Samples with a native frame between `spin_key` and `callback_worker`.
+    native_between: u64,
+    example_miss: Option<String>,
+}
+
+fn threads(samples: &[Sample], want: &[Vec<PyFrame>]) -> Vec<Thread> {
+    let mut by_tid: HashMap<u64, Vec<&Sample>> = HashMap::new();
+    for s in samples {
+        by_tid.entry(s.tid).or_default().push(s);
+    }
+    let mut out = Vec::new();
+    for (_, ss) in by_tid {
+        // The expected thread most of its samples end in.
+        let mut votes: HashMap<usize, u64> = HashMap::new();
+        for s in &ss {
+            let py = s.python();
+            if let Some(first) = py.first()
+                && let Some(i) = want
+                    .iter()
+                    .position(|w| w.first().map(|f| &f.0) == Some(&first.0))
+            {
+                *votes.entry(i).or_default() += s.n;
+            }
+        }
+        let Some((&i, _)) = votes.iter().max_by_key(|(_, n)| **n) else {
+            continue; // a thread with no Python frame at all (the timer), counted below
+        };
+        let w = &want[i];
+        let mut t = Thread {
+            innermost: w[0].0.clone(),
+            all: 0,
+            exact: 0,
+            native_between: 0,
+            example_miss: None,
+        };
+        for s in &ss {
+            t.all += s.n;
+            let py = s.python();
+            let ok = if w.len() > 100 {
+                // Deeper than a record holds: the innermost frames it kept.
+                py.len() >= 30 && w.starts_with(&py)
+            } else {
+                py == *w
+            };
+            if ok {
+                t.exact += s.n;
+            } else if t.example_miss.is_none() {
+                let all: Vec<&str> = s.frames.iter().map(|f| f.0.as_str()).collect();
+                t.example_miss = Some(format!("got {py:?}\nwant {w:?}\nframes {all:?}"));
+            }
+            let at = |name: &str| s.frames.iter().position(|f| f.0 == name);
+            if let (Some(a), Some(b)) = (at("spin_key"), at("callback_worker"))
+                && s.frames[a + 1..b].iter().any(|f| !f.3.is_empty())
+            {
+                t.native_between += s.n;
+            }
+        }
+        out.push(t);
+    }
+    out
+}
+
+fn check(version: &str, threads: &[Thread], min: u64) {
+    let spinners = [
+        "spin_ωmega",
+        "Worker.spin",
+        "spin",
+        "spin_key",
+        "spin_gen",
+        "recurse",
+    ];
+    let seen: Vec<&str> = threads.iter().map(|t| t.innermost.as_str()).collect();
+    for want in ["spin_ωmega", "spin_key", "spin_gen", "recurse"] {
+        assert!(
+            seen.contains(&want),
+            "{version}: no thread of {want}: {seen:?}"
+        );
+    }
+    for t in threads {
+        assert!(
+            spinners.contains(&t.innermost.as_str()),
+            "{version}: {}",
+            t.innermost
+        );
+        assert!(
+            t.all >= min,
+            "{version}: {}: only {} samples",
+            t.innermost,
+            t.all
+        );
+        assert!(
+            t.exact * 100 >= t.all * 99,
+            "{version}: {}: {} of {} samples carry the exact Python chain; first miss:\n{}",
+            t.innermost,
+            t.exact,
+            t.all,
+            t.example_miss.as_deref().unwrap_or("")
+        );
+        if t.innermost == "spin_key" {
+            assert!(
+                t.native_between * 100 >= t.all * 99,
+                "{version}: sorted()'s native frames between the key and its caller in {} of {}",
+                t.native_between,
+                t.all
+            );
+        }
+    }
+}
+
+/// Starts `stacks.py` under `python` and waits until every thread has said its stack.
+fn start(
+    python: &Path,
+    dir: &Path,
+    tag: &str,
+    exit_after: Option<u32>,
+) -> (KillOnDrop, std::path::PathBuf) {
+    let script = dir.join(format!("stacks-{tag}.py"));
+    std::fs::write(&script, SCRIPT).expect("write script");
+    let out = dir.join(format!("stacks-{tag}.json"));
+    let mut cmd = Command::new(python);
+    cmd.arg(&script).arg(&out).stdin(Stdio::null());
+    if let Some(secs) = exit_after {
+        cmd.arg(secs.to_string());
+    }
+    (KillOnDrop(cmd.spawn().expect("spawn python")), out)
+}
+
+/// Records a running interpreter with `-p` once every thread spins: each thread's samples
+/// carry its exact chain.
+#[test]
+fn every_threads_python_chain_with_native_frames_between() {
+    let _serial = serial();
+    let found = python_interpreters();
+    assert!(!found.is_empty(), "no CPython 3.6-3.13 installed");
+    let dir = scratch("python_frames");
+    for (python, version) in found {
+        let tag = format!("{version}");
+        let (child, json) = start(&python, &dir, &tag, None);
+        let pid = child.0.id();
+        wait_for("the script's stacks", 60, || json.exists().then_some(()));
+        let want = expected(&json);
+        let pprof = dir.join(format!("p-{tag}.pb.gz"));
+        let out = profiler(&[
+            "record",
+            "-F",
+            "499",
+            "-p",
+            &pid.to_string(),
+            "--duration",
+            "3",
+            "-q",
+            "-o",
+            pprof.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{tag}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        drop(child);
+        let t = threads(&samples(&pprof), &want);
+        for th in &t {
+            eprintln!("{tag}: {}: {}/{} exact", th.innermost, th.exact, th.all);
+        }
+        check(&tag, &t, 50);
+    }
+}
+
+/// The same as a started command (`record -- python stacks.py`): the spinners' samples
+/// carry their chains. The interpreter's start is not compared: until the profiler has
+/// loaded a new process's unwind tables (milliseconds; more on a loaded host) its samples
+/// are walked from stack copies in user space, natively only; the script starts its
+/// threads half a second in.
+#[test]
+fn python_frames_in_a_started_command() {
+    let _serial = serial();
+    let dir = scratch("python_frames_cmd");
+    for (python, version) in python_interpreters() {
+        let tag = format!("{version}");
+        let script = dir.join(format!("stacks-{tag}.py"));
+        std::fs::write(&script, SCRIPT).expect("write script");
+        let json = dir.join(format!("stacks-{tag}.json"));
+        let pprof = dir.join(format!("c-{tag}.pb.gz"));
+        let out = profiler(&[
+            "record",
+            "-F",
+            "499",
+            "-o",
+            pprof.to_str().unwrap(),
+            "--",
+            python.to_str().unwrap(),
+            script.to_str().unwrap(),
+            json.to_str().unwrap(),
+            "2",
+        ]);
+        assert!(
+            out.status.success(),
+            "{tag}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let want = expected(&json);
+        let t: Vec<Thread> = threads(&samples(&pprof), &want)
+            .into_iter()
+            .filter(|t| t.innermost != "recurse")
+            .collect();
+        for th in &t {
+            eprintln!(
+                "{tag} (command): {}: {}/{} exact",
+                th.innermost, th.exact, th.all
+            );
+        }
+        check_spinners(&tag, &t);
+    }
+}
+
+/// The spinner threads of a started command.
+fn check_spinners(version: &str, threads: &[Thread]) {
+    for want in ["spin_ωmega", "spin_key", "spin_gen"] {
+        let t = threads
+            .iter()
+            .find(|t| t.innermost == want)
+            .unwrap_or_else(|| panic!("{version}: no thread of {want}"));
+        assert!(t.all >= 30, "{version}: {want}: only {} samples", t.all);
+        assert!(
+            t.exact * 100 >= t.all * 99,
+            "{version}: {want}: {} of {} exact; first miss:\n{}",
+            t.exact,
+            t.all,
+            t.example_miss.as_deref().unwrap_or("")
+        );
+    }
+}
