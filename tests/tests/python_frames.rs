@@ -326,3 +326,132 @@ fn check_spinners(version: &str, threads: &[Thread]) {
         );
     }
 }
+
+/// `target/tools-venv/bin/py-spy`, which `cargo xtask test` installs (xtask/src/venv.rs).
+fn py_spy() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test>
+    let spy = exe
+        .ancestors()
+        .nth(3)
+        .expect("target dir")
+        .join("tools-venv/bin/py-spy");
+    assert!(
+        spy.exists(),
+        "{} is missing: run `cargo xtask test` (it installs py-spy), or python3 -m venv \
+         target/tools-venv && target/tools-venv/bin/pip install py-spy==0.4.3",
+        spy.display()
+    );
+    spy
+}
+
+/// A Python frame of a folded line (`name (file:line)`), by its name.
+fn python_name(frame: &str) -> Option<&str> {
+    let (name, place) = frame.rsplit_once(" (")?;
+    place.ends_with(')').then_some(name)
+}
+
+/// Samples per innermost Python function, and the samples with no Python frame.
+fn innermost_shares(lines: &[(Vec<String>, u64)]) -> (HashMap<String, u64>, u64, u64) {
+    let (mut by, mut total, mut none) = (HashMap::new(), 0, 0);
+    for (frames, n) in lines {
+        total += n;
+        match frames.iter().rev().find_map(|f| python_name(f)) {
+            Some(name) => *by.entry(name.to_string()).or_default() += n,
+            None => none += n,
+        }
+    }
+    (by, total, none)
+}
+
+/// py-spy's raw output: folded lines, outermost first, no header.
+fn read_raw(path: &Path) -> Vec<(Vec<String>, u64)> {
+    std::fs::read_to_string(path)
+        .expect("py-spy's output")
+        .lines()
+        .filter_map(|l| {
+            let (stack, n) = l.rsplit_once(' ')?;
+            Some((
+                stack.split(';').map(str::to_string).collect(),
+                n.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// Real standard-library work (difflib, json, tokenize) recorded by the profiler and by
+/// py-spy, separately, at the same rate: at least 95 % of the profiler's samples carry
+/// Python frames, and every function py-spy gives 10 % or more of its samples (innermost
+/// Python frame) has a share within 5 points of it in the profiler's.
+#[test]
+fn python_functions_match_py_spy_on_standard_library_work() {
+    let _serial = serial();
+    let spy = py_spy();
+    let dir = scratch("python_vs_py_spy");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/python/stdlib_work.py");
+    for (python, version) in python_interpreters() {
+        let tag = format!("{version}");
+        let (py, script) = (python.to_str().unwrap(), script.to_str().unwrap());
+        let ours = dir.join(format!("ours-{tag}.folded"));
+        let out = profiler(&[
+            "record",
+            "-F",
+            "199",
+            "-q",
+            "-o",
+            ours.to_str().unwrap(),
+            "--",
+            py,
+            script,
+            "6",
+        ]);
+        assert!(
+            out.status.success(),
+            "{tag}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let theirs = dir.join(format!("py-spy-{tag}.txt"));
+        let out = Command::new(&spy)
+            .args(["record", "-r", "199", "-f", "raw", "-o"])
+            .arg(&theirs)
+            .args(["--", py, script, "6"])
+            .output()
+            .expect("py-spy");
+        assert!(
+            out.status.success(),
+            "{tag}: py-spy: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (ours, total, none) = innermost_shares(&read_folded(&ours));
+        let (theirs, their_total, _) = innermost_shares(&read_raw(&theirs));
+        assert!(
+            total >= 500 && their_total >= 500,
+            "{tag}: {total} and {their_total} samples"
+        );
+        eprintln!(
+            "{tag}: {:.1} % of {total} samples carry Python frames (py-spy: {their_total} samples)",
+            100.0 * (total - none) as f64 / total as f64
+        );
+        assert!(
+            none * 100 <= total * 5,
+            "{tag}: {none} of {total} samples have no Python frame"
+        );
+        let share = |m: &HashMap<String, u64>, f: &str, t: u64| {
+            100.0 * m.get(f).copied().unwrap_or(0) as f64 / t as f64
+        };
+        let mut big: Vec<&String> = theirs
+            .keys()
+            .filter(|f| share(&theirs, f, their_total) >= 10.0)
+            .collect();
+        big.sort();
+        assert!(!big.is_empty(), "{tag}: py-spy gives no function 10 %");
+        for f in big {
+            let (a, b) = (share(&ours, f, total), share(&theirs, f, their_total));
+            eprintln!("{tag}: {f}: {a:.1} % vs py-spy {b:.1} %");
+            assert!(
+                (a - b).abs() <= 5.0,
+                "{tag}: {f}: {a:.1} % vs py-spy's {b:.1} %"
+            );
+        }
+    }
+}

@@ -1,7 +1,9 @@
-//! The virtualenv the export tests' and the export benchmark's receivers run in
-//! (`tests/export/receiver.py`): `target/otlp-venv` with `opentelemetry-proto` (the official
-//! OTLP profiles definitions and gRPC stubs) and `grpcio`. Made by `cargo xtask test` and
-//! `cargo xtask bench`, so the tests only use it.
+//! The virtualenvs of the tests' reference tools, made by `cargo xtask test` and `cargo
+//! xtask bench`, so the tests only use them: `target/otlp-venv`, where the export tests'
+//! and the export benchmark's receivers run (`tests/export/receiver.py`), with
+//! `opentelemetry-proto` (the official OTLP profiles definitions and gRPC stubs) and
+//! `grpcio`; and `target/tools-venv` with py-spy (PyPI's binary wheel), the reference the
+//! Python frames are compared with.
 
 use std::{
     path::{Path, PathBuf},
@@ -49,4 +51,41 @@ fn ready(py: &Path) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// The py-spy version the comparisons are measured with.
+const PY_SPY: &str = "py-spy==0.4.3";
+
+/// `target/tools-venv/bin/py-spy`, installed the first time.
+pub fn py_spy() -> anyhow::Result<PathBuf> {
+    let venv = workspace_root().join("target/tools-venv");
+    let exe = venv.join("bin/py-spy");
+    let works = |exe: &Path| {
+        Command::new(exe)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if works(&exe) {
+        return Ok(exe);
+    }
+    let made = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .context("python3 -m venv (Debian: python3-venv)")?
+        .success();
+    anyhow::ensure!(made, "python3 -m venv {} failed", venv.display());
+    let installed = Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", PY_SPY])
+        .status()
+        .context("pip install")?
+        .success();
+    anyhow::ensure!(
+        installed && works(&exe),
+        "could not install {PY_SPY} in {}",
+        venv.display()
+    );
+    Ok(exe)
 }
