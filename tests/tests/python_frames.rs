@@ -253,12 +253,67 @@ fn every_threads_python_chain_with_native_frames_between() {
             "{tag}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        drop(child);
         let t = threads(&samples(&pprof), &want);
         for th in &t {
             eprintln!("{tag}: {}: {}/{} exact", th.innermost, th.exact, th.all);
         }
         check(&tag, &t, 50);
+        // System-wide, with off-CPU time (a spinner's time preempted is under its Python
+        // chain too), for a frame-object build, a 3.12+ build and Debian's static one.
+        if !(version.minor == 8 || version.minor == 12 || python.starts_with("/usr/bin")) {
+            continue;
+        }
+        // Intervals of a second: the first holds the time the profiler took to build the
+        // tables of the interpreter it found running (libpython, on its worker thread), when
+        // its frames walked with frame pointers; the others are compared.
+        let intervals = dir.join(format!("a-{tag}"));
+        std::fs::create_dir_all(&intervals).expect("interval dir");
+        let out = profiler(&[
+            "record",
+            "-F",
+            "499",
+            "-a",
+            "--off-cpu",
+            "--interval",
+            "1",
+            "-d",
+            "4",
+            "-q",
+            "-o",
+            intervals.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{tag} -a: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        drop(child);
+        let mut files: Vec<(u64, std::path::PathBuf)> = std::fs::read_dir(&intervals)
+            .expect("intervals")
+            .flatten()
+            .map(|e| e.path())
+            .filter_map(|p| {
+                let name = p.file_name()?.to_str()?.strip_suffix(".pb.gz")?.to_string();
+                Some((name.rsplit('-').next()?.parse().ok()?, p))
+            })
+            .collect();
+        files.sort();
+        assert!(files.len() >= 3, "{tag}: {} intervals", files.len());
+        let later: Vec<Sample> = files[1..].iter().flat_map(|(_, f)| samples(f)).collect();
+        let t = threads(&later, &want);
+        for th in &t {
+            eprintln!(
+                "{tag} (-a --off-cpu): {}: {}/{} exact",
+                th.innermost, th.exact, th.all
+            );
+            if th.exact < th.all {
+                eprintln!(
+                    "{tag} -a miss: {}",
+                    th.example_miss.as_deref().unwrap_or("")
+                );
+            }
+        }
+        check(&format!("{tag} -a"), &t, 50);
     }
 }
 

@@ -329,7 +329,18 @@ impl TableLoader {
             .procs
             .get(&pid)
             .is_some_and(|p| !p.mappings.is_empty() && p.mappings != mappings);
-        let (entries, modules) = self.entries(pid, &mappings, files)?;
+        // A process a runtime walks (CPython) has its modules built now, big ones too: its
+        // runtime's frames come only through the kernel's walk, which needs the eval loop's
+        // module (libpython) to reach them.
+        let was = self.build_now;
+        self.build_now |= self
+            .runtimes
+            .as_ref()
+            .and_then(|r| r.lock().ok().map(|r| r.walks(pid, &mappings)))
+            .unwrap_or(false);
+        let entries = self.entries(pid, &mappings, files);
+        self.build_now = was;
+        let (entries, modules) = entries?;
         let published = entries.clone();
         if gone {
             // Nothing to publish to the kernel: kept for the copied stacks of its samples.

@@ -82,6 +82,12 @@ impl Runtimes {
         }
     }
 
+    /// Whether some runtime may walk this process (cheap: its mappings' names), so that
+    /// its native tables are worth building at once.
+    pub fn walks(&self, pid: u32, mappings: &[Mapping]) -> bool {
+        self.python.is_some() && python::detect::is_candidate(pid, mappings)
+    }
+
     /// A process that exited.
     pub fn forget(&mut self, pid: u32) {
         if let Some(py) = self.python.as_mut() {
