@@ -3,7 +3,7 @@
 
 use std::{
     collections::BTreeSet,
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Command, Output},
     sync::{Mutex, MutexGuard},
 };
@@ -38,6 +38,49 @@ pub fn built(name: &str, package: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// target/<profile>, where cargo put libcpc.so (`cargo xtask test` builds it first).
+pub fn libcpc_dir() -> PathBuf {
+    let lib = built("libcpc.so", "libcpc");
+    lib.parent().expect("target dir").to_path_buf()
+}
+
+pub fn libcpc_source(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../libcpc")
+        .join(rel)
+}
+
+/// `cc [flags] SRC -lcpc` with the include and library directories, into `out`. The
+/// library directory is one beside `out` with libcpc.so and its soname (libcpc.so.1)
+/// linked to the built library, as `cargo xtask install` lays them out.
+pub fn compile_against_libcpc(src: &str, out: &Path, flags: &[&str]) {
+    let lib = out.parent().expect("output dir").join("lib");
+    std::fs::create_dir_all(&lib).expect("lib dir");
+    for name in ["libcpc.so", "libcpc.so.1"] {
+        let _ = std::fs::remove_file(lib.join(name));
+        std::os::unix::fs::symlink(libcpc_dir().join("libcpc.so"), lib.join(name)).expect("link");
+    }
+    let o = Command::new("cc")
+        .args(["-Wall", "-Wextra", "-Werror", "-O1", "-g", "-pthread"])
+        .args(flags)
+        .arg("-I")
+        .arg(libcpc_source("include"))
+        .arg("-o")
+        .arg(out)
+        .arg(libcpc_source(src))
+        .arg("-L")
+        .arg(&lib)
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-lcpc")
+        .output()
+        .expect("running cc");
+    assert!(
+        o.status.success(),
+        "cc {src} failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 /// True if privileged tests can run. Otherwise prints why and returns false, except under
