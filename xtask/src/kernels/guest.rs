@@ -29,6 +29,8 @@ pub fn run_suite(env: &mut Env, only: Option<&str>) -> usize {
     // What the profiler says this kernel offers.
     env.probe_kernel();
     let env = &*env;
+    // For the console log: which bounds apply (see `Cpu`).
+    println!("suite: {:?} CPU, {:?}", env.cpu, env.kernel);
     println!("KSTART kernel={}", kernel_release());
     let mut failed = 0;
     for check in SCENARIOS {
