@@ -5,8 +5,9 @@ use crate::run::Failure;
 /// A folded stack: its frames (the process name first) and its count.
 pub type Stack = (Vec<String>, u64);
 
-/// Folded stacks of `path`. Counts are events (nanoseconds for cpu-clock); a file of
-/// cpu-clock alone sampled at a frequency weighs 1e9 / HZ ns a sample, given back as samples.
+/// Folded stacks of `path` (the host tests read theirs with this too). Counts are events,
+/// nanoseconds for cpu-clock and task-clock: a clock sampled at a frequency (or a period)
+/// weighs 1e9 / HZ ns (the period) a sample, and is given back as samples.
 pub fn read(path: &str) -> Result<Vec<Stack>, Failure> {
     let text =
         std::fs::read_to_string(path).map_err(|e| Failure::new(format!("reading {path}: {e}")))?;
@@ -18,33 +19,46 @@ fn parse(text: &str) -> Result<Vec<Stack>, String> {
         .lines()
         .filter_map(|l| l.strip_prefix("# profiler-folded "))
         .collect();
-    let field = |key: &str| -> Option<u64> {
-        header.iter().find_map(|l| {
-            l.split(' ')
-                .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))?
-                .parse()
-                .ok()
-        })
+    let field = |line: &str, key: &str| -> Option<String> {
+        line.split(' ')
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+            .map(str::to_string)
     };
-    let clock_only = header.iter().filter(|l| l.contains("event=")).count() == 1
-        && header.iter().any(|l| l.contains("event=cpu-clock "));
-    let per_sample = match (field("period"), field("frequency_hz")) {
-        (Some(p), _) if p > 0 => p,
-        (_, Some(hz)) if hz > 0 => 1_000_000_000 / hz,
-        _ => 1,
+    let num = |key: &str| -> u64 {
+        header
+            .iter()
+            .find_map(|l| field(l, key)?.parse().ok())
+            .unwrap_or(0)
     };
-    let per_sample = if clock_only { per_sample } else { 1 };
+    let events: Vec<String> = header.iter().filter_map(|l| field(l, "event")).collect();
+    let sample_ns = match (num("period"), num("frequency_hz")) {
+        (0, 0) => None,
+        (0, hz) => Some(1_000_000_000 / hz),
+        (p, _) => Some(p),
+    };
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .map(|l| {
             let (stack, n) = l
                 .rsplit_once(' ')
                 .ok_or_else(|| format!("folded line without a count: {l}"))?;
-            let n: u64 = n.parse().map_err(|e| format!("count in {l}: {e}"))?;
-            Ok((
-                stack.split(';').map(str::to_string).collect(),
-                n / per_sample,
-            ))
+            let frames: Vec<String> = stack.split(';').map(str::to_string).collect();
+            let mut n: u64 = n.parse().map_err(|e| format!("count in {l}: {e}"))?;
+            // One event: its lines are bare stacks; several: each line starts with its event.
+            let event = match events.len() {
+                0 => None,
+                1 => Some(events[0].as_str()),
+                _ => frames.first().map(String::as_str),
+            };
+            if let (Some("cpu-clock" | "task-clock"), Some(p)) = (event, sample_ns) {
+                if !n.is_multiple_of(p) {
+                    return Err(format!(
+                        "{n} ns is not a whole number of {p} ns samples: {l}"
+                    ));
+                }
+                n /= p;
+            }
+            Ok((frames, n))
         })
         .collect()
 }
@@ -167,5 +181,29 @@ mod tests {
                       touch;main;run 19900\n";
         assert_eq!(parse(faults).unwrap(), [stack("touch;main;run", 19900)]);
         assert!(parse("chain;main").is_err());
+        // Several events: each line's first frame names its event; off-CPU time stays ns.
+        let group = "# profiler-folded frequency_hz=1000 period=0 duration_ms=9\n\
+                     # profiler-folded event=cpu-clock samples=2 unit=ns\n\
+                     # profiler-folded event=page-faults samples=2 unit=events\n\
+                     cpu-clock;group;faulter 2000000\n\
+                     page-faults;group;faulter 7\n";
+        assert_eq!(
+            parse(group).unwrap(),
+            [
+                stack("cpu-clock;group;faulter", 2),
+                stack("page-faults;group;faulter", 7)
+            ]
+        );
+        let wall = "# profiler-folded frequency_hz=999 period=0 duration_ms=604\n\
+                    # profiler-folded event=wall samples=1 unit=ns\n\
+                    waits;main;[off-cpu] 300067153\n";
+        assert_eq!(
+            parse(wall).unwrap(),
+            [stack("waits;main;[off-cpu]", 300067153)]
+        );
+        let torn = "# profiler-folded frequency_hz=1000 period=0 duration_ms=3\n\
+                    # profiler-folded event=cpu-clock samples=3 unit=ns\n\
+                    chain;main;leaf 3000001\n";
+        assert!(parse(torn).is_err());
     }
 }

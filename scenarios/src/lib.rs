@@ -9,7 +9,7 @@
 
 mod counting;
 mod env;
-mod folded;
+pub mod folded;
 mod record;
 mod run;
 

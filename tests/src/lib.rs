@@ -282,70 +282,16 @@ pub fn touch_pages(pages: usize) {
 /// samples and events agree. The header comments (`# profiler-folded ...`) are read for
 /// that and skipped.
 pub fn read_folded(path: &std::path::Path) -> Vec<(Vec<String>, u64)> {
-    let text = std::fs::read_to_string(path).expect("reading folded output");
-    let field = |line: &str, key: &str| -> Option<String> {
-        line.split(' ')
-            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
-            .map(str::to_string)
-    };
-    let header: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("# profiler-folded "))
-        .collect();
-    let num = |key: &str| -> u64 {
-        header
-            .iter()
-            .find_map(|l| field(l, key)?.parse().ok())
-            .unwrap_or(0)
-    };
-    let events: Vec<String> = header.iter().filter_map(|l| field(l, "event")).collect();
-    let (hz, period) = (num("frequency_hz"), num("period"));
-    let sample_ns = match (period, hz) {
-        (0, 0) => None,
-        (0, hz) => Some(1_000_000_000 / hz),
-        (p, _) => Some(p),
-    };
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .map(|l| {
-            let (stack, n) = l.rsplit_once(' ').expect("folded line has a count");
-            let frames: Vec<String> = stack.split(';').map(str::to_string).collect();
-            let mut n: u64 = n.parse().expect("count");
-            let event = match events.len() {
-                0 => None,
-                1 => Some(events[0].as_str()),
-                _ => frames.first().map(String::as_str),
-            };
-            if let (Some("cpu-clock" | "task-clock"), Some(p)) = (event, sample_ns) {
-                assert_eq!(
-                    n % p,
-                    0,
-                    "{n} ns is not a whole number of {p} ns samples: {l}"
-                );
-                n /= p;
-            }
-            (frames, n)
-        })
-        .collect()
+    // The kernel guests' scenarios read their files with the same parser.
+    profiler_scenarios::folded::read(&path.display().to_string()).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The innermost user frame of a folded stack (kernel frames carry `_[k]`).
-pub fn innermost_user(frames: &[String]) -> Option<&str> {
-    frames
-        .iter()
-        .rev()
-        .find(|f| !f.ends_with("_[k]"))
-        .map(String::as_str)
-}
+pub use profiler_scenarios::folded::innermost_user;
 
 /// The sample count from the report's first line (`N samples of ...`).
 pub fn reported_samples(stdout: &str) -> u64 {
-    stdout
-        .lines()
-        .find_map(|l| {
-            l.split_once(" samples of ")
-                .and_then(|(n, _)| n.trim().parse().ok())
-        })
+    profiler_scenarios::folded::reported_samples(stdout)
         .unwrap_or_else(|| panic!("no sample line in report:\n{stdout}"))
 }
 
