@@ -3,7 +3,7 @@
 
 use std::{
     collections::BTreeSet,
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Command, Output},
     sync::{Mutex, MutexGuard},
 };
@@ -38,6 +38,49 @@ pub fn built(name: &str, package: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// target/<profile>, where cargo put libcpc.so (`cargo xtask test` builds it first).
+pub fn libcpc_dir() -> PathBuf {
+    let lib = built("libcpc.so", "libcpc");
+    lib.parent().expect("target dir").to_path_buf()
+}
+
+pub fn libcpc_source(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../libcpc")
+        .join(rel)
+}
+
+/// `cc [flags] SRC -lcpc` with the include and library directories, into `out`. The
+/// library directory is one beside `out` with libcpc.so and its soname (libcpc.so.1)
+/// linked to the built library, as `cargo xtask install` lays them out.
+pub fn compile_against_libcpc(src: &str, out: &Path, flags: &[&str]) {
+    let lib = out.parent().expect("output dir").join("lib");
+    std::fs::create_dir_all(&lib).expect("lib dir");
+    for name in ["libcpc.so", "libcpc.so.1"] {
+        let _ = std::fs::remove_file(lib.join(name));
+        std::os::unix::fs::symlink(libcpc_dir().join("libcpc.so"), lib.join(name)).expect("link");
+    }
+    let o = Command::new("cc")
+        .args(["-Wall", "-Wextra", "-Werror", "-O1", "-g", "-pthread"])
+        .args(flags)
+        .arg("-I")
+        .arg(libcpc_source("include"))
+        .arg("-o")
+        .arg(out)
+        .arg(libcpc_source(src))
+        .arg("-L")
+        .arg(&lib)
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-lcpc")
+        .output()
+        .expect("running cc");
+    assert!(
+        o.status.success(),
+        "cc {src} failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 /// True if privileged tests can run. Otherwise prints why and returns false, except under
@@ -239,70 +282,16 @@ pub fn touch_pages(pages: usize) {
 /// samples and events agree. The header comments (`# profiler-folded ...`) are read for
 /// that and skipped.
 pub fn read_folded(path: &std::path::Path) -> Vec<(Vec<String>, u64)> {
-    let text = std::fs::read_to_string(path).expect("reading folded output");
-    let field = |line: &str, key: &str| -> Option<String> {
-        line.split(' ')
-            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
-            .map(str::to_string)
-    };
-    let header: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("# profiler-folded "))
-        .collect();
-    let num = |key: &str| -> u64 {
-        header
-            .iter()
-            .find_map(|l| field(l, key)?.parse().ok())
-            .unwrap_or(0)
-    };
-    let events: Vec<String> = header.iter().filter_map(|l| field(l, "event")).collect();
-    let (hz, period) = (num("frequency_hz"), num("period"));
-    let sample_ns = match (period, hz) {
-        (0, 0) => None,
-        (0, hz) => Some(1_000_000_000 / hz),
-        (p, _) => Some(p),
-    };
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .map(|l| {
-            let (stack, n) = l.rsplit_once(' ').expect("folded line has a count");
-            let frames: Vec<String> = stack.split(';').map(str::to_string).collect();
-            let mut n: u64 = n.parse().expect("count");
-            let event = match events.len() {
-                0 => None,
-                1 => Some(events[0].as_str()),
-                _ => frames.first().map(String::as_str),
-            };
-            if let (Some("cpu-clock" | "task-clock"), Some(p)) = (event, sample_ns) {
-                assert_eq!(
-                    n % p,
-                    0,
-                    "{n} ns is not a whole number of {p} ns samples: {l}"
-                );
-                n /= p;
-            }
-            (frames, n)
-        })
-        .collect()
+    // The kernel guests' scenarios read their files with the same parser.
+    profiler_scenarios::folded::read(&path.display().to_string()).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The innermost user frame of a folded stack (kernel frames carry `_[k]`).
-pub fn innermost_user(frames: &[String]) -> Option<&str> {
-    frames
-        .iter()
-        .rev()
-        .find(|f| !f.ends_with("_[k]"))
-        .map(String::as_str)
-}
+pub use profiler_scenarios::folded::innermost_user;
 
 /// The sample count from the report's first line (`N samples of ...`).
 pub fn reported_samples(stdout: &str) -> u64 {
-    stdout
-        .lines()
-        .find_map(|l| {
-            l.split_once(" samples of ")
-                .and_then(|(n, _)| n.trim().parse().ok())
-        })
+    profiler_scenarios::folded::reported_samples(stdout)
         .unwrap_or_else(|| panic!("no sample line in report:\n{stdout}"))
 }
 

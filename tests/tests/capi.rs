@@ -2,55 +2,9 @@
 //! and 2, and the article's LD_PRELOAD profiler, each compiled with `cc` against the built
 //! libcpc.so and run with exact expectations.
 
-use std::{
-    path::{Path, PathBuf},
-    process::{Command, Output},
-};
+use std::process::{Command, Output};
 
 use profiler_tests::*;
-
-/// target/<profile>, where cargo put libcpc.so (`cargo xtask test` builds it first).
-fn lib_dir() -> PathBuf {
-    let lib = built("libcpc.so", "libcpc");
-    lib.parent().expect("target dir").to_path_buf()
-}
-
-fn source(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../libcpc")
-        .join(rel)
-}
-
-/// `cc [flags] SRC -lcpc` with the include and library directories, into `out`. The
-/// library directory is one beside `out` with libcpc.so and its soname (libcpc.so.1)
-/// linked to the built library, as `cargo xtask install` lays them out.
-fn compile(src: &str, out: &Path, flags: &[&str]) {
-    let lib = out.parent().expect("output dir").join("lib");
-    std::fs::create_dir_all(&lib).expect("lib dir");
-    for name in ["libcpc.so", "libcpc.so.1"] {
-        let _ = std::fs::remove_file(lib.join(name));
-        std::os::unix::fs::symlink(lib_dir().join("libcpc.so"), lib.join(name)).expect("link");
-    }
-    let o = Command::new("cc")
-        .args(["-Wall", "-Wextra", "-Werror", "-O1", "-g", "-pthread"])
-        .args(flags)
-        .arg("-I")
-        .arg(source("include"))
-        .arg("-o")
-        .arg(out)
-        .arg(source(src))
-        .arg("-L")
-        .arg(&lib)
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .arg("-lcpc")
-        .output()
-        .expect("running cc");
-    assert!(
-        o.status.success(),
-        "cc {src} failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
 
 fn run(cmd: &mut Command) -> (String, String) {
     let Output {
@@ -74,7 +28,7 @@ fn c_test_of_every_function_and_errno_case_passes() {
     let _s = serial();
     let dir = scratch("capi-test");
     let exe = dir.join("capi_test");
-    compile("tests/capi_test.c", &exe, &[]);
+    compile_against_libcpc("tests/capi_test.c", &exe, &[]);
     let (out, err) = run(&mut Command::new(&exe));
     let summary = out.lines().last().unwrap_or_default();
     assert!(
@@ -104,7 +58,7 @@ fn an_overflow_during_the_bind_restarts_the_set_every_time() {
     let _s = serial();
     let dir = scratch("capi-bind-race");
     let exe = dir.join("bind_race");
-    compile("tests/bind_race.c", &exe, &[]);
+    compile_against_libcpc("tests/bind_race.c", &exe, &[]);
     let (out, _) = run(&mut Command::new(&exe));
     let summary = out.lines().last().unwrap_or_default();
     assert!(
@@ -114,39 +68,19 @@ fn an_overflow_during_the_bind_restarts_the_set_every_time() {
     eprintln!("{summary}");
 }
 
+// Examples 1 and 2 as the man page runs them are the scenarios `libcpc-example1` and
+// `libcpc-overflow` (profiler-scenarios), run here by tests/scenarios.rs and in every kernel
+// guest; what follows is what only the host checks.
+
 #[test]
-fn example_1_counts_exactly_the_pages_each_iteration_touches() {
+fn example_1_takes_its_events_from_the_environment() {
     if !privileged() {
         return;
     }
     let _s = serial();
     let dir = scratch("capi-example1");
     let exe = dir.join("example1");
-    compile("examples/example1.c", &exe, &[]);
-    let (out, _) = run(&mut Command::new(&exe));
-    let rows: Vec<(u64, u64, u64)> = out
-        .lines()
-        .map(|l| {
-            let (iter, rest) = l.split_once(':').expect("`iter: val0 val1`");
-            let mut v = rest.split_whitespace().map(|x| x.parse::<u64>().unwrap());
-            (
-                iter.trim().parse().unwrap(),
-                v.next().unwrap(),
-                v.next().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(rows.len(), 20, "{out}");
-    for (k, &(iter, faults, task_ns)) in rows.iter().enumerate() {
-        assert_eq!(iter, k as u64 + 1);
-        assert_eq!(
-            faults,
-            10 * iter,
-            "iteration {iter} touched {} pages",
-            10 * iter
-        );
-        assert!(task_ns > 0, "task-clock counted iteration {iter}");
-    }
+    compile_against_libcpc("examples/example1.c", &exe, &[]);
     // EVENT0/EVENT1 choose the events: task-clock twice gives two non-zero columns and
     // an unknown name is refused with libcpc's message.
     let (out, _) = run(Command::new(&exe)
@@ -167,43 +101,6 @@ fn example_1_counts_exactly_the_pages_each_iteration_touches() {
 }
 
 #[test]
-fn example_2_overflows_every_1000_faults_and_restarts_from_the_handler() {
-    if !privileged() {
-        return;
-    }
-    let _s = serial();
-    let dir = scratch("capi-example2");
-    let exe = dir.join("example2");
-    compile("examples/example2.c", &exe, &[]);
-    let (out, _) = run(&mut Command::new(&exe));
-    let lines: Vec<&str> = out.lines().collect();
-    // 20 × 500 pages = 10000 faults: 10 overflows, each a handler line and the frozen value.
-    assert_eq!(lines.len(), 21, "{out}");
-    assert_eq!(lines[20], "10 overflows");
-    let mut pcs = Vec::new();
-    for pair in lines[..20].chunks(2) {
-        assert!(pair[0].starts_with("lwp"), "{}", pair[0]);
-        assert!(
-            pair[0].contains(" - si_addr (nil) ucontext: %pc 0x"),
-            "{}",
-            pair[0]
-        );
-        assert_eq!(pair[1], "0x0", "frozen as the counter wrapped past 0");
-        pcs.push(
-            pair[0]
-                .split("%pc ")
-                .nth(1)
-                .unwrap()
-                .split(' ')
-                .next()
-                .unwrap(),
-        );
-    }
-    // Every overflow is at the same instruction: the page-touching store.
-    assert!(pcs.windows(2).all(|w| w[0] == w[1]), "{pcs:?}");
-}
-
-#[test]
 fn dprof_preloaded_into_touch_finds_the_page_faults_in_run() {
     if !privileged() {
         return;
@@ -211,7 +108,7 @@ fn dprof_preloaded_into_touch_finds_the_page_faults_in_run() {
     let _s = serial();
     let dir = scratch("capi-dprof");
     let so = dir.join("dprof.so");
-    compile("examples/dprof.c", &so, &["-shared", "-fPIC"]);
+    compile_against_libcpc("examples/dprof.c", &so, &["-shared", "-fPIC"]);
     // touch: one thread touching 10000 fresh pages in run(); a signal every 100 faults.
     let (_, err) = run(Command::new(fixture("touch"))
         .args(["10000", "1"])
@@ -238,7 +135,7 @@ fn an_overflow_handler_reads_the_other_requests_values_at_the_overflow() {
     let _s = serial();
     let dir = scratch("capi-overflow-set");
     let exe = dir.join("overflow_set");
-    compile("tests/overflow_set.c", &exe, &[]);
+    compile_against_libcpc("tests/overflow_set.c", &exe, &[]);
     let (out, _) = run(&mut Command::new(&exe));
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.last(), Some(&"10 overflows"), "{out}");

@@ -233,7 +233,13 @@ pub fn report() -> anyhow::Result<()> {
     Ok(())
 }
 
-const CRATES: [&str; 4] = ["profiler-core", "profiler", "libcpc", "libperfmon"];
+const CRATES: [&str; 5] = [
+    "profiler-core",
+    "profiler",
+    "libcpc",
+    "libperfmon",
+    "scenarios",
+];
 
 #[cfg(test)]
 mod tests {

@@ -12,15 +12,13 @@ use std::{
 
 use anyhow::{Context as _, anyhow, bail, ensure};
 
+// The fixtures (their flags in each file's first line) and libcpc's C examples the scenarios run.
+use profiler_scenarios::{C_FIXTURES, LIBCPC_EXAMPLES};
+
 use crate::util::{output, run, show, workspace_root};
 
 /// Where the profiler is installed inside the guest.
 pub const PREFIX: &str = "/opt/profiler";
-
-/// The fixtures the suite runs (their flags are in each file's first line).
-const FIXTURES: &[&str] = &["chain", "nofp", "touch", "waits", "group"];
-/// libcpc's C programs the suite runs.
-const EXAMPLES: &[&str] = &["example1", "example2"];
 
 /// PID 1: mounts, the suite, power off. The suite's output goes to the console (ttyS0).
 const INIT: &str = r#"#!/bin/busybox sh
@@ -62,7 +60,7 @@ pub fn build(built: &Path, dir: &Path) -> anyhow::Result<Initramfs> {
     crate::install::install_files(built, &ws, &prefix)?;
     let fixtures = prefix.join("fixtures");
     fs::create_dir_all(&fixtures)?;
-    for name in FIXTURES {
+    for name in C_FIXTURES {
         let src = ws.join(format!("tests/fixtures/{name}.c"));
         let text =
             fs::read_to_string(&src).with_context(|| format!("reading {}", src.display()))?;
@@ -75,7 +73,7 @@ pub fn build(built: &Path, dir: &Path) -> anyhow::Result<Initramfs> {
             .arg(&src))?;
     }
     let lib = prefix.join("lib");
-    for name in EXAMPLES {
+    for name in LIBCPC_EXAMPLES {
         run(Command::new("cc")
             .args(["-Wall", "-Wextra", "-Werror", "-O1", "-g", "-pthread", "-I"])
             .arg(ws.join("libcpc/include"))
@@ -102,7 +100,12 @@ pub fn build(built: &Path, dir: &Path) -> anyhow::Result<Initramfs> {
         prefix.join("bin/xtask"),
         lib.join(crate::install::SONAME),
     ];
-    elves.extend(FIXTURES.iter().chain(EXAMPLES).map(|n| fixtures.join(n)));
+    elves.extend(
+        C_FIXTURES
+            .iter()
+            .chain(LIBCPC_EXAMPLES)
+            .map(|n| fixtures.join(n)),
+    );
     for elf in &elves {
         for dep in shared_libraries(elf)? {
             let to = root.join(dep.strip_prefix("/").unwrap_or(&dep));

@@ -1,7 +1,8 @@
 //! `cargo xtask kernels [LABEL..]`: the eBPF programs on the kernels users run. Each kernel
 //! of `xtask/kernels.txt` (Debian's images, fetched and cached) boots under qemu with an
 //! initramfs holding the release profiler, libcpc.so and the compiled fixtures, and runs the
-//! guest suite (`guest.rs`); `host` runs the same suite natively on this machine's kernel.
+//! guest suite (`guest.rs`, running the scenarios of `profiler-scenarios`, which the host tests
+//! run too); `host` runs the same suite natively on this machine's kernel.
 //! One line per kernel and check; the consoles, failure evidence and verifier logs go to
 //! target/kernels/, with results.md (the table in docs/kernels.md) and results.json.
 
@@ -471,15 +472,20 @@ fn json(results: &[KernelResult]) -> serde_json::Value {
 
 /// The guest side: `xtask kernels-guest --root DIR --scratch DIR [--only NAME]`.
 pub fn guest(root: &Path, scratch: &Path, only: Option<&str>) -> anyhow::Result<()> {
-    let mut layout = guest::Layout::under(root, scratch);
-    guest::check_layout(&layout)?;
-    // In a guest, `--only` comes on the kernel command line (`profiler.only=NAME`).
+    // In a guest, `--only` comes on the kernel command line (`profiler.only=NAME`), beside
+    // `profiler.emulated` (qemu's TCG; the host's kernel runs the suite natively).
     let cmdline = fs::read_to_string("/proc/cmdline").unwrap_or_default();
-    let from_cmdline = cmdline
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("profiler.only="));
+    let words: Vec<&str> = cmdline.split_whitespace().collect();
+    let cpu = if words.contains(&"profiler.emulated") {
+        profiler_scenarios::Cpu::Emulated
+    } else {
+        profiler_scenarios::Cpu::Native
+    };
+    let mut env = guest::env_under(root, scratch, cpu);
+    env.check()?;
+    let from_cmdline = words.iter().find_map(|w| w.strip_prefix("profiler.only="));
     let only = only.or(from_cmdline);
-    let failed = guest::run_suite(&mut layout, only);
+    let failed = guest::run_suite(&mut env, only);
     if failed > 0 {
         bail!("{failed} checks failed");
     }

@@ -1,0 +1,463 @@
+//! `profiler record` scenarios: the chain fixture's stacks, counted page faults, several
+//! events, system-wide, in-kernel aggregation, off-CPU time and counter groups.
+
+use std::process::{Command, Stdio};
+
+use crate::{
+    env::{Cpu, Env},
+    folded::{self, chain_profile, innermost_user, kernel_mode_at_entry, reported_samples},
+    run::{Failure, Outcome, output_within},
+};
+
+pub fn record_fp(env: &Env) -> Outcome {
+    record_chain(env, "fp")
+}
+
+pub fn record_dwarf(env: &Env) -> Outcome {
+    record_chain(env, "dwarf")
+}
+
+/// `record --call-graph MODE -F 999 -- chain 2`: a real profile, most of it in leaf, every
+/// leaf sample with the whole chain, the report and the file agreeing.
+fn record_chain(env: &Env, mode: &str) -> Outcome {
+    let folded = env.out(&format!("chain-{mode}.folded"));
+    let chain = env.fixture("chain");
+    let out = env.run_profiler(&[
+        "record",
+        "--call-graph",
+        mode,
+        "-F",
+        "999",
+        "-o",
+        &folded,
+        "--",
+        &chain,
+        "2",
+    ])?;
+    let stacks = folded::read(&folded)?;
+    let p = chain_profile("chain", &stacks);
+    let (total, leaf, whole) = (p.total, p.leaf, p.whole);
+    // Without bpf_task_pt_regs, kernel-mode samples at leaf's entry lack middle (documented
+    // in docs/limits.md); every other leaf sample must be whole.
+    let excused = if env.kernel.kernel_mode_callers {
+        0
+    } else {
+        kernel_mode_at_entry(&stacks)
+    };
+    // 2 s at 999 Hz is ~2000 samples on an idle CPU; a busy one gives the fixture less CPU,
+    // so demand a real profile (enough samples for the share below), not a rate.
+    if total < 400 {
+        return Err(Failure::with(
+            format!("only {total} samples of chain"),
+            &out,
+        ));
+    }
+    if leaf * 100 < total * env.leaf_share() {
+        return Err(Failure::with(
+            format!("leaf has {leaf} of {total} samples"),
+            &out,
+        ));
+    }
+    if whole + excused != leaf {
+        return Err(Failure::with(
+            format!(
+                "{} of {leaf} leaf samples lack main > outer > middle > leaf",
+                leaf - whole
+            ),
+            &std::fs::read_to_string(&folded).unwrap_or_default(),
+        ));
+    }
+    // The report counts what the file holds, leaf tops its table, and the chain is in it.
+    let in_file: u64 = stacks.iter().map(|(_, n)| n).sum();
+    if reported_samples(&out) != Some(in_file) {
+        return Err(Failure::with(
+            format!("the report's sample count is not the file's {in_file}"),
+            &out,
+        ));
+    }
+    let first_row = out
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("SELF%"))
+        .nth(1)
+        .unwrap_or_default();
+    if !first_row.contains(" leaf ") || !out.contains("main > outer > middle > leaf") {
+        return Err(Failure::with(
+            "leaf is not the report's top function, with main > outer > middle > leaf",
+            &out,
+        ));
+    }
+    let whole_note = if excused > 0 {
+        format!(
+            "{whole} of {leaf} leaf stacks whole, {excused} kernel-mode at leaf's entry lack \
+             middle (no bpf_task_pt_regs)"
+        )
+    } else {
+        format!("all {leaf} leaf stacks whole")
+    };
+    Ok(format!(
+        "{total} samples, leaf {}%, {whole_note}",
+        leaf * 100 / total
+    ))
+}
+
+/// `record -e page-faults -c 100 -- touch 20000 1`: one sample per 100 faults, ~200 in run.
+pub fn record_page_faults(env: &Env) -> Outcome {
+    let folded = env.out("pf.folded");
+    let touch = env.fixture("touch");
+    let out = env.run_profiler(&[
+        "record",
+        "-e",
+        "page-faults",
+        "-c",
+        "100",
+        "--user",
+        "-o",
+        &folded,
+        "--",
+        &touch,
+        "20000",
+        "1",
+    ])?;
+    if !out.contains("samples of page-faults every 100 events") {
+        return Err(Failure::with("no `every 100 events` in the report", &out));
+    }
+    let stacks = folded::read(&folded)?;
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    let in_run: u64 = stacks
+        .iter()
+        .filter(|(f, _)| innermost_user(f) == Some("run"))
+        .map(|(_, n)| n)
+        .sum();
+    // 20000 touches in run() at one sample per 100 faults of the per-CPU counters, each
+    // standing for its 100 faults.
+    if !(19_000..=21_500).contains(&in_run)
+        || !in_run.is_multiple_of(100)
+        || in_run * 100 < total * 90
+    {
+        return Err(Failure::with(
+            format!("{in_run} faults in run of {total} (expected 19000..=21500)"),
+            &out,
+        ));
+    }
+    Ok(format!(
+        "{in_run} faults in run ({} samples of 100), {total} in all",
+        in_run / 100
+    ))
+}
+
+/// `record -e page-faults,minor-faults -c 100 -- touch 20000 1`: two requests, each sample
+/// labelled with its event through the link's attach cookie: ~200 of each. Kernels without
+/// cookies (before 5.15) refuse it in one line naming what is missing.
+pub fn record_two_events(env: &Env) -> Outcome {
+    let touch = env.fixture("touch");
+    let args = [
+        "record",
+        "-e",
+        "page-faults,minor-faults",
+        "-c",
+        "100",
+        "--user",
+        "--by",
+        "event",
+        // Frame pointers: on kernels without bpf_loop, no line about unwind tables.
+        "--call-graph",
+        "fp",
+        "--",
+        &touch,
+        "20000",
+        "1",
+    ];
+    if !env.kernel.attach_cookies {
+        let out = output_within(
+            env.profiler_command().args(args),
+            std::time::Duration::from_secs(60),
+        )?;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let wanted = "needs BPF attach cookies (bpf_get_attach_cookie, Linux 5.15 or newer)";
+        if out.status.code() != Some(1) || stderr.lines().count() != 1 || !stderr.contains(wanted) {
+            return Err(Failure::with(
+                format!(
+                    "expected exit 1 and one line with {wanted:?}, got {}",
+                    out.status
+                ),
+                &stderr,
+            ));
+        }
+        return Ok(format!("refused as documented: {}", stderr.trim()));
+    }
+    let out = env.run_profiler(&args)?;
+    // `--by event`: a row per event, `EVENT SAMPLES VALUE UNIT`.
+    let count = |event: &str| {
+        out.lines()
+            .map(|r| r.split_whitespace().collect::<Vec<_>>())
+            .find(|f| f.first() == Some(&event))
+            .and_then(|f| f.get(1)?.parse::<u64>().ok())
+    };
+    match (count("page-faults"), count("minor-faults")) {
+        (Some(a), Some(b)) if (190..=215).contains(&a) && (190..=215).contains(&b) => {
+            Ok(format!("page-faults {a}, minor-faults {b} samples"))
+        }
+        (a, b) => Err(Failure::with(
+            format!("page-faults {a:?}, minor-faults {b:?} samples (expected 190..=215 each)"),
+            &out,
+        )),
+    }
+}
+
+/// `record -a` while chain runs: samples from every CPU, none filtered, chain among them.
+pub fn record_all(env: &Env) -> Outcome {
+    let folded = env.out("all.folded");
+    // Longer than the recording and its start (loading and attaching take seconds under
+    // TCG); killed when the recording ends.
+    let mut chain = Command::new(env.fixture("chain"))
+        .arg("30")
+        .current_dir(&env.scratch)
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| Failure::new(format!("starting chain: {e}")))?;
+    let out = env.run_profiler(&[
+        "record", "-a", "-F", "199", "-d", "1", "-o", &folded, "--limit", "3",
+    ]);
+    let _ = chain.kill();
+    let _ = chain.wait();
+    let out = out?;
+    let samples = reported_samples(&out).ok_or_else(|| Failure::with("no sample line", &out))?;
+    if !out
+        .lines()
+        .next()
+        .is_some_and(|f| f.contains("filtered in kernel 0"))
+    {
+        return Err(Failure::with("-a filtered samples in the kernel", &out));
+    }
+    let p = chain_profile("chain", &folded::read(&folded)?);
+    // 1 s at 199 Hz: ~199 samples of chain on a quiet machine, fewer on a busy host.
+    if p.total < 20 || p.leaf * 100 < p.total * env.leaf_share() {
+        return Err(Failure::with(
+            format!(
+                "chain has {} samples ({} in leaf) of {samples}",
+                p.total, p.leaf
+            ),
+            &format!(
+                "{out}\n{}",
+                std::fs::read_to_string(&folded).unwrap_or_default()
+            ),
+        ));
+    }
+    Ok(format!(
+        "{samples} samples, chain {} (leaf {})",
+        p.total, p.leaf
+    ))
+}
+
+/// `record --aggregate -- chain 1.5`: counted in a kernel map, the same profile.
+pub fn record_aggregate(env: &Env) -> Outcome {
+    let folded = env.out("agg.folded");
+    let chain = env.fixture("chain");
+    let out = env.run_profiler(&[
+        "record",
+        "--aggregate",
+        "-F",
+        "999",
+        "-o",
+        &folded,
+        "--",
+        &chain,
+        "1.5",
+    ])?;
+    let samples = reported_samples(&out).ok_or_else(|| Failure::with("no sample line", &out))?;
+    let stacks = folded::read(&folded)?;
+    let in_file: u64 = stacks.iter().map(|(_, n)| n).sum();
+    let p = chain_profile("chain", &stacks);
+    // The file holds what the report counted (a few samples of the child before its exec
+    // carry the profiler's name).
+    if p.total < 300 || in_file != samples || p.leaf * 100 < p.total * env.leaf_share() {
+        return Err(Failure::with(
+            format!(
+                "{samples} samples reported, {in_file} in the file, {} of chain, {} in leaf",
+                p.total, p.leaf
+            ),
+            &out,
+        ));
+    }
+    if !out.contains("main > outer > ") {
+        return Err(Failure::with("no main > outer > chain in the report", &out));
+    }
+    Ok(format!(
+        "{samples} samples, leaf {}%",
+        p.leaf * 100 / p.total
+    ))
+}
+
+/// `record --aggregate -- nofp 1.5`: code built without frame pointers, aggregated in the
+/// kernel with the unwind-table walker, whole to `main` as the default mode has it. Without
+/// `bpf_loop` (before 5.17) the run walks frame pointers and says so at the start and the end.
+pub fn record_aggregate_nofp(env: &Env) -> Outcome {
+    const SAID: &str = "--aggregate walks user stacks with frame pointers";
+    let folded = env.out("agg-nofp.folded");
+    let nofp = env.fixture("nofp");
+    let args = [
+        "record",
+        "--aggregate",
+        "-F",
+        "999",
+        "-o",
+        &folded,
+        "--",
+        &nofp,
+        "1.5",
+    ];
+    let (_, stderr) = env.run_profiler_streams(&args)?;
+    let said = stderr.matches(SAID).count();
+    if !env.kernel.unwind_tables {
+        return match said {
+            2 => Ok("no bpf_loop: frame pointers, said at the start and the end".into()),
+            n => Err(Failure::with(
+                format!("{SAID:?} said {n} times, not 2"),
+                &stderr,
+            )),
+        };
+    }
+    if said != 0 {
+        return Err(Failure::with(format!("{SAID:?} with the walker"), &stderr));
+    }
+    let p = chain_profile("nofp", &folded::read(&folded)?);
+    if p.total < 300 || p.leaf * 100 < p.total * env.leaf_share() || p.whole * 100 < p.leaf * 99 {
+        return Err(Failure::with(
+            format!(
+                "{} samples of nofp, {} in leaf, {} whole to main",
+                p.total, p.leaf, p.whole
+            ),
+            &stderr,
+        ));
+    }
+    Ok(format!(
+        "{} samples, {}% of leaf whole",
+        p.total,
+        p.whole * 100 / p.leaf
+    ))
+}
+
+/// `record --wall -- waits 3`: the nanosleeps of `sleep_phase` as off-CPU time within 5 %
+/// of what the fixture measured, under its nanosleep frames. Without `bpf_loop` (before
+/// 5.17) user stacks are walked with frame pointers, which skip the caller of libc's
+/// frameless syscall wrappers: the time is then looked for under `cycle` (sleep_phase's
+/// caller; `waits` keeps frame pointers).
+pub fn record_off_cpu(env: &Env) -> Outcome {
+    let under = if env.kernel.unwind_tables {
+        "sleep_phase"
+    } else {
+        "cycle"
+    };
+    let folded = env.out("wall.folded");
+    let waits = env.fixture("waits");
+    let out = env.run_profiler(&[
+        "record", "-F", "999", "--wall", "-q", "-o", &folded, "--", &waits, "3",
+    ])?;
+    let truth: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("truth "))
+        .and_then(|t| t.split(' ').find_map(|kv| kv.strip_prefix("sleep_ns=")))
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| Failure::with("no truth line from waits", &out))?;
+    let stacks = folded::read(&folded)?;
+    let slept: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f.iter().any(|x| x == under))
+        .filter(|(f, _)| f.last().is_some_and(|x| x == "[off-cpu]"))
+        .filter(|(f, _)| f.iter().any(|x| x.contains("nanosleep")))
+        .map(|(_, n)| n)
+        .sum();
+    if slept.abs_diff(truth) * 20 > truth {
+        let text = std::fs::read_to_string(&folded).unwrap_or_default();
+        return Err(Failure::with(
+            format!("{slept} ns off CPU in {under}'s nanosleep, the fixture slept {truth} ns"),
+            &format!("{out}\n{folded}:\n{text}"),
+        ));
+    }
+    Ok(format!(
+        "{under} off CPU {:.3} s (measured {:.3} s)",
+        slept as f64 / 1e9,
+        truth as f64 / 1e9
+    ))
+}
+
+/// A counter group: sampling cpu-clock, reading page-faults, the faulting function's stacks
+/// carry the faults the fixture counted itself, within 3 %.
+pub fn record_group(env: &Env) -> Outcome {
+    group_faults(env, &[])
+}
+
+/// `record-group` with the counters summed per stack in the kernel (`--aggregate`).
+pub fn record_group_aggregate(env: &Env) -> Outcome {
+    group_faults(env, &["--aggregate"])
+}
+
+/// `record ARGS -e cpu-clock --read page-faults -- group seq 20000 1`: the page faults on
+/// `faulter`'s stacks within 3 % of what the fixture counted itself (5 % aggregated on an
+/// emulated CPU).
+fn group_faults(env: &Env, args: &[&str]) -> Outcome {
+    let folded = env.out("group.folded");
+    let group = env.fixture("group");
+    let mut argv = vec!["record"];
+    argv.extend_from_slice(args);
+    argv.extend([
+        "-F",
+        "999",
+        "-e",
+        "cpu-clock",
+        "--read",
+        "page-faults",
+        "-q",
+        "-o",
+        &folded,
+        "--",
+        &group,
+        "seq",
+        "20000",
+        "1",
+    ]);
+    let out = env.run_profiler(&argv)?;
+    let truth: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("faulter faults="))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| Failure::with("no faulter line from group", &out))?;
+    let stacks = folded::read(&folded)?;
+    // Page faults on the stacks through `frame` (folded lines start with the event).
+    let faults_on = |frame: &str| -> u64 {
+        stacks
+            .iter()
+            .filter(|(f, _)| f.first().is_some_and(|e| e == "page-faults"))
+            .filter(|(f, _)| f.iter().any(|x| x == frame))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let on_faulter = faults_on("faulter");
+    // Aggregation keys have no room for the word at the stack pointer that lets the ring
+    // mode name the caller a frame-pointer walk skips at a function's entry; under qemu's
+    // TCG, which takes interrupts at block ends (calls), 1 to 2.5 % of faulter's faults land
+    // on `main > spin_until` so (on real CPUs within 3 %).
+    let percent = match (env.cpu, args.contains(&"--aggregate")) {
+        (Cpu::Emulated, true) => 5,
+        _ => 3,
+    };
+    if on_faulter.abs_diff(truth) * 100 > truth * percent {
+        let text = std::fs::read_to_string(&folded).unwrap_or_default();
+        return Err(Failure::with(
+            format!(
+                "{on_faulter} page faults on faulter's stacks, the fixture counted {truth} \
+                 (within {percent} %)"
+            ),
+            &format!("{out}\n{folded}:\n{text}"),
+        ));
+    }
+    // In-kernel aggregation loses the stacks whose hash slot another holds: their faults
+    // are on the collision marker.
+    let collided = match faults_on("[stack hash collision]") {
+        0 => String::new(),
+        n => format!(", {n} on stacks lost to hash collisions"),
+    };
+    Ok(format!(
+        "page faults on faulter's stacks {on_faulter} (fixture {truth}){collided}"
+    ))
+}
