@@ -83,14 +83,14 @@ pub(super) fn keys(profile: &Profile, stack: &StackCount, by: By) -> Vec<Key> {
     match by {
         By::Function => profile
             .frames_of(stack)
-            .map(|f| (f.function.clone(), f.module.clone()))
+            .map(|f| (f.function.clone(), f.module_label()))
             .collect(),
         By::Module => profile
             .frames_of(stack)
             .filter(|f| !is_marker(f))
             .map(|f| {
                 (
-                    f.module.clone().unwrap_or_else(|| Arc::from("[unknown]")),
+                    f.module_label().unwrap_or_else(|| Arc::from("[unknown]")),
                     None,
                 )
             })

@@ -33,6 +33,16 @@ pub struct Frame {
 }
 
 impl Frame {
+    /// What the report's MODULE column says: the module, or a Python function's file name.
+    pub fn module_label(&self) -> Option<Arc<str>> {
+        match (self.kind, &self.file) {
+            (FrameKind::Python, Some(file)) => {
+                Some(Arc::from(file.rsplit('/').next().unwrap_or(file)))
+            }
+            _ => self.module.clone(),
+        }
+    }
+
     /// How folded stacks and flame graphs name the frame: a Python function with its file's
     /// name and line, as py-spy shows them (`find_longest_match (difflib.py:421)`); any
     /// other frame by its function.
