@@ -15,6 +15,7 @@ mod offcpu;
 mod overhead;
 mod post;
 mod proc;
+mod python;
 mod report;
 mod unwind;
 
@@ -146,7 +147,7 @@ pub fn bench(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
         runs: 0,
     };
     type Measure = fn(&mut Ctx) -> anyhow::Result<Section>;
-    let measures: [(&str, Measure); 10] = [
+    let measures: [(&str, Measure); 11] = [
         ("overhead", overhead::measure),
         ("kernel cost", kernel::measure),
         ("loss", loss::measure),
@@ -157,6 +158,7 @@ pub fn bench(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
         ("group", group::measure),
         ("offcpu", offcpu::measure),
         ("export", export::measure),
+        ("python", python::measure),
     ];
     let mut sections = Vec::new();
     for (name, measure) in measures {
