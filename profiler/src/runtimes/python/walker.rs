@@ -72,7 +72,7 @@ impl PythonWalker {
             let interpreter = interpreter.clone();
             return match self.entry(&interpreter) {
                 Ok(e) => Published::Walk(Box::new(e)),
-                Err(why) => Published::Native(Some(why)),
+                Err(why) => Published::Native(Some(why.to_string())),
             };
         }
         let interpreter = match detect(pid) {
@@ -104,13 +104,13 @@ impl PythonWalker {
             Ok(e) => Published::Walk(Box::new(e)),
             Err(why) => {
                 self.procs.insert(pid, Proc::Native);
-                Published::Native(Some(why))
+                Published::Native(Some(why.to_string()))
             }
         }
     }
 
     /// The kernel's entry for an interpreter.
-    fn entry(&mut self, i: &Interpreter) -> Result<PyProc, String> {
+    fn entry(&mut self, i: &Interpreter) -> Result<PyProc, EntryError> {
         let o = &i.offsets;
         let (tss_key_addr, tss_kind) = match (i.symbols.runtime, i.symbols.tls_key) {
             // The Py_tss_t: `_is_initialized` (an int), then the key.
@@ -118,18 +118,19 @@ impl PythonWalker {
                 (runtime + u64::from(o.runtime_tss_key), TSS_PY_TSS_T)
             }
             (_, Some(key)) => (key, TSS_INT),
-            _ => return Err(format!("{}: no thread-state key symbol", i.path)),
+            _ => return Err(EntryError::NoKey(i.path.to_string())),
         };
-        let maps = crate::modules::exec_mappings(i.pid).map_err(|e| e.to_string())?;
+        let maps = crate::modules::exec_mappings(i.pid)
+            .map_err(|source| EntryError::Maps { pid: i.pid, source })?;
         let libc = maps
             .iter()
             .find(|m| m.name.rsplit('/').next() == Some("libc.so.6"))
             .map(|m| m.name.clone())
-            .ok_or_else(|| format!("process {}: no glibc, Python frames need it", i.pid))?;
+            .ok_or(EntryError::NoGlibc(i.pid))?;
         let tsd = match self.tsd.get(&libc) {
             Some(t) => *t,
             None => {
-                let t = tsd_layout(i.pid).map_err(|e| e.to_string())?;
+                let t = tsd_layout(i.pid)?;
                 self.tsd.insert(libc, t);
                 t
             }
@@ -192,6 +193,23 @@ impl PythonWalker {
             }
         }
     }
+}
+
+/// Why a CPython process gets no walker entry.
+#[derive(Debug, thiserror::Error)]
+enum EntryError {
+    #[error("{0}: no thread-state key symbol")]
+    NoKey(String),
+    #[error("reading /proc/{pid}/maps: {source}")]
+    Maps {
+        pid: u32,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("process {0}: no glibc (libc.so.6), which the thread-state lookup needs")]
+    NoGlibc(u32),
+    #[error(transparent)]
+    Tsd(#[from] crate::runtimes::libc::TsdError),
 }
 
 /// A Python frame whose code object could not be read.
