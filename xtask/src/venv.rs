@@ -18,74 +18,64 @@ use crate::util::workspace_root;
 const PROBE: &str =
     "import grpc, opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2_grpc";
 
-/// The venv's python, made (or completed) the first time.
+/// The py-spy version the comparisons are measured with.
+const PY_SPY: &str = "py-spy==0.4.3";
+
+/// The OTLP venv's python, made (or completed) the first time.
 pub fn otlp_python() -> anyhow::Result<PathBuf> {
     let venv = workspace_root().join("target/otlp-venv");
     let py = venv.join("bin/python");
-    if ready(&py) {
-        return Ok(py);
-    }
-    let made = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .status()
-        .context("python3 -m venv (Debian: python3-venv)")?
-        .success();
-    anyhow::ensure!(made, "python3 -m venv {} failed", venv.display());
-    let installed = Command::new(venv.join("bin/pip"))
-        .args(["install", "--quiet", "opentelemetry-proto", "grpcio"])
-        .status()
-        .context("pip install")?
-        .success();
-    anyhow::ensure!(
-        installed && ready(&py),
-        "could not make {} with opentelemetry-proto and grpcio",
-        venv.display()
-    );
+    let ready = |py: &Path| succeeds(Command::new(py).args(["-c", PROBE]));
+    made(&venv, &["opentelemetry-proto", "grpcio"], &py, ready)?;
     Ok(py)
 }
-
-fn ready(py: &Path) -> bool {
-    Command::new(py)
-        .args(["-c", PROBE])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// The py-spy version the comparisons are measured with.
-const PY_SPY: &str = "py-spy==0.4.3";
 
 /// `target/tools-venv/bin/py-spy`, installed the first time.
 pub fn py_spy() -> anyhow::Result<PathBuf> {
     let venv = workspace_root().join("target/tools-venv");
     let exe = venv.join("bin/py-spy");
-    let works = |exe: &Path| {
-        Command::new(exe)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if works(&exe) {
-        return Ok(exe);
+    let works = |exe: &Path| succeeds(Command::new(exe).arg("--version"));
+    made(&venv, &[PY_SPY], &exe, works)?;
+    Ok(exe)
+}
+
+/// Makes the venv `venv` with `packages` unless `ready(what)` already holds, and checks it
+/// does afterwards.
+fn made(
+    venv: &Path,
+    packages: &[&str],
+    what: &Path,
+    ready: impl Fn(&Path) -> bool,
+) -> anyhow::Result<()> {
+    if ready(what) {
+        return Ok(());
     }
     let made = Command::new("python3")
         .args(["-m", "venv"])
-        .arg(&venv)
+        .arg(venv)
         .status()
         .context("python3 -m venv (Debian: python3-venv)")?
         .success();
     anyhow::ensure!(made, "python3 -m venv {} failed", venv.display());
     let installed = Command::new(venv.join("bin/pip"))
-        .args(["install", "--quiet", PY_SPY])
+        .args(["install", "--quiet"])
+        .args(packages)
         .status()
         .context("pip install")?
         .success();
     anyhow::ensure!(
-        installed && works(&exe),
-        "could not install {PY_SPY} in {}",
-        venv.display()
+        installed && ready(what),
+        "could not make {} with {}",
+        venv.display(),
+        packages.join(" ")
     );
-    Ok(exe)
+    Ok(())
+}
+
+/// Whether `cmd` runs and exits 0 (its output discarded).
+fn succeeds(cmd: &mut Command) -> bool {
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
