@@ -90,7 +90,13 @@ impl PythonWalker {
                 return Published::Native(Some(e.to_string()));
             }
         };
-        let entry = self.entry(&interpreter);
+        let entry = match self.entry(&interpreter) {
+            Ok(e) => e,
+            Err(why) => {
+                self.procs.insert(pid, Proc::Native);
+                return Published::Native(Some(why.to_string()));
+            }
+        };
         let codes = CodeCache::new(interpreter.offsets, interpreter.symbols.code_type);
         self.procs.insert(
             pid,
@@ -100,13 +106,7 @@ impl PythonWalker {
                 codes,
             },
         );
-        match entry {
-            Ok(e) => Published::Walk(Box::new(e)),
-            Err(why) => {
-                self.procs.insert(pid, Proc::Native);
-                Published::Native(Some(why.to_string()))
-            }
-        }
+        Published::Walk(Box::new(entry))
     }
 
     /// The kernel's entry for an interpreter.
