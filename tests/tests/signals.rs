@@ -204,6 +204,27 @@ fn the_counting_tools_end_on_each_stop_signal_with_their_totals() {
         let status = wait_for("cputrack to end after the signal", 60, || {
             track.try_wait().expect("try_wait")
         });
+        // The spinner's pid is its main thread's tid, the smallest of its threads. Found
+        // before the output's end is awaited: the spinner holds the pipe while it lives.
+        let seen = lines.now();
+        let spinner = table(&seen)
+            .iter()
+            .filter(|r| r.is(2, "tick"))
+            .map(|r| r.num(1))
+            .min()
+            .expect("a tick row") as u32;
+        let start = std::time::Instant::now();
+        let gone = || {
+            std::fs::read_to_string(format!("/proc/{spinner}/stat"))
+                .map_or(true, |s| s.contains(") Z "))
+        };
+        while !gone() {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "signal {sig}: the started command {spinner} outlived cputrack"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
         let stdout = lines.finish();
         assert_eq!(
             status.code(),
@@ -217,20 +238,6 @@ fn the_counting_tools_end_on_each_stop_signal_with_their_totals() {
         );
         let ticks: Vec<&TableRow> = rows.iter().filter(|r| r.is(2, "tick")).collect();
         assert!(!ticks.is_empty(), "ticks before the signal:\n{stdout}");
-        // The spinner's pid is its main thread's tid, the smallest of its threads.
-        let spinner = ticks.iter().map(|r| r.num(1)).min().unwrap() as u32;
-        let start = std::time::Instant::now();
-        let gone = || {
-            std::fs::read_to_string(format!("/proc/{spinner}/stat"))
-                .map_or(true, |s| s.contains(") Z "))
-        };
-        while !gone() {
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "signal {sig}: the started command {spinner} outlived cputrack"
-            );
-            thread::sleep(Duration::from_millis(20));
-        }
         assert!(
             holders_of_perf_or_bpf().is_subset(&holders),
             "signal {sig}: a perf fd holder survived"

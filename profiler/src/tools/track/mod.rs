@@ -314,6 +314,8 @@ fn run(
     let mut next_tick = interval.map(|i| Instant::now() + i);
     let mut interrupted: Option<Signal> = None;
     let mut give_up: Option<Instant> = None;
+    // The processes that get the signal once they are let go.
+    let mut pass_on: Vec<i32> = Vec::new();
     loop {
         loop {
             match ptrace::wait(-1, true) {
@@ -364,14 +366,19 @@ fn run(
             // The counters are read once more: what each process counted up to the signal.
             tracer.final_rows();
             if started_command {
-                // As cputrack's kill-on-last-close: what we started gets the signal too.
-                for &pid in tracer.procs.keys() {
-                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
-                }
+                pass_on = tracer.procs.keys().copied().collect();
             }
             tracer.release_all();
             next_tick = None;
             give_up = Some(Instant::now() + RELEASE_GRACE);
+        }
+    }
+    // As cputrack's kill-on-last-close: what we started gets the signal too. Sent after
+    // they are let go, not before: a signal a traced thread took stops it for us first,
+    // and was lost now and then when it was detached without it (its command then ran on).
+    if let Some(sig) = interrupted {
+        for pid in pass_on {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
         }
     }
     tracer.out.flush();
