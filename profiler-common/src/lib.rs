@@ -15,6 +15,11 @@ pub mod unwind;
 /// Deepest stack captured per sample, per side (user and kernel). perf's default is 127 too.
 pub const MAX_STACK_DEPTH: usize = 127;
 
+/// Most words a user walk with unwind tables keeps: native frames (one word each) and
+/// runtime frames (a CPython frame is two), so that a 200-deep Python recursion is whole
+/// (on 3.6-3.10 each Python call also has its C frames: about five words a level).
+pub const MAX_WALK_WORDS: usize = 1023;
+
 /// Default ring-buffer size in bytes (a power of two and a multiple of the page size).
 pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
 
@@ -138,6 +143,17 @@ pub struct UserStack {
     /// Explicit padding.
     pub _pad: u32,
     pub frames: [u64; MAX_STACK_DEPTH],
+}
+
+/// A user stack as the table walk writes it: [`UserStack`]'s layout with room for
+/// [`MAX_WALK_WORDS`]; a walk of at most [`MAX_STACK_DEPTH`] words is a `UserStack` as it is.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct WalkStack {
+    pub len: u32,
+    /// Explicit padding.
+    pub _pad: u32,
+    pub frames: [u64; MAX_WALK_WORDS],
 }
 
 impl UserStack {
@@ -353,6 +369,8 @@ const _: () = assert!(core::mem::align_of::<SampleRecord>() == 8);
 const _: () = assert!(core::mem::size_of::<RequestConfig>() == 32);
 const _: () = assert!(core::mem::size_of::<AggregateKey>() == 32);
 const _: () = assert!(core::mem::size_of::<UserStack>() == 8 + 8 * MAX_STACK_DEPTH);
+const _: () = assert!(core::mem::size_of::<WalkStack>() == 8 + 8 * MAX_WALK_WORDS);
+const _: () = assert!(MAX_WALK_WORDS >= MAX_STACK_DEPTH);
 const _: () = assert!(core::mem::size_of::<AggregateValue>() == 32);
 const _: () = assert!(core::mem::size_of::<CgroupCounts>() == 8 * MAX_CGROUP_EVENTS);
 

@@ -46,6 +46,8 @@ pub mod maps {
     pub const WOKE_AT: &str = "WOKE_AT";
     /// The Python walker's processes (`crate::python::PyProc`, by tgid).
     pub const PY_PROCS: &str = "PY_PROCS";
+    /// This CPU's copy of the walked process's entry (or an empty one) for the walk.
+    pub const PY_CUR: &str = "PY_CUR";
 
     // Counter groups (group.rs).
     pub const GROUP_CONFIG: &str = "GROUP_CONFIG";
@@ -103,6 +105,7 @@ pub mod maps {
         WALK,
         WOKE_AT,
         PY_PROCS,
+        PY_CUR,
         GROUP_CONFIG,
         GROUP_CPU,
         GROUP_TASKS,

@@ -10,7 +10,14 @@
 //! with [`OFF_CPU`] in its flags, followed by one more word: the nanoseconds off the CPU. Its
 //! `time_ns` is when the thread left the CPU and its `cpu` the CPU it left.
 
-use crate::stack::{MAX_RECORD_FRAMES, STACK_HEADER_SIZE, StackSampleHeader};
+use crate::{
+    MAX_STACK_DEPTH,
+    stack::{STACK_HEADER_SIZE, StackSampleHeader},
+};
+
+/// Most frames an off-CPU record carries (kernel and user): a thread's waits are kept
+/// per thread until it runs again, so they hold perf's depth, not a deep walk's.
+pub const OFFCPU_FRAMES: usize = 2 * MAX_STACK_DEPTH;
 
 /// [`StackSampleHeader::flags`] bit: an off-CPU record (its last word is the time away).
 /// Bits from 16 up are this module's; `record_flags` uses the low ones.
@@ -55,7 +62,7 @@ pub struct OffCpuConfig {
 #[derive(Clone, Copy, Debug)]
 pub struct OffCpuBuf {
     pub header: StackSampleHeader,
-    pub frames: [u64; MAX_RECORD_FRAMES + 2],
+    pub frames: [u64; OFFCPU_FRAMES + 2],
 }
 
 /// Key of the in-kernel totals: a thread and a hash of its stack (FNV-1a over the frames and
@@ -109,7 +116,7 @@ const _: () = assert!(core::mem::size_of::<OffCpuConfig>() == 24);
 const _: () = assert!(core::mem::size_of::<TotalKey>() == 16);
 const _: () = assert!(core::mem::size_of::<Total>() == 16 + core::mem::size_of::<OffCpuBuf>());
 const _: () =
-    assert!(core::mem::size_of::<OffCpuBuf>() == STACK_HEADER_SIZE + 8 * (MAX_RECORD_FRAMES + 2));
+    assert!(core::mem::size_of::<OffCpuBuf>() == STACK_HEADER_SIZE + 8 * (OFFCPU_FRAMES + 2));
 
 // SAFETY: repr(C), integers and arrays of integers only, no implicit padding (the size
 // asserts above), so every bit pattern is valid.

@@ -1,10 +1,10 @@
 //! `record`'s sample: a fixed header followed by only the frames actually walked (kernel
 //! frames, then user frames, innermost first), so a record is as long as its stacks.
 
-use crate::MAX_STACK_DEPTH;
+use crate::{MAX_STACK_DEPTH, MAX_WALK_WORDS};
 
-/// Most frames one record carries (kernel and user).
-pub const MAX_RECORD_FRAMES: usize = 2 * MAX_STACK_DEPTH;
+/// Most frames one record carries (kernel, then user: a table walk's words).
+pub const MAX_RECORD_FRAMES: usize = MAX_STACK_DEPTH + MAX_WALK_WORDS;
 
 /// The fixed part of a `record` sample in the ring buffer.
 #[repr(C)]
@@ -93,8 +93,8 @@ const _: () =
 
 /// Words of [`StackSampleBuf::copy`]: from any word offset up to 255 after `frames`, a head
 /// and [`STACK_COPY_BYTES`] fit.
-pub const COPY_ROOM: usize =
-    256 + STACK_COPY_HEAD_WORDS + STACK_COPY_BYTES / 8 - MAX_RECORD_FRAMES - GROUP_TAIL_ROOM;
+pub const COPY_ROOM: usize = (256 + STACK_COPY_HEAD_WORDS + STACK_COPY_BYTES / 8)
+    .saturating_sub(MAX_RECORD_FRAMES + GROUP_TAIL_ROOM);
 
 /// Words of [`StackSampleBuf::tail`].
 pub const GROUP_TAIL_ROOM: usize = crate::group::TAIL_WORDS + 1;
@@ -112,6 +112,10 @@ const _: () = assert!(STACK_COPY_BYTES.is_multiple_of(STACK_COPY_BLOCK));
 // A per-CPU array's value must stay under the kernel's 32 KiB per-CPU allocation unit.
 const _: () = assert!(core::mem::size_of::<StackSampleBuf>() < 32 << 10);
 const _: () = assert!(MAX_RECORD_FRAMES + GROUP_TAIL_ROOM >= 255 + crate::group::TAIL_WORDS);
+const _: () = assert!(
+    MAX_RECORD_FRAMES + GROUP_TAIL_ROOM + COPY_ROOM
+        >= 256 + STACK_COPY_HEAD_WORDS + STACK_COPY_BYTES / 8
+);
 
 impl StackSampleHeader {
     /// The thread name up to its first NUL.

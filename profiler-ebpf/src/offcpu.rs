@@ -19,13 +19,12 @@ use aya_ebpf::{
 use profiler_common::{
     MAX_STACK_DEPTH, SamplerConfig, capture,
     offcpu::{
-        FNV_OFFSET, FNV_PRIME, OFF_CPU, OffCpuBuf, OffCpuConfig, PENDING_ENTRIES, RUNNABLE,
-        STATE_BLOCKED, STATE_DEAD, TOTALS_ENTRIES, Total, TotalKey, stat,
+        FNV_OFFSET, FNV_PRIME, OFF_CPU, OFFCPU_FRAMES, OffCpuBuf, OffCpuConfig, PENDING_ENTRIES,
+        RUNNABLE, STATE_BLOCKED, STATE_DEAD, TOTALS_ENTRIES, Total, TotalKey, stat,
     },
     record_flags,
     stack::{
-        MAX_RECORD_FRAMES, STACK_COPY_BYTES, STACK_COPY_HEAD_WORDS, STACK_HEADER_SIZE,
-        StackCopyBuf, StackSampleBuf,
+        STACK_COPY_BYTES, STACK_COPY_HEAD_WORDS, STACK_HEADER_SIZE, StackCopyBuf, StackSampleBuf,
     },
 };
 
@@ -154,7 +153,7 @@ fn switch_in(tid: u32, now: u64, oc: &OffCpuConfig, config: &SamplerConfig) {
         } else {
             let n = (usize::from((*buf).header.kernel_frames)
                 + usize::from((*buf).header.user_frames))
-            .min(MAX_RECORD_FRAMES)
+            .min(OFFCPU_FRAMES)
                 & 0xff;
             (*buf).frames[n] = away;
             let size = (STACK_HEADER_SIZE + 8 * (n + 1)) as u64;
@@ -245,9 +244,9 @@ unsafe fn total(tid: u32, buf: *mut OffCpuBuf, away: u64) -> bool {
     // SAFETY: reads of the caller's map value, within its frames (n is bounded below).
     let key = unsafe {
         let (k, u) = ((*buf).header.kernel_frames, (*buf).header.user_frames);
-        let n = (usize::from(k) + usize::from(u)).min(MAX_RECORD_FRAMES);
+        let n = (usize::from(k) + usize::from(u)).min(OFFCPU_FRAMES);
         let mut hash = FNV_OFFSET ^ u64::from((*buf).header.flags & RUNNABLE);
-        for i in 0..MAX_RECORD_FRAMES {
+        for i in 0..OFFCPU_FRAMES {
             if i >= n {
                 break;
             }
@@ -418,7 +417,7 @@ unsafe fn user_stack<const TABLES: bool>(
 ) -> usize {
     let k = k & 0x7f;
     // SAFETY: every write is of MAX_STACK_DEPTH words from word k <= 127 of `frames`, which
-    // has MAX_RECORD_FRAMES + 2 = 256 words.
+    // has OFFCPU_FRAMES + 2 = 256 words (a deeper table walk is cut there, marked partial).
     unsafe {
         let mut walked = None;
         if TABLES && config.capture & capture::UNWIND_TABLES != 0 {
@@ -443,7 +442,7 @@ unsafe fn user_stack<const TABLES: bool>(
         let sp = || saved_user_regs().map(|(_, sp, _)| sp);
         let dst = (*buf).frames.as_mut_ptr().add(k);
         let header = &raw mut (*buf).header;
-        user_frames(ctx.as_ptr(), walked, sp, header, dst).unwrap_or_else(|| {
+        user_frames::<MAX_STACK_DEPTH>(ctx.as_ptr(), walked, sp, header, dst).unwrap_or_else(|| {
             add(stat::STACK_ERRORS, 1);
             0
         })

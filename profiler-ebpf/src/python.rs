@@ -12,10 +12,10 @@
 use aya_ebpf::{
     helpers::{bpf_probe_read_kernel, bpf_probe_read_user, generated::bpf_get_current_task},
     macros::map,
-    maps::HashMap,
+    maps::{HashMap, PerCpuArray},
 };
 use profiler_common::{
-    MAX_STACK_DEPTH,
+    MAX_WALK_WORDS,
     python::{
         FRAME_OBJECT, INSTR_PTR, LASTI_BYTES, LASTI_UNITS, NONE, OWNED_BY_CSTACK, PREV_INSTR,
         PY_FRAME, PyProc, TSS_INT, TSS_PY_TSS_T, py_check, py_frame_data,
@@ -37,14 +37,31 @@ pub(crate) const NOT_STARTED: u32 = 0;
 pub(crate) const WALKING: u32 = 1;
 pub(crate) const FAILED: u32 = 2;
 
-/// This process's entry, if it runs CPython.
+/// This CPU's copy of the walked process's entry: the walk always gets a pointer to it (an
+/// entry whose eval ranges are empty when the process runs no CPython), so the walk's
+/// callback is verified once, not once for "no Python" and again for "Python".
+#[map]
+static PY_CUR: PerCpuArray<PyProc> = PerCpuArray::with_max_entries(1, 0);
+shared_name!(map PY_CUR);
+
+/// This process's entry (copied to this CPU's [`PY_CUR`]); null only if that map is gone.
 #[inline(always)]
 pub(crate) fn process(tgid: u32) -> *const PyProc {
-    // SAFETY: a plain map lookup; the value is only read.
-    match unsafe { PY_PROCS.get(tgid) } {
-        Some(p) => p as *const PyProc,
-        None => core::ptr::null(),
+    let Some(cur) = PY_CUR.get_ptr_mut(0) else {
+        return core::ptr::null();
+    };
+    // SAFETY: this CPU's slot (perf_event programs do not nest on one CPU) and a map value
+    // that is only read.
+    unsafe {
+        match PY_PROCS.get(tgid) {
+            Some(p) => *cur = *p,
+            None => {
+                (*cur).eval_end = 0;
+                (*cur).cold_end = 0;
+            }
+        }
     }
+    cur
 }
 
 /// Forgets a process (exec, exit).
@@ -58,13 +75,17 @@ fn in_eval(p: &PyProc, at: u64) -> bool {
     (p.eval_start <= at && at < p.eval_end) || (p.cold_start <= at && at < p.cold_end)
 }
 
-/// Whether the native frame at `at` is an eval call whose Python frames replace it: the
-/// first such frame finds the thread's current Python frame. After a failure (or once the
-/// chain is used up) eval frames stay native.
-#[inline(always)]
-pub(crate) fn begins(w: &mut Walk, p: &PyProc, at: u64) -> bool {
+/// Sets `w.py_emit` when the native frame at `at` is an eval call whose Python frames
+/// replace it: the first such frame finds the thread's current Python frame. After a
+/// failure (or once the chain is used up) eval frames stay native.
+///
+/// Not inlined, and it answers through `w` rather than a return value: every path through
+/// it then returns to the same verifier state, so the native step after it is verified
+/// once, not once per way this can end (that multiplied the program's verification cost).
+#[inline(never)]
+pub(crate) fn check_begins(w: &mut Walk, p: &PyProc, at: u64) {
     if !in_eval(p, at) {
-        return false;
+        return;
     }
     match w.py_state {
         NOT_STARTED => match current_frame(p) {
@@ -75,13 +96,15 @@ pub(crate) fn begins(w: &mut Walk, p: &PyProc, at: u64) -> bool {
             None => {
                 w.py_state = FAILED;
                 w.flags |= record_flags::PYTHON_ERROR;
-                return false;
+                return;
             }
         },
         WALKING => {}
-        _ => return false,
+        _ => return,
     }
-    w.py_frame != 0
+    if w.py_frame != 0 {
+        w.py_emit = 1;
+    }
 }
 
 /// The current thread's innermost Python frame (0 when it runs none).
@@ -150,7 +173,7 @@ pub(crate) fn step(w: &mut Walk, p: &PyProc) -> i64 {
         }
     }
     let n = w.stack.len as usize;
-    if n + 2 > MAX_STACK_DEPTH {
+    if n + 2 > MAX_WALK_WORDS {
         w.flags |= record_flags::UNWIND_PARTIAL;
         return 1;
     }

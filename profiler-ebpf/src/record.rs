@@ -17,8 +17,8 @@ use aya_ebpf::{
 };
 use profiler_common::{
     AGGREGATE_ENTRIES, AGGREGATE_STACKS, AggregateKey, AggregateValue, DEFAULT_RING_BYTES,
-    MAX_STACK_DEPTH, RequestConfig, SamplerConfig, USER_HASH_SEED, UserStack, capture,
-    group as group_consts, record_flags, request_flags,
+    MAX_STACK_DEPTH, MAX_WALK_WORDS, RequestConfig, SamplerConfig, USER_HASH_SEED, UserStack,
+    capture, group as group_consts, record_flags, request_flags,
     stack::{MAX_RECORD_FRAMES, STACK_COPY_HEAD_WORDS, STACK_HEADER_SIZE, StackSampleBuf},
     stack_id, stat, user_hash_finish, user_hash_step,
 };
@@ -156,13 +156,13 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
     let mut tail_words = 0;
     if let Some(tail) = group::GROUP_TAIL.get_ptr(0) {
         // SAFETY: copies the group's words (a constant size the verifier accepts; words past
-        // `tail_words` are not sent) to frames[frames..], inside the buffer: frames <= 255
-        // and the tail after the frames holds TAIL_WORDS more (profiler_common::stack);
+        // `tail_words` are not sent) to frames[frames..], inside the buffer: frames <=
+        // MAX_RECORD_FRAMES and the tail after the frames holds TAIL_WORDS more (profiler_common::stack);
         // `tail` is this CPU's slot, written by `prepare_tail`.
         unsafe {
             tail_words = ((*tail).words as usize).min(group_consts::TAIL_WORDS);
             generated::bpf_probe_read_kernel(
-                (*buf).frames.as_mut_ptr().add(frames & 0xff).cast(),
+                (*buf).frames.as_mut_ptr().add(frames).cast(),
                 (8 * group_consts::TAIL_WORDS) as u32,
                 (&raw const (*tail).data).cast(),
             );
@@ -227,11 +227,11 @@ unsafe fn user_stack<const TABLES: bool>(
     buf: *mut StackSampleBuf,
     k: usize,
 ) -> usize {
-    // The verifier needs the bound spelled out: frames[k..k + MAX_STACK_DEPTH] is in bounds.
+    // The verifier needs the bound spelled out: frames[k..k + MAX_WALK_WORDS] is in bounds.
     let k = k & 0x7f;
     let tables = TABLES && config.capture & capture::UNWIND_TABLES != 0;
-    // SAFETY: the buffer is ours; every write is of MAX_STACK_DEPTH words from word k <= 127
-    // of `frames`, which has MAX_RECORD_FRAMES = 127 + MAX_STACK_DEPTH words.
+    // SAFETY: the buffer is ours; every write is of at most MAX_WALK_WORDS words from word
+    // k <= 127 of `frames`, which has MAX_RECORD_FRAMES = 127 + MAX_WALK_WORDS words.
     unsafe {
         let mut walked = None;
         if tables {
@@ -260,7 +260,7 @@ unsafe fn user_stack<const TABLES: bool>(
         let dst = (*buf).frames.as_mut_ptr().add(k);
         let header = &raw mut (*buf).header;
         let sp = || user_regs(ctx).map(|(_, sp, _)| sp);
-        user_frames(ctx.as_ptr(), walked, sp, header, dst).unwrap_or_else(|| {
+        user_frames::<MAX_WALK_WORDS>(ctx.as_ptr(), walked, sp, header, dst).unwrap_or_else(|| {
             bump(stat::STACK_ERRORS);
             0
         })
@@ -303,6 +303,10 @@ fn aggregate<const TABLES: bool>(
                 if walk.flags & record_flags::UNWIND_NO_MAPPING != 0
                     && wake_for_tables(walk.flags, now)
                 {
+                    return false;
+                }
+                // Deeper than a kept stack: the ring takes it whole.
+                if walk.stack.len as usize > MAX_STACK_DEPTH {
                     return false;
                 }
                 if walk.flags & record_flags::UNWIND_PARTIAL != 0 {
@@ -382,7 +386,9 @@ fn aggregate<const TABLES: bool>(
 /// a loop bounded by the walk's length is checked per length (past its instruction limit).
 #[inline(always)]
 fn keep_user_stack(walk: &Walk) -> (i32, u64) {
-    let stack = &walk.stack;
+    // SAFETY: a WalkStack begins with a UserStack's layout (profiler_common), and a walk of
+    // at most MAX_STACK_DEPTH words (the caller checks) is whole in it.
+    let stack = unsafe { &*(&raw const walk.stack).cast::<UserStack>() };
     let n = stack.len.min(MAX_STACK_DEPTH as u32);
     let mut lctx = StackLoop {
         stack,

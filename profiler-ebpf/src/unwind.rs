@@ -16,7 +16,7 @@ use aya_ebpf::{
     programs::{PerfEventContext, TracePointContext},
 };
 use profiler_common::{
-    MAX_STACK_DEPTH, UserStack, kernel_features,
+    MAX_STACK_DEPTH, MAX_WALK_WORDS, WalkStack, kernel_features,
     python::PyProc,
     record_flags,
     stack::{STACK_COPY_BLOCK, STACK_COPY_BYTES, STACK_COPY_HEAD_WORDS, StackSampleHeader},
@@ -132,8 +132,8 @@ pub(crate) struct Walk {
     pub(crate) native_done: u32,
     _pad: u32,
     /// The frames walked (`len` of them), laid out as the in-kernel aggregation keeps a
-    /// stack, so it is stored from here without a copy.
-    pub(crate) stack: UserStack,
+    /// stack, so one of at most MAX_STACK_DEPTH words is stored from here without a copy.
+    pub(crate) stack: WalkStack,
 }
 
 #[map]
@@ -178,7 +178,7 @@ pub(crate) fn wake_for_tables(flags: u32, now: u64) -> bool {
 struct LoopCtx {
     walk: *mut Walk,
     proc_: *const ProcUnwind,
-    /// The process's CPython entry, or null.
+    /// This CPU's copy of the process's CPython entry ([`python::process`]).
     py: *const PyProc,
 }
 
@@ -229,15 +229,19 @@ pub(crate) fn walk_user_from((pc, sp, bp): (u64, u64, u64), tgid: u32) -> Walked
         (*walk).py_frame = 0;
         (*walk).native_done = 0;
     }
+    let py = python::process(tgid);
+    if py.is_null() {
+        return Walked::NoUser;
+    }
     let mut lctx = LoopCtx {
         walk,
         proc_: proc_ as *const ProcUnwind,
-        py: python::process(tgid),
+        py,
     };
     // SAFETY: `step` is a BPF callback taking (index, ctx); `lctx` outlives the call.
     unsafe {
         bpf_loop(
-            MAX_STACK_DEPTH as u32,
+            MAX_WALK_WORDS as u32,
             step as *mut core::ffi::c_void,
             (&raw mut lctx).cast(),
             0,
@@ -247,34 +251,43 @@ pub(crate) fn walk_user_from((pc, sp, bp): (u64, u64, u64), tgid: u32) -> Walked
     Walked::Done(unsafe { &*walk })
 }
 
-/// Writes a user stack to `dst` (room for MAX_STACK_DEPTH words), for the sampler and the
-/// off-CPU program alike: a finished table walk's frames (its flags into `header`), else the
-/// frame-pointer walk, `bpf_get_stack` on the program's context `ctx`, keeping the word at
-/// the user stack pointer `sp()` in `header` (user space recovers the caller of a leaf
-/// without a frame-pointer prologue from it). Returns the frames written; `None` when
-/// `bpf_get_stack` failed (the caller counts it).
+/// Writes a user stack to `dst` (room for `ROOM` words, at least MAX_STACK_DEPTH), for the
+/// sampler and the off-CPU program alike: a finished table walk's frames (its flags into
+/// `header`; the outermost frames past `ROOM` cut, marked partial), else the frame-pointer
+/// walk, `bpf_get_stack` on the program's context `ctx`, keeping the word at the user stack
+/// pointer `sp()` in `header` (user space recovers the caller of a leaf without a
+/// frame-pointer prologue from it). Returns the frames written; `None` when `bpf_get_stack`
+/// failed (the caller counts it).
 ///
 /// # Safety
-/// `dst` has room for MAX_STACK_DEPTH words; `header` is the record's, in the same buffer.
+/// `dst` has room for `ROOM` words; `header` is the record's, in the same buffer.
 #[inline(always)]
-pub(crate) unsafe fn user_frames(
+pub(crate) unsafe fn user_frames<const ROOM: usize>(
     ctx: *mut core::ffi::c_void,
     walked: Option<&Walk>,
     sp: impl FnOnce() -> Option<u64>,
     header: *mut StackSampleHeader,
     dst: *mut u64,
 ) -> Option<usize> {
-    // SAFETY: the caller's buffer; every write is of MAX_STACK_DEPTH words to `dst`.
+    const { assert!(ROOM >= MAX_STACK_DEPTH && ROOM <= MAX_WALK_WORDS) };
+    // SAFETY: the caller's buffer; every write is of at most ROOM words to `dst`.
     unsafe {
         if let Some(walk) = walked {
-            // A constant size the verifier accepts; frames past `n` are ignored.
+            let len = walk.stack.len as usize;
+            let n = if len > ROOM {
+                (*header).flags |= record_flags::UNWIND_PARTIAL;
+                ROOM
+            } else {
+                len
+            };
+            // Only the words walked: a deep walk is long, most are short.
             generated::bpf_probe_read_kernel(
                 dst.cast(),
-                STACK_BYTES,
+                (n * 8) as u32,
                 walk.stack.frames.as_ptr().cast(),
             );
             (*header).flags |= walk.flags;
-            return Some((walk.stack.len as usize).min(MAX_STACK_DEPTH));
+            return Some(n);
         }
         if let Some(sp) = sp()
             && let Ok(word) = bpf_probe_read_user(sp as *const u64)
@@ -363,19 +376,16 @@ pub(crate) fn saved_user_regs() -> Option<(u64, u64, u64)> {
 /// One frame: record `pc` (or, for a CPython eval call, the Python frames it runs, over
 /// the next iterations), then find the caller's pc, sp and bp. Returns 1 to stop.
 extern "C" fn step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
-    // SAFETY: `ctx` is the LoopCtx `walk_user` passed, whose pointers are to map values
-    // (`py` may be null).
+    // SAFETY: `ctx` is the LoopCtx `walk_user` passed, whose pointers are to map values.
     let (w, p, py) = unsafe {
         let c = &*(ctx as *const LoopCtx);
-        (&mut *c.walk, &*c.proc_, c.py.as_ref())
+        (&mut *c.walk, &*c.proc_, &*c.py)
     };
-    if let Some(py) = py
-        && w.py_emit != 0
-    {
+    if w.py_emit != 0 {
         return python::step(w, py);
     }
     let n = w.stack.len as usize;
-    if n >= MAX_STACK_DEPTH {
+    if n >= MAX_WALK_WORDS {
         w.flags |= record_flags::UNWIND_PARTIAL;
         return 1;
     }
@@ -386,13 +396,10 @@ extern "C" fn step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
     }
     let at = if w.exact != 0 { w.pc } else { w.pc - 1 };
     w.exact = 0;
-    if let Some(py) = py
-        && python::begins(w, py, at)
-    {
-        // The eval call's Python frames take its place once its caller is found.
-        w.py_emit = 1;
-    } else {
-        w.stack.frames[n] = w.pc;
+    python::check_begins(w, py, at);
+    // An eval call's Python frames take its place (from this slot) once its caller is found.
+    w.stack.frames[n] = w.pc;
+    if w.py_emit == 0 {
         w.stack.len += 1;
     }
     let r = native_step(w, p, at);

@@ -131,7 +131,15 @@ impl Loaded {
             .program_mut(program)
             .ok_or(BpfError::Missing("the perf_event program"))?
             .try_into()?;
+        let t0 = std::time::Instant::now();
         perf.load()?;
+        if std::env::var_os("PROFILER_DEBUG_VERIFIER").is_some() {
+            let n = perf
+                .info()
+                .ok()
+                .and_then(|i| i.verified_instruction_count());
+            eprintln!("verifier: {program} {:?} {n:?} insns", t0.elapsed());
+        }
         maps::set_config(&mut ebpf, map::CONFIG, config)?;
         Ok(Self {
             attached: Attachments::new(kernel),
