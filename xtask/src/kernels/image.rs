@@ -129,7 +129,7 @@ pub fn build(built: &Path, dir: &Path) -> anyhow::Result<Initramfs> {
 /// What the `python` check's interpreter is asked: its version, its standard library's
 /// directory, and the module files its start-up and the script's imports load (with `-S
 /// -E`, as the check runs it: a few `encodings` modules; `os.py` is also the landmark by
-/// which CPython finds its library next to it).
+/// which CPython finds its library next to it, as `os.pyc` too).
 const PYTHON_QUERY: &str = "import os, sys, _thread, time
 print('%d.%d' % sys.version_info[:2])
 print(os.path.dirname(os.__file__))
@@ -137,6 +137,13 @@ for m in list(sys.modules.values()):
     f = getattr(m, '__file__', None)
     if f:
         print(f)
+";
+
+/// Compiles each (source, destination) pair of its arguments.
+const PYTHON_COMPILE: &str = "import py_compile, sys
+args = sys.argv[1:]
+for src, dst in zip(args[::2], args[1::2]):
+    py_compile.compile(src, cfile=dst, doraise=True)
 ";
 
 /// Copies this machine's CPython ([`profiler_scenarios::host_python`]) into
@@ -167,14 +174,19 @@ fn add_python(prefix: &Path) -> anyhow::Result<Option<PathBuf>> {
     let lib = home.join(format!("lib/python{version}"));
     // exec_prefix's landmark (no extension module is needed).
     fs::create_dir_all(lib.join("lib-dynload"))?;
+    // Compiled here, sourceless (`os.pyc` beside `encodings/`): TCG's slow CPUs would
+    // otherwise spend a second of every run compiling them.
+    let mut compile = Command::new(&python);
+    compile.args(["-S", "-E", "-c", PYTHON_COMPILE]);
     for file in lines.map(Path::new) {
         let Ok(rel) = file.strip_prefix(stdlib) else {
             continue;
         };
-        let to = lib.join(rel);
+        let to = lib.join(rel).with_extension("pyc");
         fs::create_dir_all(to.parent().unwrap_or(&lib))?;
-        fs::copy(file, &to).with_context(|| format!("copying {}", file.display()))?;
+        compile.arg(file).arg(to);
     }
+    run(&mut compile)?;
     let bin = prefix.join(guest::PYTHON);
     fs::create_dir_all(bin.parent().unwrap_or(&home))?;
     fs::copy(&python, &bin).with_context(|| format!("copying {}", python.display()))?;
