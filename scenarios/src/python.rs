@@ -68,12 +68,14 @@ fn frame(name: &str) -> Result<String, Failure> {
     Ok(format!("{name} ({SCRIPT_NAME}:{})", line + 1))
 }
 
-/// A folded frame that names a Python function: `name (file.py:line)`.
+/// A folded frame of a Python function: `name (file.py:line)`, or `[python: why]` for
+/// one whose code object could not be read.
 fn is_python(frame: &str) -> bool {
     frame
         .strip_suffix(')')
         .and_then(|f| f.rsplit_once(" ("))
         .is_some_and(|(_, at)| at.contains(".py:") || at.ends_with(".py"))
+        || frame.starts_with("[python:")
 }
 
 /// One thread's chain: its samples in its innermost function, and those whose Python
@@ -153,26 +155,24 @@ pub fn python(env: &Env) -> Outcome {
     let (stdout, stderr) = program_streams_within(env.profiler_command().args(args), limit)?;
     let stacks = folded::read(&folded_path)?;
     let total: u64 = stacks.iter().map(|(_, n)| n).sum();
-    let evidence = || {
-        format!(
-            "stderr:\n{stderr}\nstdout:\n{stdout}\nfolded:\n{}",
-            std::fs::read_to_string(&folded_path).unwrap_or_default()
-        )
+    // The evidence of a failure: what the profiler said and the whole profile.
+    let check = |cond: bool, what: &str| -> Result<(), Failure> {
+        if cond {
+            return Ok(());
+        }
+        let folded = std::fs::read_to_string(&folded_path).unwrap_or_default();
+        let evidence = format!("stderr:\n{stderr}\nstdout:\n{stdout}\nfolded:\n{folded}");
+        ensure(false, what, &evidence)
     };
-    ensure(
+    check(
         total >= min_samples(env),
         &format!("at least {} samples ({total})", min_samples(env)),
-        &evidence(),
     )?;
     let said = stderr.matches(NO_WALKER).count();
     if !env.kernel.unwind_tables {
-        return native_only(total, &stacks, said, &evidence);
+        return native_only(total, &stacks, said, &check);
     }
-    ensure(
-        said == 0,
-        "no frame-pointer note with the walker",
-        &evidence(),
-    )?;
+    check(said == 0, "no frame-pointer note with the walker")?;
     let main: Vec<String> = ["<module>", "main", "outer", "inner"]
         .into_iter()
         .map(frame)
@@ -192,13 +192,12 @@ pub fn python(env: &Env) -> Outcome {
         Cpu::Native => 85,
         Cpu::Emulated => 60,
     };
-    ensure(
+    check(
         (m.samples + w.samples) * 100 >= total * share,
         &format!(
             "{share}% of the samples in inner or spin ({} and {} of {total})",
             m.samples, w.samples
         ),
-        &evidence(),
     )?;
     // Natively every stack is whole; under TCG on 6.12, 6 % of the main thread's samples
     // in one run of two stopped one frame short of _start, at libc's
@@ -209,15 +208,14 @@ pub fn python(env: &Env) -> Outcome {
         Cpu::Emulated => 90,
     };
     for (name, t) in [("inner", &m), ("spin", &w)] {
-        ensure(
+        check(
             t.samples * 5 >= total,
             &format!(
                 "a fifth of the samples in {name} ({} of {total})",
                 t.samples
             ),
-            &evidence(),
         )?;
-        ensure(
+        check(
             t.exact * 100 >= t.samples * 99,
             &format!(
                 "99% of {name}'s samples carry its exact Python chain ({} of {}; first miss: {})",
@@ -225,15 +223,13 @@ pub fn python(env: &Env) -> Outcome {
                 t.samples,
                 t.miss.as_deref().unwrap_or("none")
             ),
-            &evidence(),
         )?;
-        ensure(
+        check(
             t.whole * 100 >= t.samples * whole,
             &format!(
                 "{whole}% of {name}'s native stacks whole to the thread's start ({} of {})",
                 t.whole, t.samples
             ),
-            &evidence(),
         )?;
     }
     Ok(format!(
@@ -258,21 +254,16 @@ fn native_only(
     total: u64,
     stacks: &[Stack],
     said: usize,
-    evidence: &dyn Fn() -> String,
+    check: &dyn Fn(bool, &str) -> Result<(), Failure>,
 ) -> Outcome {
-    ensure(
-        said == 1,
-        &format!("{NO_WALKER:?} said once ({said})"),
-        &evidence(),
-    )?;
+    check(said == 1, &format!("{NO_WALKER:?} said once ({said})"))?;
     let count = |keep: &dyn Fn(&[String]) -> bool| -> u64 {
         stacks.iter().filter(|(f, _)| keep(f)).map(|(_, n)| n).sum()
     };
     let with_python = count(&|f| f.iter().any(|x| is_python(x)));
-    ensure(
+    check(
         with_python == 0,
         &format!("no Python frame ({with_python} samples with one)"),
-        &evidence(),
     )?;
     // The sampled address is in a module (the interpreter's or libc's, by symbol or by
     // offset), not `[unknown]`.
@@ -282,10 +273,9 @@ fn native_only(
             .and_then(<[&str]>::last)
             .is_some_and(|x| *x != "[unknown]")
     });
-    ensure(
+    check(
         placed * 100 >= total * 95,
         &format!("95% of the samples' innermost user frames in a module ({placed} of {total})"),
-        &evidence(),
     )?;
     Ok(format!(
         "{total} samples, native only ({placed} placed in a module); the frame-pointer note \
@@ -319,6 +309,8 @@ mod tests {
         assert!(is_python(&inner));
         assert!(is_python("Thread.run (threading.py:975)"));
         assert!(!is_python("_PyEval_EvalFrameDefault"));
+        assert!(is_python("[python: code object at 0x10: unreadable]"));
+        assert!(!is_python("[python3]+0x2543b3"));
         assert!(!is_python("do_syscall_64_[k]"));
         assert_eq!(
             version_key(Path::new("/r/.pyenv/versions/3.12.1/bin/python3")),
