@@ -1,7 +1,8 @@
 //! The initramfs every kernel boots: static busybox, the release profiler and libcpc.so
 //! (installed under /opt/profiler as `cargo xtask install` lays them out), the fixtures and
-//! libcpc's C examples compiled against it, this xtask binary (the guest suite), their shared
-//! libraries, and an /init that mounts what the profiler needs and runs the suite.
+//! libcpc's C examples compiled against it, a CPython with the start-up part of its library
+//! (the `python` check), this xtask binary (the guest suite), their shared libraries, and an
+//! /init that mounts what the profiler needs and runs the suite.
 
 use std::{
     fs,
