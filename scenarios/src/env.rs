@@ -62,6 +62,8 @@ pub struct Env {
     pub scratch: PathBuf,
     pub kernel: Kernel,
     pub cpu: Cpu,
+    /// The CPython the `python` scenario runs (none: that scenario fails, saying so).
+    pub python: Option<PathBuf>,
 }
 
 impl Env {
@@ -73,6 +75,7 @@ impl Env {
             scratch,
             kernel: Kernel::ALL,
             cpu,
+            python: None,
         }
     }
 

@@ -10,10 +10,12 @@
 mod counting;
 mod env;
 pub mod folded;
+mod python;
 mod record;
 mod run;
 
 pub use env::{C_FIXTURES, Cpu, Env, Kernel, LIBCPC_EXAMPLES};
+pub use python::host_python;
 pub use run::{Failure, Outcome};
 
 /// One scenario: its name (the `KCHECK` name, `--only`'s key, a column of the kernels table)
@@ -68,6 +70,10 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "record-group-aggregate",
         run: record::record_group_aggregate,
+    },
+    Scenario {
+        name: "python",
+        run: python::python,
     },
     Scenario {
         name: "stat-cgroups",

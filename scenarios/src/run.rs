@@ -64,7 +64,15 @@ pub fn program(cmd: &mut Command) -> Result<String, Failure> {
 }
 
 pub fn program_streams(cmd: &mut Command) -> Result<(String, String), Failure> {
-    let out = output_within(cmd, LIMIT)?;
+    program_streams_within(cmd, LIMIT)
+}
+
+/// [`program_streams`] with a limit of its own.
+pub fn program_streams_within(
+    cmd: &mut Command,
+    limit: Duration,
+) -> Result<(String, String), Failure> {
+    let out = output_within(cmd, limit)?;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     if !out.status.success() {

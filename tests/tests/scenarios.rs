@@ -36,6 +36,7 @@ fn scenario(name: &str) {
         scratch(&format!("scenario-{name}")),
         Cpu::Native,
     );
+    env.python = profiler_scenarios::host_python();
     env.check().unwrap_or_else(|e| panic!("{e}"));
     env.probe_kernel();
     let before = our_programs();
@@ -76,6 +77,7 @@ host_tests! {
     record_offcpu => "record-offcpu",
     record_group => "record-group",
     record_group_aggregate => "record-group-aggregate",
+    python => "python",
     stat_cgroups => "stat-cgroups",
     track_pf => "track-pf",
     libcpc_example1 => "libcpc-example1",

@@ -7,15 +7,24 @@ use std::{path::Path, time::Instant};
 
 use profiler_scenarios::{Cpu, Env, SCENARIOS};
 
+/// Where the image keeps its CPython, under the install prefix (its standard library
+/// beside it, as CPython looks for it: `python/lib/python3.X`).
+pub const PYTHON: &str = "python/bin/python3";
+pub const PYTHON_HOME: &str = "python";
+
 /// The guest's environment: everything under `root` (`/opt/profiler` in the initramfs, as
 /// `image.rs` lays it out), fixtures and libcpc's examples in `root/fixtures`.
 pub fn env_under(root: &Path, scratch: &Path, cpu: Cpu) -> Env {
-    Env::new(
+    let mut env = Env::new(
         root.join("bin/profiler"),
         root.join("fixtures"),
         scratch.to_path_buf(),
         cpu,
-    )
+    );
+    // The image's interpreter, when the machine that built it had one (image.rs).
+    let python = root.join(PYTHON);
+    env.python = python.exists().then_some(python);
+    env
 }
 
 /// The names of the checks, in order (the host's table has one column per check).

@@ -1,7 +1,8 @@
 //! The initramfs every kernel boots: static busybox, the release profiler and libcpc.so
 //! (installed under /opt/profiler as `cargo xtask install` lays them out), the fixtures and
-//! libcpc's C examples compiled against it, this xtask binary (the guest suite), their shared
-//! libraries, and an /init that mounts what the profiler needs and runs the suite.
+//! libcpc's C examples compiled against it, a CPython with the start-up part of its library
+//! (the `python` check), this xtask binary (the guest suite), their shared libraries, and an
+//! /init that mounts what the profiler needs and runs the suite.
 
 use std::{
     fs,
@@ -15,6 +16,7 @@ use anyhow::{Context as _, anyhow, bail, ensure};
 // The fixtures (their flags in each file's first line) and libcpc's C examples the scenarios run.
 use profiler_scenarios::{C_FIXTURES, LIBCPC_EXAMPLES};
 
+use super::guest;
 use crate::util::{output, run, show, workspace_root};
 
 /// Where the profiler is installed inside the guest.
@@ -85,6 +87,7 @@ pub fn build(built: &Path, dir: &Path) -> anyhow::Result<Initramfs> {
             .arg(format!("-Wl,-rpath,{PREFIX}/lib"))
             .arg("-lcpc"))?;
     }
+    let python = add_python(&prefix)?;
     let xtask = std::env::current_exe().context("locating the xtask binary")?;
     fs::copy(&xtask, prefix.join("bin/xtask")).context("copying the xtask binary")?;
     let busybox = busybox()?;
@@ -100,6 +103,7 @@ pub fn build(built: &Path, dir: &Path) -> anyhow::Result<Initramfs> {
         prefix.join("bin/xtask"),
         lib.join(crate::install::SONAME),
     ];
+    elves.extend(python);
     elves.extend(
         C_FIXTURES
             .iter()
@@ -121,6 +125,73 @@ pub fn build(built: &Path, dir: &Path) -> anyhow::Result<Initramfs> {
     let cpio = dir.join("initramfs.cpio");
     write_cpio(&root, &cpio)?;
     Ok(Initramfs { cpio, prefix })
+}
+
+/// What the `python` check's interpreter is asked: its version, its standard library's
+/// directory, and the module files its start-up and the script's imports load (with `-S
+/// -E`, as the check runs it: a few `encodings` modules; `os.py` is also the landmark by
+/// which CPython finds its library next to it, as `os.pyc` too).
+const PYTHON_QUERY: &str = "import os, sys, _thread, time
+print('%d.%d' % sys.version_info[:2])
+print(os.path.dirname(os.__file__))
+for m in list(sys.modules.values()):
+    f = getattr(m, '__file__', None)
+    if f:
+        print(f)
+";
+
+/// Compiles each (source, destination) pair of its arguments.
+const PYTHON_COMPILE: &str = "import py_compile, sys
+args = sys.argv[1:]
+for src, dst in zip(args[::2], args[1::2]):
+    py_compile.compile(src, cfile=dst, doraise=True)
+";
+
+/// Copies this machine's CPython ([`profiler_scenarios::host_python`]) into
+/// `prefix/python` with the part of its standard library start-up needs; returns the
+/// interpreter (its shared libraries are copied with everyone's). None, said on stderr,
+/// when there is none: the guests' `python` check then fails, saying so.
+fn add_python(prefix: &Path) -> anyhow::Result<Option<PathBuf>> {
+    let Some(python) = profiler_scenarios::host_python() else {
+        eprintln!(
+            "no CPython on this machine (Debian's /usr/bin/python3 or pyenv's): every \
+             kernel's `python` check will fail"
+        );
+        return Ok(None);
+    };
+    let out = output(Command::new(&python).args(["-S", "-E", "-B", "-c", PYTHON_QUERY]))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        out.status.success(),
+        "{} could not say what it loads: {}",
+        python.display(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    let mut lines = text.lines();
+    let (Some(version), Some(stdlib)) = (lines.next(), lines.next()) else {
+        bail!("{} said {text:?}", python.display());
+    };
+    let home = prefix.join(guest::PYTHON_HOME);
+    let lib = home.join(format!("lib/python{version}"));
+    // exec_prefix's landmark (no extension module is needed).
+    fs::create_dir_all(lib.join("lib-dynload"))?;
+    // Compiled here, sourceless (`os.pyc` beside `encodings/`): TCG's slow CPUs would
+    // otherwise spend a second of every run compiling them.
+    let mut compile = Command::new(&python);
+    compile.args(["-S", "-E", "-c", PYTHON_COMPILE]);
+    for file in lines.map(Path::new) {
+        let Ok(rel) = file.strip_prefix(stdlib) else {
+            continue;
+        };
+        let to = lib.join(rel).with_extension("pyc");
+        fs::create_dir_all(to.parent().unwrap_or(&lib))?;
+        compile.arg(file).arg(to);
+    }
+    run(&mut compile)?;
+    let bin = prefix.join(guest::PYTHON);
+    fs::create_dir_all(bin.parent().unwrap_or(&home))?;
+    fs::copy(&python, &bin).with_context(|| format!("copying {}", python.display()))?;
+    Ok(Some(bin))
 }
 
 /// The compiler flags of a fixture's first line, `/* cc FLAGS -o NAME NAME.c`.
