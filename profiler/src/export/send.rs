@@ -1,6 +1,6 @@
 //! Sending one request to one store: OTLP over gRPC (tonic) or HTTP (reqwest, protobuf,
-//! gzip), or a pprof upload to Pyroscope's `/ingest`. Each answer becomes `Ok(bytes sent)` or
-//! an [`ExportError`] that knows whether to try again.
+//! gzip), or a pprof upload to Pyroscope's `/ingest` or its Push API (Connect over HTTP/1.1).
+//! Each answer becomes `Ok(bytes sent)` or an [`ExportError`] that knows whether to try again.
 
 use std::{io::Write as _, time::Duration};
 
@@ -15,8 +15,8 @@ use tonic::{
 };
 
 use super::{
-    Endpoint, ExportError, Notice, Protocol, otlp_proto::ExportProfilesServiceResponse, retry,
-    spool::Item,
+    Endpoint, ExportError, Notice, Protocol, otlp_proto::ExportProfilesServiceResponse, push,
+    retry, spool::Item,
 };
 
 /// How long one request may take, connection included.
@@ -37,8 +37,10 @@ pub enum Client {
         endpoint: Endpoint,
         http: reqwest::Client,
         headers: reqwest::header::HeaderMap,
-        /// Pyroscope's application name with its labels (`service{hostname=h}`).
-        pyroscope_name: String,
+        /// `/ingest`'s application name with its labels (`service{hostname=h}`).
+        ingest_name: String,
+        /// The Push API's series labels: the same service and host.
+        push_labels: Vec<push::LabelPair>,
     },
 }
 
@@ -52,7 +54,8 @@ impl Client {
         endpoint: &Endpoint,
         headers: &[(String, String)],
         ca: &CaPem,
-        pyroscope_name: &str,
+        service_name: &str,
+        host_name: &str,
     ) -> Result<Self, ExportError> {
         let client_err = |reason: String| ExportError::Client {
             endpoint: endpoint.url.clone(),
@@ -92,7 +95,7 @@ impl Client {
                     headers,
                 })
             }
-            Protocol::OtlpHttp | Protocol::Pyroscope => {
+            Protocol::OtlpHttp | Protocol::Pyroscope | Protocol::PyroscopePush => {
                 let mut b = reqwest::Client::builder()
                     .no_proxy()
                     .timeout(REQUEST_TIMEOUT)
@@ -119,7 +122,11 @@ impl Client {
                     endpoint: endpoint.clone(),
                     http,
                     headers: map,
-                    pyroscope_name: pyroscope_name.to_string(),
+                    ingest_name: format!(
+                        "{service_name}{{hostname={}}}",
+                        host_name.replace([',', '}', '{', '='], "_")
+                    ),
+                    push_labels: push::labels(service_name, host_name),
                 })
             }
         }
@@ -143,7 +150,8 @@ impl Client {
                 endpoint,
                 http,
                 headers,
-                pyroscope_name,
+                ingest_name,
+                push_labels,
             } => {
                 let (request, len) = match endpoint.protocol {
                     Protocol::Pyroscope => {
@@ -152,7 +160,7 @@ impl Client {
                         let r = http
                             .post(format!("{}/ingest", endpoint.base))
                             .query(&[
-                                ("name", pyroscope_name.as_str()),
+                                ("name", ingest_name.as_str()),
                                 ("from", &item.from.to_string()),
                                 ("until", &item.until.to_string()),
                                 ("format", "pprof"),
@@ -162,6 +170,20 @@ impl Client {
                             .header(
                                 "content-type",
                                 format!("multipart/form-data; boundary={boundary}"),
+                            )
+                            .body(body);
+                        (r, len)
+                    }
+                    Protocol::PyroscopePush => {
+                        let body = push::request(push_labels, &item.body);
+                        let len = body.len() as u64;
+                        let r = http
+                            .post(format!("{}{}", endpoint.base, push::PUSH_PATH))
+                            .header("content-type", "application/proto")
+                            .header("connect-protocol-version", "1")
+                            .header(
+                                "connect-timeout-ms",
+                                REQUEST_TIMEOUT.as_millis().to_string(),
                             )
                             .body(body);
                         (r, len)
@@ -197,6 +219,19 @@ impl Client {
                     .await
                     .map_err(|e| transport_error(&endpoint.url, &e))?;
                 if !status.is_success() {
+                    // A Connect error is JSON with its code; one without (a proxy's 502
+                    // page) is an HTTP error like any other.
+                    if endpoint.protocol == Protocol::PyroscopePush
+                        && let Some((code, message)) = push::connect_error(&body)
+                    {
+                        return Err(ExportError::Connect {
+                            endpoint: endpoint.url.clone(),
+                            status: status.as_u16(),
+                            code,
+                            message,
+                            retry_after,
+                        });
+                    }
                     // OTLP/HTTP explains a failure in a google.rpc.Status message.
                     let message = protobuf
                         .then(|| RpcStatus::decode(body.as_ref()).ok())
