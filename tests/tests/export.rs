@@ -1,8 +1,9 @@
 //! `record --export`: the profiles that reach a store are the files written beside them.
 //! The stores are `tests/export/receiver.py`: OTLP gRPC and HTTP receivers built on the
 //! official `opentelemetry-proto` package and `grpcio`, and a Pyroscope-shaped `/ingest` and
-//! Push API (`push.v1.PusherService/Push`, decoded with Google's protobuf), on 127.0.0.1 only, in a virtualenv under `target/` that the first test creates
-//! (`pip install opentelemetry-proto grpcio`). Each receiver logs every request with its
+//! Push API (`push.v1.PusherService/Push`, decoded with Google's protobuf), on 127.0.0.1
+//! only, in a virtualenv under `target/` that the first test creates (`pip install
+//! opentelemetry-proto grpcio`). Each receiver logs every request with its
 //! samples in a normal form, which `receiver.py decode` gives for a pprof file too.
 
 mod stores;

@@ -1,9 +1,9 @@
 //! Shipping profiles to the stores people run: OTLP profiles (gRPC or HTTP, to an
 //! OpenTelemetry Collector, Pyroscope, Parca behind a Collector, ...) and Pyroscope's own
-//! `/ingest` and Push API. Each interval becomes one request per destination; each destination has its own
-//! queue (memory, then a bounded on-disk spool while the store is away) and its own task on
-//! the exporter's thread, retrying with backoff. Every interval ends up sent, spooled (for the
-//! next run), or counted as dropped.
+//! `/ingest` and Push API. Each interval becomes one request per destination; each
+//! destination has its own queue (memory, then a bounded on-disk spool while the store is
+//! away) and its own task on the exporter's thread, retrying with backoff. Every interval
+//! ends up sent, spooled (for the next run), or counted as dropped.
 
 mod deliver;
 mod error;
