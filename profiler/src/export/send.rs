@@ -487,6 +487,127 @@ mod tests {
         assert_eq!(retry_info(b""), None);
     }
 
+    /// Serves one canned HTTP answer per connection; hands back what each request was.
+    fn one_answer_per_request(
+        answers: Vec<&'static str>,
+    ) -> (u16, std::thread::JoinHandle<Vec<String>>) {
+        use std::io::{BufRead as _, BufReader, Read as _};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            answers
+                .into_iter()
+                .map(|answer| {
+                    let (mut conn, _) = listener.accept().unwrap();
+                    let mut reader = BufReader::new(conn.try_clone().unwrap());
+                    let mut head = String::new();
+                    loop {
+                        let mut line = String::new();
+                        reader.read_line(&mut line).unwrap();
+                        if line == "\r\n" {
+                            break;
+                        }
+                        head.push_str(&line.to_ascii_lowercase());
+                    }
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length: "))
+                        .map_or(0, |n| n.trim().parse().unwrap());
+                    let mut body = vec![0; len];
+                    reader.read_exact(&mut body).unwrap();
+                    conn.write_all(answer.as_bytes()).unwrap();
+                    head
+                })
+                .collect()
+        });
+        (port, server)
+    }
+
+    #[test]
+    fn push_answers_become_connect_errors_or_http_ones() {
+        let answers = vec![
+            "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-type: application/proto\r\ncontent-length: 0\r\n\r\n",
+            "HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-type: application/json\r\nretry-after: 2\r\ncontent-length: 43\r\n\r\n{\"code\":\"unavailable\",\"message\":\"ingester\"}",
+            "HTTP/1.1 401 Unauthorized\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: 26\r\n\r\n{\"code\":\"unauthenticated\"}",
+            "HTTP/1.1 502 Bad Gateway\r\nconnection: close\r\ncontent-type: text/html\r\ncontent-length: 11\r\n\r\nbad gateway",
+        ];
+        let (port, server) = one_answer_per_request(answers);
+        let endpoint = Endpoint::parse(&format!("pyroscope+connect://127.0.0.1:{port}")).unwrap();
+        let item = Item {
+            seq: 1,
+            from: 1,
+            until: 2,
+            rate: 99,
+            body: b"\x1f\x8bpprof".to_vec(),
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let results: Vec<_> = runtime.block_on(async {
+            let headers = [("X-Scope-OrgID".to_string(), "t1".to_string())];
+            let mut client = Client::new(&endpoint, &headers, &None, "svc", "h1").unwrap();
+            let mut out = Vec::new();
+            for _ in 0..4 {
+                // (bytes sent, whether the store added a notice)
+                out.push(
+                    client
+                        .send(&item)
+                        .await
+                        .map(|(n, notice)| (n, notice.is_some())),
+                );
+            }
+            out
+        });
+        let requests = server.join().unwrap();
+        for head in &requests {
+            assert!(
+                head.starts_with("post /push.v1.pusherservice/push http/1.1\r\n"),
+                "{head}"
+            );
+            for h in [
+                "content-type: application/proto",
+                "connect-protocol-version: 1",
+                "connect-timeout-ms: 5000",
+                "x-scope-orgid: t1",
+            ] {
+                assert!(head.contains(h), "{h}: {head}");
+            }
+        }
+        let want = push::request(&push::labels("svc", "h1"), &item.body).len() as u64;
+        assert!(
+            matches!(results[0], Ok((n, false)) if n == want),
+            "{:?}",
+            results[0]
+        );
+        match &results[1] {
+            Err(
+                e @ ExportError::Connect {
+                    status: 503,
+                    code,
+                    retry_after: Some(d),
+                    ..
+                },
+            ) if code == "unavailable" && *d == Duration::from_secs(2) => {
+                assert!(e.retryable());
+                assert!(
+                    e.to_string()
+                        .ends_with("Connect unavailable (HTTP 503): ingester")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        match &results[2] {
+            Err(e @ ExportError::Connect { status: 401, .. }) => assert!(!e.retryable()),
+            other => panic!("{other:?}"),
+        }
+        // A proxy's page has no Connect code: an HTTP error, retried as a 5xx.
+        match &results[3] {
+            Err(e @ ExportError::Http { status: 502, .. }) => assert!(e.retryable()),
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn the_multipart_body_carries_the_file_whole() {
         let (body, boundary) = multipart(b"\x1f\x8bPPROF");
