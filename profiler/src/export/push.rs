@@ -1,6 +1,6 @@
 //! Pyroscope's Push API (`push.v1.PusherService/Push`), what Grafana Alloy's
-//! `pyroscope.write` and the Pyroscope SDKs send: a Connect-protocol unary call whose body is
-//! a `push.v1.PushRequest` holding the interval's pprof file (gzipped, as written) under the
+//! `pyroscope.write` sends: a Connect-protocol unary call whose body is a
+//! `push.v1.PushRequest` holding the interval's pprof file (gzipped, as written) under the
 //! series' labels. Field numbers are those of grafana/pyroscope's `api/push/v1/push.proto`
 //! and `api/types/v1/types.proto`; the tests decode what is sent with Google's protobuf
 //! runtime from a schema declared there, so a wrong number fails there.
