@@ -84,9 +84,9 @@ impl ExportError {
             ),
             Self::Http { status, .. } => matches!(status, 408 | 429 | 500..=599),
             // The gRPC codes above, with the HTTP rule: resource_exhausted is Connect's 429
-            // (Pyroscope's rate limit; a profile over its size limit is invalid_argument),
-            // internal and unknown its 500s. unimplemented (501) fails the same way every
-            // time, like the 4xx codes.
+            // (a rate limit), always retried as a 429 is, though a server's limit on a
+            // request's size answers it too; internal and unknown are its 500s.
+            // unimplemented (501) fails the same way every time, like the 4xx codes.
             Self::Connect { code, .. } => matches!(
                 code.as_str(),
                 "unavailable"
