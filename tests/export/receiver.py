@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Profile-store receivers for the export tests, built on the official definitions: the
 `opentelemetry-proto` package's profiles v1development messages and collector service stubs,
-served with `grpcio` (OTLP gRPC) and http.server (OTLP HTTP), and a Pyroscope-shaped
-`/ingest` endpoint whose pprof uploads are decoded with Google's protobuf runtime
+served with `grpcio` (OTLP gRPC) and http.server (OTLP HTTP), and a Pyroscope-shaped server:
+`/ingest` (pprof uploads) and the Push API's Connect unary call
+`/push.v1.PusherService/Push` (a `push.v1.PushRequest`, its schema declared below from
+grafana/pyroscope's push.proto), whose pprof files are decoded with Google's protobuf runtime
 (`../pprof/decode_pprof.py`'s schema). Nothing here comes from the profiler's code.
 
     receiver.py serve --out FILE [--grpc-port N] [--http-port N] [--pyroscope-port N]
@@ -11,7 +13,9 @@ served with `grpcio` (OTLP gRPC) and http.server (OTLP HTTP), and a Pyroscope-sh
         "pyroscope":..} on stdout once serving, appends one JSON line per request to FILE
         (protocol, headers, the decoded samples in a normal form), and exits when stdin
         closes or after --max-seconds. --fail: answer the first COUNT requests of each
-        protocol (all, without COUNT) with HTTP CODE (gRPC: the code OTLP maps it to).
+        protocol (all, without COUNT) with HTTP CODE (gRPC: the code OTLP maps it to; the
+        Push API: Connect's JSON error with the code Connect maps it to). The Push API is
+        served on the Pyroscope port and logged as protocol "push".
     receiver.py decode FILE
         Prints the normal form of a pprof file, to compare with what was received.
 
@@ -36,6 +40,48 @@ from urllib.parse import parse_qs, urlparse
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pprof"))
 from decode_pprof import profile_class  # noqa: E402
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # noqa: E402
+
+
+# --- Pyroscope's Push API ----------------------------------------------------------------------
+
+PUSH_PATH = "/push.v1.PusherService/Push"
+
+
+def push_request_class():
+    """`push.v1.PushRequest` (api/push/v1/push.proto) with `types.v1.LabelPair`
+    (api/types/v1/types.proto), declared field by field."""
+    F = descriptor_pb2.FieldDescriptorProto
+    fd = descriptor_pb2.FileDescriptorProto(name="push_test.proto", package="push.v1",
+                                            syntax="proto3")
+    schema = {
+        "PushRequest": [("series", 1, F.TYPE_MESSAGE, F.LABEL_REPEATED, "RawProfileSeries")],
+        "RawProfileSeries": [
+            ("labels", 1, F.TYPE_MESSAGE, F.LABEL_REPEATED, "LabelPair"),
+            ("samples", 2, F.TYPE_MESSAGE, F.LABEL_REPEATED, "RawSample"),
+        ],
+        "LabelPair": [("name", 1, F.TYPE_STRING, F.LABEL_OPTIONAL, None),
+                      ("value", 2, F.TYPE_STRING, F.LABEL_OPTIONAL, None)],
+        "RawSample": [("raw_profile", 1, F.TYPE_BYTES, F.LABEL_OPTIONAL, None),
+                      ("ID", 2, F.TYPE_STRING, F.LABEL_OPTIONAL, None)],
+    }
+    for name, fields in schema.items():
+        msg = fd.message_type.add(name=name)
+        for fname, number, ftype, label, ref in fields:
+            f = msg.field.add(name=fname, number=number, type=ftype, label=label)
+            if ref:
+                f.type_name = ".push.v1." + ref
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fd)
+    descriptor = pool.FindMessageTypeByName("push.v1.PushRequest")
+    if hasattr(message_factory, "GetMessageClass"):  # protobuf >= 4.22
+        return message_factory.GetMessageClass(descriptor)
+    return message_factory.MessageFactory(pool).GetPrototype(descriptor)
+
+
+# HTTP statuses the tests ask for, as the Connect codes that come with them.
+CONNECT_CODES = {401: "unauthenticated", 403: "permission_denied", 400: "invalid_argument",
+                 429: "resource_exhausted", 503: "unavailable", 500: "internal"}
 
 
 # --- normal forms ---------------------------------------------------------------------------
@@ -230,6 +276,8 @@ def serve(args):
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             url = urlparse(self.path)
             protocol = self.server.protocol
+            if protocol == "pyroscope" and url.path == PUSH_PATH:
+                protocol = "push"
             headers = {k.lower(): v for k, v in self.headers.items()
                        if k.lower() in ("authorization", "x-scope-orgid")}
             code = failing.next(protocol)
@@ -241,6 +289,9 @@ def serve(args):
                     # answers; written by hand, the package does not ship that message.
                     status = b"\x12" + bytes([len(text)]) + text
                     return self.reply(code, status, "application/x-protobuf")
+                if protocol == "push":
+                    error = {"code": CONNECT_CODES.get(code, "unknown"), "message": text.decode()}
+                    return self.reply(code, json.dumps(error).encode(), "application/json")
                 return self.reply(code, text)
             if protocol == "http" and url.path == "/v1development/profiles":
                 if self.headers.get("Content-Encoding") == "gzip":
@@ -256,7 +307,27 @@ def serve(args):
                 log.write(protocol, 200, headers, pprof_rows(pprof),
                           {"query": query, "bytes": len(pprof)})
                 return self.reply(200)
+            if protocol == "push":
+                return self.push(body, headers)
             self.reply(404, b"no such endpoint")
+
+        def push(self, body, headers):
+            """A Connect unary call: protobuf in, an empty PushResponse out; anything else
+            is a Connect error, as a Connect server answers it."""
+            ctype = self.headers.get("Content-Type", "")
+            if ctype != "application/proto":
+                error = {"code": "unknown", "message": "content type %r" % ctype}
+                return self.reply(415, json.dumps(error).encode(), "application/json")
+            req = push_request_class()()
+            req.ParseFromString(body)
+            # One series of one sample per interval: more would be two intervals in one.
+            (series,) = req.series
+            (sample,) = series.samples
+            labels = {l.name: l.value for l in series.labels}
+            extra = {"labels": labels, "id": sample.ID, "bytes": len(body),
+                     "connect_version": self.headers.get("Connect-Protocol-Version")}
+            log.write("push", 200, headers, pprof_rows(sample.raw_profile), extra)
+            self.reply(200, b"", "application/proto")
 
     def http_server(port, protocol):
         srv = ThreadingHTTPServer(("127.0.0.1", port), Handler)

@@ -1,8 +1,9 @@
 //! `record --export`: the profiles that reach a store are the files written beside them.
 //! The stores are `tests/export/receiver.py`: OTLP gRPC and HTTP receivers built on the
-//! official `opentelemetry-proto` package and `grpcio`, and a Pyroscope-shaped `/ingest`,
-//! on 127.0.0.1 only, in a virtualenv under `target/` that the first test creates
-//! (`pip install opentelemetry-proto grpcio`). Each receiver logs every request with its
+//! official `opentelemetry-proto` package and `grpcio`, and a Pyroscope-shaped `/ingest` and
+//! Push API (`push.v1.PusherService/Push`, decoded with Google's protobuf), on 127.0.0.1
+//! only, in a virtualenv under `target/` that the first test creates (`pip install
+//! opentelemetry-proto grpcio`). Each receiver logs every request with its
 //! samples in a normal form, which `receiver.py decode` gives for a pprof file too.
 
 mod stores;
@@ -17,7 +18,7 @@ use serde_json::Value;
 use stores::*;
 
 #[test]
-fn every_interval_reaches_three_stores_as_its_file_says() {
+fn every_interval_reaches_four_stores_as_its_file_says() {
     if !privileged() {
         return;
     }
@@ -43,16 +44,18 @@ fn every_interval_reaches_three_stores_as_its_file_says() {
     for p in PROTOCOLS {
         assert_same_intervals(&log, p, &files);
     }
-    // Pyroscope gets the files themselves, byte for byte.
-    let uploads: Vec<Value> = accepted(&log, "pyroscope")
-        .iter()
-        .map(|s| s["sha256"].clone())
-        .collect();
+    // Pyroscope gets the files themselves, byte for byte, through either API.
     let hashes: Vec<Value> = files.iter().map(|f| f["sha256"].clone()).collect();
-    assert_eq!(uploads, hashes);
+    for p in ["pyroscope", "push"] {
+        let uploads: Vec<Value> = accepted(&log, p)
+            .iter()
+            .map(|s| s["sha256"].clone())
+            .collect();
+        assert_eq!(uploads, hashes, "{p}");
+    }
     // Each destination's line: every interval sent, none spooled or dropped.
     let totals = totals(&stderr);
-    assert_eq!(totals.len(), 3, "{stderr}");
+    assert_eq!(totals.len(), PROTOCOLS.len(), "{stderr}");
     for (url, n) in &totals {
         assert_eq!(*n, [files.len() as u64, 0, 0], "{url}: {stderr}");
     }
@@ -111,6 +114,32 @@ fn every_interval_reaches_three_stores_as_its_file_says() {
             assert!(from < until, "{q}");
         }
     }
+    // The Push API's series: the labels /ingest's name carries, the profile type, and a
+    // UUID per interval.
+    let ingest_name = reqs
+        .iter()
+        .find(|r| r["protocol"] == "pyroscope")
+        .and_then(|r| r["query"]["name"].as_str())
+        .unwrap()
+        .to_string();
+    let pushes: Vec<&Value> = reqs.iter().filter(|r| r["protocol"] == "push").collect();
+    let mut ids = std::collections::BTreeSet::new();
+    for r in &pushes {
+        let l = &r["labels"];
+        let host = l["hostname"].as_str().unwrap();
+        assert_eq!(ingest_name, format!("fallback{{hostname={host}}}"), "{l}");
+        assert_eq!(
+            (&l["__name__"], &l["__delta__"], &l["service_name"]),
+            (&"process_cpu".into(), &"false".into(), &"fallback".into()),
+            "{l}"
+        );
+        assert_eq!(l.as_object().unwrap().len(), 4, "{l}");
+        assert_eq!(r["connect_version"], "1", "{r}");
+        let id = r["id"].as_str().unwrap();
+        assert_eq!(id.len(), 36, "{id}");
+        ids.insert(id.to_string());
+    }
+    assert_eq!(ids.len(), pushes.len(), "one ID per interval");
     receiver.stop();
 }
 
@@ -280,6 +309,12 @@ fn a_store_refusing_auth_costs_one_line_an_interval_and_nothing_else() {
         lines("HTTP 401: test receiver answers 401"),
         2 * n,
         "OTLP HTTP and Pyroscope: {stderr}"
+    );
+    // The Push API's Connect error, its code and message.
+    assert_eq!(
+        lines("Connect unauthenticated (HTTP 401): test receiver answers 401"),
+        n,
+        "Pyroscope's Push API: {stderr}"
     );
     for (url, t) in totals(&stderr) {
         assert_eq!(t, [0, 0, n as u64], "{url}: {stderr}");
@@ -521,6 +556,7 @@ fn tls_exports_trust_the_given_ca_and_only_it() {
         ("otlp+grpcs", "grpc"),
         ("otlp+https", "http"),
         ("pyroscope+https", "pyroscope"),
+        ("pyroscope+connects", "push"),
     ]
     .iter()
     .flat_map(|(scheme, p)| {
@@ -561,7 +597,7 @@ fn tls_exports_trust_the_given_ca_and_only_it() {
     }
     assert_eq!(
         requests(&log).len(),
-        3,
+        PROTOCOLS.len(),
         "only the trusted run's requests arrived"
     );
     receiver.stop();

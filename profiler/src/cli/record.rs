@@ -206,8 +206,9 @@ pub struct RecordArgs {
     pub quiet: bool,
     /// Send each interval (or, without --interval, the profile at the end) to a profile
     /// store: `otlp+grpc://HOST:4317`, `otlp+http://HOST:4318` (protobuf, gzip),
-    /// `pyroscope+http://HOST:4040`; `otlp+grpcs`, `otlp+https`, `pyroscope+https` for TLS.
-    /// Repeatable.
+    /// `pyroscope+http://HOST:4040` (pprof to /ingest), `pyroscope+connect://HOST:4040`
+    /// (Pyroscope's Push API); `otlp+grpcs`, `otlp+https`, `pyroscope+https`,
+    /// `pyroscope+connects` for TLS. Repeatable.
     #[arg(long = "export", value_name = "URL")]
     pub export: Vec<String>,
     /// A header sent with every export request (`Authorization=Bearer ...`,

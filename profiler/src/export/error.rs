@@ -38,6 +38,16 @@ pub enum ExportError {
         body: String,
         retry_after: Option<Duration>,
     },
+    /// A Connect-protocol error (Pyroscope's Push API): its code, and the HTTP status it came
+    /// with.
+    #[error("{endpoint}: Connect {code} (HTTP {status}){}", if .message.is_empty() { String::new() } else { format!(": {}", .message) })]
+    Connect {
+        endpoint: String,
+        status: u16,
+        code: String,
+        message: String,
+        retry_after: Option<Duration>,
+    },
     /// The store took the request but said it kept none of it.
     #[error("{endpoint}: {rejected} profiles rejected: {message}")]
     Rejected {
@@ -73,6 +83,22 @@ impl ExportError {
                     | Code::DataLoss
             ),
             Self::Http { status, .. } => matches!(status, 408 | 429 | 500..=599),
+            // The gRPC codes above, with the HTTP rule: resource_exhausted is Connect's 429
+            // (a rate limit), always retried as a 429 is, though a server's limit on a
+            // request's size answers it too; internal and unknown are its 500s.
+            // unimplemented (501) fails the same way every time, like the 4xx codes.
+            Self::Connect { code, .. } => matches!(
+                code.as_str(),
+                "unavailable"
+                    | "resource_exhausted"
+                    | "canceled"
+                    | "deadline_exceeded"
+                    | "aborted"
+                    | "out_of_range"
+                    | "data_loss"
+                    | "internal"
+                    | "unknown"
+            ),
             _ => false,
         }
     }
@@ -80,7 +106,9 @@ impl ExportError {
     /// How long the store asked us to wait (HTTP Retry-After, gRPC RetryInfo).
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            Self::Grpc { retry_after, .. } | Self::Http { retry_after, .. } => *retry_after,
+            Self::Grpc { retry_after, .. }
+            | Self::Http { retry_after, .. }
+            | Self::Connect { retry_after, .. } => *retry_after,
             _ => None,
         }
     }
@@ -131,5 +159,45 @@ mod tests {
         assert!(!grpc(tonic::Code::Unauthenticated).retryable());
         assert!(!grpc(tonic::Code::InvalidArgument).retryable());
         assert_eq!(http(401).to_string(), "e: HTTP 401");
+    }
+
+    #[test]
+    fn which_connect_errors_are_retried() {
+        let connect = |code: &str, status: u16| ExportError::Connect {
+            endpoint: "e".into(),
+            status,
+            code: code.into(),
+            message: String::new(),
+            retry_after: None,
+        };
+        for (code, status) in [
+            ("unavailable", 503),
+            ("resource_exhausted", 429),
+            ("deadline_exceeded", 504),
+            ("internal", 500),
+            ("unknown", 500),
+            ("aborted", 409),
+        ] {
+            assert!(connect(code, status).retryable(), "{code}");
+        }
+        for (code, status) in [
+            ("invalid_argument", 400),
+            ("unauthenticated", 401),
+            ("permission_denied", 403),
+            ("not_found", 404),
+            ("unimplemented", 501),
+            ("failed_precondition", 400),
+        ] {
+            assert!(!connect(code, status).retryable(), "{code}");
+        }
+        let mut e = connect("unauthenticated", 401);
+        assert_eq!(e.to_string(), "e: Connect unauthenticated (HTTP 401)");
+        if let ExportError::Connect { message, .. } = &mut e {
+            *message = "no token".into();
+        }
+        assert_eq!(
+            e.to_string(),
+            "e: Connect unauthenticated (HTTP 401): no token"
+        );
     }
 }

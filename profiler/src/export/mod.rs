@@ -1,9 +1,9 @@
 //! Shipping profiles to the stores people run: OTLP profiles (gRPC or HTTP, to an
 //! OpenTelemetry Collector, Pyroscope, Parca behind a Collector, ...) and Pyroscope's own
-//! `/ingest`. Each interval becomes one request per destination; each destination has its own
-//! queue (memory, then a bounded on-disk spool while the store is away) and its own task on
-//! the exporter's thread, retrying with backoff. Every interval ends up sent, spooled (for the
-//! next run), or counted as dropped.
+//! `/ingest` and Push API. Each interval becomes one request per destination; each
+//! destination has its own queue (memory, then a bounded on-disk spool while the store is
+//! away) and its own task on the exporter's thread, retrying with backoff. Every interval
+//! ends up sent, spooled (for the next run), or counted as dropped.
 
 mod deliver;
 mod error;
@@ -11,6 +11,7 @@ mod notice;
 pub mod otlp;
 pub mod otlp_proto;
 mod process;
+mod push;
 mod queue;
 mod retry;
 mod send;
@@ -37,7 +38,17 @@ use crate::profile::pprof;
 pub enum Protocol {
     OtlpGrpc,
     OtlpHttp,
+    /// pprof uploads to `/ingest`.
     Pyroscope,
+    /// pprof in a `push.v1.PushRequest` over Connect (`/push.v1.PusherService/Push`).
+    PyroscopePush,
+}
+
+impl Protocol {
+    /// Whether the destination takes the pprof file itself (Pyroscope's two APIs).
+    pub fn is_pyroscope(self) -> bool {
+        matches!(self, Self::Pyroscope | Self::PyroscopePush)
+    }
 }
 
 /// A parsed `--export` URL.
@@ -53,7 +64,9 @@ pub struct Endpoint {
 
 impl Endpoint {
     /// `otlp+grpc://host:4317`, `otlp+grpcs://`, `otlp+http://host:4318`, `otlp+https://`,
-    /// `pyroscope+http://host:4040`, `pyroscope+https://` (ports default to those).
+    /// `pyroscope+http://host:4040`, `pyroscope+https://` (`/ingest`),
+    /// `pyroscope+connect://host:4040`, `pyroscope+connects://` (the Push API; ports default
+    /// to those).
     pub fn parse(url: &str) -> Result<Self, ExportError> {
         let err = |reason: &str| ExportError::Url {
             url: url.to_string(),
@@ -69,9 +82,11 @@ impl Endpoint {
             "otlp+https" => (Protocol::OtlpHttp, true, 4318),
             "pyroscope+http" => (Protocol::Pyroscope, false, 4040),
             "pyroscope+https" => (Protocol::Pyroscope, true, 4040),
+            "pyroscope+connect" => (Protocol::PyroscopePush, false, 4040),
+            "pyroscope+connects" => (Protocol::PyroscopePush, true, 4040),
             _ => {
                 return Err(err(
-                    "the scheme must be otlp+grpc, otlp+grpcs, otlp+http, otlp+https, pyroscope+http or pyroscope+https",
+                    "the scheme must be otlp+grpc, otlp+grpcs, otlp+http, otlp+https, pyroscope+http, pyroscope+https, pyroscope+connect or pyroscope+connects",
                 ));
             }
         };
@@ -160,7 +175,7 @@ pub struct ExportOptions {
     pub endpoints: Vec<Endpoint>,
     pub headers: Vec<(String, String)>,
     /// `service.name` for processes without their own `OTEL_SERVICE_NAME`, and Pyroscope's
-    /// application name.
+    /// application name (`service_name`).
     pub service_name: String,
     /// PEM file of the CA certificates to trust instead of the system's.
     pub ca_file: Option<PathBuf>,
@@ -232,11 +247,6 @@ impl Exporter {
         let host_name = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
             .unwrap_or_default();
-        let pyroscope_name = format!(
-            "{}{{hostname={}}}",
-            opts.service_name,
-            host_name.replace([',', '}', '{', '='], "_")
-        );
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -265,7 +275,7 @@ impl Exporter {
             }
             let client = {
                 let _enter = runtime.enter();
-                send::Client::new(endpoint, &opts.headers, &ca, &pyroscope_name)?
+                send::Client::new(endpoint, &opts.headers, &ca, &opts.service_name, &host_name)?
             };
             clients.push(client);
             destinations.push(Arc::new(Shared {
@@ -278,14 +288,8 @@ impl Exporter {
         let closing = Arc::new(deliver::Closing::new(opts.flush_timeout));
         let tasks: Vec<_> = destinations.iter().cloned().zip(clients).collect();
         let requests = Requests {
-            pyroscope_wanted: opts
-                .endpoints
-                .iter()
-                .any(|e| e.protocol == Protocol::Pyroscope),
-            otlp_wanted: opts
-                .endpoints
-                .iter()
-                .any(|e| e.protocol != Protocol::Pyroscope),
+            pyroscope_wanted: opts.endpoints.iter().any(|e| e.protocol.is_pyroscope()),
+            otlp_wanted: opts.endpoints.iter().any(|e| !e.protocol.is_pyroscope()),
             destinations: destinations.clone(),
             defaults: otlp::ResourceDefaults {
                 host_name,
@@ -412,7 +416,9 @@ impl Requests {
         });
         for d in &self.destinations {
             let body = match d.endpoint.protocol {
-                Protocol::Pyroscope => pprof_body.clone(),
+                // The Push API's request is made when sending, around these bytes: the spool
+                // holds the pprof file for both Pyroscope APIs.
+                Protocol::Pyroscope | Protocol::PyroscopePush => pprof_body.clone(),
                 _ => otlp_body.clone(),
             }
             .expect("encoded for every protocol asked");
@@ -459,11 +465,27 @@ mod tests {
         );
         let e = Endpoint::parse("pyroscope+http://localhost").unwrap();
         assert_eq!(e.base, "http://localhost:4040");
+        let e = Endpoint::parse("pyroscope+connect://localhost").unwrap();
+        assert_eq!(
+            (e.protocol, e.tls, e.base.as_str()),
+            (Protocol::PyroscopePush, false, "http://localhost:4040")
+        );
+        let e = Endpoint::parse("pyroscope+connects://profiles.example/pyroscope").unwrap();
+        assert_eq!(
+            (e.protocol, e.tls, e.base.as_str()),
+            (
+                Protocol::PyroscopePush,
+                true,
+                "https://profiles.example:4040/pyroscope"
+            )
+        );
         for bad in [
             "http://x",
             "otlp+grpc:/x",
             "otlp+grpc://x/path",
             "pyroscope+http://x?a=b",
+            "pyroscope+connect://x?api=push",
+            "pyroscope+push://x",
         ] {
             assert!(Endpoint::parse(bad).is_err(), "{bad}");
         }

@@ -1,6 +1,6 @@
 //! Sending one request to one store: OTLP over gRPC (tonic) or HTTP (reqwest, protobuf,
-//! gzip), or a pprof upload to Pyroscope's `/ingest`. Each answer becomes `Ok(bytes sent)` or
-//! an [`ExportError`] that knows whether to try again.
+//! gzip), or a pprof upload to Pyroscope's `/ingest` or its Push API (Connect over HTTP/1.1).
+//! Each answer becomes `Ok(bytes sent)` or an [`ExportError`] that knows whether to try again.
 
 use std::{io::Write as _, time::Duration};
 
@@ -15,8 +15,8 @@ use tonic::{
 };
 
 use super::{
-    Endpoint, ExportError, Notice, Protocol, otlp_proto::ExportProfilesServiceResponse, retry,
-    spool::Item,
+    Endpoint, ExportError, Notice, Protocol, otlp_proto::ExportProfilesServiceResponse, push,
+    retry, spool::Item,
 };
 
 /// How long one request may take, connection included.
@@ -37,8 +37,10 @@ pub enum Client {
         endpoint: Endpoint,
         http: reqwest::Client,
         headers: reqwest::header::HeaderMap,
-        /// Pyroscope's application name with its labels (`service{hostname=h}`).
-        pyroscope_name: String,
+        /// `/ingest`'s application name with its labels (`service{hostname=h}`).
+        ingest_name: String,
+        /// The Push API's series labels: the same service and host.
+        push_labels: Vec<push::LabelPair>,
     },
 }
 
@@ -52,7 +54,8 @@ impl Client {
         endpoint: &Endpoint,
         headers: &[(String, String)],
         ca: &CaPem,
-        pyroscope_name: &str,
+        service_name: &str,
+        host_name: &str,
     ) -> Result<Self, ExportError> {
         let client_err = |reason: String| ExportError::Client {
             endpoint: endpoint.url.clone(),
@@ -92,7 +95,7 @@ impl Client {
                     headers,
                 })
             }
-            Protocol::OtlpHttp | Protocol::Pyroscope => {
+            Protocol::OtlpHttp | Protocol::Pyroscope | Protocol::PyroscopePush => {
                 let mut b = reqwest::Client::builder()
                     .no_proxy()
                     .timeout(REQUEST_TIMEOUT)
@@ -119,7 +122,11 @@ impl Client {
                     endpoint: endpoint.clone(),
                     http,
                     headers: map,
-                    pyroscope_name: pyroscope_name.to_string(),
+                    ingest_name: format!(
+                        "{service_name}{{hostname={}}}",
+                        host_name.replace([',', '}', '{', '='], "_")
+                    ),
+                    push_labels: push::labels(service_name, host_name),
                 })
             }
         }
@@ -143,7 +150,8 @@ impl Client {
                 endpoint,
                 http,
                 headers,
-                pyroscope_name,
+                ingest_name,
+                push_labels,
             } => {
                 let (request, len) = match endpoint.protocol {
                     Protocol::Pyroscope => {
@@ -152,7 +160,7 @@ impl Client {
                         let r = http
                             .post(format!("{}/ingest", endpoint.base))
                             .query(&[
-                                ("name", pyroscope_name.as_str()),
+                                ("name", ingest_name.as_str()),
                                 ("from", &item.from.to_string()),
                                 ("until", &item.until.to_string()),
                                 ("format", "pprof"),
@@ -162,6 +170,20 @@ impl Client {
                             .header(
                                 "content-type",
                                 format!("multipart/form-data; boundary={boundary}"),
+                            )
+                            .body(body);
+                        (r, len)
+                    }
+                    Protocol::PyroscopePush => {
+                        let body = push::request(push_labels, &item.body);
+                        let len = body.len() as u64;
+                        let r = http
+                            .post(format!("{}{}", endpoint.base, push::PUSH_PATH))
+                            .header("content-type", "application/proto")
+                            .header("connect-protocol-version", "1")
+                            .header(
+                                "connect-timeout-ms",
+                                REQUEST_TIMEOUT.as_millis().to_string(),
                             )
                             .body(body);
                         (r, len)
@@ -197,6 +219,19 @@ impl Client {
                     .await
                     .map_err(|e| transport_error(&endpoint.url, &e))?;
                 if !status.is_success() {
+                    // A Connect error is JSON with its code; one without (a proxy's 502
+                    // page) is an HTTP error like any other.
+                    if endpoint.protocol == Protocol::PyroscopePush
+                        && let Some((code, message)) = push::connect_error(&body)
+                    {
+                        return Err(ExportError::Connect {
+                            endpoint: endpoint.url.clone(),
+                            status: status.as_u16(),
+                            code,
+                            message,
+                            retry_after,
+                        });
+                    }
                     // OTLP/HTTP explains a failure in a google.rpc.Status message.
                     let message = protobuf
                         .then(|| RpcStatus::decode(body.as_ref()).ok())
@@ -450,6 +485,127 @@ mod tests {
         .encode_to_vec();
         assert_eq!(retry_info(&details), Some(Duration::from_millis(2500)));
         assert_eq!(retry_info(b""), None);
+    }
+
+    /// Serves one canned HTTP answer per connection; hands back what each request was.
+    fn one_answer_per_request(
+        answers: Vec<&'static str>,
+    ) -> (u16, std::thread::JoinHandle<Vec<String>>) {
+        use std::io::{BufRead as _, BufReader, Read as _};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            answers
+                .into_iter()
+                .map(|answer| {
+                    let (mut conn, _) = listener.accept().unwrap();
+                    let mut reader = BufReader::new(conn.try_clone().unwrap());
+                    let mut head = String::new();
+                    loop {
+                        let mut line = String::new();
+                        reader.read_line(&mut line).unwrap();
+                        if line == "\r\n" {
+                            break;
+                        }
+                        head.push_str(&line.to_ascii_lowercase());
+                    }
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length: "))
+                        .map_or(0, |n| n.trim().parse().unwrap());
+                    let mut body = vec![0; len];
+                    reader.read_exact(&mut body).unwrap();
+                    conn.write_all(answer.as_bytes()).unwrap();
+                    head
+                })
+                .collect()
+        });
+        (port, server)
+    }
+
+    #[test]
+    fn push_answers_become_connect_errors_or_http_ones() {
+        let answers = vec![
+            "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-type: application/proto\r\ncontent-length: 0\r\n\r\n",
+            "HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-type: application/json\r\nretry-after: 2\r\ncontent-length: 43\r\n\r\n{\"code\":\"unavailable\",\"message\":\"ingester\"}",
+            "HTTP/1.1 401 Unauthorized\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: 26\r\n\r\n{\"code\":\"unauthenticated\"}",
+            "HTTP/1.1 502 Bad Gateway\r\nconnection: close\r\ncontent-type: text/html\r\ncontent-length: 11\r\n\r\nbad gateway",
+        ];
+        let (port, server) = one_answer_per_request(answers);
+        let endpoint = Endpoint::parse(&format!("pyroscope+connect://127.0.0.1:{port}")).unwrap();
+        let item = Item {
+            seq: 1,
+            from: 1,
+            until: 2,
+            rate: 99,
+            body: b"\x1f\x8bpprof".to_vec(),
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let results: Vec<_> = runtime.block_on(async {
+            let headers = [("X-Scope-OrgID".to_string(), "t1".to_string())];
+            let mut client = Client::new(&endpoint, &headers, &None, "svc", "h1").unwrap();
+            let mut out = Vec::new();
+            for _ in 0..4 {
+                // (bytes sent, whether the store added a notice)
+                out.push(
+                    client
+                        .send(&item)
+                        .await
+                        .map(|(n, notice)| (n, notice.is_some())),
+                );
+            }
+            out
+        });
+        let requests = server.join().unwrap();
+        for head in &requests {
+            assert!(
+                head.starts_with("post /push.v1.pusherservice/push http/1.1\r\n"),
+                "{head}"
+            );
+            for h in [
+                "content-type: application/proto",
+                "connect-protocol-version: 1",
+                "connect-timeout-ms: 5000",
+                "x-scope-orgid: t1",
+            ] {
+                assert!(head.contains(h), "{h}: {head}");
+            }
+        }
+        let want = push::request(&push::labels("svc", "h1"), &item.body).len() as u64;
+        assert!(
+            matches!(results[0], Ok((n, false)) if n == want),
+            "{:?}",
+            results[0]
+        );
+        match &results[1] {
+            Err(
+                e @ ExportError::Connect {
+                    status: 503,
+                    code,
+                    retry_after: Some(d),
+                    ..
+                },
+            ) if code == "unavailable" && *d == Duration::from_secs(2) => {
+                assert!(e.retryable());
+                assert!(
+                    e.to_string()
+                        .ends_with("Connect unavailable (HTTP 503): ingester")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        match &results[2] {
+            Err(e @ ExportError::Connect { status: 401, .. }) => assert!(!e.retryable()),
+            other => panic!("{other:?}"),
+        }
+        // A proxy's page has no Connect code: an HTTP error, retried as a 5xx.
+        match &results[3] {
+            Err(e @ ExportError::Http { status: 502, .. }) => assert!(e.retryable()),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -12,7 +12,11 @@ use std::{
 use profiler_tests::*;
 use serde_json::Value;
 
-pub const PROTOCOLS: [&str; 3] = ["grpc", "http", "pyroscope"];
+/// The destinations: OTLP gRPC and HTTP, Pyroscope's `/ingest` and its Push API.
+pub const PROTOCOLS: [&str; 4] = ["grpc", "http", "pyroscope", "push"];
+/// The receivers' listening ports, in `Receiver::start`'s order (the Push API is served on
+/// the Pyroscope port).
+const SERVERS: [&str; 3] = ["grpc", "http", "pyroscope"];
 
 pub fn receiver_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("export/receiver.py")
@@ -94,11 +98,16 @@ impl Receiver {
     }
 
     pub fn port(&self, protocol: &str) -> u16 {
-        self.ports[protocol].as_u64().expect("port") as u16
+        let server = if protocol == "push" {
+            "pyroscope"
+        } else {
+            protocol
+        };
+        self.ports[server].as_u64().expect("port") as u16
     }
 
     pub fn ports(&self) -> [u16; 3] {
-        PROTOCOLS.map(|p| self.port(p))
+        SERVERS.map(|p| self.port(p))
     }
 
     /// `--export` arguments for the protocols.
@@ -109,6 +118,7 @@ impl Receiver {
                 let scheme = match *p {
                     "grpc" => "otlp+grpc",
                     "http" => "otlp+http",
+                    "push" => "pyroscope+connect",
                     _ => "pyroscope+http",
                 };
                 [

@@ -1,6 +1,6 @@
 //! Measurement 10: shipping profiles. A system-wide continuous recording (`record -a
 //! --interval`) while `work 0 NCPU` keeps every CPU busy, sent to one store at a time (OTLP
-//! gRPC, OTLP HTTP with gzip, Pyroscope's `/ingest`; the receivers are
+//! gRPC, OTLP HTTP with gzip, Pyroscope's `/ingest` and its Push API; the receivers are
 //! `tests/export/receiver.py`, built on the official OTLP definitions), with frames named at
 //! the source and with `--symbolize none` (build ids and file offsets), beside the same
 //! recording with no store. Measured: the recorder's CPU time per interval and what exporting
@@ -26,10 +26,11 @@ use crate::util::workspace_root;
 const GOAL_CPU_SHARE: f64 = 0.01;
 
 /// The store kinds, as `--export` schemes.
-const STORES: [(&str, &str); 3] = [
+const STORES: [(&str, &str); 4] = [
     ("OTLP gRPC", "otlp+grpc"),
     ("OTLP HTTP (gzip)", "otlp+http"),
     ("Pyroscope /ingest", "pyroscope+http"),
+    ("Pyroscope Push API", "pyroscope+connect"),
 ];
 
 /// The receivers of the export tests, stopped when dropped.
@@ -63,6 +64,7 @@ impl Receivers {
         let key = match scheme {
             "otlp+grpc" => "grpc",
             "otlp+http" => "http",
+            // Both Pyroscope APIs are served on its port.
             _ => "pyroscope",
         };
         format!("{scheme}://127.0.0.1:{}", self.ports[key])
