@@ -32,8 +32,13 @@ fn sampler_config(opts: &RecordOptions, ring_bytes: u32, warnings: &mut dyn Warn
         if !opts.aggregate {
             warnings.warn(Warning::note(format!(
                 "this kernel ({}) has no bpf_loop (Linux 5.17): walking user stacks with \
-                 frame pointers",
-                crate::bpf::kernel_release()
+                 frame pointers{}",
+                crate::bpf::kernel_release(),
+                if opts.python {
+                    " (no Python frames)"
+                } else {
+                    ""
+                }
             )));
         }
         tables = false;
