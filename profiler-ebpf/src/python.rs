@@ -211,6 +211,31 @@ pub(crate) fn step(w: &mut Walk, p: &PyProc) -> i64 {
     if ends { end_call(w) } else { 0 }
 }
 
+/// `python -X perf` (3.12+) calls each eval loop through a copy of a four-instruction
+/// trampoline in anonymous memory (no unwind table, no frame pointer): `sub $8,%rsp;
+/// call *%rcx; add $8,%rsp; ret`. When the caller's pc returns into such a copy (the six
+/// bytes before it are the `sub` and the `call`), its caller is found as that code says:
+/// the return address at sp + 8, the CFA at sp + 16, rbp untouched. True when it was one.
+#[inline(always)]
+pub(crate) fn perf_trampoline(w: &mut Walk, p: &PyProc) -> bool {
+    if p.eval_end == 0 || w.pc < 6 {
+        return false;
+    }
+    let Some(code) = read(w.pc - 6) else {
+        return false;
+    };
+    // 48 83 ec 08 (sub $8,%rsp), ff d1 (call *%rcx), little-endian.
+    if code & 0xffff_ffff_ffff != 0xd1ff_08ec_8348 {
+        return false;
+    }
+    let Some(ra) = read(w.sp + 8) else {
+        return false;
+    };
+    w.sp += 16;
+    w.pc = ra;
+    true
+}
+
 /// The eval call's frames are written: the native walk resumes at its caller (already
 /// found), unless it had ended there.
 #[inline(always)]

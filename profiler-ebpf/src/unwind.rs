@@ -115,8 +115,8 @@ fn copy_budget(tgid: u32) -> bool {
 /// The walk in progress on this CPU (the frames are too large for the BPF stack).
 #[repr(C)]
 pub(crate) struct Walk {
-    pc: u64,
-    sp: u64,
+    pub(crate) pc: u64,
+    pub(crate) sp: u64,
     bp: u64,
     /// Non-zero: `pc` is an interrupted instruction (the first frame, or the frame a signal
     /// interrupted), not a return address, so its row is looked up at `pc`, not `pc - 1`.
@@ -402,7 +402,7 @@ extern "C" fn step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
     if w.py_emit == 0 {
         w.stack.len += 1;
     }
-    let r = native_step(w, p, at);
+    let r = native_step(w, p, py, at);
     if r != 0 && w.py_emit != 0 {
         // The native walk ends here, after the eval call's Python frames.
         w.native_done = 1;
@@ -411,11 +411,15 @@ extern "C" fn step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
     r
 }
 
-/// The caller of the native frame at `at` (its pc, sp and bp into `w`). Returns 1 to stop.
+/// The caller of the native frame at `at` (its pc, sp and bp into `w`); `py` is the
+/// process's CPython entry (empty when it runs none). Returns 1 to stop.
 #[inline(always)]
-fn native_step(w: &mut Walk, p: &ProcUnwind, at: u64) -> i64 {
+fn native_step(w: &mut Walk, p: &ProcUnwind, py: &PyProc, at: u64) -> i64 {
     let Some(m) = find_mapping(p, at) else {
         w.flags |= record_flags::UNWIND_NO_MAPPING;
+        if python::perf_trampoline(w, py) {
+            return 0;
+        }
         return frame_pointer_step(w);
     };
     if m.rows_len == 0 || at < m.bias || at - m.bias > u64::from(u32::MAX) {
