@@ -620,3 +620,67 @@ fn perf_trampolines_of_x_perf_keep_stacks_whole() {
         );
     }
 }
+
+/// `-t TID` (one thread of the interpreter) and `-G CGROUP` (the interpreter moved into a
+/// cgroup of its own): the same exact chains as `-p`.
+#[test]
+fn python_chains_with_a_thread_or_a_cgroup_as_the_target() {
+    let _serial = serial();
+    let (python, version) = python_interpreters()
+        .into_iter()
+        .rfind(|(_, v)| v.minor >= 8)
+        .expect("a CPython 3.8+ (native thread ids)");
+    let dir = scratch("python_frames_t_g");
+    let cg = TestCgroup::create("python");
+    let (child, json) = start(&python, &dir, "tg", None);
+    wait_for("the script's stacks", 60, || json.exists().then_some(()));
+    let want = expected(&json);
+    let stacks: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("read")).expect("json");
+    let tid = stacks
+        .as_object()
+        .expect("object")
+        .values()
+        .find(|t| t["stack"][0][0] == "spin_key")
+        .and_then(|t| t["native"].as_u64())
+        .expect("spin_key's thread and its native id");
+    let record = |target: &[&str], tag: &str| {
+        let pprof = dir.join(format!("{tag}.pb.gz"));
+        let mut args = vec!["record", "-F", "499", "-d", "3", "-q", "-o"];
+        args.push(pprof.to_str().unwrap());
+        args.extend(target);
+        let out = profiler(&args);
+        assert!(
+            out.status.success(),
+            "{version} {tag}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        threads(&samples(&pprof), &want)
+    };
+    let t = record(&["-t", &tid.to_string()], "t");
+    assert_eq!(t.len(), 1, "{version} -t: one thread ({:?})", t.len());
+    eprintln!(
+        "{version} -t: {}: {}/{} exact",
+        t[0].innermost, t[0].exact, t[0].all
+    );
+    assert_eq!(t[0].innermost, "spin_key", "{version} -t");
+    // Six threads share the GIL (and a busy CI machine's CPUs): a few dozen samples each.
+    assert!(t[0].all >= 20, "{version} -t: {} samples", t[0].all);
+    assert!(
+        t[0].exact * 100 >= t[0].all * 99,
+        "{version} -t: {} of {}; first miss:\n{}",
+        t[0].exact,
+        t[0].all,
+        t[0].example_miss.as_deref().unwrap_or("")
+    );
+    cg.add(child.0.id());
+    let t = record(&["-G", cg.path.to_str().unwrap()], "g");
+    for th in &t {
+        eprintln!(
+            "{version} -G: {}: {}/{} exact",
+            th.innermost, th.exact, th.all
+        );
+    }
+    check(&format!("{version} -G"), &t, 20);
+    drop(child);
+}

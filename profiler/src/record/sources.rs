@@ -139,8 +139,26 @@ pub(super) fn add_targets(
             for &tid in tids {
                 sampler.add_tid(tid)?;
             }
+            // Their processes' tables before sampling starts, as for -p.
+            let mut pids: Vec<u32> = tids.iter().filter_map(|&tid| tgid_of(tid)).collect();
+            pids.sort_unstable();
+            pids.dedup();
+            if let Some(t) = tables.as_deref_mut() {
+                for pid in pids {
+                    t.load_now(pid, files, &MapHistory::default())?;
+                }
+            }
         }
-        (Target::Cgroup(path), _) => sampler.add_cgroup(cgroup_id(path)?)?,
+        (Target::Cgroup(path), _) => {
+            sampler.add_cgroup(cgroup_id(path)?)?;
+            // The processes already in it, as for -p (a few: those of a container; the rest,
+            // and later ones, are loaded as they are sampled).
+            if let Some(t) = tables {
+                for pid in cgroup_procs(path).into_iter().take(PRELOAD_CGROUP_PROCS) {
+                    t.load_now(pid, files, &MapHistory::default())?;
+                }
+            }
+        }
         // The whole system while the command runs: nothing to filter on.
         (Target::Command(_), Some(_)) if opts.whole_system => {}
         (Target::Command(_), Some(w)) => {
@@ -151,6 +169,27 @@ pub(super) fn add_targets(
         _ => {}
     }
     Ok(pidfds)
+}
+
+/// Most processes of a `-G` cgroup whose tables are built before sampling starts.
+const PRELOAD_CGROUP_PROCS: usize = 64;
+
+/// The process (tgid) thread `tid` belongs to; `None` once it is gone.
+fn tgid_of(tid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The processes in cgroup directory `path` (its `cgroup.procs`; none if unreadable).
+fn cgroup_procs(path: &std::path::Path) -> Vec<u32> {
+    std::fs::read_to_string(path.join("cgroup.procs"))
+        .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .unwrap_or_default()
 }
 
 /// One event per CPU per requested event, shared by all targets: the program filters in the
