@@ -3,7 +3,7 @@
 //! (checked from outside: loaded programs and links, and /proc's fds). Two profilers at once
 //! each get their own exact profile.
 
-use std::{process::Stdio, thread, time::Duration};
+use std::{os::unix::process::CommandExt, process::Stdio, thread, time::Duration};
 
 use profiler_tests::*;
 
@@ -181,16 +181,23 @@ fn the_counting_tools_end_on_each_stop_signal_with_their_totals() {
         assert!(rows.last().is_some_and(|r| r.is(2, "total")), "{rows:?}");
         assert!(rows.iter().any(|r| r.is(2, "partial")), "{rows:?}");
 
-        // cputrack: the command it started gets the signal too; its rows are printed.
-        let mut track = KillOnDrop(
-            profiler_command()
-                .args(["track", "-c", "task-clock", "-T", "0.2", "--"])
-                .arg(fixture("spin"))
-                .args(["1", "600"])
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap(),
-        );
+        // cputrack: the command it started gets the signal too; its rows are printed. The
+        // signal's default action is restored for track (and so for its command): a test run
+        // under `nohup` would otherwise start the command with SIGHUP ignored, as nohup asks
+        // and track rightly keeps, and the command would outlive the hangup.
+        let mut cmd = profiler_command();
+        cmd.args(["track", "-c", "task-clock", "-T", "0.2", "--"])
+            .arg(fixture("spin"))
+            .args(["1", "600"])
+            .stdout(Stdio::piped());
+        // SAFETY: signal(2) is async-signal-safe, as pre_exec requires.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::signal(sig, libc::SIG_DFL);
+                Ok(())
+            });
+        }
+        let mut track = KillOnDrop(cmd.spawn().unwrap());
         let lines = Lines::of(&mut track);
         wait_for("cputrack's first tick row", 60, || {
             table(&lines.now())
