@@ -157,8 +157,8 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
     if let Some(tail) = group::GROUP_TAIL.get_ptr(0) {
         // SAFETY: copies the group's words (a constant size the verifier accepts; words past
         // `tail_words` are not sent) to frames[frames..], inside the buffer: frames <=
-        // MAX_RECORD_FRAMES and the tail after the frames holds TAIL_WORDS more (profiler_common::stack);
-        // `tail` is this CPU's slot, written by `prepare_tail`.
+        // MAX_RECORD_FRAMES and the tail after the frames holds TAIL_WORDS more
+        // (profiler_common::stack); `tail` is this CPU's slot, written by `prepare_tail`.
         unsafe {
             tail_words = ((*tail).words as usize).min(group_consts::TAIL_WORDS);
             generated::bpf_probe_read_kernel(

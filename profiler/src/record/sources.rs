@@ -13,6 +13,7 @@ use crate::{
     cpc::events::{Catalog, Event},
     modules::{ElfFiles, MapHistory},
     perf::{PerfEvent, SamplePolicy, Scope},
+    tools::track::ptrace::task_ids,
 };
 
 /// What the program is told: which filter, which stacks (and whether user stacks are walked
@@ -140,7 +141,11 @@ pub(super) fn add_targets(
                 sampler.add_tid(tid)?;
             }
             // Their processes' tables before sampling starts, as for -p.
-            let mut pids: Vec<u32> = tids.iter().filter_map(|&tid| tgid_of(tid)).collect();
+            let mut pids: Vec<u32> = tids
+                .iter()
+                .filter_map(|&tid| task_ids(tid as i32).ok())
+                .map(|ids| ids.tgid as u32)
+                .collect();
             pids.sort_unstable();
             pids.dedup();
             if let Some(t) = tables.as_deref_mut() {
@@ -173,17 +178,6 @@ pub(super) fn add_targets(
 
 /// Most processes of a `-G` cgroup whose tables are built before sampling starts.
 const PRELOAD_CGROUP_PROCS: usize = 64;
-
-/// The process (tgid) thread `tid` belongs to; `None` once it is gone.
-fn tgid_of(tid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))?
-        .trim()
-        .parse()
-        .ok()
-}
 
 /// The processes in cgroup directory `path` (its `cgroup.procs`; none if unreadable).
 fn cgroup_procs(path: &std::path::Path) -> Vec<u32> {
