@@ -47,7 +47,9 @@ pub struct UnwindRow {
 
 /// One executable mapping of a process: addresses in `[start, end)` find their row at
 /// `addr - bias` in `UNWIND_ROWS[rows_start..rows_start + rows_len]`; `rows_len` 0: the
-/// module has no table (walk it with the frame pointer).
+/// module has no table (walk it with the frame pointer), or, with `rows_start`
+/// [`ROWS_PENDING`], its table is still being built (the walk stops: the stack is copied
+/// and walked in user space once it is, never guessed through with the frame pointer).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UnwindMapping {
@@ -57,6 +59,9 @@ pub struct UnwindMapping {
     pub rows_start: u32,
     pub rows_len: u32,
 }
+
+/// `UnwindMapping::rows_start` of a module whose table is being built (`rows_len` 0).
+pub const ROWS_PENDING: u32 = u32::MAX;
 
 /// The executable mappings of one process, sorted by `start`, `count` valid.
 #[repr(C)]

@@ -21,8 +21,8 @@ use profiler_common::{
     record_flags,
     stack::{STACK_COPY_BLOCK, STACK_COPY_BYTES, STACK_COPY_HEAD_WORDS, StackSampleHeader},
     unwind::{
-        DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, MAX_UNWIND_PROCS, ProcUnwind, UnwindMapping,
-        UnwindRow, cfa,
+        DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, MAX_UNWIND_PROCS, ProcUnwind, ROWS_PENDING,
+        UnwindMapping, UnwindRow, cfa,
     },
 };
 
@@ -94,6 +94,13 @@ pub(crate) fn copied_bytes(bytes: u64) {
     }
 }
 
+/// Whether process `tgid` has copies left in its budget (without taking one).
+#[inline(always)]
+fn copies_left(tgid: u32) -> bool {
+    // SAFETY: a plain map lookup; the value is only read.
+    unsafe { COPIES.get(tgid) }.is_none_or(|n| *n < COPY_BUDGET)
+}
+
 /// Whether process `tgid` has copies left in its budget (and takes one).
 #[inline(always)]
 fn copy_budget(tgid: u32) -> bool {
@@ -130,6 +137,11 @@ pub(crate) struct Walk {
     pub(crate) py_emit: u32,
     pub(crate) py_frame: u64,
     pub(crate) native_done: u32,
+    /// Non-zero: a frame is in a module whose table is still being built (or in no known
+    /// mapping); the walk stopped and the sample is handled as one of a process without
+    /// tables (its stack copied).
+    pending: u32,
+    tgid: u32,
     _pad: u32,
     /// The frames walked (`len` of them), laid out as the in-kernel aggregation keeps a
     /// stack, so one of at most MAX_STACK_DEPTH words is stored from here without a copy.
@@ -191,7 +203,8 @@ const UC_RIP: u64 = 40 + 128;
 /// The outcome of [`walk_user`].
 pub(crate) enum Walked {
     Done(&'static Walk),
-    /// The process has no tables yet: the caller walks with `bpf_get_stack`.
+    /// The process has no tables yet (or a frame is in a module whose table is still being
+    /// built): the caller copies the stack for user space to walk once they are loaded.
     NoProcess,
     /// No user context (a kernel thread).
     NoUser,
@@ -228,6 +241,8 @@ pub(crate) fn walk_user_from((pc, sp, bp): (u64, u64, u64), tgid: u32) -> Walked
         (*walk).py_emit = 0;
         (*walk).py_frame = 0;
         (*walk).native_done = 0;
+        (*walk).pending = 0;
+        (*walk).tgid = tgid;
     }
     let py = python::process(tgid);
     if py.is_null() {
@@ -248,7 +263,11 @@ pub(crate) fn walk_user_from((pc, sp, bp): (u64, u64, u64), tgid: u32) -> Walked
         );
     }
     // SAFETY: as above.
-    Walked::Done(unsafe { &*walk })
+    let walk = unsafe { &*walk };
+    if walk.pending != 0 {
+        return Walked::NoProcess;
+    }
+    Walked::Done(walk)
 }
 
 /// Writes a user stack to `dst` (room for `ROOM` words, at least MAX_STACK_DEPTH), for the
@@ -416,13 +435,31 @@ extern "C" fn step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
 #[inline(always)]
 fn native_step(w: &mut Walk, p: &ProcUnwind, py: &PyProc, at: u64) -> i64 {
     let Some(m) = find_mapping(p, at) else {
+        // Mapped since the process's tables were read (its entry lists every executable
+        // mapping, anonymous ones too): a library just loaded, whose frames the frame
+        // pointer would only guess. The stack is copied, for user space to walk once it
+        // has read the mappings again, while the process has copies left; past them (code
+        // mapped and unmapped without end: a JIT), the frame pointer, the record marked.
         w.flags |= record_flags::UNWIND_NO_MAPPING;
+        if copies_left(w.tgid) {
+            w.pending = 1;
+            return 1;
+        }
+        return frame_pointer_step(w);
+    };
+    if m.rows_len == 0 {
+        if m.rows_start == ROWS_PENDING {
+            w.pending = 1;
+            return 1;
+        }
+        // Code without a table (anonymous memory: JIT code, `python -X perf`'s
+        // trampolines; a module without `.eh_frame`).
         if python::perf_trampoline(w, py) {
             return 0;
         }
         return frame_pointer_step(w);
-    };
-    if m.rows_len == 0 || at < m.bias || at - m.bias > u64::from(u32::MAX) {
+    }
+    if at < m.bias || at - m.bias > u64::from(u32::MAX) {
         return frame_pointer_step(w);
     }
     let Some(row) = find_row(m.rows_start, m.rows_len, (at - m.bias) as u32) else {

@@ -69,6 +69,7 @@ fn assert_whole_after_startup(what: &str, (leaf, whole, bad): (u64, u64, Vec<Str
 }
 
 fn assert_whole(what: &str, (leaf, whole, bad): (u64, u64, Vec<String>), min_pct: u64) {
+    eprintln!("{what}: {whole} of {leaf} leaf samples carry the whole chain");
     assert!(leaf >= 300, "{what}: only {leaf} leaf samples");
     assert!(
         whole * 100 >= leaf * min_pct,
@@ -185,8 +186,10 @@ fn library_dlopened_after_the_start_unwinds() {
         &["main", "call_lib", "lib_outer", "lib_middle", "lib_leaf"],
         |f, c| f == c,
     );
-    // The library's first samples (before its tables are loaded) may be cut.
-    assert_whole("dlopen'ed library", share, 95);
+    // The library's first samples (before the process's mappings are read again) are
+    // copied and walked once they are: whole (2178 to 2196 of as many in 4 runs here); a
+    // copy past the ring's share on a loaded host is cut (counted, never guessed).
+    assert_whole("dlopen'ed library", share, 99);
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::{
 use profiler_common::{
     offcpu, record_flags,
     stack::{STACK_HEADER_SIZE, StackSampleHeader, stack_copy},
-    unwind::UnwindMapping,
+    unwind::{MAX_PROC_MAPPINGS, ROWS_PENDING, UnwindMapping},
 };
 
 use super::copied;
@@ -31,8 +31,9 @@ const KERNEL_SPACE: u64 = 0xffff_8000_0000_0000;
 
 /// Modules with more CFI than this have their tables built on a worker thread (rustc's
 /// driver library has 6 MiB, libc 150 KiB), so that a big module does not hold up the reader
-/// and every other process's tables (their process is published at once, that module's
-/// frames walked with frame pointers until it is built); smaller ones are built at once.
+/// and every other process's tables (their process is published at once, its mapping of
+/// that module marked pending: samples through it are copied, and walked here once it is
+/// built); smaller ones are built at once.
 /// Debian's python3 (about 400 KiB) took 0.4 s on the reader in a debug build.
 const SYNC_CFI_BYTES: usize = 64 << 10;
 
@@ -132,6 +133,10 @@ fn exited(pid: u32) -> bool {
 
 struct ProcState {
     scanned: Instant,
+    /// CLOCK_MONOTONIC ns (the records' clock) when its mappings were last read; `u64::MAX`
+    /// when they will not be again (gone): a copied stack taken after it is walked only
+    /// once they are read again (a library mapped since is in none of them).
+    scanned_ns: u64,
     /// When its tables were first written (a young process's mappings are still coming:
     /// its exec and its loader map them over the first milliseconds).
     born: Instant,
@@ -218,19 +223,28 @@ impl TableLoader {
     pub fn note(&mut self, rec: &StackSampleHeader) {
         let now = Instant::now();
         if rec.flags & record_flags::UNWIND_NO_PROCESS != 0 {
-            let due = self.procs.get(&rec.pid).is_none_or(|p| {
-                let age = now.duration_since(p.scanned);
-                // A user address in none of its mappings: what was read is another image
-                // (a fork's child read before its exec) or older; read again now, not
-                // RETRY later, or the copies of its first milliseconds are walked with it.
-                age >= RETRY
-                    || (age >= STALE_RETRY
-                        && rec.ip < KERNEL_SPACE
-                        && !p
-                            .entries
-                            .iter()
-                            .any(|e| e.start <= rec.ip && rec.ip < e.end))
-            });
+            // (A process waiting for a module's table on the worker is published again when
+            // it is built: its copies need no reload meanwhile.)
+            let building = self.waiting.values().any(|pids| pids.contains(&rec.pid));
+            let due = !building
+                && self.procs.get(&rec.pid).is_none_or(|p| {
+                    let age = now.duration_since(p.scanned);
+                    // A copy taken after its mappings were read: a frame was in none of
+                    // them (a library mapped since).
+                    if rec.flags & record_flags::STACK_COPY != 0 && p.scanned_ns <= rec.time_ns {
+                        return true;
+                    }
+                    // A user address in none of its mappings: what was read is another image
+                    // (a fork's child read before its exec) or older; read again now, not
+                    // RETRY later, or the copies of its first milliseconds are walked with it.
+                    age >= RETRY
+                        || (age >= STALE_RETRY
+                            && rec.ip < KERNEL_SPACE
+                            && !p
+                                .entries
+                                .iter()
+                                .any(|e| e.start <= rec.ip && rec.ip < e.end))
+                });
             if due {
                 self.pending.insert(rec.pid, true);
             }
@@ -291,6 +305,7 @@ impl TableLoader {
         history: &MapHistory,
     ) -> Result<bool, UnwindMapError> {
         let now = Instant::now();
+        let now_ns = profiler_core::host::hrtime();
         // A process gone (or a zombie) before its tables were loaded: its mappings as the
         // kernel reported them, for the copied stacks of its samples.
         let live = exec_mappings(pid).ok().filter(|m| !m.is_empty());
@@ -302,6 +317,7 @@ impl TableLoader {
                 pid,
                 ProcState {
                     scanned: now,
+                    scanned_ns: u64::MAX,
                     born: now,
                     backoff: RESCAN_MAX,
                     mappings: Vec::new(),
@@ -316,6 +332,7 @@ impl TableLoader {
             && state.mappings == mappings
         {
             state.scanned = now;
+            state.scanned_ns = now_ns;
             // Back off only once the process has settled: a young one rescans at the
             // quickest pace, so its stacks are whole milliseconds after its exec.
             state.backoff = if now.duration_since(state.born) < YOUNG {
@@ -349,6 +366,7 @@ impl TableLoader {
                 pid,
                 ProcState {
                     scanned: now,
+                    scanned_ns: u64::MAX,
                     born: now,
                     backoff: RESCAN_MAX,
                     mappings,
@@ -395,6 +413,7 @@ impl TableLoader {
                 pid,
                 ProcState {
                     scanned: now,
+                    scanned_ns: u64::MAX,
                     born: now,
                     backoff: RESCAN_MAX,
                     mappings,
@@ -410,6 +429,7 @@ impl TableLoader {
             pid,
             ProcState {
                 scanned: now,
+                scanned_ns: now_ns,
                 born: match self.procs.get(&pid) {
                     Some(p) if !absent => p.born,
                     _ => now,
@@ -487,8 +507,10 @@ impl TableLoader {
     }
 
     /// The kernel's view of `mappings`: each file-backed one with its module's rows (none
-    /// where the module has no table); anonymous memory is left out (frame pointers). Also
-    /// the modules whose rows the entries point at.
+    /// where the module has no table; pending while it is being built), anonymous ones
+    /// without (JIT code: frame pointers), so that an address in none is one mapped since.
+    /// Past the kernel's room, anonymous ones are left out first. Also the modules whose
+    /// rows the entries point at.
     fn entries(
         &mut self,
         pid: u32,
@@ -497,7 +519,20 @@ impl TableLoader {
     ) -> Result<(Vec<UnwindMapping>, Vec<ModuleId>), UnwindMapError> {
         let mut entries = Vec::with_capacity(mappings.len());
         let mut modules: Vec<ModuleId> = Vec::new();
-        for m in mappings.iter().filter(|m| m.has_module()) {
+        let files_mapped = mappings.iter().filter(|m| m.has_module()).count();
+        let mut anon_room = MAX_PROC_MAPPINGS.saturating_sub(files_mapped);
+        for m in mappings {
+            if !m.has_module() {
+                if anon_room > 0 {
+                    anon_room -= 1;
+                    entries.push(UnwindMapping {
+                        start: m.start,
+                        end: m.end,
+                        ..Default::default()
+                    });
+                }
+                continue;
+            }
             let mut entry = UnwindMapping {
                 start: m.start,
                 end: m.end,
@@ -530,11 +565,14 @@ impl TableLoader {
                         Err(e) => return Err(e),
                     }
                 }
-                Ok(_) => {}
+                // Being built on the worker: the kernel stops its walks there and copies
+                // the stack, which is walked here once the table is published.
+                Ok(None) => entry.rows_start = ROWS_PENDING,
+                Ok(Some(_)) => {}
                 Err(e) if e.said_elsewhere() => {}
                 Err(e) => self.warn(&m.name, &e),
             }
-            if entry.rows_len == 0 {
+            if entry.rows_len == 0 && entry.rows_start != ROWS_PENDING {
                 self.stats.modules_without_table += 1;
             }
             entries.push(entry);
