@@ -1,6 +1,6 @@
 //! Facts about this host the whole crate reads the same way: online CPUs, a process's
-//! threads, perf's sample-rate limit, the calling thread's id, and the monotonic clock
-//! (libcpc's `gethrtime`).
+//! threads and status fields, perf's sample-rate limit, the calling thread's id, and the
+//! monotonic clock (libcpc's `gethrtime`).
 
 use std::{cell::Cell, io, sync::Once};
 
@@ -9,6 +9,29 @@ pub fn online_cpus() -> io::Result<Vec<u32>> {
     let mut cpus = aya::util::online_cpus().map_err(|(_, e)| e)?;
     cpus.sort_unstable();
     Ok(cpus)
+}
+
+/// A task's `/proc/<task>/status` (`self`, a pid or a tid), read once for its fields.
+pub struct TaskStatus {
+    text: String,
+}
+
+impl TaskStatus {
+    pub fn read(task: impl std::fmt::Display) -> io::Result<Self> {
+        std::fs::read_to_string(format!("/proc/{task}/status")).map(Self::from_text)
+    }
+
+    pub fn from_text(text: String) -> Self {
+        Self { text }
+    }
+
+    /// The value of field `name` (`"Uid"`, `"NSpid"`, ...), trimmed.
+    pub fn field(&self, name: &str) -> Option<&str> {
+        self.text.lines().find_map(|l| {
+            let (key, value) = l.split_once(':')?;
+            (key == name).then(|| value.trim())
+        })
+    }
 }
 
 /// The threads of a process (from /proc/PID/task), ascending.
@@ -79,6 +102,17 @@ pub fn hrtime() -> u64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn reads_status_fields_of_this_process() {
+        let status = super::TaskStatus::read("self").unwrap();
+        assert_eq!(
+            status.field("Tgid").and_then(|v| v.parse::<u32>().ok()),
+            Some(std::process::id())
+        );
+        assert_eq!(status.field("Tgi"), None);
+        assert!(status.field("CapEff").is_some_and(|v| v.len() == 16));
+    }
+
     use super::*;
 
     #[test]

@@ -424,13 +424,21 @@ unsafe fn user_stack<const TABLES: bool>(
             let Some(regs) = saved_user_regs() else {
                 return 0; // a kernel thread
             };
+            let now = (*buf).header.time_ns;
             match walk_user_from(regs, tgid) {
+                // A frame it cannot walk yet: copied while the budget lasts (as below).
+                Walked::Done(walk)
+                    if walk.wants_copy() && copy_allowed(tgid, now, config.wakeup_bytes / 2) =>
+                {
+                    (*buf).header.flags |=
+                        record_flags::UNWIND_NO_PROCESS | record_flags::STACK_COPY;
+                    return 0;
+                }
                 Walked::Done(walk) => walked = Some(walk),
                 Walked::NoProcess => {
                     // No frame-pointer guess: the caller copies the stack (a thread blocked
                     // from its start waits with the stack it had then).
                     (*buf).header.flags |= record_flags::UNWIND_NO_PROCESS;
-                    let now = (*buf).header.time_ns;
                     if copy_allowed(tgid, now, config.wakeup_bytes / 2) {
                         (*buf).header.flags |= record_flags::STACK_COPY;
                     }

@@ -235,7 +235,19 @@ unsafe fn user_stack<const TABLES: bool>(
     unsafe {
         let mut walked = None;
         if tables {
+            let time_ns = (*buf).header.time_ns;
             match walk_user(ctx, tgid) {
+                // A frame it cannot walk yet (a module being built, a mapping read since):
+                // copied as for a process without tables, while the budget lasts.
+                Walked::Done(walk)
+                    if walk.wants_copy()
+                        && copy_allowed(tgid, time_ns, config.wakeup_bytes / 2) =>
+                {
+                    (*buf).header.flags |=
+                        record_flags::UNWIND_NO_PROCESS | record_flags::STACK_COPY;
+                    bump(stat::UNWIND_NO_PROCESS);
+                    return 0;
+                }
                 Walked::Done(walk) => {
                     if walk.flags & record_flags::UNWIND_PARTIAL != 0 {
                         bump(stat::UNWIND_PARTIAL);
@@ -297,6 +309,8 @@ fn aggregate<const TABLES: bool>(
         && config.capture & capture::UNWIND_TABLES != 0
     {
         match walk_user(ctx, tgid) {
+            // The ring path copies it (or keeps the frames walked, past the budget).
+            Walked::Done(walk) if walk.wants_copy() => return false,
             Walked::Done(walk) => {
                 // SAFETY: the helper only reads the clock.
                 let now = unsafe { bpf_ktime_get_ns() };

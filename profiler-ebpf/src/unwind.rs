@@ -138,8 +138,9 @@ pub(crate) struct Walk {
     pub(crate) py_frame: u64,
     pub(crate) native_done: u32,
     /// Non-zero: a frame is in a module whose table is still being built (or in no known
-    /// mapping); the walk stopped and the sample is handled as one of a process without
-    /// tables (its stack copied).
+    /// mapping); the walk stopped there (marked partial). The caller copies the stack for
+    /// user space to walk whole once it can ([`Walk::wants_copy`]), or, past the copy
+    /// budget, keeps the frames walked so far: exact, never guessed past that frame.
     pending: u32,
     tgid: u32,
     _pad: u32,
@@ -203,8 +204,8 @@ const UC_RIP: u64 = 40 + 128;
 /// The outcome of [`walk_user`].
 pub(crate) enum Walked {
     Done(&'static Walk),
-    /// The process has no tables yet (or a frame is in a module whose table is still being
-    /// built): the caller copies the stack for user space to walk once they are loaded.
+    /// The process has no tables yet: the caller copies the stack for user space to walk
+    /// once they are loaded.
     NoProcess,
     /// No user context (a kernel thread).
     NoUser,
@@ -263,11 +264,15 @@ pub(crate) fn walk_user_from((pc, sp, bp): (u64, u64, u64), tgid: u32) -> Walked
         );
     }
     // SAFETY: as above.
-    let walk = unsafe { &*walk };
-    if walk.pending != 0 {
-        return Walked::NoProcess;
+    Walked::Done(unsafe { &*walk })
+}
+
+impl Walk {
+    /// Whether the walk stopped at a frame it could not walk yet (see `pending`).
+    #[inline(always)]
+    pub(crate) fn wants_copy(&self) -> bool {
+        self.pending != 0
     }
-    Walked::Done(walk)
 }
 
 /// Writes a user stack to `dst` (room for `ROOM` words, at least MAX_STACK_DEPTH), for the
@@ -443,6 +448,7 @@ fn native_step(w: &mut Walk, p: &ProcUnwind, py: &PyProc, at: u64) -> i64 {
         w.flags |= record_flags::UNWIND_NO_MAPPING;
         if copies_left(w.tgid) {
             w.pending = 1;
+            w.flags |= record_flags::UNWIND_PARTIAL;
             return 1;
         }
         return frame_pointer_step(w);
@@ -450,6 +456,7 @@ fn native_step(w: &mut Walk, p: &ProcUnwind, py: &PyProc, at: u64) -> i64 {
     if m.rows_len == 0 {
         if m.rows_start == ROWS_PENDING {
             w.pending = 1;
+            w.flags |= record_flags::UNWIND_PARTIAL;
             return 1;
         }
         // Code without a table (anonymous memory: JIT code, `python -X perf`'s

@@ -191,9 +191,8 @@ fn open_in_root(root: &Path, path: &Path) -> Result<OwnedFd, Refusal> {
 
 /// The effective uid of process `pid` (from /proc/PID/status), while it lives.
 pub fn process_uid(pid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
+    let status = profiler_core::host::TaskStatus::read(pid).ok()?;
+    status.field("Uid")?.split_whitespace().nth(1)?.parse().ok()
 }
 
 #[cfg(test)]

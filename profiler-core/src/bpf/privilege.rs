@@ -2,6 +2,8 @@
 
 use std::fs;
 
+use crate::host::TaskStatus;
+
 const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 
@@ -14,9 +16,9 @@ pub struct Privilege {
 
 /// Reads the effective capabilities; an unreadable status file counts as unprivileged.
 pub fn check_privileges() -> Privilege {
-    let effective = fs::read_to_string("/proc/self/status")
+    let effective = TaskStatus::read("self")
         .ok()
-        .and_then(|s| parse_cap_eff(&s))
+        .and_then(|s| cap_eff(&s))
         .unwrap_or(0);
     Privilege {
         bpf: effective & (1 << CAP_BPF) != 0,
@@ -24,9 +26,8 @@ pub fn check_privileges() -> Privilege {
     }
 }
 
-fn parse_cap_eff(status: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with("CapEff:"))?;
-    u64::from_str_radix(line["CapEff:".len()..].trim(), 16).ok()
+fn cap_eff(status: &TaskStatus) -> Option<u64> {
+    u64::from_str_radix(status.field("CapEff")?, 16).ok()
 }
 
 impl Privilege {
@@ -67,11 +68,12 @@ mod tests {
     #[test]
     fn parses_effective_capabilities() {
         let status = "Name:\tx\nCapInh:\t0000000000000000\nCapEff:\t000001ffffffffff\n";
-        let caps = parse_cap_eff(status).unwrap();
+        let parse = |text: &str| cap_eff(&TaskStatus::from_text(text.to_string()));
+        let caps = parse(status).unwrap();
         assert_ne!(caps & (1 << CAP_BPF), 0);
         assert_ne!(caps & (1 << CAP_PERFMON), 0);
-        assert_eq!(parse_cap_eff("CapEff:\t0000000000000000\n"), Some(0));
-        assert_eq!(parse_cap_eff("nothing"), None);
+        assert_eq!(parse("CapEff:\t0000000000000000\n"), Some(0));
+        assert_eq!(parse("nothing"), None);
     }
 
     #[test]

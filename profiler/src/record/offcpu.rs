@@ -156,7 +156,7 @@ impl Feature for OffCpu {
         collector: &mut Collector,
         warnings: &mut dyn Warn,
     ) -> Result<Vec<Vec<u8>>, RecordError> {
-        let now = monotonic_ns();
+        let now = profiler_core::host::hrtime();
         let min = nanos(self.min_block);
         let mut stats = sampler.off_cpu_stats()?;
         read_totals(&mut self.counted, sampler, collector)?;
@@ -275,11 +275,4 @@ fn report(stats: &OffCpuStats, unfinished: u64, min_block: Duration) -> Warning 
         line += &format!("; {} stack walk errors", stats.stack_errors);
     }
     Warning::note(line)
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`.
-fn monotonic_ns() -> u64 {
-    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .unwrap_or(nix::sys::time::TimeSpec::new(0, 0));
-    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
 }

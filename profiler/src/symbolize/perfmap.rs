@@ -127,10 +127,9 @@ fn read_checked(pid: u32, rules: &Rules) -> Result<Option<PerfMap>, Refusal> {
 
 /// The pid of `pid` inside its own pid namespace (the last NSpid field).
 fn namespace_pid(pid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let status = profiler_core::host::TaskStatus::read(pid).ok()?;
     status
-        .lines()
-        .find_map(|l| l.strip_prefix("NSpid:"))?
+        .field("NSpid")?
         .split_ascii_whitespace()
         .last()?
         .parse()

@@ -189,8 +189,12 @@ struct Runs {
     commands: Vec<String>,
 }
 
-/// One run of a tool: eBPF ns and runs (the profiler's), its CPU s, its samples, its command.
-type Run = (u64, u64, f64, f64, String);
+/// One run of a tool: its CPU s, its samples, its command.
+struct Run {
+    cpu_s: f64,
+    samples: f64,
+    command: String,
+}
 
 fn runs(
     ctx: &mut Ctx,
@@ -209,37 +213,37 @@ fn runs(
     for round in 0..rounds {
         for (i, extra) in [&["--no-python"][..], &[]].iter().enumerate() {
             let tag = format!("{round}-{i}");
-            let (ns, cnt, cpu, n, command) = profiler_run(ctx, pid, extra, secs, &tag)?;
-            r.kernel[i].push(ns as f64 / cnt as f64);
-            r.cpu[i].push(cpu);
-            r.samples[i].push(n);
+            let (run, ns_per_run) = profiler_run(ctx, pid, extra, secs, &tag)?;
+            r.kernel[i].push(ns_per_run);
+            r.cpu[i].push(run.cpu_s);
+            r.samples[i].push(run.samples);
             if round == 0 {
-                r.commands.push(command);
+                r.commands.push(run.command);
             }
         }
-        let (_, _, cpu, n, command) = spy_run(ctx, spy, pid, secs, &format!("{round}"))?;
-        r.cpu[2].push(cpu);
-        r.samples[2].push(n);
+        let run = spy_run(ctx, spy, pid, secs, &format!("{round}"))?;
+        r.cpu[2].push(run.cpu_s);
+        r.samples[2].push(run.samples);
         if round == 0 {
-            r.commands.push(command);
+            r.commands.push(run.command);
         }
         // Three times as long: what a further second of recording costs, start-up apart.
-        let long = profiler_run(ctx, pid, &[], 3.0 * secs, &format!("{round}-long"))?;
-        r.long_cpu[0].push(long.2);
+        let (long, _) = profiler_run(ctx, pid, &[], 3.0 * secs, &format!("{round}-long"))?;
+        r.long_cpu[0].push(long.cpu_s);
         let long = spy_run(ctx, spy, pid, 3.0 * secs, &format!("{round}-long"))?;
-        r.long_cpu[1].push(long.2);
+        r.long_cpu[1].push(long.cpu_s);
     }
     Ok(r)
 }
 
-/// `profiler record -p PID` with `extra` for `secs`.
+/// `profiler record -p PID` with `extra` for `secs`; also its eBPF ns per program run.
 fn profiler_run(
     ctx: &mut Ctx,
     pid: &str,
     extra: &[&str],
     secs: f64,
     tag: &str,
-) -> anyhow::Result<Run> {
+) -> anyhow::Result<(Run, f64)> {
     let out = ctx.dir.join(format!("python-{tag}.folded"));
     let mut args = vec!["record", "-F", HZ, "-p", pid, "-q", "-o"];
     let out_s = out.display().to_string();
@@ -255,13 +259,12 @@ fn profiler_run(
         bail!("the eBPF program never ran in `{}`", f.command);
     }
     let command = ctx.show(&f.command);
-    Ok((
-        ns,
-        cnt,
-        f.cpu_s + ns as f64 / 1e9,
-        folded_samples(&out)?,
+    let run = Run {
+        cpu_s: f.cpu_s + ns as f64 / 1e9,
+        samples: folded_samples(&out)?,
         command,
-    ))
+    };
+    Ok((run, ns as f64 / cnt as f64))
 }
 
 /// `py-spy record -p PID` for `secs` (whole seconds, as py-spy takes them).
@@ -288,8 +291,11 @@ fn spy_run(
         .lines()
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
         .sum();
-    let command = ctx.show(&f.command);
-    Ok((0, 0, f.cpu_s, n, command))
+    Ok(Run {
+        cpu_s: f.cpu_s,
+        samples: n,
+        command: ctx.show(&f.command),
+    })
 }
 
 /// Samples of a folded file written by the profiler (its header says them).

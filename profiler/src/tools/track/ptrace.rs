@@ -161,16 +161,17 @@ pub struct TaskIds {
 }
 
 pub fn task_ids(tid: i32) -> io::Result<TaskIds> {
-    let text = fs::read_to_string(format!("/proc/{tid}/status"))?;
+    let status = profiler_core::host::TaskStatus::read(tid)?;
     let field = |name: &str| -> io::Result<i32> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        status
+            .field(name)
+            .and_then(|v| v.parse().ok())
             .ok_or_else(|| io::Error::other(format!("no {name} in /proc/{tid}/status")))
     };
     Ok(TaskIds {
-        tgid: field("Tgid:")?,
-        ppid: field("PPid:")?,
-        tracer: field("TracerPid:")?,
+        tgid: field("Tgid")?,
+        ppid: field("PPid")?,
+        tracer: field("TracerPid")?,
     })
 }
 
