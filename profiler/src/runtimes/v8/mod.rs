@@ -1,0 +1,4 @@
+//! V8 (Node.js): placeholder doc, written below.
+
+pub mod heap;
+pub mod layout;
