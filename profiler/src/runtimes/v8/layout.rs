@@ -153,6 +153,9 @@ pub struct CodeKinds {
     pub shift: u32,
     pub interpreted: u32,
     pub baseline: u32,
+    /// Derived: MAGLEV and TURBOFAN follow BASELINE in V8 11's `CodeKind`.
+    pub maglev: u32,
+    pub turbofan: u32,
 }
 
 /// Everything a frame walk and naming need from one V8 build.
@@ -392,11 +395,15 @@ impl Constants {
             code_flags,
             code_instruction_size,
         };
+        let baseline = g("CodeKindBaseline")? as u32;
+        derived.push("CodeKind MAGLEV, TURBOFAN");
         let code_kinds = CodeKinds {
             mask: g("CodeKindFieldMask")? as u32,
             shift: g("CodeKindFieldShift")? as u32,
             interpreted: g("CodeKindInterpretedFunction")? as u32,
-            baseline: g("CodeKindBaseline")? as u32,
+            baseline,
+            maglev: baseline + 1,
+            turbofan: baseline + 2,
         };
         Ok(Layout {
             version,

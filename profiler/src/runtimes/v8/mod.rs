@@ -1,5 +1,6 @@
 //! V8 (Node.js): placeholder doc, written below.
 
+pub mod code;
 pub mod detect;
 pub mod heap;
 pub mod layout;

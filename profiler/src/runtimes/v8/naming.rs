@@ -1,7 +1,11 @@
 //! Naming a JavaScript frame from its JSFunction (or SharedFunctionInfo) and where in the
 //! function it was: function name, script name, line.
 
-use super::{heap::Heap, layout::Layout};
+use super::{
+    code::{code_of, position_of_pc},
+    heap::Heap,
+    layout::Layout,
+};
 use crate::runtimes::python::process::{Memory, ReadError};
 
 /// Where in its function a frame was, as the kernel half can read it.
@@ -12,7 +16,12 @@ pub enum Position {
     RawBytecodeOffset(u64),
     /// A bytecode offset already unbiased.
     BytecodeOffset(u32),
-    /// Nothing more (Sparkplug, Maglev, TurboFan frames for now).
+    /// A JIT frame's PC (`top`: the stopped instruction, else a return address): exact in
+    /// Maglev/TurboFan code the function still runs, unless inlined code is there.
+    Pc { pc: u64, top: bool },
+    /// A script offset already found (from optimized code's table).
+    ScriptOffset(u32),
+    /// Nothing more.
     Unknown,
 }
 
@@ -89,6 +98,12 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
         let sfi = self
             .heap
             .field(function, self.layout().fields.js_function_shared)?;
+        if let Position::Pc { pc, top } = position
+            && let Ok(code) = code_of(&self.heap, function)
+            && let Some(at) = position_of_pc(&self.heap, &code, pc, top)
+        {
+            return self.frame_of_shared(sfi, Position::ScriptOffset(at));
+        }
         self.frame_of_shared(sfi, position)
     }
 
@@ -234,9 +249,13 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
                 })
                 .and_then(|v| u32::try_from(v).ok()),
             Position::BytecodeOffset(o) => Some(o),
-            Position::Unknown => None,
+            Position::Pc { .. } | Position::Unknown | Position::ScriptOffset(_) => None,
         };
-        let (pos, kind) = match offset.and_then(|o| position_at(&entries, o)) {
+        let exact = match position {
+            Position::ScriptOffset(at) => Some(at),
+            _ => offset.and_then(|o| position_at(&entries, o)),
+        };
+        let (pos, kind) = match exact {
             Some(p) => (p, LineKind::Exact),
             None => match entries.iter().find(|e| e.statement) {
                 Some(e) => (e.script_offset, LineKind::FunctionStart),
