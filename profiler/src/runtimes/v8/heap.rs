@@ -250,7 +250,7 @@ pub(crate) mod tests {
     }
 
     // Instance types as 11.3 numbers them (checked in layout's test against node's file).
-    const SEQ_ONE: u16 = 8 | 0; // one-byte, sequential
+    const SEQ_ONE: u16 = 8; // one-byte (8), sequential (0)
     const SEQ_TWO: u16 = 0;
     const CONS_ONE: u16 = 8 | 1;
     const THIN_ONE: u16 = 8 | 5;

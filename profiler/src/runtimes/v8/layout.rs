@@ -450,6 +450,11 @@ pub(crate) mod tests_support {
     use super::*;
 
     pub fn layout_11_3() -> Layout {
+        let c = constants_11_3();
+        c.layout(c.version.expect("set")).expect("complete")
+    }
+
+    pub fn constants_11_3() -> Constants {
         let values = [
             ("CodeKindBaseline", 11),
             ("CodeKindFieldMask", 15),
@@ -524,7 +529,7 @@ pub(crate) mod tests_support {
             ("type_Script__SCRIPT_TYPE", 167),
             ("type_SharedFunctionInfo__SHARED_FUNCTION_INFO_TYPE", 262),
         ];
-        let c = Constants {
+        Constants {
             values: values.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             version: Some(V8Version {
                 major: 11,
@@ -532,8 +537,7 @@ pub(crate) mod tests_support {
                 build: 244,
                 patch: 8,
             }),
-        };
-        c.layout(c.version.expect("set")).expect("complete")
+        }
     }
 }
 
@@ -603,6 +607,37 @@ mod tests {
         assert_eq!(l.strings.seq_one_byte_chars, 16);
         assert_eq!((l.code_kinds.interpreted, l.code_kinds.baseline), (10, 11));
         assert_eq!(l, tests_support::layout_11_3());
+    }
+
+    /// Another major, or a build missing a constant, gets one clear reason.
+    #[test]
+    fn unsupported_builds_say_why() {
+        let full = tests_support::constants_11_3();
+        let v10 = V8Version {
+            major: 10,
+            minor: 2,
+            build: 154,
+            patch: 26,
+        };
+        assert_eq!(full.layout(v10), Err(Unsupported::Version(v10)));
+        let mut partial = tests_support::constants_11_3();
+        partial.values.remove("off_fp_function");
+        let v = partial.version.expect("set");
+        assert_eq!(
+            partial.layout(v),
+            Err(Unsupported::Missing {
+                version: v,
+                name: "off_fp_function"
+            })
+        );
+        assert_eq!(
+            partial.layout(v).unwrap_err().to_string(),
+            "V8 11.3.244.8: off_fp_function is missing from the v8dbg_* metadata"
+        );
+        let mut compressed = tests_support::constants_11_3();
+        compressed.values.insert("TaggedSize".into(), 4);
+        let l = compressed.layout(v).expect("read");
+        assert!(l.pointer_compression());
     }
 
     #[test]
