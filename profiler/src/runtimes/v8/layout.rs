@@ -553,12 +553,13 @@ mod tests {
         Some(Layout::from_elf(&obj).expect("Node 20's V8 is read"))
     }
 
-    /// Node 20.20.2 (Debian's /usr/bin/node, V8 11.3.244.8-node.38). Values checked with
-    /// `readelf -Ws /usr/bin/node` (symbol address and size) and the bytes at that address's
-    /// file offset (`readelf -lW` for the segment): e.g. v8dbg_off_fp_function at
-    /// 0x56445c8 reads f0 ff ff ff (-16); v8dbg_TaggedSize reads 8 (no pointer
-    /// compression); v8dbg_class_HeapObject__map__Map is in .bss (0); gdb's
-    /// `p v8::internal::Version::major_` on the file prints 11.
+    /// Node 20.20.2 (Debian's /usr/bin/node, V8 11.3.244.8-node.38). Checked on the file
+    /// independently: `readelf -Ws` gives v8dbg_off_fp_function at 0x5651050 and
+    /// v8dbg_TaggedSize at 0x565112c (.data, file offset = address - 0x563e000 + 0x523d000),
+    /// whose bytes `od` reads as f0 ff ff ff (-16) and 08 00 00 00 (8: no pointer
+    /// compression); v8dbg_class_HeapObject__map__Map is in .bss (0); `gdb -batch -ex
+    /// "p (int)v8dbg_off_fp_function" -ex "p (int)'v8::internal::Version::major_'"
+    /// /usr/bin/node` prints -16 and 11.
     #[test]
     fn node20_layout() {
         let Some(l) = node_layout() else {
