@@ -206,7 +206,7 @@ pub(crate) mod tests {
     use std::{cell::RefCell, collections::BTreeMap};
 
     use super::*;
-    use crate::runtimes::v8::layout::tests_support::layout_11_3;
+    use crate::runtimes::v8::testdata::layout_11_3;
 
     /// Synthetic memory: objects placed at chosen addresses.
     #[derive(Default)]

@@ -70,6 +70,8 @@ pub mod detect;
 pub mod heap;
 pub mod layout;
 pub mod naming;
+#[cfg(test)]
+pub(crate) mod testdata;
 
 pub use detect::{DetectError, Detection, detect, detect_in};
 pub use layout::{Layout, Unsupported, V8Version};
