@@ -201,11 +201,14 @@ fn find_chains(
     want: usize,
     accept: impl Fn(&[&Seen]) -> bool,
 ) -> (Vec<Vec<Seen>>, u32) {
+    let pid = node.0.id();
+    let layout = layout_of(pid);
+    let text = node_text(pid);
     let mut chains = Vec::new();
     let mut stops = 0;
     let deadline = Instant::now() + Duration::from_secs(60);
     while chains.len() < want {
-        let (chain, n) = find_chain(node, deadline, &accept);
+        let (chain, n) = find_chain(pid, &layout, &text, deadline, &accept);
         stops += n;
         chains.push(chain);
     }
@@ -213,18 +216,17 @@ fn find_chains(
 }
 
 fn find_chain(
-    node: &Node,
+    pid: u32,
+    layout: &Layout,
+    text: &Range<u64>,
     deadline: Instant,
     accept: impl Fn(&[&Seen]) -> bool,
 ) -> (Vec<Seen>, u32) {
-    let pid = node.0.id();
-    let layout = layout_of(pid);
-    let text = node_text(pid);
     let mut stops = 0;
     let mut last = Vec::new();
     while Instant::now() < deadline {
         stops += 1;
-        let seen = stop_and_walk(pid, &layout, &text);
+        let seen = stop_and_walk(pid, layout, text);
         let names: Vec<&str> = seen.iter().map(|s| s.frame.function.as_str()).collect();
         if let Some(at) = names
             .windows(3)
