@@ -195,7 +195,8 @@ fn layout_of(pid: u32) -> Layout {
 }
 
 /// Stops node until `accept` took `want` walked chains (at most 60 s: a busy machine only
-/// makes it slower), then returns each chain's inner, outer and main frames.
+/// makes it slower), then returns each chain from inner down (inner, outer, main, then the
+/// module's top level and Node's loader).
 fn find_chains(
     node: &Node,
     want: usize,
@@ -235,7 +236,7 @@ fn find_chain(
             let chain: Vec<&Seen> = seen[at..at + 3].iter().collect();
             if accept(&chain) {
                 let mut seen = seen;
-                return (seen.drain(at..at + 3).collect(), stops);
+                return (seen.drain(at..).collect(), stops);
             }
         }
         last = seen;
@@ -289,6 +290,26 @@ fn interpreted_chain_named_exactly() {
         );
         let main = [line_of("L_MAIN")];
         check_frame(&chain[2], "main", &main, LineKind::Exact, Tier::Interpreted);
+        // The module's top level (Node's CommonJS wrapper function) at its call of main.
+        let call = [SCRIPT
+            .lines()
+            .position(|l| l == "main();")
+            .expect("main();") as u32
+            + 1];
+        check_frame(
+            &chain[3],
+            "(anonymous)",
+            &call,
+            LineKind::Exact,
+            Tier::Interpreted,
+        );
+        // Node's own loader below, its script named by a node: URL.
+        assert!(
+            chain[4..]
+                .iter()
+                .any(|s| s.frame.script == "node:internal/modules/cjs/loader"),
+            "{chain:#?}"
+        );
     }
 }
 

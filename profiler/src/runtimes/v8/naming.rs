@@ -306,7 +306,9 @@ pub struct SourcePosition {
 pub fn decode_source_positions(bytes: &[u8]) -> Vec<SourcePosition> {
     let mut out = Vec::new();
     let mut at = 0usize;
-    let (mut code, mut packed) = (0i64, 0i64);
+    // Deltas start from the function entry's offset (V8's kFunctionEntryBytecodeOffset,
+    // -1), whose entry comes first: checked against `node --print-bytecode`'s listing.
+    let (mut code, mut packed) = (-1i64, 0i64);
     while at < bytes.len() {
         let Some(dc) = vlq(bytes, &mut at) else { break };
         let Some(dp) = vlq(bytes, &mut at) else { break };
@@ -406,7 +408,7 @@ mod tests {
             (40, true, 20),
         ];
         let mut bytes = Vec::new();
-        let (mut code, mut packed) = (0i64, 0i64);
+        let (mut code, mut packed) = (-1i64, 0i64);
         for (c, stmt, s) in entries {
             let dc = c - code;
             code = c;
