@@ -40,11 +40,13 @@
 //!
 //! Naming ([`naming::Namer`]): JSFunction → SharedFunctionInfo → name (a string, or the
 //! first string after the context locals of its ScopeInfo: heuristic, as 11.x's ScopeInfo
-//! layout is not in the metadata) and Script → name (the path as node was given it, or a
+//! layout is not in the metadata; every compiled function the test names, `inner` to
+//! Node's `executeUserEntryPoint`, has a ScopeInfo there, not a string) and Script → name (the path as node was given it, or a
 //! `node:` URL for built-in modules). Lines (1-based, from the script's `line_ends` or
 //! counted from its source):
 //! - interpreted frames: **exact** (bytecode offset → the BytecodeArray's source position
-//!   table → the last statement at or before it);
+//!   table → the last statement at or before it; the table's code offset deltas start at
+//!   -1, the function entry's own entry, checked against `node --print-bytecode`);
 //! - Maglev/TurboFan frames whose PC is in the code the JSFunction holds: **exact** (the
 //!   Code's own source position table by PC offset; a return address is looked up 1 byte
 //!   back); not when the PC is inside an inlined callee (inlining id ≠ 0: the callee and
