@@ -59,7 +59,7 @@
 //!   the source is an external string (Node's built-in modules).
 //!
 //! Ambiguous or open: the ScopeInfo name heuristic (a function with more than 75 context
-//! locals keeps their names in one hash table slot: followed, not tested; an optional
+//! locals keeps their names in one hash table slot: followed, tested on synthetic memory; an optional
 //! ScopeInfo field holding a string before the name would be misread); Maglev's exact
 //! lines are untested (Node 20 runs without Maglev by default); a JSFunction's code changes under a sampled
 //! frame (tier-up, deoptimization), so the PC check above is what keeps a line honest;

@@ -384,6 +384,96 @@ pub fn line_of(ends: &[u32], pos: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtimes::v8::{heap::tests::FakeHeap, testdata::layout_11_3};
+
+    fn smi(v: i64) -> u64 {
+        (v << 32) as u64
+    }
+
+    /// A one-byte sequential string at `addr`.
+    fn string(h: &FakeHeap, addr: u64, text: &str) -> u64 {
+        let map = h.map(addr + 0x800, 8);
+        let t = h.string_header(addr, map, text.len() as i32);
+        h.put(addr + 16, text.as_bytes());
+        t
+    }
+
+    /// JSFunction > SharedFunctionInfo > ScopeInfo (with `locals` context locals) and
+    /// Script, BytecodeArray with a source position table, as Node 20 lays them out.
+    fn function(h: &FakeHeap, locals: u64) -> u64 {
+        let l = layout_11_3();
+        let (f, sfi, scope, script, ends, bytecode, table) = (
+            0x10000, 0x11000, 0x12000, 0x20000, 0x14000, 0x15000, 0x16000,
+        );
+        h.put_u64(f, h.map(f + 0x800, l.types.js_function + 3));
+        h.put_u64(f + 24, sfi + 1);
+        h.put_u64(sfi, h.map(sfi + 0x800, l.types.shared_function_info));
+        h.put_u64(sfi + 16, scope + 1);
+        h.put_u64(sfi + 8, bytecode + 1);
+        h.put_u64(sfi + 32, script + 1);
+        h.put_u64(scope, h.map(scope + 0x800, l.types.scope_info));
+        h.put_u64(scope + 8, smi(0));
+        h.put_u64(scope + 16, smi(1));
+        h.put_u64(scope + 24, smi(locals as i64));
+        let names = if locals > 75 { 1 } else { locals };
+        // Local names are strings too: the name is the first string *after* them.
+        for i in 0..names {
+            h.put_u64(scope + 32 + 8 * i, string(h, 0x30000 + 0x1000 * i, "local"));
+        }
+        for i in 0..locals {
+            h.put_u64(scope + 32 + 8 * (names + i), smi(0));
+        }
+        let after = scope + 32 + 8 * (names + locals);
+        h.put_u64(after, smi(7));
+        h.put_u64(after + 8, string(h, 0x17000, "inner"));
+        h.put_u64(script, h.map(script + 0x800, l.types.script));
+        h.put_u64(script + 16, string(h, 0x18000, "/srv/app.js"));
+        h.put_u64(script + 56, ends + 1);
+        h.put_u64(ends, h.map(ends + 0x800, l.types.fixed_array));
+        h.put_u64(ends + 8, smi(3));
+        for (i, e) in [10i64, 25, 60].iter().enumerate() {
+            h.put_u64(ends + 16 + 8 * i as u64, smi(*e));
+        }
+        h.put_u64(bytecode, h.map(bytecode + 0x800, l.types.bytecode_array));
+        h.put_u64(bytecode + 32, table + 1);
+        // (function entry), statement at 0 -> offset 12 (line 2), at 6 -> offset 30 (line 3).
+        let bytes = [0x01u8, 0x00, 0x02, 0x34, 0x0c, 0x48];
+        h.put_u64(table, h.map(table + 0x800, l.types.byte_array));
+        h.put_u64(table + 8, smi(bytes.len() as i64));
+        h.put(table + 16, &bytes);
+        f + 1
+    }
+
+    #[test]
+    fn names_a_function_from_its_heap() {
+        let l = layout_11_3();
+        for locals in [0, 2, 80] {
+            let h = FakeHeap::default();
+            let f = function(&h, locals);
+            let namer = Namer::new(&h, &l);
+            let at = |p| namer.frame(f, p).unwrap();
+            let want = |line, line_kind| JsFrame {
+                function: "inner".into(),
+                script: "/srv/app.js".into(),
+                line: Some(line),
+                line_kind,
+            };
+            assert_eq!(
+                at(Position::BytecodeOffset(3)),
+                want(2, LineKind::Exact),
+                "{locals}"
+            );
+            assert_eq!(at(Position::BytecodeOffset(9)), want(3, LineKind::Exact));
+            // The frame slot's Smi is biased by the header (54) minus the tag.
+            assert_eq!(
+                at(Position::RawBytecodeOffset(smi(6 + 53))),
+                want(3, LineKind::Exact)
+            );
+            assert_eq!(at(Position::Unknown), want(2, LineKind::FunctionStart));
+            // Not a JSFunction: refused.
+            assert!(namer.frame(0x11001, Position::Unknown).is_err());
+        }
+    }
 
     fn zigzag(v: i64, out: &mut Vec<u8>) {
         let mut u = ((v << 1) ^ (v >> 63)) as u64;
