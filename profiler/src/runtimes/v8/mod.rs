@@ -41,9 +41,9 @@
 //! Naming ([`naming::Namer`]): JSFunction → SharedFunctionInfo → name (a string, or the
 //! first string after the context locals of its ScopeInfo: heuristic, as 11.x's ScopeInfo
 //! layout is not in the metadata; every compiled function the test names, `inner` to
-//! Node's `executeUserEntryPoint`, has a ScopeInfo there, not a string) and Script → name (the path as node was given it, or a
-//! `node:` URL for built-in modules). Lines (1-based, from the script's `line_ends` or
-//! counted from its source):
+//! Node's `executeUserEntryPoint`, has a ScopeInfo there, not a string) and Script → name
+//! (the path as node was given it, or a `node:` URL for built-in modules). Lines (1-based,
+//! from the script's `line_ends` or counted from its source):
 //! - interpreted frames: **exact** (bytecode offset → the BytecodeArray's source position
 //!   table → the last statement at or before it; the table's code offset deltas start at
 //!   -1, the function entry's own entry, checked against `node --print-bytecode`);
@@ -58,14 +58,15 @@
 //!   (built lazily, when a stack trace, an optimization or a profiler first needs them) or
 //!   the source is an external string (Node's built-in modules).
 //!
-//! Ambiguous or open: the ScopeInfo name heuristic (a function with more than 75 context
-//! locals keeps their names in one hash table slot: followed, tested on synthetic memory; an optional
+//! Ambiguous or open: the ScopeInfo name heuristic (more than 75 context locals keep their
+//! names in one hash table slot: followed, tested on synthetic memory; an optional
 //! ScopeInfo field holding a string before the name would be misread); Maglev's exact
-//! lines are untested (Node 20 runs without Maglev by default); a JSFunction's code changes under a sampled
-//! frame (tier-up, deoptimization), so the PC check above is what keeps a line honest;
-//! strings are read while the process runs (the kernel half should record addresses and
-//! user space name them soon after, caching by SharedFunctionInfo address, which a moving
-//! GC can reuse: check the name's script and position too).
+//! lines are untested (Node 20 runs without Maglev by default); a JSFunction's code
+//! changes under a sampled frame (tier-up, deoptimization), so the PC check above is what
+//! keeps a line honest; strings are read while the process runs (the kernel half should
+//! record addresses and user space name them soon after, caching by SharedFunctionInfo
+//! address, which a moving GC can reuse: check the name's script and position too);
+//! inlined frames (inner inside an optimized outer) show as the outer function only.
 
 pub mod code;
 pub mod detect;
