@@ -8,6 +8,7 @@
 
 pub mod libc;
 pub mod python;
+pub mod v8;
 
 use std::{
     collections::{HashMap, HashSet},

@@ -1,0 +1,536 @@
+//! Naming a JavaScript frame from its JSFunction (or SharedFunctionInfo) and where in the
+//! function it was: function name, script name, line.
+
+use super::{
+    code::{code_of, position_of_pc},
+    heap::Heap,
+    layout::Layout,
+};
+use crate::runtimes::python::process::{Memory, ReadError};
+
+/// Where in its function a frame was, as the kernel half can read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Position {
+    /// An interpreted frame's bytecode offset slot, raw (a Smi biased by the BytecodeArray
+    /// header): exact.
+    RawBytecodeOffset(u64),
+    /// A bytecode offset already unbiased.
+    BytecodeOffset(u32),
+    /// A JIT frame's PC (`top`: the stopped instruction, else a return address): exact in
+    /// Maglev/TurboFan code the function still runs, unless inlined code is there.
+    Pc { pc: u64, top: bool },
+    /// A script offset already found (from optimized code's table).
+    ScriptOffset(u32),
+    /// Nothing more.
+    Unknown,
+}
+
+/// How a frame's line was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LineKind {
+    /// The statement being run (interpreted frames with the bytecode offset).
+    Exact,
+    /// The function's first statement (JIT frames; or the offset was not usable).
+    FunctionStart,
+    /// No line: V8 had not built the function's source positions (it builds them lazily,
+    /// when a stack trace or a profiler first needs them), or the script's source is not
+    /// readable (an external string: Node's built-in modules).
+    None,
+}
+
+/// A named JavaScript frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JsFrame {
+    /// The function's name, `(anonymous)` when it has none.
+    pub function: String,
+    /// The script's name (a path or `node:` URL), empty when the script has none.
+    pub script: String,
+    /// 1-based line.
+    pub line: Option<u32>,
+    pub line_kind: LineKind,
+}
+
+/// Slots of a ScopeInfo scanned for the function name after the context locals.
+const SCOPE_INFO_SCAN: u64 = 6;
+/// More context locals than this and their names sit in one hash table slot (V8's
+/// `kScopeInfoMaxInlinedLocalNamesSize`).
+const MAX_INLINED_LOCAL_NAMES: u64 = 75;
+/// `String::kMaxLength`-sized garbage is refused before it is read.
+const MAX_LOCALS: i64 = 1 << 16;
+
+/// Names frames of one process.
+pub struct Namer<'a, M: Memory + ?Sized> {
+    heap: Heap<'a, M>,
+}
+
+impl<'a, M: Memory + ?Sized> Namer<'a, M> {
+    pub fn new(mem: &'a M, layout: &'a Layout) -> Self {
+        Namer {
+            heap: Heap::new(mem, layout),
+        }
+    }
+
+    pub fn heap(&self) -> &Heap<'a, M> {
+        &self.heap
+    }
+
+    fn layout(&self) -> &Layout {
+        self.heap.layout
+    }
+
+    /// Whether `tagged` is a JSFunction (or one of its constructor subtypes).
+    pub fn is_js_function(&self, tagged: u64) -> bool {
+        let t = &self.layout().types;
+        self.heap
+            .instance_type(tagged)
+            .is_ok_and(|ty| (t.js_function..=t.js_function_last).contains(&ty))
+    }
+
+    /// The frame of the JSFunction `function` at `position`.
+    pub fn frame(&self, function: u64, position: Position) -> Result<JsFrame, ReadError> {
+        if !self.is_js_function(function) {
+            return Err(ReadError::invalid(
+                "JSFunction",
+                function,
+                "not a JSFunction",
+            ));
+        }
+        let sfi = self
+            .heap
+            .field(function, self.layout().fields.js_function_shared)?;
+        if let Position::Pc { pc, top } = position
+            && let Ok(code) = code_of(&self.heap, function)
+            && let Some(at) = position_of_pc(&self.heap, &code, pc, top)
+        {
+            return self.frame_of_shared(sfi, Position::ScriptOffset(at));
+        }
+        self.frame_of_shared(sfi, position)
+    }
+
+    /// The frame of the SharedFunctionInfo `sfi` at `position`.
+    pub fn frame_of_shared(&self, sfi: u64, position: Position) -> Result<JsFrame, ReadError> {
+        let l = self.layout();
+        self.heap
+            .expect(sfi, l.types.shared_function_info, "SharedFunctionInfo")?;
+        let function = self.function_name(sfi)?;
+        let script = self.heap.field(sfi, l.fields.sfi_script_or_debug_info)?;
+        let script = self.heap.expect(script, l.types.script, "Script").ok();
+        let script_name = match script {
+            Some(s) => {
+                let name = self.heap.field(s, l.fields.script_name)?;
+                if self.heap.is_string(name) {
+                    self.heap.string(name)?
+                } else {
+                    String::new()
+                }
+            }
+            None => String::new(),
+        };
+        let (line, line_kind) = match script {
+            Some(s) => self.line(sfi, s, position),
+            None => (None, LineKind::None),
+        };
+        Ok(JsFrame {
+            function,
+            script: script_name,
+            line,
+            line_kind,
+        })
+    }
+
+    /// The function's name: a string in `name_or_scope_info`, or the name slot of its
+    /// ScopeInfo (after the header and the context locals' names and infos).
+    fn function_name(&self, sfi: u64) -> Result<String, ReadError> {
+        let l = self.layout();
+        let nos = self.heap.field(sfi, l.fields.sfi_name_or_scope_info)?;
+        let name = if !l.is_heap_object(nos) {
+            String::new()
+        } else if self.heap.is_string(nos) {
+            self.heap.string(nos)?
+        } else if self.heap.instance_type(nos)? == l.types.scope_info {
+            self.scope_info_name(nos)?
+        } else {
+            String::new()
+        };
+        Ok(if name.is_empty() {
+            "(anonymous)".to_string()
+        } else {
+            name
+        })
+    }
+
+    /// ScopeInfo (11.x): map, flags, parameter count, context local count N, N names (or
+    /// one hash table), N infos, then optional slots of which the function variable's name
+    /// comes first when present. The first string there is the name; none is anonymous.
+    fn scope_info_name(&self, scope_info: u64) -> Result<String, ReadError> {
+        let word = u64::from(self.layout().tagged_size);
+        let base = u16::try_from(word).expect("8");
+        let locals = self.heap.smi_field(scope_info, base * 3)?;
+        if !(0..MAX_LOCALS).contains(&locals) {
+            return Err(ReadError::invalid(
+                "ScopeInfo",
+                scope_info,
+                format!("{locals} locals"),
+            ));
+        }
+        let locals = locals as u64;
+        let names = if locals > MAX_INLINED_LOCAL_NAMES {
+            1
+        } else {
+            locals
+        };
+        let first = 1 + 3 + names + locals;
+        for slot in first..first + SCOPE_INFO_SCAN {
+            let w = self
+                .heap
+                .mem
+                .read_u64(self.layout().untag(scope_info) + slot * word)?;
+            if self.layout().is_heap_object(w) && self.heap.is_string(w) {
+                return self.heap.string(w);
+            }
+        }
+        Ok(String::new())
+    }
+
+    /// The BytecodeArray of a function: its data, or inside InterpreterData or baseline
+    /// Code.
+    fn bytecode_array(&self, sfi: u64) -> Option<u64> {
+        let l = self.layout();
+        let data = self.heap.field(sfi, l.fields.sfi_function_data).ok()?;
+        let ty = self.heap.instance_type(data).ok()?;
+        let inner = if ty == l.types.bytecode_array {
+            return Some(data);
+        } else if ty == l.types.interpreter_data {
+            // InterpreterData: map, bytecode_array, interpreter_trampoline.
+            self.heap.field(data, u16::from(l.tagged_size)).ok()?
+        } else if ty == l.types.code {
+            // Sparkplug code: bytecode_or_interpreter_data.
+            self.heap
+                .field(data, l.fields.code_deoptimization_data)
+                .ok()?
+        } else {
+            return None;
+        };
+        let ty = self.heap.instance_type(inner).ok()?;
+        if ty == l.types.bytecode_array {
+            Some(inner)
+        } else if ty == l.types.interpreter_data {
+            self.heap.field(inner, u16::from(l.tagged_size)).ok()
+        } else {
+            None
+        }
+    }
+
+    fn line(&self, sfi: u64, script: u64, position: Position) -> (Option<u32>, LineKind) {
+        let l = self.layout();
+        let Some(bytecode) = self.bytecode_array(sfi) else {
+            return (None, LineKind::None);
+        };
+        let Ok(table) = self
+            .heap
+            .field(bytecode, l.fields.bytecode_array_source_positions)
+        else {
+            return (None, LineKind::None);
+        };
+        let entries = match self.heap.instance_type(table) {
+            Ok(ty) if ty == l.types.byte_array => match self.heap.byte_array(table) {
+                Ok(bytes) => decode_source_positions(&bytes),
+                Err(_) => return (None, LineKind::None),
+            },
+            _ => return (None, LineKind::None),
+        };
+        let offset = match position {
+            Position::RawBytecodeOffset(raw) => l
+                .smi(raw)
+                .and_then(|v| {
+                    v.checked_sub(
+                        i64::from(l.fields.bytecode_array_header) - l.heap_object_tag as i64,
+                    )
+                })
+                .and_then(|v| u32::try_from(v).ok()),
+            Position::BytecodeOffset(o) => Some(o),
+            Position::Pc { .. } | Position::Unknown | Position::ScriptOffset(_) => None,
+        };
+        let exact = match position {
+            Position::ScriptOffset(at) => Some(at),
+            _ => offset.and_then(|o| position_at(&entries, o)),
+        };
+        let (pos, kind) = match exact {
+            Some(p) => (p, LineKind::Exact),
+            None => match entries.iter().find(|e| e.statement) {
+                Some(e) => (e.script_offset, LineKind::FunctionStart),
+                None => return (None, LineKind::None),
+            },
+        };
+        match self.line_ends(script) {
+            Some(ends) => (Some(line_of(&ends, pos)), kind),
+            None => (None, LineKind::None),
+        }
+    }
+
+    /// The script's line ends: V8's own table when it built one, else counted from the
+    /// source.
+    fn line_ends(&self, script: u64) -> Option<Vec<u32>> {
+        let l = self.layout();
+        let ends = self.heap.field(script, l.fields.script_line_ends).ok()?;
+        if self
+            .heap
+            .instance_type(ends)
+            .is_ok_and(|t| t == l.types.fixed_array)
+            && let Ok(words) = self.heap.fixed_array(ends)
+        {
+            return words
+                .iter()
+                .map(|&w| l.smi(w).and_then(|v| u32::try_from(v).ok()))
+                .collect();
+        }
+        let source = self.heap.field(script, l.fields.script_source).ok()?;
+        let text = self.heap.string(source).ok()?;
+        Some(count_line_ends(&text))
+    }
+}
+
+/// One entry of a source position table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SourcePosition {
+    pub code_offset: u32,
+    /// Characters (UTF-16 units) from the script's start.
+    pub script_offset: u32,
+    pub inlining_id: u32,
+    pub statement: bool,
+}
+
+/// V8's source position table: pairs of zigzag VLQ deltas (code offset, negative for an
+/// expression position; packed source position: bit 0 external, bits 1..31 script offset
+/// + 1, bits 31..47 inlining id).
+pub fn decode_source_positions(bytes: &[u8]) -> Vec<SourcePosition> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    // Deltas start from the function entry's offset (V8's kFunctionEntryBytecodeOffset,
+    // -1), whose entry comes first: checked against `node --print-bytecode`'s listing.
+    let (mut code, mut packed) = (-1i64, 0i64);
+    while at < bytes.len() {
+        let Some(dc) = vlq(bytes, &mut at) else { break };
+        let Some(dp) = vlq(bytes, &mut at) else { break };
+        let statement = dc >= 0;
+        code += if statement { dc } else { -dc - 1 };
+        packed += dp;
+        let p = packed as u64;
+        let script = ((p >> 1) & ((1 << 30) - 1)) as i64 - 1;
+        if p & 1 != 0 || script < 0 || code < 0 {
+            // External (wasm) positions and "no position" carry no script offset.
+            continue;
+        }
+        out.push(SourcePosition {
+            code_offset: code as u32,
+            script_offset: script as u32,
+            inlining_id: ((p >> 31) & 0xffff) as u32,
+            statement,
+        });
+    }
+    out
+}
+
+/// A zigzag VLQ (7 bits a byte, high bit "more").
+fn vlq(bytes: &[u8], at: &mut usize) -> Option<i64> {
+    let mut v: u64 = 0;
+    let mut shift = 0;
+    loop {
+        let b = *bytes.get(*at)?;
+        *at += 1;
+        v |= u64::from(b & 0x7f) << shift;
+        shift += 7;
+        if b & 0x80 == 0 {
+            break;
+        }
+        if shift > 63 {
+            return None;
+        }
+    }
+    Some(((v >> 1) as i64) ^ -((v & 1) as i64))
+}
+
+/// The script offset of the last statement at or before `offset` (as V8's
+/// `AbstractCode::SourceStatementPosition` picks it).
+fn position_at(entries: &[SourcePosition], offset: u32) -> Option<u32> {
+    entries
+        .iter()
+        .take_while(|e| e.code_offset <= offset)
+        .filter(|e| e.statement)
+        .last()
+        .map(|e| e.script_offset)
+}
+
+/// Line ends as V8 counts them: the offset of each `\n` or `\r` (not a `\r\n`'s `\n`), in
+/// UTF-16 units, plus the end of the text.
+pub fn count_line_ends(text: &str) -> Vec<u32> {
+    let units: Vec<u16> = text.encode_utf16().collect();
+    let mut ends = Vec::new();
+    for (i, &c) in units.iter().enumerate() {
+        let cr_lf = c == u16::from(b'\n') && i > 0 && units[i - 1] == u16::from(b'\r');
+        if (c == u16::from(b'\n') && !cr_lf) || c == u16::from(b'\r') {
+            ends.push(i as u32);
+        }
+    }
+    ends.push(units.len() as u32);
+    ends
+}
+
+/// The 1-based line holding script offset `pos`.
+pub fn line_of(ends: &[u32], pos: u32) -> u32 {
+    ends.partition_point(|&e| e < pos) as u32 + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtimes::v8::{heap::tests::FakeHeap, testdata::layout_11_3};
+
+    fn smi(v: i64) -> u64 {
+        (v << 32) as u64
+    }
+
+    /// A one-byte sequential string at `addr`.
+    fn string(h: &FakeHeap, addr: u64, text: &str) -> u64 {
+        let map = h.map(addr + 0x800, 8);
+        let t = h.string_header(addr, map, text.len() as i32);
+        h.put(addr + 16, text.as_bytes());
+        t
+    }
+
+    /// JSFunction > SharedFunctionInfo > ScopeInfo (with `locals` context locals) and
+    /// Script, BytecodeArray with a source position table, as Node 20 lays them out.
+    fn function(h: &FakeHeap, locals: u64) -> u64 {
+        let l = layout_11_3();
+        let (f, sfi, scope, script, ends, bytecode, table) = (
+            0x10000, 0x11000, 0x12000, 0x20000, 0x14000, 0x15000, 0x16000,
+        );
+        h.put_u64(f, h.map(f + 0x800, l.types.js_function + 3));
+        h.put_u64(f + 24, sfi + 1);
+        h.put_u64(sfi, h.map(sfi + 0x800, l.types.shared_function_info));
+        h.put_u64(sfi + 16, scope + 1);
+        h.put_u64(sfi + 8, bytecode + 1);
+        h.put_u64(sfi + 32, script + 1);
+        h.put_u64(scope, h.map(scope + 0x800, l.types.scope_info));
+        h.put_u64(scope + 8, smi(0));
+        h.put_u64(scope + 16, smi(1));
+        h.put_u64(scope + 24, smi(locals as i64));
+        let names = if locals > 75 { 1 } else { locals };
+        // Local names are strings too: the name is the first string *after* them.
+        for i in 0..names {
+            h.put_u64(scope + 32 + 8 * i, string(h, 0x30000 + 0x1000 * i, "local"));
+        }
+        for i in 0..locals {
+            h.put_u64(scope + 32 + 8 * (names + i), smi(0));
+        }
+        let after = scope + 32 + 8 * (names + locals);
+        h.put_u64(after, smi(7));
+        h.put_u64(after + 8, string(h, 0x17000, "inner"));
+        h.put_u64(script, h.map(script + 0x800, l.types.script));
+        h.put_u64(script + 16, string(h, 0x18000, "/srv/app.js"));
+        h.put_u64(script + 56, ends + 1);
+        h.put_u64(ends, h.map(ends + 0x800, l.types.fixed_array));
+        h.put_u64(ends + 8, smi(3));
+        for (i, e) in [10i64, 25, 60].iter().enumerate() {
+            h.put_u64(ends + 16 + 8 * i as u64, smi(*e));
+        }
+        h.put_u64(bytecode, h.map(bytecode + 0x800, l.types.bytecode_array));
+        h.put_u64(bytecode + 32, table + 1);
+        // (function entry), statement at 0 -> offset 12 (line 2), at 6 -> offset 30 (line 3).
+        let bytes = [0x01u8, 0x00, 0x02, 0x34, 0x0c, 0x48];
+        h.put_u64(table, h.map(table + 0x800, l.types.byte_array));
+        h.put_u64(table + 8, smi(bytes.len() as i64));
+        h.put(table + 16, &bytes);
+        f + 1
+    }
+
+    #[test]
+    fn names_a_function_from_its_heap() {
+        let l = layout_11_3();
+        for locals in [0, 2, 80] {
+            let h = FakeHeap::default();
+            let f = function(&h, locals);
+            let namer = Namer::new(&h, &l);
+            let at = |p| namer.frame(f, p).unwrap();
+            let want = |line, line_kind| JsFrame {
+                function: "inner".into(),
+                script: "/srv/app.js".into(),
+                line: Some(line),
+                line_kind,
+            };
+            assert_eq!(
+                at(Position::BytecodeOffset(3)),
+                want(2, LineKind::Exact),
+                "{locals}"
+            );
+            assert_eq!(at(Position::BytecodeOffset(9)), want(3, LineKind::Exact));
+            // The frame slot's Smi is biased by the header (54) minus the tag.
+            assert_eq!(
+                at(Position::RawBytecodeOffset(smi(6 + 53))),
+                want(3, LineKind::Exact)
+            );
+            assert_eq!(at(Position::Unknown), want(2, LineKind::FunctionStart));
+            // Not a JSFunction: refused.
+            assert!(namer.frame(0x11001, Position::Unknown).is_err());
+        }
+    }
+
+    fn zigzag(v: i64, out: &mut Vec<u8>) {
+        let mut u = ((v << 1) ^ (v >> 63)) as u64;
+        loop {
+            let b = (u & 0x7f) as u8;
+            u >>= 7;
+            if u == 0 {
+                out.push(b);
+                break;
+            }
+            out.push(b | 0x80);
+        }
+    }
+
+    #[test]
+    fn source_positions_and_lines() {
+        // (code offset, statement, script offset): as V8's builder encodes them.
+        let entries = [
+            (0, true, 10),
+            (5, false, 14),
+            (9, true, 300),
+            (40, true, 20),
+        ];
+        let mut bytes = Vec::new();
+        let (mut code, mut packed) = (-1i64, 0i64);
+        for (c, stmt, s) in entries {
+            let dc = c - code;
+            code = c;
+            zigzag(if stmt { dc } else { -dc - 1 }, &mut bytes);
+            let p = (s + 1) << 1;
+            zigzag(p - packed, &mut bytes);
+            packed = p;
+        }
+        let got = decode_source_positions(&bytes);
+        let want: Vec<(u32, bool, u32)> = got
+            .iter()
+            .map(|e| (e.code_offset, e.statement, e.script_offset))
+            .collect();
+        assert_eq!(
+            want,
+            [
+                (0, true, 10),
+                (5, false, 14),
+                (9, true, 300),
+                (40, true, 20)
+            ]
+        );
+        assert_eq!(position_at(&got, 7), Some(10));
+        assert_eq!(position_at(&got, 9), Some(300));
+        assert_eq!(position_at(&got, 100), Some(20));
+
+        let ends = count_line_ends("a\nbc\r\nd\re");
+        assert_eq!(ends, [1, 4, 7, 9]);
+        assert_eq!(line_of(&ends, 0), 1);
+        assert_eq!(line_of(&ends, 1), 1);
+        assert_eq!(line_of(&ends, 2), 2);
+        assert_eq!(line_of(&ends, 6), 3);
+        assert_eq!(line_of(&ends, 8), 4);
+    }
+}

@@ -1,0 +1,375 @@
+//! V8's user-space half on the real runtime: Node 20 runs `fixtures/node/chain.js`; the test
+//! stops its main thread (ptrace), walks the frame-pointer chain from its registers in user
+//! space as the kernel half will, reads each JS frame's function slot and names it with
+//! `profiler::runtimes::v8` (layout read from the node file, names and lines from the heap).
+//! The chain inner > outer > main must come out exactly, with the script's path and lines,
+//! interpreted (`--no-opt --no-sparkplug --no-maglev`) and with inner optimized by TurboFan.
+
+use std::{
+    io::{BufRead, BufReader},
+    ops::Range,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use nix::{
+    sys::{
+        ptrace,
+        wait::{WaitPidFlag, waitpid},
+    },
+    unistd::Pid,
+};
+use profiler::runtimes::{
+    python::{Memory, ProcessMemory},
+    v8::{self, Detection, JsFrame, Layout, LineKind, Namer, Position, code::code_of},
+};
+
+const NODE: &str = "/usr/bin/node";
+const SCRIPT: &str = include_str!("../fixtures/node/chain.js");
+
+/// How a frame's code ran, told from its slots (not from its PC: with short builtin calls
+/// V8 copies the interpreter's handlers out of the node file into its anonymous code range).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tier {
+    /// A BytecodeArray below the function slot and a Smi bytecode offset below it.
+    Interpreted,
+    /// A BytecodeArray, and the feedback vector where the offset would be (Sparkplug).
+    Baseline,
+    /// Neither (Maglev, TurboFan: spill slots there).
+    Optimized,
+}
+
+#[derive(Debug)]
+struct Seen {
+    frame: JsFrame,
+    tier: Tier,
+    /// The function's current Code: its kind, and whether it holds the frame's PC.
+    code: Option<(u32, bool)>,
+    /// Whether the frame's PC is in the node file's text (not asserted: see [`Tier`]).
+    #[allow(dead_code)]
+    in_node_text: bool,
+}
+
+/// The node process, killed on drop.
+struct Node(Child);
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn script_path() -> PathBuf {
+    std::fs::canonicalize(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/node/chain.js"
+    ))
+    .expect("fixture")
+}
+
+/// The 1-based line of the fixture holding `marker`.
+fn line_of(marker: &str) -> u32 {
+    SCRIPT
+        .lines()
+        .position(|l| l.contains(marker))
+        .unwrap_or_else(|| panic!("{marker} not in chain.js")) as u32
+        + 1
+}
+
+fn start(flags: &[&str]) -> Option<Node> {
+    if !std::path::Path::new(NODE).exists() {
+        eprintln!("SKIP: no {NODE}");
+        return None;
+    }
+    let mut child = Command::new(NODE)
+        .args(flags)
+        .arg(script_path())
+        .arg("120")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting node");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped"))
+        .read_line(&mut line)
+        .expect("reading node's stdout");
+    assert_eq!(line.trim(), "ready");
+    Some(Node(child))
+}
+
+/// The executable range of the node file in the process.
+fn node_text(pid: u32) -> Range<u64> {
+    let maps = profiler::modules::exec_mappings(pid).expect("maps");
+    let m = maps
+        .iter()
+        .find(|m| &*m.name == NODE)
+        .expect("node's text mapped");
+    m.start..m.end
+}
+
+/// Stops the thread `tid`, walks its frame-pointer chain and names its JS frames
+/// (innermost first); the thread runs on whatever happens.
+fn stop_and_walk(tid: u32, layout: &Layout, text: &Range<u64>) -> Vec<Seen> {
+    let pid = Pid::from_raw(tid as i32);
+    ptrace::seize(pid, ptrace::Options::empty()).expect("PTRACE_SEIZE");
+    ptrace::interrupt(pid).expect("PTRACE_INTERRUPT");
+    waitpid(pid, Some(WaitPidFlag::__WALL)).expect("waitpid");
+    let walked = ptrace::getregs(pid).map(|regs| walk(tid, layout, text, regs.rip, regs.rbp));
+    ptrace::detach(pid, None).expect("PTRACE_DETACH");
+    walked.expect("PTRACE_GETREGS")
+}
+
+/// The walk the kernel half will do: from each frame pointer, the context-or-marker slot
+/// tells a JS frame (a tagged context) from a typed frame (a marker, low bit clear); a JS
+/// frame's function slot holds the JSFunction; an interpreted frame's bytecode offset slot
+/// holds a Smi.
+fn walk(tid: u32, layout: &Layout, text: &Range<u64>, rip: u64, rbp: u64) -> Vec<Seen> {
+    let mem = ProcessMemory::new(tid);
+    let namer = Namer::new(&mem, layout);
+    let slot = |fp: u64, off: i8| mem.read_u64(fp.wrapping_add_signed(i64::from(off)));
+    let (mut fp, mut pc) = (rbp, rip);
+    let mut out = Vec::new();
+    for depth in 0..128 {
+        if fp == 0 || fp % 8 != 0 {
+            break;
+        }
+        let Ok(marker) = slot(fp, layout.frame.context_or_marker) else {
+            break;
+        };
+        if layout.frame_marker(marker).is_none()
+            && let Ok(function) = slot(fp, layout.frame.function)
+            && namer.is_js_function(function)
+        {
+            let bytecode = slot(fp, layout.frame.bytecode_array).is_ok_and(|b| {
+                namer
+                    .heap()
+                    .instance_type(b)
+                    .is_ok_and(|t| t == layout.types.bytecode_array)
+            });
+            let offset = slot(fp, layout.frame.bytecode_offset).ok();
+            let (tier, position) = match offset {
+                Some(raw) if bytecode && layout.smi(raw).is_some() => {
+                    (Tier::Interpreted, Position::RawBytecodeOffset(raw))
+                }
+                _ if bytecode => (Tier::Baseline, Position::Unknown),
+                _ => (
+                    Tier::Optimized,
+                    Position::Pc {
+                        pc,
+                        top: depth == 0,
+                    },
+                ),
+            };
+            let code = code_of(namer.heap(), function)
+                .ok()
+                .map(|c| (c.kind, c.contains(pc)));
+            if let Ok(frame) = namer.frame(function, position) {
+                out.push(Seen {
+                    frame,
+                    tier,
+                    code,
+                    in_node_text: text.contains(&pc),
+                });
+            }
+        }
+        let (Ok(next), Ok(ret)) = (mem.read_u64(fp), mem.read_u64(fp + 8)) else {
+            break;
+        };
+        if next <= fp {
+            break;
+        }
+        (fp, pc) = (next, ret);
+    }
+    out
+}
+
+fn layout_of(pid: u32) -> Layout {
+    match v8::detect(pid).expect("detecting V8") {
+        Detection::Found { path, layout } => {
+            assert_eq!(path, NODE);
+            *layout
+        }
+        other => panic!("node not detected as V8: {other:?}"),
+    }
+}
+
+/// Stops node until `accept` took `want` walked chains (at most 60 s: a busy machine only
+/// makes it slower), then returns each chain from inner down (inner, outer, main, then the
+/// module's top level and Node's loader).
+fn find_chains(
+    node: &Node,
+    want: usize,
+    accept: impl Fn(&[&Seen]) -> bool,
+) -> (Vec<Vec<Seen>>, u32) {
+    let pid = node.0.id();
+    let layout = layout_of(pid);
+    let text = node_text(pid);
+    let mut chains = Vec::new();
+    let mut stops = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while chains.len() < want {
+        let (chain, n) = find_chain(pid, &layout, &text, deadline, &accept);
+        stops += n;
+        chains.push(chain);
+    }
+    (chains, stops)
+}
+
+fn find_chain(
+    pid: u32,
+    layout: &Layout,
+    text: &Range<u64>,
+    deadline: Instant,
+    accept: impl Fn(&[&Seen]) -> bool,
+) -> (Vec<Seen>, u32) {
+    let mut stops = 0;
+    let mut last = Vec::new();
+    while Instant::now() < deadline {
+        stops += 1;
+        let seen = stop_and_walk(pid, layout, text);
+        let names: Vec<&str> = seen.iter().map(|s| s.frame.function.as_str()).collect();
+        if let Some(at) = names
+            .windows(3)
+            .position(|w| w == ["inner", "outer", "main"])
+        {
+            let chain: Vec<&Seen> = seen[at..at + 3].iter().collect();
+            if accept(&chain) {
+                let mut seen = seen;
+                return (seen.drain(at..).collect(), stops);
+            }
+        }
+        last = seen;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("no accepted inner > outer > main chain in {stops} stops; last walk: {last:#?}");
+}
+
+fn check_frame(seen: &Seen, function: &str, lines: &[u32], kind: LineKind, tier: Tier) {
+    let script = script_path().to_string_lossy().into_owned();
+    assert_eq!(seen.frame.function, function, "{seen:?}");
+    assert_eq!(seen.frame.script, script, "{seen:?}");
+    assert_eq!(seen.tier, tier, "{seen:?}");
+    assert_eq!(seen.frame.line_kind, kind, "{seen:?}");
+    let line = seen.frame.line.expect("a line");
+    assert!(
+        lines.contains(&line),
+        "{function}: line {line}, want one of {lines:?}: {seen:?}"
+    );
+}
+
+#[test]
+fn interpreted_chain_named_exactly() {
+    let Some(node) = start(&["--no-opt", "--no-sparkplug", "--no-maglev"]) else {
+        return;
+    };
+    let (chains, stops) = find_chains(&node, 5, |_| true);
+    eprintln!(
+        "5 interpreted chains in {stops} stops; the first: {:#?}",
+        chains[0]
+    );
+    let body = line_of("L_INNER");
+    for chain in &chains {
+        // Stopped in inner's loop: its body's statement, or the loop header's.
+        let inner = [body - 1, body];
+        check_frame(
+            &chain[0],
+            "inner",
+            &inner,
+            LineKind::Exact,
+            Tier::Interpreted,
+        );
+        // Callers stand at their call.
+        let outer = [line_of("L_OUTER")];
+        check_frame(
+            &chain[1],
+            "outer",
+            &outer,
+            LineKind::Exact,
+            Tier::Interpreted,
+        );
+        let main = [line_of("L_MAIN")];
+        check_frame(&chain[2], "main", &main, LineKind::Exact, Tier::Interpreted);
+        // The module's top level (Node's CommonJS wrapper function) at its call of main.
+        let call = [SCRIPT
+            .lines()
+            .position(|l| l == "main();")
+            .expect("main();") as u32
+            + 1];
+        check_frame(
+            &chain[3],
+            "(anonymous)",
+            &call,
+            LineKind::Exact,
+            Tier::Interpreted,
+        );
+        // Node's own loader below, its script named by a node: URL.
+        assert!(
+            chain[4..]
+                .iter()
+                .any(|s| s.frame.script == "node:internal/modules/cjs/loader"),
+            "{chain:#?}"
+        );
+    }
+}
+
+#[test]
+fn optimized_inner_named_under_interpreted_main() {
+    // Inlined frames (inner inside an optimized outer) are the next slice's: named as the
+    // outer function at its start line for now.
+    let Some(node) = start(&["--no-turbo-inlining"]) else {
+        return;
+    };
+    let layout = layout_of(node.0.id());
+    let turbofan = layout.code_kinds.turbofan;
+    // inner in the TurboFan code its JSFunction holds (not the on-stack-replaced loop).
+    let (chains, stops) = find_chains(&node, 5, |c| {
+        c[0].tier == Tier::Optimized && c[0].code == Some((turbofan, true))
+    });
+    eprintln!(
+        "5 optimized chains in {stops} stops; the first: {:#?}",
+        chains[0]
+    );
+    let body = line_of("L_INNER");
+    for chain in &chains {
+        // The PC's line from TurboFan's own source position table.
+        let inner = [body - 1, body];
+        check_frame(&chain[0], "inner", &inner, LineKind::Exact, Tier::Optimized);
+        // outer: interpreted at its call, Sparkplug or optimized.
+        let outer = [line_of("L_OUTER")];
+        match chain[1].tier {
+            Tier::Interpreted => check_frame(
+                &chain[1],
+                "outer",
+                &outer,
+                LineKind::Exact,
+                Tier::Interpreted,
+            ),
+            Tier::Baseline => {
+                let start = [line_of("function outer") + 1];
+                check_frame(
+                    &chain[1],
+                    "outer",
+                    &start,
+                    LineKind::FunctionStart,
+                    Tier::Baseline,
+                )
+            }
+            Tier::Optimized => assert_eq!(chain[1].frame.function, "outer"),
+        }
+        // main: called once, interpreted at its call, or later Sparkplug code (start line).
+        let main = [line_of("L_MAIN")];
+        if chain[2].tier == Tier::Baseline {
+            let start = [line_of("function main") + 1];
+            check_frame(
+                &chain[2],
+                "main",
+                &start,
+                LineKind::FunctionStart,
+                Tier::Baseline,
+            );
+        } else {
+            check_frame(&chain[2], "main", &main, LineKind::Exact, Tier::Interpreted);
+        }
+    }
+}
