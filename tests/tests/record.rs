@@ -80,19 +80,20 @@ fn running_process_by_pid_only_that_process() {
         (runs(target.id(), "chain") && runs(other.id(), "chain")).then_some(())
     });
     let pid = target.id().to_string();
+    let rec = profiler_command()
+        .args(["record", "-F", "499", "-d", "1.5", "-p", &pid, "-o"])
+        .arg(&folded)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn record");
+    // The CPU the target gets from the moment the program is loaded (the set-up before it,
+    // which a busy host makes long, is not sampled) to the end: a busy host gives it less.
+    wait_for("the recording to attach", 30, || {
+        (!our_programs().is_empty()).then_some(())
+    });
     let cpu_before = cpu_seconds(target.id());
-    let out = profiler(&[
-        "record",
-        "-F",
-        "499",
-        "-d",
-        "1.5",
-        "-p",
-        &pid,
-        "-o",
-        folded.to_str().unwrap(),
-    ]);
-    // The CPU the target got meanwhile (set-up included): a busy host gives it less.
+    let out = rec.wait_with_output().expect("record");
     let cpu = cpu_seconds(target.id()) - cpu_before;
     let _ = (target.kill(), other.kill(), target.wait(), other.wait());
     assert!(

@@ -82,6 +82,11 @@ pub const TEST: &[Need] = &[
         package: "golang-go",
         probe: || runs("go", &["version"]),
     },
+    Need {
+        what: "Node.js (the V8 layout and naming test: tests/tests/v8_layout.rs)",
+        package: "nodejs",
+        probe: || runs("node", &["--version"]),
+    },
 ];
 
 /// A statically linked busybox (the guests' shell and tools).
