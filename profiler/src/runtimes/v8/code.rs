@@ -1,7 +1,7 @@
 //! A JSFunction's Code object: its kind, its instructions, and the script position of a PC in
 //! optimized code (Maglev, TurboFan) from the Code's own source position table.
 
-use super::{heap::Heap, naming::decode_source_positions};
+use super::{heap::Heap, positions::decode_source_positions};
 use crate::runtimes::python::process::{Memory, ReadError};
 
 /// A Code object as a frame walk needs it.

@@ -73,6 +73,7 @@ pub mod detect;
 pub mod heap;
 pub mod layout;
 pub mod naming;
+pub mod positions;
 #[cfg(test)]
 pub(crate) mod testdata;
 
