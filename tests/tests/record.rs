@@ -50,9 +50,12 @@ fn sleeping_process_gets_a_handful_of_samples() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Its start-up is CPU it really used (the loader; before that, the exec tearing down
+    // the address space of the profiler's fork): 1 sample here, 7 once in a CI rehearsal on
+    // a busy host. A sleeping second sampled as wall time would be 999.
     let samples = reported_samples(&String::from_utf8_lossy(&out.stdout));
     assert!(
-        samples <= 5,
+        samples <= 15,
         "an idle process got {samples} samples at 999 Hz"
     );
 }
