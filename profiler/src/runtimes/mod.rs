@@ -6,6 +6,7 @@
 //! own frame chain when the native unwinder reaches a PC inside its code. This module holds
 //! the user-space halves; Python is the first.
 
+pub mod elf;
 pub mod libc;
 pub mod python;
 pub mod v8;

@@ -4,7 +4,7 @@
 
 use std::{ops::Range, sync::Arc};
 
-use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ReadCache, SymbolKind};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 use profiler_common::python::PythonOffsets;
 
 use super::{
@@ -12,7 +12,10 @@ use super::{
     process::{Memory, ProcessMemory, ReadError},
     version::{Unsupported, Version, check},
 };
-use crate::modules::{ElfFiles, MapEntry, Mapping, ReadAt, exec_mappings};
+use crate::{
+    modules::{Mapping, exec_mappings},
+    runtimes::elf::{ElfError, with_elf},
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DetectError {
@@ -22,14 +25,8 @@ pub enum DetectError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path} (process {pid}): not opened: {why}")]
-    Open { pid: u32, path: String, why: String },
-    #[error("{path}: not an ELF file we can read: {source}")]
-    Parse {
-        path: String,
-        #[source]
-        source: object::read::Error,
-    },
+    #[error(transparent)]
+    Elf(#[from] ElfError),
     #[error("{path}: no load segment holds file offset {offset:#x} of its mapping")]
     NoSegment { path: String, offset: u64 },
     #[error("{path} (process {pid}): reading _Py_DebugOffsets: {source}")]
@@ -115,32 +112,8 @@ pub fn detect(pid: u32) -> Result<Detection, DetectError> {
     let Some(mapping) = interpreter_mapping(pid, &maps) else {
         return Ok(Detection::NotPython);
     };
-    let entry = MapEntry::from(mapping.clone());
     let path = mapping.name.to_string();
-    let mut files = ElfFiles::default();
-    let read = files.read_once(pid, &entry, |elf| {
-        let cache = ReadCache::new(ReadAt::new(&elf.file));
-        let obj = object::File::parse(&cache).map_err(|source| DetectError::Parse {
-            path: path.clone(),
-            source,
-        })?;
-        inspect(&obj, &path, &mapping)
-    });
-    let found = match read {
-        Some(found) => found?,
-        None => {
-            let why = files.take_refusals().join("; ");
-            return Err(DetectError::Open {
-                pid,
-                path,
-                why: if why.is_empty() {
-                    "not found".into()
-                } else {
-                    why
-                },
-            });
-        }
-    };
+    let found = with_elf(pid, &mapping, |obj| inspect(obj, &path, &mapping))??;
     Ok(match found {
         Ok((version, build_id, bias, symbols)) => match offsets::for_version(version) {
             Ok(offsets) => {

@@ -1,10 +1,11 @@
 //! Finding V8 in a process: the ELF holding it (the `node` executable, or a `libnode.so`), and
 //! its layout read from that file through the project's table of opened files.
 
-use object::ReadCache;
-
 use super::layout::{Layout, Unsupported};
-use crate::modules::{ElfFiles, MapEntry, Mapping, ReadAt, exec_mappings};
+use crate::{
+    modules::{Mapping, exec_mappings},
+    runtimes::elf::{ElfError, with_elf},
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DetectError {
@@ -14,14 +15,8 @@ pub enum DetectError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path} (process {pid}): not opened: {why}")]
-    Open { pid: u32, path: String, why: String },
-    #[error("{path}: not an ELF file we can read: {source}")]
-    Parse {
-        path: String,
-        #[source]
-        source: object::read::Error,
-    },
+    #[error(transparent)]
+    Elf(#[from] ElfError),
 }
 
 /// What [`detect`] found in a process.
@@ -47,28 +42,11 @@ pub fn detect_in(pid: u32, maps: &[Mapping]) -> Result<Detection, DetectError> {
         return Ok(Detection::NotV8);
     };
     let path = mapping.name.to_string();
-    let mut files = ElfFiles::default();
-    let read = files.read_once(pid, &MapEntry::from(mapping), |elf| {
-        let cache = ReadCache::new(ReadAt::new(&elf.file));
-        let obj = object::File::parse(&cache).map_err(|source| DetectError::Parse {
-            path: path.clone(),
-            source,
-        })?;
-        Ok::<_, DetectError>(Layout::from_elf(&obj))
-    });
-    let Some(read) = read else {
-        let why = files.take_refusals().join("; ");
-        return Err(DetectError::Open {
-            pid,
-            path,
-            why: if why.is_empty() {
-                "not found".into()
-            } else {
-                why
-            },
-        });
-    };
-    Ok(match read? {
+    // A closure, not the path: `with_elf` takes a callback for every file lifetime, which the
+    // generic function's own lifetime parameter cannot name.
+    #[allow(clippy::redundant_closure)]
+    let read = with_elf(pid, &mapping, |obj| Layout::from_elf(obj))?;
+    Ok(match read {
         Ok(layout) => Detection::Found {
             path,
             layout: Box::new(layout),

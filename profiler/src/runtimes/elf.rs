@@ -1,0 +1,49 @@
+//! The ELF file behind a runtime's mapping (an interpreter, libnode), opened through the
+//! project's table of opened files and parsed with `object`: what every runtime's
+//! detection starts with.
+
+use object::ReadCache;
+
+use crate::modules::{ElfFiles, MapEntry, Mapping, ReadAt};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ElfError {
+    #[error("{path} (process {pid}): not opened: {why}")]
+    Open { pid: u32, path: String, why: String },
+    #[error("{path}: not an ELF file we can read: {source}")]
+    Parse {
+        path: String,
+        #[source]
+        source: object::read::Error,
+    },
+}
+
+/// Hands the parsed file that `mapping` of process `pid` maps to `inspect`.
+pub fn with_elf<T>(
+    pid: u32,
+    mapping: &Mapping,
+    inspect: impl for<'a> FnOnce(&object::File<'a, &'a ReadCache<ReadAt<'a>>>) -> T,
+) -> Result<T, ElfError> {
+    let path = mapping.name.to_string();
+    let mut files = ElfFiles::default();
+    let read = files.read_once(pid, &MapEntry::from(mapping.clone()), |elf| {
+        let cache = ReadCache::new(ReadAt::new(&elf.file));
+        let obj = object::File::parse(&cache).map_err(|source| ElfError::Parse {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(inspect(&obj))
+    });
+    read.unwrap_or_else(|| {
+        let why = files.take_refusals().join("; ");
+        Err(ElfError::Open {
+            pid,
+            path,
+            why: if why.is_empty() {
+                "not found".into()
+            } else {
+                why
+            },
+        })
+    })
+}
