@@ -210,6 +210,10 @@ class Failing:
 
 
 class Log:
+    """One JSON line per request. An accepted one is written after its answer is out: a
+    test that stops the store on seeing an interval accepted must not cut that answer off
+    (the profiler would then, rightly, send the interval again)."""
+
     def __init__(self, path):
         self.f = open(path, "a", encoding="utf-8")
         self.lock = threading.Lock()
@@ -243,8 +247,10 @@ def serve(args):
                 log.write("grpc", code, headers)
                 context.abort(getattr(grpc.StatusCode, GRPC_CODES.get(code, "UNAVAILABLE")),
                               "test receiver answers %d" % code)
-            log.write("grpc", 200, headers, otlp_rows(request),
-                      {"bytes": request.ByteSize()})
+            rows = otlp_rows(request)
+            # Logged as accepted once the answer is out (the RPC has ended), as for HTTP.
+            context.add_callback(lambda: log.write("grpc", 200, headers, rows,
+                                                   {"bytes": request.ByteSize()}))
             return pb.ExportProfilesServiceResponse()
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -298,15 +304,15 @@ def serve(args):
                     body = gzip.decompress(body)
                 req = pb.ExportProfilesServiceRequest()
                 req.ParseFromString(body)
-                log.write(protocol, 200, headers, otlp_rows(req), {"bytes": len(body)})
-                return self.reply(200, pb.ExportProfilesServiceResponse().SerializeToString(),
-                                  "application/x-protobuf")
+                self.reply(200, pb.ExportProfilesServiceResponse().SerializeToString(),
+                           "application/x-protobuf")
+                return log.write(protocol, 200, headers, otlp_rows(req), {"bytes": len(body)})
             if protocol == "pyroscope" and url.path == "/ingest":
                 query = {k: v[0] for k, v in parse_qs(url.query).items()}
                 pprof = multipart_file(self.headers.get("Content-Type", ""), body, "profile")
-                log.write(protocol, 200, headers, pprof_rows(pprof),
-                          {"query": query, "bytes": len(pprof)})
-                return self.reply(200)
+                self.reply(200)
+                return log.write(protocol, 200, headers, pprof_rows(pprof),
+                                 {"query": query, "bytes": len(pprof)})
             if protocol == "push":
                 return self.push(body, headers)
             self.reply(404, b"no such endpoint")
@@ -326,8 +332,8 @@ def serve(args):
             labels = {l.name: l.value for l in series.labels}
             extra = {"labels": labels, "id": sample.ID, "bytes": len(body),
                      "connect_version": self.headers.get("Connect-Protocol-Version")}
-            log.write("push", 200, headers, pprof_rows(sample.raw_profile), extra)
             self.reply(200, b"", "application/proto")
+            log.write("push", 200, headers, pprof_rows(sample.raw_profile), extra)
 
     def http_server(port, protocol):
         srv = ThreadingHTTPServer(("127.0.0.1", port), Handler)
