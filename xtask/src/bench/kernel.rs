@@ -37,7 +37,9 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
     let mut commands = Vec::new();
     for _ in 0..rounds {
         for (i, (_, extra)) in variants.iter().enumerate() {
-            let mut args = vec!["record", "-a", "-F", "999", "-q"];
+            // Into the bench's scratch, not the default profile.pb.gz in the caller's cwd.
+            let out = ctx.path("kernel-cost.pb.gz").display().to_string();
+            let mut args = vec!["record", "-a", "-F", "999", "-q", "-o", &out];
             args.extend(*extra);
             let log = ctx.log("kernel-cost");
             let rec = proc::start(&mut ctx.profiler(&args), &log)?;

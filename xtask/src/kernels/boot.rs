@@ -83,6 +83,9 @@ pub fn boot(
     log: &Path,
     limit: Duration,
 ) -> anyhow::Result<SuiteOutput> {
+    // More for the guest's command line when diagnosing (e.g. `loglevel=7` to see the
+    // stacks a soft lockup or an oops prints, which `loglevel=3` hides).
+    let extra = std::env::var("PROFILER_GUEST_APPEND").unwrap_or_default();
     let mut cmd = Command::new("nice");
     cmd.args(["-n", "10", "qemu-system-x86_64"])
         .args([
@@ -104,7 +107,7 @@ pub fn boot(
         // panics ("IO-APIC + timer doesn't work!"), as seen with 7.3. profiler.emulated: the
         // suite keeps the bounds only a real CPU holds for the host.
         .arg(format!(
-            "console=ttyS0 panic=-1 quiet loglevel=3 no_timer_check profiler.emulated {append}"
+            "console=ttyS0 panic=-1 quiet loglevel=3 no_timer_check profiler.emulated {append} {extra}"
         ))
         .args([
             "-nographic",
