@@ -339,7 +339,8 @@ pub fn record_aggregate_nofp(env: &Env) -> Outcome {
 }
 
 /// `record --wall -- waits 3`: the nanosleeps of `sleep_phase` as off-CPU time within 5 %
-/// of what the fixture measured, under its nanosleep frames. Without `bpf_loop` (before
+/// of what the fixture measured (up to 12 % short on an emulated CPU), under its nanosleep
+/// frames. Without `bpf_loop` (before
 /// 5.17) user stacks are walked with frame pointers, which skip the caller of libc's
 /// frameless syscall wrappers: the time is then looked for under `cycle` (sleep_phase's
 /// caller; `waits` keeps frame pointers).
@@ -368,7 +369,14 @@ pub fn record_off_cpu(env: &Env) -> Outcome {
         .filter(|(f, _)| f.iter().any(|x| x.contains("nanosleep")))
         .map(|(_, n)| n)
         .sum();
-    if slept.abs_diff(truth) * 20 > truth {
+    // The fixture's own clock reads around nanosleep also hold time on the CPU (the call's
+    // entry and exit), which the emulated CPUs make long on a busy host (302 of 323 ms once):
+    // there a count up to 12 % short is kept, never one more than 5 % long.
+    let short_pct = match env.cpu {
+        Cpu::Native => 5,
+        Cpu::Emulated => 12,
+    };
+    if slept * 20 > truth * 21 || slept * 100 < truth * (100 - short_pct) {
         let text = std::fs::read_to_string(&folded).unwrap_or_default();
         return Err(Failure::with(
             format!("{slept} ns off CPU in {under}'s nanosleep, the fixture slept {truth} ns"),
