@@ -428,7 +428,7 @@ unsafe fn user_stack<const TABLES: bool>(
             match walk_user_from(regs, tgid) {
                 // A frame it cannot walk yet: copied while the budget lasts (as below).
                 Walked::Done(walk)
-                    if walk.wants_copy() && copy_allowed(tgid, now, config.wakeup_bytes / 2) =>
+                    if walk.wants_copy() && copy_allowed(tgid, now, config.wakeup_bytes, true) =>
                 {
                     (*buf).header.flags |=
                         record_flags::UNWIND_NO_PROCESS | record_flags::STACK_COPY;
@@ -439,7 +439,7 @@ unsafe fn user_stack<const TABLES: bool>(
                     // No frame-pointer guess: the caller copies the stack (a thread blocked
                     // from its start waits with the stack it had then).
                     (*buf).header.flags |= record_flags::UNWIND_NO_PROCESS;
-                    if copy_allowed(tgid, now, config.wakeup_bytes / 2) {
+                    if copy_allowed(tgid, now, config.wakeup_bytes, true) {
                         (*buf).header.flags |= record_flags::STACK_COPY;
                     }
                     return 0;

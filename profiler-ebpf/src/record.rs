@@ -241,7 +241,7 @@ unsafe fn user_stack<const TABLES: bool>(
                 // copied as for a process without tables, while the budget lasts.
                 Walked::Done(walk)
                     if walk.wants_copy()
-                        && copy_allowed(tgid, time_ns, config.wakeup_bytes / 2) =>
+                        && copy_allowed(tgid, time_ns, config.wakeup_bytes, false) =>
                 {
                     (*buf).header.flags |=
                         record_flags::UNWIND_NO_PROCESS | record_flags::STACK_COPY;
@@ -260,7 +260,7 @@ unsafe fn user_stack<const TABLES: bool>(
                     // rows once they are loaded; past the process's budget of copies, no
                     // user stack (marked: user space counts it).
                     (*buf).header.flags |= record_flags::UNWIND_NO_PROCESS;
-                    if copy_allowed(tgid, (*buf).header.time_ns, config.wakeup_bytes / 2) {
+                    if copy_allowed(tgid, (*buf).header.time_ns, config.wakeup_bytes, false) {
                         (*buf).header.flags |= record_flags::STACK_COPY;
                     }
                     bump(stat::UNWIND_NO_PROCESS);

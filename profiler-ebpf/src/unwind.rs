@@ -62,12 +62,23 @@ shared_name!(map COPY_WINDOW);
 /// The window over which copies are limited to a share of the ring.
 const COPY_WINDOW_NS: u64 = 100_000_000;
 
+/// Copies a process's waits may make past [`COPY_BUDGET`] (see [`copy_allowed`]).
+const WAIT_COPIES: u32 = 64;
+
 /// Whether process `tgid` may copy its stack into one more record: within its budget, and
 /// while the copies of the last [`COPY_WINDOW_NS`] (of every process, on every CPU) stay
-/// under `limit` bytes (half of the ring's wake-up mark: a burst of new processes on a
-/// busy host must not fill the ring with copies and lose samples).
+/// under a share of the ring's wake-up mark `wakeup_bytes` (a burst of new processes on a
+/// busy host must not fill the ring with copies and lose samples). A `wait` (an off-CPU
+/// record, weighing its whole time away, often a hundred samples' worth) goes first: samples
+/// stop at half the mark and at the budget, waits at the mark and [`WAIT_COPIES`] past it,
+/// so a process's first sleep is not lost to the copies of the spinning before it.
 #[inline(always)]
-pub(crate) fn copy_allowed(tgid: u32, now: u64, limit: u64) -> bool {
+pub(crate) fn copy_allowed(tgid: u32, now: u64, wakeup_bytes: u64, wait: bool) -> bool {
+    let (limit, budget) = if wait {
+        (wakeup_bytes, COPY_BUDGET + WAIT_COPIES)
+    } else {
+        (wakeup_bytes / 2, COPY_BUDGET)
+    };
     let Some(w) = COPY_WINDOW.get_ptr_mut(0) else {
         return false;
     };
@@ -81,7 +92,7 @@ pub(crate) fn copy_allowed(tgid: u32, now: u64, limit: u64) -> bool {
             return false;
         }
     }
-    copy_budget(tgid)
+    copy_budget(tgid, budget)
 }
 
 /// Counts `bytes` copied into the current window.
@@ -101,14 +112,14 @@ fn copies_left(tgid: u32) -> bool {
     unsafe { COPIES.get(tgid) }.is_none_or(|n| *n < COPY_BUDGET)
 }
 
-/// Whether process `tgid` has copies left in its budget (and takes one).
+/// Whether process `tgid` has copies left in `budget` (and takes one).
 #[inline(always)]
-fn copy_budget(tgid: u32) -> bool {
+fn copy_budget(tgid: u32, budget: u32) -> bool {
     match COPIES.get_ptr_mut(tgid) {
         Some(n) => {
             // SAFETY: a live map value; a lost increment between CPUs only grants one more.
             unsafe {
-                if *n >= COPY_BUDGET {
+                if *n >= budget {
                     return false;
                 }
                 *n += 1;
