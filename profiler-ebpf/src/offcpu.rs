@@ -231,7 +231,7 @@ unsafe fn with_copy(tid: u32, buf: *mut OffCpuBuf, away: u64, config: &SamplerCo
             size,
             wake as u64,
         );
-        add(if rc == 0 { stat::WRITTEN } else { stat::LOST }, 1);
+        add(if rc == 0 { stat::COPIED } else { stat::LOST }, 1);
     }
 }
 

@@ -23,6 +23,8 @@ pub struct OffCpuStats {
     pub totalled: u64,
     /// Waits written to the ring one by one (the totals map was full).
     pub written: u64,
+    /// Waits written to the ring with a copy of their stack (no unwind tables yet).
+    pub copied: u64,
     /// Waits shorter than the minimum, dropped, and their nanoseconds.
     pub short: u64,
     pub short_ns: u64,
@@ -80,6 +82,7 @@ impl RecordProgram {
             kept: stats.sum(stat::KEPT)?,
             totalled: stats.sum(stat::TOTALLED)?,
             written: stats.sum(stat::WRITTEN)?,
+            copied: stats.sum(stat::COPIED)?,
             short: stats.sum(stat::SHORT)?,
             short_ns: stats.sum(stat::SHORT_NS)?,
             lost: stats.sum(stat::LOST)?,

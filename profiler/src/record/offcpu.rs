@@ -249,12 +249,18 @@ fn nanos(d: Duration) -> u64 {
 fn report(stats: &OffCpuStats, unfinished: u64, min_block: Duration) -> Warning {
     let mut line = format!(
         "off-cpu: {} waits recorded",
-        stats.totalled + stats.written + unfinished
+        stats.totalled + stats.written + stats.copied + unfinished
     );
     if stats.written > 0 {
         line += &format!(
             "; {} through the ring (the in-kernel totals map was full)",
             stats.written
+        );
+    }
+    if stats.copied > 0 {
+        line += &format!(
+            "; {} begun before their process's unwind tables were loaded, walked from a copy",
+            stats.copied
         );
     }
     if stats.short > 0 {
