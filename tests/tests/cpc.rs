@@ -211,7 +211,11 @@ fn disable_freezes_and_enable_continues() {
     );
     touch_pages(500);
     cpc.set_sample(&set, &mut b).unwrap();
-    assert_eq!(b.values()[0] - resumed.values()[0], 500, "counting again");
+    // Every touch counted; one or two more only from the kernel's side (a page of this
+    // thread's stack or code being migrated by compaction faults again: 501 once, on a host
+    // busy with JVMs and builds).
+    let counted = b.values()[0] - resumed.values()[0];
+    assert!((500..=502).contains(&counted), "counting again: {counted}");
 }
 
 #[test]
