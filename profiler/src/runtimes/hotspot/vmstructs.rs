@@ -373,7 +373,8 @@ pub(crate) mod tests {
             self.ints.extend_from_slice(&[0; 16]);
             self.longs.extend_from_slice(&[0; 16]);
             // Whole pages, as a process maps them (C strings are read a page at a time).
-            self.strings.resize(self.strings.len().next_multiple_of(0x1000), 0);
+            self.strings
+                .resize(self.strings.len().next_multiple_of(0x1000), 0);
             self.mem.put(STRINGS, &self.strings);
             self.mem.put(STRUCTS, &self.structs);
             self.mem.put(TYPES, &self.types);

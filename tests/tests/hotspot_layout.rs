@@ -1,0 +1,600 @@
+//! HotSpot's user-space half on the real runtime: `java` (Debian's 17, and Temurin 25 when
+//! installed) runs `fixtures/java/Chain.java`, compiled here with `javac`; the test stops its
+//! main thread (ptrace), walks its frames in user space as the kernel half will (frame
+//! pointer for interpreted frames, the blob's frame size for compiled ones, the segment map
+//! to find each PC's blob) and names them with `profiler::runtimes::hotspot` (layout read
+//! from the live VMStructs, names and lines from metaspace). The chain leaf > middle > top >
+//! main must come out exactly, with file and lines: all interpreted (`-Xint`), with middle and
+//! leaf inlined into C2-compiled top, and with an interpreted middle between compiled frames.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use nix::{
+    sys::{
+        ptrace,
+        wait::{WaitPidFlag, waitpid},
+    },
+    unistd::Pid,
+};
+use profiler::runtimes::{
+    hotspot::{
+        self, BlobKind, CodeCache, Detection, JavaFrame, Layout, LineKind, Namer, PcKind, Tier,
+    },
+    python::{Memory, ProcessMemory},
+};
+
+const SOURCE: &str = include_str!("../fixtures/java/Chain.java");
+const JDK17: &str = "/usr/lib/jvm/java-17-openjdk-amd64";
+const JDK25: &str = "/usr/lib/jvm/temurin-25-jdk-amd64";
+const CLASS: &str = "fixture.Chain";
+
+/// The JVM, killed on drop.
+struct Jvm {
+    child: Child,
+    major: u32,
+}
+
+impl Drop for Jvm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The 1-based line of the fixture holding `marker`.
+fn line_of(marker: &str) -> u32 {
+    SOURCE
+        .lines()
+        .position(|l| l.ends_with(&format!("// {marker}")))
+        .unwrap_or_else(|| panic!("{marker} not in Chain.java")) as u32
+        + 1
+}
+
+/// The JDKs to run on: 17 (required under CI=true), 25 when installed.
+fn jdks() -> Vec<(u32, &'static str)> {
+    let mut out = Vec::new();
+    if Path::new(JDK17).join("bin/java").exists() {
+        out.push((17, JDK17));
+    } else {
+        // `cargo xtask test` installs Debian's openjdk-17-jdk-headless; under CI a missing
+        // one is a failure.
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "no {JDK17} under CI=true"
+        );
+        eprintln!("SKIP: no {JDK17}");
+    }
+    if Path::new(JDK25).join("bin/java").exists() {
+        out.push((25, JDK25));
+    }
+    out
+}
+
+/// The fixture compiled once (by JDK 17's javac: class files 61 run on both).
+fn classes() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("hotspot-layout-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/java/Chain.java");
+        let out = Command::new(Path::new(JDK17).join("bin/javac"))
+            .args(["-g", "-d"])
+            .arg(&dir)
+            .arg(src)
+            .output()
+            .expect("running javac");
+        assert!(
+            out.status.success(),
+            "javac: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir
+    })
+}
+
+fn start(major: u32, home: &str, flags: &[&str]) -> Jvm {
+    let mut child = Command::new(Path::new(home).join("bin/java"))
+        .arg("-XX:+UseG1GC")
+        .args(flags)
+        .arg("-cp")
+        .arg(classes())
+        .args([CLASS, "120"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting java");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped"))
+        .read_line(&mut line)
+        .expect("reading java's stdout");
+    assert_eq!(line.trim(), "ready");
+    Jvm { child, major }
+}
+
+/// The thread running `main`: the launcher's primordial thread only waits, and starts the
+/// Java main thread first (HotSpot names neither; both are "java").
+fn main_thread(pid: u32) -> u32 {
+    let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("tasks")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort();
+    tids.into_iter()
+        .find(|&t| {
+            t != pid
+                && std::fs::read_to_string(format!("/proc/{pid}/task/{t}/comm"))
+                    .is_ok_and(|c| c.trim() == "java" || c.trim() == "main")
+        })
+        .expect("the Java main thread")
+}
+
+fn layout_of(jvm: &Jvm) -> Layout {
+    match hotspot::detect(jvm.child.id()).expect("detecting HotSpot") {
+        Detection::Found {
+            path,
+            version,
+            layout,
+        } => {
+            assert!(path.ends_with("/lib/server/libjvm.so"), "{path}");
+            assert_eq!(version.major, jvm.major, "{version}");
+            assert!(
+                version.release.starts_with(&format!("{}.", jvm.major)),
+                "{version:?}"
+            );
+            *layout
+        }
+        other => panic!("java not detected as HotSpot: {other:?}"),
+    }
+}
+
+/// How a walk ended.
+#[derive(Debug, PartialEq, Eq)]
+enum End {
+    /// Returned into the call stub: every Java frame walked.
+    CallStub,
+    /// The PC left the code cache (native code: the kernel hands back to its tables).
+    Native,
+    /// The top PC was in a compiled frame's prologue: not walked (truncated).
+    Prologue,
+    /// Something did not check out (named in the string): truncated.
+    Broken(String),
+}
+
+#[derive(Debug)]
+struct Walk {
+    frames: Vec<JavaFrame>,
+    end: End,
+}
+
+impl Walk {
+    fn names(&self) -> Vec<&str> {
+        self.frames
+            .iter()
+            .map(|f| f.method.rsplit('.').next().unwrap_or(""))
+            .collect()
+    }
+}
+
+/// Registers a walk starts from.
+struct Regs {
+    pc: u64,
+    sp: u64,
+    fp: u64,
+    /// The interpreter keeps the bcp here while it runs (its frame slot is then stale).
+    r13: u64,
+}
+
+/// Stops the thread `tid`, walks its Java frames, lets it run on.
+fn stop_and_walk(
+    tid: u32,
+    mem: &ProcessMemory,
+    layout: &Layout,
+    cache: &CodeCache,
+    namer: &mut Namer<'_, ProcessMemory>,
+) -> Walk {
+    let pid = Pid::from_raw(tid as i32);
+    ptrace::seize(pid, ptrace::Options::empty()).expect("PTRACE_SEIZE");
+    ptrace::interrupt(pid).expect("PTRACE_INTERRUPT");
+    waitpid(pid, Some(WaitPidFlag::__WALL)).expect("waitpid");
+    let walked = ptrace::getregs(pid).map(|r| {
+        let regs = Regs {
+            pc: r.rip,
+            sp: r.rsp,
+            fp: r.rbp,
+            r13: r.r13,
+        };
+        walk(mem, layout, cache, namer, &regs)
+    });
+    ptrace::detach(pid, None).expect("PTRACE_DETACH");
+    walked.expect("PTRACE_GETREGS")
+}
+
+/// The walk the kernel half will do, from the stopped registers:
+/// - a PC outside the code cache is native (the end here; the kernel's tables go on);
+/// - the PC's blob (segment map): the interpreter → Method* at fp-24, bcp in r13 (top) or at
+///   fp-64, caller: pc [fp+8], fp [fp], sp the sender-sp slot [fp-8] (a c2i adapter may
+///   have extended the caller's frame, so not fp+16);
+/// - an nmethod → (nmethod, pc offset), caller: sp + frame size, return address just below
+///   it, saved rbp below that; a return address at the deopt handler means the real PC is
+///   at sp + orig_pc_offset;
+/// - the call stub's return address ends it; other stubs step by their frame size or rbp.
+fn walk(
+    mem: &ProcessMemory,
+    layout: &Layout,
+    cache: &CodeCache,
+    namer: &mut Namer<'_, ProcessMemory>,
+    regs: &Regs,
+) -> Walk {
+    let mut frames = Vec::new();
+    let end = match walk_into(mem, layout, cache, namer, regs, &mut frames) {
+        Ok(end) => end,
+        Err(e) => End::Broken(e),
+    };
+    Walk { frames, end }
+}
+
+fn walk_into(
+    mem: &ProcessMemory,
+    layout: &Layout,
+    cache: &CodeCache,
+    namer: &mut Namer<'_, ProcessMemory>,
+    regs: &Regs,
+    frames: &mut Vec<JavaFrame>,
+) -> Result<End, String> {
+    let read = |at: u64| mem.read_u64(at).map_err(|e| e.to_string());
+    let slot = |fp: u64, off: i8| read(fp.wrapping_add_signed(i64::from(off)));
+    let i = &layout.interpreter;
+    let (mut pc, mut sp, mut fp) = (regs.pc, regs.sp, regs.fp);
+    for depth in 0..64 {
+        let top = depth == 0;
+        if !cache.contains(pc) {
+            return Ok(End::Native);
+        }
+        if pc == cache.call_stub_return {
+            return Ok(End::CallStub);
+        }
+        let blob = cache
+            .blob_at(mem, layout, pc)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("no blob at {pc:#x}"))?;
+        let compiled = match blob.kind {
+            BlobKind::Nmethod {
+                compile_id, level, ..
+            } => Some((compile_id, Tier::of_level(level))),
+            BlobKind::NativeNmethod { compile_id } => Some((compile_id, Tier::Native)),
+            _ => None,
+        };
+        if blob.kind == BlobKind::Interpreter {
+            let method = slot(fp, i.method)?;
+            let bcp = if top { regs.r13 } else { slot(fp, i.bcp)? };
+            let cm = namer.const_method(method).map_err(|e| e.to_string())?;
+            let bci = bcp as i64 - (cm + u64::from(layout.method.cm_size)) as i64;
+            let bci = i32::try_from(bci).map_err(|_| format!("bcp {bcp:#x}"))?;
+            frames.push(namer.interpreted(method, bci).map_err(|e| e.to_string())?);
+            sp = slot(fp, i.sender_sp)?;
+            (pc, fp) = (read(fp + 8)?, read(fp)?);
+        } else if let Some((compile_id, tier)) = compiled {
+            if top && pc < blob.frame_complete {
+                return Ok(End::Prologue);
+            }
+            let mut at = pc;
+            if !top && Some(pc) == blob.deopt_handler {
+                at = read(sp.wrapping_add_signed(blob.orig_pc_offset.unwrap_or(0)))?;
+            }
+            let kind = if top {
+                PcKind::Stopped
+            } else {
+                PcKind::ReturnAddress
+            };
+            let offset = u32::try_from(at.wrapping_sub(blob.code_begin))
+                .map_err(|_| format!("pc {at:#x} before its code"))?;
+            let named = namer
+                .compiled(blob.addr, compile_id, tier, offset, kind)
+                .map_err(|e| e.to_string())?;
+            frames.extend(named);
+            sp += blob.frame_size;
+            (pc, fp) = (read(sp - 8)?, read(sp - 16)?);
+        } else if blob.frame_size > 0 {
+            sp += blob.frame_size;
+            (pc, fp) = (read(sp - 8)?, read(sp - 16)?);
+        } else {
+            sp = fp + 16;
+            (pc, fp) = (read(fp + 8)?, read(fp)?);
+        }
+    }
+    Err("more than 64 frames".into())
+}
+
+/// What the stops saw.
+#[derive(Debug, Default)]
+struct Tally {
+    stops: u32,
+    /// Walks that reached the call stub.
+    complete: u32,
+    /// Stops in native code (libjvm, libc): nothing for this walk to do.
+    native_top: u32,
+    prologue: u32,
+    broken: Vec<String>,
+}
+
+/// Stops java's main thread until `accept` took `want` walks whose first four frames are
+/// leaf, middle, top, main and which reached the call stub (at most 90 s: a busy machine only
+/// makes it slower); returns them and what every stop saw.
+fn find_chains(
+    jvm: &Jvm,
+    want: usize,
+    accept: impl Fn(&[JavaFrame]) -> bool,
+) -> (Vec<Walk>, Tally) {
+    let pid = jvm.child.id();
+    let tid = main_thread(pid);
+    let layout = layout_of(jvm);
+    let mem = ProcessMemory::new(pid);
+    let cache = CodeCache::read(&mem, &layout)
+        .expect("reading the code cache")
+        .expect("heaps created before main runs");
+    let mut namer = Namer::new(&mem, &layout);
+    let mut tally = Tally::default();
+    let mut chains = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut last = None;
+    while chains.len() < want {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {want} accepted chains in {} stops ({tally:?}); last walk: {last:#?}",
+            chains.len(),
+            tally.stops
+        );
+        let walk = stop_and_walk(tid, &mem, &layout, &cache, &mut namer);
+        tally.stops += 1;
+        match &walk.end {
+            End::CallStub => tally.complete += 1,
+            End::Native if walk.frames.is_empty() => tally.native_top += 1,
+            End::Native => tally
+                .broken
+                .push(format!("native after {:?}", walk.names())),
+            End::Prologue => tally.prologue += 1,
+            End::Broken(why) => tally.broken.push(why.clone()),
+        }
+        if walk.end == End::CallStub
+            && walk.names().starts_with(&["leaf", "middle", "top", "main"])
+            && accept(&walk.frames)
+        {
+            chains.push(walk);
+        } else {
+            last = Some(walk);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    (chains, tally)
+}
+
+/// Checks one frame: method (class dotted as JFR prints it), file, tier, inlining, line.
+fn check(f: &JavaFrame, method: &str, tier: Tier, inlined: bool, lines: &[u32], kind: LineKind) {
+    assert_eq!(f.method, format!("{CLASS}.{method}"), "{f:?}");
+    assert_eq!(f.file.as_deref(), Some("Chain.java"), "{f:?}");
+    assert_eq!(
+        f.signature,
+        if method == "main" {
+            "([Ljava/lang/String;)V"
+        } else {
+            "(J)J"
+        },
+        "{f:?}"
+    );
+    assert_eq!((f.tier, f.inlined), (tier, inlined), "{f:?}");
+    assert_eq!(f.line_kind, kind, "{f:?}");
+    let line = f.line.expect("a line");
+    assert!(
+        lines.contains(&line),
+        "{method}: line {line}, want one of {lines:?}: {f:?}"
+    );
+}
+
+/// Any line of leaf's body: a stop lands anywhere in it (nearly always the loop).
+fn leaf_lines() -> Vec<u32> {
+    (line_of("L_LEAF_FIRST")..=line_of("L_LEAF_LAST")).collect()
+}
+
+/// Runs `body` on each installed JDK.
+fn on_each_jdk(flags: &[&str], body: impl Fn(&Jvm)) {
+    for (major, home) in jdks() {
+        let jvm = start(major, home, flags);
+        body(&jvm);
+    }
+}
+
+#[test]
+fn live_layout_and_code_cache() {
+    on_each_jdk(&[], |jvm| {
+        let l = layout_of(jvm);
+        // The research's table (HOTSPOT-RESEARCH.md), read live.
+        let want = match jvm.major {
+            17 => (96, 28, 112, 304, 48, 16),
+            25 => (8, 44, 80, 212, 56, 8),
+            _ => unreachable!(),
+        };
+        assert_eq!(
+            (
+                l.blob.name,
+                l.blob.frame_size.offset,
+                l.nmethod.method,
+                l.nmethod.compile_id.offset,
+                l.method.cm_size,
+                l.code_cache.heap_block_size
+            ),
+            want,
+            "{l:#?}"
+        );
+        assert_eq!((l.interpreter.method, l.interpreter.bcp), (-24, -64));
+        assert_eq!(l.unsigned5_x, u8::from(jvm.major >= 20));
+        let mem = ProcessMemory::new(jvm.child.id());
+        let cache = CodeCache::read(&mem, &l).expect("read").expect("heaps");
+        // Tiered compilation: non-nmethods, profiled, non-profiled; 128-byte segments.
+        assert_eq!(cache.heaps.len(), 3, "{cache:#?}");
+        for h in &cache.heaps {
+            assert_eq!(h.log2_segment_size, 7);
+            assert!(cache.bounds.start <= h.memory.start && h.memory.end <= cache.bounds.end);
+        }
+        assert!(cache.contains(cache.call_stub_return));
+        // The interpreter's code is one blob named "Interpreter" in the code cache.
+        let mid = (cache.interpreter.start + cache.interpreter.end) / 2;
+        let blob = cache.blob_at(&mem, &l, mid).expect("read").expect("a blob");
+        assert_eq!(
+            (blob.name.as_str(), blob.kind),
+            ("Interpreter", BlobKind::Interpreter)
+        );
+        assert!(blob.contains(cache.interpreter.start) && blob.contains(cache.interpreter.end - 1));
+        let stub = cache
+            .blob_at(&mem, &l, cache.call_stub_return)
+            .expect("read")
+            .expect("the call stub's blob");
+        assert!(stub.name.starts_with("StubRoutines"), "{stub:?}");
+        assert_eq!(stub.kind, BlobKind::Stub);
+    });
+}
+
+#[test]
+fn interpreted_chain_named_exactly() {
+    on_each_jdk(&["-Xint"], |jvm| {
+        let (chains, tally) = find_chains(jvm, 5, |_| true);
+        eprintln!(
+            "JDK {}: {tally:?}; the first: {:#?}",
+            jvm.major, chains[0].frames
+        );
+        for c in &chains {
+            let f = &c.frames;
+            assert_eq!(f.len(), 4, "{f:#?}");
+            let exact = LineKind::Exact;
+            check(
+                &f[0],
+                "leaf",
+                Tier::Interpreted,
+                false,
+                &leaf_lines(),
+                exact,
+            );
+            check(
+                &f[1],
+                "middle",
+                Tier::Interpreted,
+                false,
+                &[line_of("L_MIDDLE")],
+                exact,
+            );
+            check(
+                &f[2],
+                "top",
+                Tier::Interpreted,
+                false,
+                &[line_of("L_TOP")],
+                exact,
+            );
+            check(
+                &f[3],
+                "main",
+                Tier::Interpreted,
+                false,
+                &[line_of("L_MAIN")],
+                exact,
+            );
+        }
+    });
+}
+
+#[test]
+fn inlined_into_c2_under_interpreted_main() {
+    let flags = [
+        "-XX:CompileCommand=quiet",
+        "-XX:CompileCommand=exclude,fixture.Chain::main",
+    ];
+    on_each_jdk(&flags, |jvm| {
+        // top compiled by C2 with middle and leaf inlined (C1 code comes first: wait).
+        let (chains, tally) = find_chains(jvm, 5, |f| {
+            f[2].tier == Tier::C2 && f[0].inlined && f[1].inlined
+        });
+        eprintln!(
+            "JDK {}: {tally:?}; the first: {:#?}",
+            jvm.major, chains[0].frames
+        );
+        for c in &chains {
+            let f = &c.frames;
+            assert_eq!(f.len(), 4, "{f:#?}");
+            let near = LineKind::NextDebugPoint;
+            check(&f[0], "leaf", Tier::C2, true, &leaf_lines(), near);
+            check(
+                &f[1],
+                "middle",
+                Tier::C2,
+                true,
+                &[line_of("L_MIDDLE")],
+                near,
+            );
+            check(&f[2], "top", Tier::C2, false, &[line_of("L_TOP")], near);
+            check(
+                &f[3],
+                "main",
+                Tier::Interpreted,
+                false,
+                &[line_of("L_MAIN")],
+                LineKind::Exact,
+            );
+        }
+    });
+}
+
+#[test]
+fn interpreted_middle_between_compiled_frames() {
+    let flags = [
+        "-XX:CompileCommand=quiet",
+        "-XX:CompileCommand=exclude,fixture.Chain::main",
+        "-XX:CompileCommand=exclude,fixture.Chain::middle",
+        "-XX:CompileCommand=dontinline,fixture.Chain::middle",
+    ];
+    on_each_jdk(&flags, |jvm| {
+        // leaf compiled by C2 on its own, called by interpreted middle (an i2c transition),
+        // called by compiled top (c2i: the sender-sp slot) under interpreted main.
+        let (chains, tally) = find_chains(jvm, 5, |f| {
+            f[0].tier == Tier::C2 && f[2].tier != Tier::Interpreted
+        });
+        eprintln!(
+            "JDK {}: {tally:?}; the first: {:#?}",
+            jvm.major, chains[0].frames
+        );
+        for c in &chains {
+            let f = &c.frames;
+            assert_eq!(f.len(), 4, "{f:#?}");
+            let exact = LineKind::Exact;
+            check(
+                &f[0],
+                "leaf",
+                Tier::C2,
+                false,
+                &leaf_lines(),
+                LineKind::NextDebugPoint,
+            );
+            check(
+                &f[1],
+                "middle",
+                Tier::Interpreted,
+                false,
+                &[line_of("L_MIDDLE")],
+                exact,
+            );
+            // top: C1 or C2, at its call of middle (the PcDesc of the return address).
+            check(&f[2], "top", f[2].tier, false, &[line_of("L_TOP")], exact);
+            check(
+                &f[3],
+                "main",
+                Tier::Interpreted,
+                false,
+                &[line_of("L_MAIN")],
+                exact,
+            );
+        }
+    });
+}
