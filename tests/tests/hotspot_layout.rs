@@ -319,7 +319,18 @@ struct Tally {
     /// Stops in native code (libjvm, libc): nothing for this walk to do.
     native_top: u32,
     prologue: u32,
-    broken: Vec<String>,
+    /// Walks that stopped on something that did not check out: how many, the first few.
+    broken: u32,
+    why: Vec<String>,
+}
+
+impl Tally {
+    fn broken(&mut self, why: String) {
+        self.broken += 1;
+        if self.why.len() < 5 {
+            self.why.push(why);
+        }
+    }
 }
 
 /// Stops java's main thread until `accept` took `want` walks whose first four frames are
@@ -354,11 +365,9 @@ fn find_chains(
         match &walk.end {
             End::CallStub => tally.complete += 1,
             End::Native if walk.frames.is_empty() => tally.native_top += 1,
-            End::Native => tally
-                .broken
-                .push(format!("native after {:?}", walk.names())),
+            End::Native => tally.broken(format!("native after {:?}", walk.names())),
             End::Prologue => tally.prologue += 1,
-            End::Broken(why) => tally.broken.push(why.clone()),
+            End::Broken(why) => tally.broken(why.clone()),
         }
         if walk.end == End::CallStub
             && walk.names().starts_with(&["leaf", "middle", "top", "main"])

@@ -262,8 +262,9 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
                 format!("compile id {now}, not {compile_id}: freed and reused"),
             ));
         }
+        // The nmethod's field `s` as an offset from `base`.
         let off = |s: super::layout::Scalar, base: u64| {
-            s.read(mem, base).map(|v| base.wrapping_add_signed(v))
+            s.read(mem, nm).map(|v| base.wrapping_add_signed(v))
         };
         let (pcs, scopes, metadata) = match n.debug {
             DebugData::InBlob {
