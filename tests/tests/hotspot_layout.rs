@@ -15,13 +15,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use nix::{
-    sys::{
-        ptrace,
-        wait::{WaitPidFlag, waitpid},
-    },
-    unistd::Pid,
-};
 use profiler::runtimes::{
     hotspot::{
         self, BlobKind, CodeCache, Detection, JavaFrame, Layout, LineKind, Namer, PcKind, Tier,
@@ -29,7 +22,12 @@ use profiler::runtimes::{
     python::{Memory, ProcessMemory},
 };
 
+mod hotspot_walk;
+
+use hotspot_walk::{End, Walk, stop_and_walk};
+
 const SOURCE: &str = include_str!("../fixtures/java/Chain.java");
+const LIBRARY: &str = include_str!("../fixtures/java/Library.java");
 const JDK17: &str = "/usr/lib/jvm/java-17-openjdk-amd64";
 const JDK25: &str = "/usr/lib/jvm/temurin-25-jdk-amd64";
 const CLASS: &str = "fixture.Chain";
@@ -49,7 +47,11 @@ impl Drop for Jvm {
 
 /// The 1-based line of the fixture holding `marker`.
 fn line_of(marker: &str) -> u32 {
-    SOURCE
+    line_in(SOURCE, marker)
+}
+
+fn line_in(source: &str, marker: &str) -> u32 {
+    source
         .lines()
         .position(|l| l.ends_with(&format!("// {marker}")))
         .unwrap_or_else(|| panic!("{marker} not in Chain.java")) as u32
@@ -82,11 +84,11 @@ fn classes() -> &'static Path {
     DIR.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("hotspot-layout-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("scratch dir");
-        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/java/Chain.java");
+        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/java");
         let out = Command::new(Path::new(JDK17).join("bin/javac"))
             .args(["-g", "-d"])
             .arg(&dir)
-            .arg(src)
+            .args([format!("{src}/Chain.java"), format!("{src}/Library.java")])
             .output()
             .expect("running javac");
         assert!(
@@ -99,12 +101,16 @@ fn classes() -> &'static Path {
 }
 
 fn start(major: u32, home: &str, flags: &[&str]) -> Jvm {
+    start_class(major, home, CLASS, flags)
+}
+
+fn start_class(major: u32, home: &str, class: &str, flags: &[&str]) -> Jvm {
     let mut child = Command::new(Path::new(home).join("bin/java"))
         .arg("-XX:+UseG1GC")
         .args(flags)
         .arg("-cp")
         .arg(classes())
-        .args([CLASS, "120"])
+        .args([class, "120"])
         .stdout(Stdio::piped())
         .spawn()
         .expect("starting java");
@@ -152,164 +158,6 @@ fn layout_of(jvm: &Jvm) -> Layout {
     }
 }
 
-/// How a walk ended.
-#[derive(Debug, PartialEq, Eq)]
-enum End {
-    /// Returned into the call stub: every Java frame walked.
-    CallStub,
-    /// The PC left the code cache (native code: the kernel hands back to its tables).
-    Native,
-    /// The top PC was in a compiled frame's prologue: not walked (truncated).
-    Prologue,
-    /// Something did not check out (named in the string): truncated.
-    Broken(String),
-}
-
-#[derive(Debug)]
-struct Walk {
-    frames: Vec<JavaFrame>,
-    end: End,
-}
-
-impl Walk {
-    fn names(&self) -> Vec<&str> {
-        self.frames
-            .iter()
-            .map(|f| f.method.rsplit('.').next().unwrap_or(""))
-            .collect()
-    }
-}
-
-/// Registers a walk starts from.
-struct Regs {
-    pc: u64,
-    sp: u64,
-    fp: u64,
-    /// The interpreter keeps the bcp here while it runs (its frame slot is then stale).
-    r13: u64,
-}
-
-/// Stops the thread `tid`, walks its Java frames, lets it run on.
-fn stop_and_walk(
-    tid: u32,
-    mem: &ProcessMemory,
-    layout: &Layout,
-    cache: &CodeCache,
-    namer: &mut Namer<'_, ProcessMemory>,
-) -> Walk {
-    let pid = Pid::from_raw(tid as i32);
-    ptrace::seize(pid, ptrace::Options::empty()).expect("PTRACE_SEIZE");
-    ptrace::interrupt(pid).expect("PTRACE_INTERRUPT");
-    waitpid(pid, Some(WaitPidFlag::__WALL)).expect("waitpid");
-    let walked = ptrace::getregs(pid).map(|r| {
-        let regs = Regs {
-            pc: r.rip,
-            sp: r.rsp,
-            fp: r.rbp,
-            r13: r.r13,
-        };
-        walk(mem, layout, cache, namer, &regs)
-    });
-    ptrace::detach(pid, None).expect("PTRACE_DETACH");
-    walked.expect("PTRACE_GETREGS")
-}
-
-/// The walk the kernel half will do, from the stopped registers:
-/// - a PC outside the code cache is native (the end here; the kernel's tables go on);
-/// - the PC's blob (segment map): the interpreter → Method* at fp-24, bcp in r13 (top) or at
-///   fp-64, caller: pc [fp+8], fp [fp], sp the sender-sp slot [fp-8] (a c2i adapter may
-///   have extended the caller's frame, so not fp+16);
-/// - an nmethod → (nmethod, pc offset), caller: sp + frame size, return address just below
-///   it, saved rbp below that; a return address at the deopt handler means the real PC is
-///   at sp + orig_pc_offset;
-/// - the call stub's return address ends it; other stubs step by their frame size or rbp.
-fn walk(
-    mem: &ProcessMemory,
-    layout: &Layout,
-    cache: &CodeCache,
-    namer: &mut Namer<'_, ProcessMemory>,
-    regs: &Regs,
-) -> Walk {
-    let mut frames = Vec::new();
-    let end = match walk_into(mem, layout, cache, namer, regs, &mut frames) {
-        Ok(end) => end,
-        Err(e) => End::Broken(e),
-    };
-    Walk { frames, end }
-}
-
-fn walk_into(
-    mem: &ProcessMemory,
-    layout: &Layout,
-    cache: &CodeCache,
-    namer: &mut Namer<'_, ProcessMemory>,
-    regs: &Regs,
-    frames: &mut Vec<JavaFrame>,
-) -> Result<End, String> {
-    let read = |at: u64| mem.read_u64(at).map_err(|e| e.to_string());
-    let slot = |fp: u64, off: i8| read(fp.wrapping_add_signed(i64::from(off)));
-    let i = &layout.interpreter;
-    let (mut pc, mut sp, mut fp) = (regs.pc, regs.sp, regs.fp);
-    for depth in 0..64 {
-        let top = depth == 0;
-        if !cache.contains(pc) {
-            return Ok(End::Native);
-        }
-        if pc == cache.call_stub_return {
-            return Ok(End::CallStub);
-        }
-        let blob = cache
-            .blob_at(mem, layout, pc)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("no blob at {pc:#x}"))?;
-        let compiled = match blob.kind {
-            BlobKind::Nmethod {
-                compile_id, level, ..
-            } => Some((compile_id, Tier::of_level(level))),
-            BlobKind::NativeNmethod { compile_id } => Some((compile_id, Tier::Native)),
-            _ => None,
-        };
-        if blob.kind == BlobKind::Interpreter {
-            let method = slot(fp, i.method)?;
-            let bcp = if top { regs.r13 } else { slot(fp, i.bcp)? };
-            let cm = namer.const_method(method).map_err(|e| e.to_string())?;
-            let bci = bcp as i64 - (cm + u64::from(layout.method.cm_size)) as i64;
-            let bci = i32::try_from(bci).map_err(|_| format!("bcp {bcp:#x}"))?;
-            frames.push(namer.interpreted(method, bci).map_err(|e| e.to_string())?);
-            sp = slot(fp, i.sender_sp)?;
-            (pc, fp) = (read(fp + 8)?, read(fp)?);
-        } else if let Some((compile_id, tier)) = compiled {
-            if top && pc < blob.frame_complete {
-                return Ok(End::Prologue);
-            }
-            let mut at = pc;
-            if !top && Some(pc) == blob.deopt_handler {
-                at = read(sp.wrapping_add_signed(blob.orig_pc_offset.unwrap_or(0)))?;
-            }
-            let kind = if top {
-                PcKind::Stopped
-            } else {
-                PcKind::ReturnAddress
-            };
-            let offset = u32::try_from(at.wrapping_sub(blob.code_begin))
-                .map_err(|_| format!("pc {at:#x} before its code"))?;
-            let named = namer
-                .compiled(blob.addr, compile_id, tier, offset, kind)
-                .map_err(|e| e.to_string())?;
-            frames.extend(named);
-            sp += blob.frame_size;
-            (pc, fp) = (read(sp - 8)?, read(sp - 16)?);
-        } else if blob.frame_size > 0 {
-            sp += blob.frame_size;
-            (pc, fp) = (read(sp - 8)?, read(sp - 16)?);
-        } else {
-            sp = fp + 16;
-            (pc, fp) = (read(fp + 8)?, read(fp)?);
-        }
-    }
-    Err("more than 64 frames".into())
-}
-
 /// What the stops saw.
 #[derive(Debug, Default)]
 struct Tally {
@@ -319,6 +167,10 @@ struct Tally {
     /// Stops in native code (libjvm, libc): nothing for this walk to do.
     native_top: u32,
     prologue: u32,
+    /// Complete walks ending in a Java method the VM called (not main): that method.
+    nested: Vec<String>,
+    /// Complete walks whose top compiled frame was in its epilogue.
+    epilogue: u32,
     /// Walks that stopped on something that did not check out: how many, the first few.
     broken: u32,
     why: Vec<String>,
@@ -327,7 +179,7 @@ struct Tally {
 impl Tally {
     fn broken(&mut self, why: String) {
         self.broken += 1;
-        if self.why.len() < 5 {
+        if self.why.len() < 40 {
             self.why.push(why);
         }
     }
@@ -606,4 +458,83 @@ fn interpreted_middle_between_compiled_frames() {
             );
         }
     });
+}
+
+#[test]
+fn library_code_walks_to_main() {
+    on_each_jdk_class("fixture.Library", |jvm| {
+        let pid = jvm.child.id();
+        let tid = main_thread(pid);
+        let layout = layout_of(jvm);
+        let mem = ProcessMemory::new(pid);
+        let cache = CodeCache::read(&mem, &layout)
+            .expect("read")
+            .expect("heaps");
+        let mut namer = Namer::new(&mem, &layout);
+        let mut tally = Tally::default();
+        let mut methods = std::collections::BTreeMap::<String, u32>::new();
+        let mut tiers = std::collections::BTreeMap::<String, u32>::new();
+        let loop_lines = line_in(LIBRARY, "L_LOOP_FIRST")..=line_in(LIBRARY, "L_LOOP_LAST");
+        // 400 stops, each in Java code or not (the time the JIT takes to warm up counts).
+        while tally.stops < 400 {
+            let walk = stop_and_walk(tid, &mem, &layout, &cache, &mut namer);
+            tally.stops += 1;
+            match &walk.end {
+                End::CallStub => {
+                    tally.complete += 1;
+                    tally.epilogue += u32::from(walk.epilogue);
+                    let last = walk.frames.last().expect("frames");
+                    if last.method == "fixture.Library.main" {
+                        assert!(loop_lines.contains(&last.line.expect("a line")), "{last:?}");
+                    } else {
+                        // Java called from the VM through the call stub (a class's static
+                        // initialiser run on first use); the native frames go on below.
+                        tally.nested.push(last.method.clone());
+                    }
+                    for f in &walk.frames {
+                        *methods.entry(f.method.clone()).or_default() += 1;
+                        let tier =
+                            format!("{:?}{}", f.tier, if f.inlined { " inlined" } else { "" });
+                        *tiers.entry(tier).or_default() += 1;
+                    }
+                }
+                End::Native if walk.frames.is_empty() => tally.native_top += 1,
+                End::Native => tally.broken(format!("native after {:?}", walk.names())),
+                End::Prologue => tally.prologue += 1,
+                End::Broken(why) => tally.broken(why.clone()),
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let java_top = tally.stops - tally.native_top;
+        eprintln!("JDK {}: {tally:?}\ntiers {tiers:?}", jvm.major);
+        let mut top: Vec<_> = methods.iter().collect();
+        top.sort_by_key(|(_, n)| std::cmp::Reverse(**n));
+        eprintln!(
+            "methods (in complete walks): {:?}",
+            &top[..top.len().min(25)]
+        );
+        // Nearly every stop in Java code walks to main through the JDK's own code.
+        assert!(
+            tally.complete * 100 >= java_top * 90,
+            "{} of {java_top} stops in Java code walked to main: {tally:?}",
+            tally.complete
+        );
+        for want in [
+            "java.util.TimSort.",
+            "java.util.regex.",
+            "java.util.Formatter.",
+        ] {
+            assert!(
+                methods.keys().any(|m| m.starts_with(want)),
+                "no {want}* in {methods:?}"
+            );
+        }
+    });
+}
+
+fn on_each_jdk_class(class: &str, body: impl Fn(&Jvm)) {
+    for (major, home) in jdks() {
+        let jvm = start_class(major, home, class, &[]);
+        body(&jvm);
+    }
 }
