@@ -263,7 +263,7 @@ pub fn read_blob<M: Memory + ?Sized>(
 mod tests {
     use super::*;
     use crate::runtimes::{
-        hotspot::{layout::JvmVersion, testdata::jdk17_tables},
+        hotspot::{testdata::jdk17_tables, version::JvmVersion},
         python::process::fake::FakeMemory,
     };
 

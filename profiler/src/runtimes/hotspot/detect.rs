@@ -5,7 +5,8 @@
 use object::{Object, ObjectSymbol};
 
 use super::{
-    layout::{JvmVersion, Layout, Unsupported, read_version},
+    layout::{Layout, Unsupported},
+    version::{JvmVersion, read_version},
     vmstructs::{ENTRY_WORDS, Exports, ReadTablesError, TABLES, TablesError, VmStructs},
 };
 use crate::{

@@ -3,33 +3,9 @@
 //! few facts VMStructs does not export (interpreter frame slots on x86_64, the line table's
 //! flag bit on 25) are constants of this file, listed in [`Layout::derived`].
 
+use super::version::JvmVersion;
 use super::vmstructs::{Field, VmStructs};
 use crate::runtimes::python::process::{Memory, ReadError};
-
-/// The JVM's version, from `Abstract_VM_Version`'s statics.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JvmVersion {
-    pub major: u32,
-    pub minor: u32,
-    pub security: u32,
-    pub build: u32,
-    /// `_s_vm_release`, e.g. `17.0.15+6-Debian-1deb12u1`.
-    pub release: String,
-}
-
-impl std::fmt::Display for JvmVersion {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.release.is_empty() {
-            write!(
-                f,
-                "{}.{}.{}+{}",
-                self.major, self.minor, self.security, self.build
-            )
-        } else {
-            f.write_str(&self.release)
-        }
-    }
-}
 
 /// Why a HotSpot build is not walked: one line for the user.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -464,45 +440,6 @@ impl Layout {
             derived,
         })
     }
-}
-
-/// The statics that give the version (read from the live process: `_s_vm_release` is a
-/// pointer into libjvm's strings).
-pub fn read_version<M: Memory + ?Sized>(
-    mem: &M,
-    t: &VmStructs,
-) -> Result<Result<JvmVersion, Unsupported>, ReadError> {
-    let r = Reader {
-        t,
-        version: "(version unknown)".into(),
-    };
-    let int = |f: &str| -> Result<Result<u32, Unsupported>, ReadError> {
-        let Ok(at) = r.static_("Abstract_VM_Version", f) else {
-            return Ok(Err(r.missing(format!("Abstract_VM_Version::{f}"))));
-        };
-        let mut b = [0u8; 4];
-        mem.read(at, &mut b)?;
-        Ok(Ok(u32::from_le_bytes(b)))
-    };
-    let major = match int("_vm_major_version")? {
-        Ok(v) => v,
-        Err(e) => return Ok(Err(e)),
-    };
-    let get = |f| int(f).map(|v| v.unwrap_or(0));
-    let release = match r.static_("Abstract_VM_Version", "_s_vm_release") {
-        Ok(at) => match mem.read_u64(at)? {
-            0 => String::new(),
-            p => super::vmstructs::read_cstr(mem, p, 128)?,
-        },
-        Err(_) => String::new(),
-    };
-    Ok(Ok(JvmVersion {
-        major,
-        minor: get("_vm_minor_version")?,
-        security: get("_vm_security_version")?,
-        build: get("_vm_build_number")?,
-        release,
-    }))
 }
 
 #[cfg(test)]

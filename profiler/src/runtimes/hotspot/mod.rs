@@ -10,9 +10,11 @@ pub mod naming;
 pub mod stream;
 #[cfg(test)]
 pub(crate) mod testdata;
+pub mod version;
 pub mod vmstructs;
 
 pub use code::{Blob, BlobKind, CodeCache, MAX_SEGMAP_HOPS};
 pub use detect::{DetectError, Detection, NotWalked, detect, detect_in};
-pub use layout::{JvmVersion, Layout, Unsupported};
+pub use layout::{Layout, Unsupported};
 pub use naming::{JavaFrame, LineKind, MethodInfo, Namer, PcKind, Tier};
+pub use version::JvmVersion;
