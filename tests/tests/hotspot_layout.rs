@@ -16,10 +16,8 @@ use std::{
 };
 
 use profiler::runtimes::{
-    hotspot::{
-        self, BlobKind, CodeCache, Detection, JavaFrame, Layout, LineKind, Namer, PcKind, Tier,
-    },
-    python::{Memory, ProcessMemory},
+    hotspot::{self, BlobKind, CodeCache, Detection, JavaFrame, Layout, LineKind, Namer, Tier},
+    python::ProcessMemory,
 };
 
 mod hotspot_walk;

@@ -284,7 +284,7 @@ mod tests {
     /// One heap of 128-byte segments: a free segment 0, blob A over segments 1..=40 (a
     /// segment map that counts back in steps of at most 31, as HotSpot writes it), blob B
     /// (freed) at 41.
-    fn heap(m: &mut FakeMemory, l: &Layout) -> CodeCache {
+    fn heap(m: &mut FakeMemory) -> CodeCache {
         let mut map = vec![FREE_SEGMENT; 64];
         map[1] = 0;
         for (i, tag) in map.iter_mut().enumerate().take(41).skip(2) {
@@ -314,7 +314,6 @@ mod tests {
         let mut name = b"nmethod\0".to_vec();
         name.resize(MAX_BLOB_NAME, 0);
         m.put(0x5000_0000, &name);
-        let _ = l;
         CodeCache {
             heaps: vec![CodeHeap {
                 memory: LOW..LOW + 64 * 128,
@@ -332,7 +331,7 @@ mod tests {
     fn segment_map_finds_the_blob() {
         let l = layout17();
         let mut m = FakeMemory::default();
-        let cache = heap(&mut m, &l);
+        let cache = heap(&mut m);
         let a = LOW + 128 + 16;
         // Every PC inside blob A (hops: up to 2 here) finds its start.
         for pc in [LOW + 128 + 20, LOW + 32 * 128 + 5, LOW + 41 * 128 - 1] {
@@ -365,7 +364,7 @@ mod tests {
     fn hops_are_bounded() {
         let l = layout17();
         let mut m = FakeMemory::default();
-        let mut cache = heap(&mut m, &l);
+        let mut cache = heap(&mut m);
         // 40 segments each pointing one back: 39 hops, more than the bound.
         let mut map = vec![1u8; 64];
         map[0] = 0;

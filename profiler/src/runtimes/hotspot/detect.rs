@@ -99,9 +99,12 @@ pub fn detect_in<M: Memory + ?Sized>(
         Err(ReadTablesError::Read(e)) => return Err(read_err(e)),
         Err(ReadTablesError::Tables(e)) => return Ok(unsupported(e.into())),
     };
-    let version = match read_version(mem, &tables).map_err(read_err)? {
-        Ok(v) => v,
-        Err(e) => return Ok(unsupported(e.into())),
+    let Some(version) = read_version(mem, &tables).map_err(read_err)? else {
+        let reason = Unsupported::Missing {
+            version: "(version unknown)".into(),
+            what: "Abstract_VM_Version::_vm_major_version".into(),
+        };
+        return Ok(unsupported(reason.into()));
     };
     Ok(match Layout::from_tables(&tables, version.clone()) {
         Ok(layout) => Detection::Found {

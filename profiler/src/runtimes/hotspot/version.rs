@@ -1,9 +1,6 @@
 //! The JVM's version, from `Abstract_VM_Version`'s statics in the live process.
 
-use super::{
-    layout::Unsupported,
-    vmstructs::{VmStructs, read_cstr},
-};
+use super::vmstructs::{VmStructs, read_cstr};
 use crate::runtimes::python::process::{Memory, ReadError};
 
 /// The JVM's version, from `Abstract_VM_Version`'s statics.
@@ -32,12 +29,12 @@ impl std::fmt::Display for JvmVersion {
 }
 
 /// The version statics of the JVM whose tables are `t` (read from the process:
-/// `_s_vm_release` points into libjvm's strings). A missing major version is a reason not to
-/// walk; the other parts are 0 when missing.
+/// `_s_vm_release` points into libjvm's strings). `None` without a major version; the other
+/// parts are 0 when missing.
 pub fn read_version<M: Memory + ?Sized>(
     mem: &M,
     t: &VmStructs,
-) -> Result<Result<JvmVersion, Unsupported>, ReadError> {
+) -> Result<Option<JvmVersion>, ReadError> {
     let at = |f: &str| {
         t.field("Abstract_VM_Version", f)
             .filter(|f| f.is_static)
@@ -50,10 +47,7 @@ pub fn read_version<M: Memory + ?Sized>(
         Ok(Some(u32::from_le_bytes(b)))
     };
     let Some(major) = int("_vm_major_version")? else {
-        return Ok(Err(Unsupported::Missing {
-            version: "(version unknown)".into(),
-            what: "Abstract_VM_Version::_vm_major_version".into(),
-        }));
+        return Ok(None);
     };
     let release = match at("_s_vm_release") {
         Some(addr) => match mem.read_u64(addr)? {
@@ -62,7 +56,7 @@ pub fn read_version<M: Memory + ?Sized>(
         },
         None => String::new(),
     };
-    Ok(Ok(JvmVersion {
+    Ok(Some(JvmVersion {
         major,
         minor: int("_vm_minor_version")?.unwrap_or(0),
         security: int("_vm_security_version")?.unwrap_or(0),
@@ -104,14 +98,10 @@ mod tests {
         let mut s = b"17.0.15+6-Debian-1deb12u1\0".to_vec();
         s.resize(128, 0);
         m.put(0x2000, &s);
-        let v = read_version(&m, &t).unwrap().unwrap();
+        let v = read_version(&m, &t).unwrap().expect("a version");
         assert_eq!((v.major, v.minor, v.security, v.build), (17, 0, 15, 6));
         assert_eq!(v.to_string(), "17.0.15+6-Debian-1deb12u1");
         t.fields.clear();
-        let err = read_version(&m, &t).unwrap().unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "HotSpot (version unknown): Abstract_VM_Version::_vm_major_version is missing from VMStructs"
-        );
+        assert_eq!(read_version(&m, &t).unwrap(), None);
     }
 }
