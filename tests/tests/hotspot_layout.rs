@@ -167,6 +167,8 @@ struct Tally {
     prologue: u32,
     /// Complete walks ending in a Java method the VM called (not main): that method.
     nested: Vec<String>,
+    /// Complete walks ending in main with no line (see the library test).
+    method_only: u32,
     /// Complete walks whose top compiled frame was in its epilogue.
     epilogue: u32,
     /// Walks that stopped on something that did not check out: how many, the first few.
@@ -483,7 +485,16 @@ fn library_code_walks_to_main() {
                     tally.epilogue += u32::from(walk.epilogue);
                     let last = walk.frames.last().expect("frames");
                     if last.method == "fixture.Library.main" {
-                        assert!(loop_lines.contains(&last.line.expect("a line")), "{last:?}");
+                        match last.line {
+                            Some(line) => assert!(loop_lines.contains(&line), "{last:?}"),
+                            // On-stack-replaced main stopped past its last debug point (C2
+                            // puts cold paths at the end): named, no line.
+                            None => {
+                                assert_eq!(last.line_kind, LineKind::None, "{last:?}");
+                                assert_ne!(last.tier, Tier::Interpreted, "{last:?}");
+                                tally.method_only += 1;
+                            }
+                        }
                     } else {
                         // Java called from the VM through the call stub (a class's static
                         // initialiser run on first use); the native frames go on below.
