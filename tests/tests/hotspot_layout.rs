@@ -5,7 +5,8 @@
 //! to find each PC's blob) and names them with `profiler::runtimes::hotspot` (layout read
 //! from the live VMStructs, names and lines from metaspace). The chain leaf > middle > top >
 //! main must come out exactly, with file and lines: all interpreted (`-Xint`), with middle and
-//! leaf inlined into C2-compiled top, and with an interpreted middle between compiled frames.
+//! leaf inlined into C2-compiled top, and with an interpreted middle between compiled frames;
+//! and stops in the JDK's own library code (`Library.java`) must nearly all walk to main.
 
 use std::{
     io::{BufRead, BufReader},

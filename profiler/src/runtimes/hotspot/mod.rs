@@ -39,10 +39,13 @@
 //! - no PcDesc (a return address with none, or code with no polls, e.g. SerialGC's counted
 //!   loops): the nmethod's method only, no line (`LineKind::None`).
 //! Measured with the test's stops of the JDK's library code (`Library.java`: regex, TimSort,
-//! String.format; 400 stops, default flags): of the stops in Java code, 95–97 % walked to the
-//! call stub on 17 and 25; 1–2 % had the top compiled frame in its prologue (truncated), 1–2
-//! % broke (top-frame cases left: a PC in an nmethod's stub section, an interpreted frame
-//! still being built).
+//! String.format; default flags): of the stops in Java code, 95–97 % walked to the call
+//! stub in the first 400 stops from start (warm-up: interpreted and C1 code, compiles) and
+//! 99.2 % (17: 935 of 942; 25: 918 of 925) in 1000 stops after 3 s; the rest: the top
+//! compiled frame in its prologue (truncated) or an interpreted frame still being built.
+//! Top frames after warm-up against JFR's `jdk.ExecutionSample` (another run of 8 s, JDK 17,
+//! main thread): `TimSort.mergeHi` 33 % / 36 %, `mergeLo` 25 / 25, `binarySort` 21 / 14,
+//! `Integer.compare` 10 / 10 (JFR's run includes its warm-up; not yet an acceptance check).
 //!
 //! What the kernel walk must read per frame (bytes from the registers of the frame):
 //! - PC outside the code cache bounds → native: the `.eh_frame` walker goes on. PC ==
