@@ -38,6 +38,7 @@
 //!   a PC in inlined code between polls may be attributed to the caller's scope;
 //! - no PcDesc (a return address with none, or code with no polls, e.g. SerialGC's counted
 //!   loops): the nmethod's method only, no line (`LineKind::None`).
+//!
 //! Measured with the test's stops of the JDK's library code (`Library.java`: regex, TimSort,
 //! String.format; default flags): of the stops in Java code, 95–97 % walked to the call
 //! stub in the first 400 stops from start (warm-up: interpreted and C1 code, compiles) and
@@ -66,6 +67,7 @@
 //!   before `code + _frame_complete_offset`: the prologue, mark truncated. A return address
 //!   equal to the deopt handler: the real PC is at `[sp + _orig_pc_offset]`.
 //! - stubs: step by their frame size when it is not 0, else by rbp.
+//!
 //! A JVM whose heaps are not created yet (`CodeCache::_heaps` null) is read again later.
 
 pub mod code;
