@@ -81,8 +81,7 @@ fn jdks() -> Vec<(u32, &'static str)> {
 fn classes() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("hotspot-layout-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("scratch dir");
+        let dir = profiler_tests::scratch("hotspot-classes");
         let src = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/java");
         let out = Command::new(Path::new(JDK17).join("bin/javac"))
             .args(["-g", "-d"])
