@@ -5,7 +5,8 @@
 //! to find each PC's blob) and names them with `profiler::runtimes::hotspot` (layout read
 //! from the live VMStructs, names and lines from metaspace). The chain leaf > middle > top >
 //! main must come out exactly, with file and lines: all interpreted (`-Xint`), with middle and
-//! leaf inlined into C2-compiled top, and with an interpreted middle between compiled frames;
+//! leaf inlined into C2-compiled top, with C1 only (middle inlined into top, leaf on its own),
+//! and with an interpreted middle between compiled frames;
 //! and stops in the JDK's own library code (`Library.java`) must nearly all walk to main.
 
 use std::{
@@ -546,4 +547,54 @@ fn on_each_jdk_class(class: &str, body: impl Fn(&Jvm)) {
         let jvm = start_class(major, home, class, &[]);
         body(&jvm);
     }
+}
+
+#[test]
+fn c1_chain_with_inlining() {
+    let flags = [
+        "-XX:TieredStopAtLevel=1",
+        "-XX:CompileCommand=quiet",
+        "-XX:CompileCommand=exclude,fixture.Chain::main",
+    ];
+    on_each_jdk(&flags, |jvm| {
+        // C1 only: leaf compiled on its own (C1 does not inline it: it is too big), middle
+        // inlined into top; the C1 leaf returns into top's code, where the PcDesc of that
+        // return address names middle (inlined) at its call and top at its own.
+        let (chains, tally) =
+            find_chains(jvm, 5, |f| f[0].tier == Tier::C1 && f[2].tier == Tier::C1);
+        eprintln!(
+            "JDK {}: {tally:?}; the first: {:#?}",
+            jvm.major, chains[0].frames
+        );
+        for c in &chains {
+            let f = &c.frames;
+            assert_eq!(f.len(), 4, "{f:#?}");
+            let exact = LineKind::Exact;
+            check(
+                &f[0],
+                "leaf",
+                Tier::C1,
+                false,
+                &leaf_lines(),
+                LineKind::NextDebugPoint,
+            );
+            check(
+                &f[1],
+                "middle",
+                Tier::C1,
+                true,
+                &[line_of("L_MIDDLE")],
+                exact,
+            );
+            check(&f[2], "top", Tier::C1, false, &[line_of("L_TOP")], exact);
+            check(
+                &f[3],
+                "main",
+                Tier::Interpreted,
+                false,
+                &[line_of("L_MAIN")],
+                exact,
+            );
+        }
+    });
 }
