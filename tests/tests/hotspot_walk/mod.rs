@@ -125,7 +125,12 @@ fn walk_into(
             return Ok(End::Native);
         }
         if pc == cache.call_stub_return {
-            return Ok(End::CallStub);
+            // Stopped right there: no Java frame, the thread is on its native side.
+            return Ok(if frames.is_empty() {
+                End::Native
+            } else {
+                End::CallStub
+            });
         }
         let blob = cache
             .blob_at(mem, layout, pc)
@@ -205,4 +210,33 @@ fn walk_into(
         }
     }
     Err("more than 64 frames".into())
+}
+
+/// What the stops saw.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub stops: u32,
+    /// Walks that reached the call stub.
+    pub complete: u32,
+    /// Stops in native code (libjvm, libc): nothing for this walk to do.
+    pub native_top: u32,
+    pub prologue: u32,
+    /// Complete walks ending in a Java method the VM called (not main): that method.
+    pub nested: Vec<String>,
+    /// Complete walks ending in main past its last debug point (see the library test).
+    pub method_only: u32,
+    /// Complete walks whose top compiled frame was in its epilogue.
+    pub epilogue: u32,
+    /// Walks that stopped on something that did not check out: how many, the first few.
+    pub broken: u32,
+    pub why: Vec<String>,
+}
+
+impl Tally {
+    pub fn broken(&mut self, why: String) {
+        self.broken += 1;
+        if self.why.len() < 5 {
+            self.why.push(why);
+        }
+    }
 }

@@ -33,9 +33,11 @@
 //! - compiled frames below the top (return addresses): **exact**, from the PcDesc at that
 //!   very PC (the call's), inlined methods expanded innermost first, each with its line;
 //! - the top compiled frame: the first debug point at or after the PC
-//!   (`LineKind::NextDebugPoint`, HotSpot's own `pc_desc_near`): debug points are calls
-//!   and safepoint polls, so a hot loop's samples all land on its back-edge poll's line, and
-//!   a PC in inlined code between polls may be attributed to the caller's scope;
+//!   (`LineKind::NextDebugPoint`, HotSpot's own `pc_desc_near`); when that is the end
+//!   sentinel, the last one before the PC (`LineKind::PreviousDebugPoint`: C1 lays a loop's
+//!   header out after its back-edge poll, so most stops in a C1 loop need it). Debug points
+//!   are calls and safepoint polls, so a hot loop's samples all land on its back-edge poll's
+//!   line, and a PC in inlined code between polls may be attributed to a neighbour scope;
 //! - no PcDesc (a return address with none, or code with no polls, e.g. SerialGC's counted
 //!   loops): the nmethod's method only, no line (`LineKind::None`).
 //!

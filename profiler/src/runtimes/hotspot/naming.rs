@@ -52,6 +52,8 @@ pub enum LineKind {
     /// A compiled frame's stopped PC: the next debug point after it (HotSpot's own
     /// `pc_desc_near` rule; compiled code only records bcis at safepoints and calls).
     NextDebugPoint,
+    /// A compiled frame's stopped PC with no debug point after it: the last one before it.
+    PreviousDebugPoint,
     /// No line: no scope describes the PC (the method only), or the class has no table.
     None,
 }
@@ -347,15 +349,28 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
     ) -> Result<Vec<JavaFrame>, ReadError> {
         let info = self.nmethod(nmethod, compile_id)?;
         let off = pc_offset as i64;
-        let desc = match pc {
+        let scoped = |(p, scope): &&(i32, i32)| *p >= 0 && *scope > 0;
+        let (desc, kind) = match pc {
             // The PcDesc recorded for this very return address (the call's).
-            PcKind::ReturnAddress => info.pcs.iter().find(|(p, _)| i64::from(*p) == off),
-            // HotSpot's `pc_desc_near`: the first debug point at or after the PC.
-            PcKind::Stopped => info.pcs.iter().find(|(p, _)| i64::from(*p) >= off),
-        };
-        let kind = match pc {
-            PcKind::ReturnAddress => LineKind::Exact,
-            PcKind::Stopped => LineKind::NextDebugPoint,
+            PcKind::ReturnAddress => (
+                info.pcs.iter().find(|(p, _)| i64::from(*p) == off),
+                LineKind::Exact,
+            ),
+            // HotSpot's `pc_desc_near`: the first debug point at or after the PC; when that
+            // is the end sentinel (no scope: the PC is in code laid out after the last
+            // debug point, e.g. C1's loop header after its back-edge poll), the last one
+            // before it.
+            PcKind::Stopped => match info.pcs.iter().find(|(p, _)| i64::from(*p) >= off) {
+                Some(d) if d.1 > 0 => (Some(d), LineKind::NextDebugPoint),
+                _ => (
+                    info.pcs
+                        .iter()
+                        .rev()
+                        .filter(|(p, _)| i64::from(*p) < off)
+                        .find(scoped),
+                    LineKind::PreviousDebugPoint,
+                ),
+            },
         };
         let chain = desc.filter(|(_, scope)| *scope > 0).and_then(|(_, scope)| {
             scope_chain(
@@ -567,6 +582,17 @@ mod tests {
                 ("fixture.Chain.leaf", Some(6), true, near),
                 ("fixture.Chain.middle", Some(11), false, near)
             ]
+        );
+        // Stopped past the last debug point: the one before it.
+        let fs = n.compiled(NM, 42, Tier::C2, 0x50, PcKind::Stopped).unwrap();
+        assert_eq!(fs.len(), 1);
+        assert_eq!(
+            (fs[0].method.as_str(), fs[0].line, fs[0].line_kind),
+            (
+                "fixture.Chain.middle",
+                Some(11),
+                LineKind::PreviousDebugPoint
+            )
         );
         // A return address is looked up exactly.
         let fs = n
