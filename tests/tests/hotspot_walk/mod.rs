@@ -94,16 +94,25 @@ fn walk(
     regs: &Regs,
 ) -> Walk {
     let mut frames = Vec::new();
-    let mut epilogue = false;
-    let end = match walk_into(mem, layout, cache, namer, regs, &mut frames, &mut epilogue) {
+    let mut notes = Notes::default();
+    let end = match walk_into(mem, layout, cache, namer, regs, &mut frames, &mut notes) {
         Ok(end) => end,
-        Err(e) => End::Broken(e),
+        Err(e) => End::Broken(format!("{e} ({})", notes.at)),
     };
     Walk {
         frames,
         end,
-        epilogue,
+        epilogue: notes.epilogue,
     }
+}
+
+/// What a walk noticed on the way.
+#[derive(Default)]
+struct Notes {
+    /// The top compiled frame was in its epilogue.
+    epilogue: bool,
+    /// The frame being stepped (for a broken walk's message).
+    at: String,
 }
 
 fn walk_into(
@@ -113,7 +122,7 @@ fn walk_into(
     namer: &mut Namer<'_, ProcessMemory>,
     regs: &Regs,
     frames: &mut Vec<JavaFrame>,
-    epilogue: &mut bool,
+    notes: &mut Notes,
 ) -> Result<End, String> {
     let read = |at: u64| mem.read_u64(at).map_err(|e| e.to_string());
     let slot = |fp: u64, off: i8| read(fp.wrapping_add_signed(i64::from(off)));
@@ -136,6 +145,7 @@ fn walk_into(
             .blob_at(mem, layout, pc)
             .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("no blob at {pc:#x}"))?;
+        notes.at = format!("frame {depth} in {}, fp {fp:#x}, sp {sp:#x}", blob.name);
         let compiled = match blob.kind {
             BlobKind::Nmethod {
                 compile_id, level, ..
@@ -194,7 +204,7 @@ fn walk_into(
                 // it through the call stub): a top frame whose frame-size step leaves it
                 // was stopped in its epilogue, its frame popped, rbp restored, the return
                 // address on top of the stack.
-                *epilogue = true;
+                notes.epilogue = true;
                 (sp, pc) = (sp + 8, read(sp)?);
             } else {
                 return Err(format!(

@@ -46,8 +46,10 @@
 //! String.format; default flags): of the stops in Java code, 95–97 % walked to the call
 //! stub in the first 400 stops from start (warm-up: interpreted and C1 code, compiles) and
 //! 98–99.5 % in 1000 stops after 3 s (17: 938 of 943; 25: 907 of 928); the rest: the top
-//! compiled frame in its prologue (truncated), or reads at a tiny address (an interpreted
-//! frame still being built, not yet understood). Top frames after warm-up against JFR's
+//! compiled frame in its prologue (truncated); a top PC in a `StubRoutines` stub (frame size
+//! 0) whose rbp is no frame pointer (seen: fp 0x40; the walk must check fp against sp); an
+//! interpreted frame still being built; and the frame below the top one returning outside
+//! the code cache (not yet understood). Top frames after warm-up against JFR's
 //! `jdk.ExecutionSample` (another run of 8 s, JDK 17, main thread): `TimSort.mergeHi` 33 % /
 //! 36 %, `mergeLo` 23 / 25, `binarySort` 18 / 14, `Integer.compare` 12 / 10, `Arrays.sort`
 //! 3 / 4 (JFR's run includes its warm-up; not yet an acceptance check).
@@ -70,7 +72,8 @@
 //!   outside it was stopped in its epilogue, frame popped, return address at `[sp]`. Top PC
 //!   before `code + _frame_complete_offset`: the prologue, mark truncated. A return address
 //!   equal to the deopt handler: the real PC is at `[sp + _orig_pc_offset]`.
-//! - stubs: step by their frame size when it is not 0, else by rbp.
+//! - stubs: step by their frame size when it is not 0, else by rbp, which must point into
+//!   the stack above sp (a top PC in a stub may have rbp as a general register).
 //!
 //! A JVM whose heaps are not created yet (`CodeCache::_heaps` null) is read again later.
 
