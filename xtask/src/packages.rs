@@ -87,6 +87,17 @@ pub const TEST: &[Need] = &[
         package: "nodejs",
         probe: || runs("node", &["--version"]),
     },
+    Need {
+        what: "Java 17 (the HotSpot layout and naming test: tests/tests/hotspot_layout.rs \
+               runs Debian's JDK 17 by its path and compiles its fixture with its javac)",
+        package: "openjdk-17-jdk-headless",
+        probe: || {
+            runs(
+                "/usr/lib/jvm/java-17-openjdk-amd64/bin/javac",
+                &["-version"],
+            )
+        },
+    },
 ];
 
 /// A statically linked busybox (the guests' shell and tools).

@@ -2,7 +2,7 @@
 //! project's table of opened files and parsed with `object`: what every runtime's
 //! detection starts with.
 
-use object::ReadCache;
+use object::{Object, ObjectSegment, ReadCache};
 
 use crate::modules::{ElfFiles, MapEntry, Mapping, ReadAt};
 
@@ -44,6 +44,21 @@ pub fn with_elf<T>(
             } else {
                 why
             },
+        })
+    })
+}
+
+/// Runtime address minus virtual address of the file `mapping` maps, from the load segment
+/// holding the mapping's file offset; `None` when no segment holds it.
+pub fn load_bias<'d, O: Object<'d>>(obj: &O, mapping: &Mapping) -> Option<u64> {
+    obj.segments().find_map(|s| {
+        let (offset, size) = s.file_range();
+        let holds = mapping.offset >= offset & !0xfff && mapping.offset < offset + size;
+        holds.then(|| {
+            mapping
+                .start
+                .wrapping_sub(mapping.offset)
+                .wrapping_sub(s.address().wrapping_sub(offset))
         })
     })
 }

@@ -7,6 +7,7 @@
 //! the user-space halves; Python is the first.
 
 pub mod elf;
+pub mod hotspot;
 pub mod libc;
 pub mod python;
 pub mod v8;
