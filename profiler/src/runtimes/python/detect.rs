@@ -4,7 +4,7 @@
 
 use std::{ops::Range, sync::Arc};
 
-use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use profiler_common::python::PythonOffsets;
 
 use super::{
@@ -14,7 +14,7 @@ use super::{
 };
 use crate::{
     modules::{Mapping, exec_mappings},
-    runtimes::elf::{ElfError, with_elf},
+    runtimes::elf::{ElfError, load_bias, with_elf},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -254,21 +254,6 @@ fn inspect<'d, O: Object<'d>>(
     }
     let build_id = obj.build_id().ok().flatten().map(<[u8]>::to_vec);
     Ok(Ok((version, build_id, bias, symbols)))
-}
-
-/// Runtime address minus virtual address, from the load segment holding the mapping's
-/// file offset.
-fn load_bias<'d, O: Object<'d>>(obj: &O, mapping: &Mapping) -> Option<u64> {
-    obj.segments().find_map(|s| {
-        let (offset, size) = s.file_range();
-        let holds = mapping.offset >= offset & !0xfff && mapping.offset < offset + size;
-        holds.then(|| {
-            mapping
-                .start
-                .wrapping_sub(mapping.offset)
-                .wrapping_sub(s.address().wrapping_sub(offset))
-        })
-    })
 }
 
 /// The symbols we look for, by name: `.symtab` first (locals and `.cold` parts), then
