@@ -298,10 +298,42 @@ fn live_layout_and_code_cache() {
     });
 }
 
-#[test]
-fn interpreted_chain_named_exactly() {
-    on_each_jdk(&["-Xint"], |jvm| {
-        let (chains, tally) = find_chains(jvm, 5, |_| true);
+/// What one frame of the fixture's chain must be: `tier` `None` takes either compiler's.
+struct Want {
+    method: &'static str,
+    tier: Option<Tier>,
+    inlined: bool,
+    lines: Vec<u32>,
+    kind: LineKind,
+}
+
+fn want(method: &'static str, tier: Tier, inlined: bool, kind: LineKind) -> Want {
+    let lines = match method {
+        "leaf" => leaf_lines(),
+        "middle" => vec![line_of("L_MIDDLE")],
+        "top" => vec![line_of("L_TOP")],
+        _ => vec![line_of("L_MAIN")],
+    };
+    Want {
+        method,
+        tier: Some(tier),
+        inlined,
+        lines,
+        kind,
+    }
+}
+
+/// On each JDK run with `flags`: the first chains `accept` takes are leaf, middle, top, main
+/// as `wants` says, frame by frame; `leaf_line`: at least one names leaf's line (most stops
+/// are in its loop, whose back-edge poll gives the line).
+fn chains_are(
+    flags: &[&str],
+    accept: impl Fn(&[JavaFrame]) -> bool,
+    wants: [Want; 4],
+    leaf_line: bool,
+) {
+    on_each_jdk(flags, |jvm| {
+        let (chains, tally) = find_chains(jvm, 5, &accept);
         eprintln!(
             "JDK {}: {tally:?}; the first: {:#?}",
             jvm.major, chains[0].frames
@@ -309,41 +341,29 @@ fn interpreted_chain_named_exactly() {
         for c in &chains {
             let f = &c.frames;
             assert_eq!(f.len(), 4, "{f:#?}");
-            let exact = LineKind::Exact;
-            check(
-                &f[0],
-                "leaf",
-                Tier::Interpreted,
-                false,
-                &leaf_lines(),
-                exact,
-            );
-            check(
-                &f[1],
-                "middle",
-                Tier::Interpreted,
-                false,
-                &[line_of("L_MIDDLE")],
-                exact,
-            );
-            check(
-                &f[2],
-                "top",
-                Tier::Interpreted,
-                false,
-                &[line_of("L_TOP")],
-                exact,
-            );
-            check(
-                &f[3],
-                "main",
-                Tier::Interpreted,
-                false,
-                &[line_of("L_MAIN")],
-                exact,
+            for (frame, w) in f.iter().zip(&wants) {
+                let tier = w.tier.unwrap_or(frame.tier);
+                check(frame, w.method, tier, w.inlined, &w.lines, w.kind);
+            }
+        }
+        if leaf_line {
+            assert!(
+                chains.iter().any(|c| c.frames[0].line.is_some()),
+                "{chains:#?}"
             );
         }
     });
+}
+
+#[test]
+fn interpreted_chain_named_exactly() {
+    let exact = |m| want(m, Tier::Interpreted, false, LineKind::Exact);
+    chains_are(
+        &["-Xint"],
+        |_| true,
+        [exact("leaf"), exact("middle"), exact("top"), exact("main")],
+        false,
+    );
 }
 
 #[test]
@@ -352,39 +372,19 @@ fn inlined_into_c2_under_interpreted_main() {
         "-XX:CompileCommand=quiet",
         "-XX:CompileCommand=exclude,fixture.Chain::main",
     ];
-    on_each_jdk(&flags, |jvm| {
-        // top compiled by C2 with middle and leaf inlined (C1 code comes first: wait).
-        let (chains, tally) = find_chains(jvm, 5, |f| {
-            f[2].tier == Tier::C2 && f[0].inlined && f[1].inlined
-        });
-        eprintln!(
-            "JDK {}: {tally:?}; the first: {:#?}",
-            jvm.major, chains[0].frames
-        );
-        for c in &chains {
-            let f = &c.frames;
-            assert_eq!(f.len(), 4, "{f:#?}");
-            let near = LineKind::NextDebugPoint;
-            check(&f[0], "leaf", Tier::C2, true, &leaf_lines(), near);
-            check(
-                &f[1],
-                "middle",
-                Tier::C2,
-                true,
-                &[line_of("L_MIDDLE")],
-                near,
-            );
-            check(&f[2], "top", Tier::C2, false, &[line_of("L_TOP")], near);
-            check(
-                &f[3],
-                "main",
-                Tier::Interpreted,
-                false,
-                &[line_of("L_MAIN")],
-                LineKind::Exact,
-            );
-        }
-    });
+    let near = LineKind::NextDebugPoint;
+    // top compiled by C2 with middle and leaf inlined (C1 code comes first: wait).
+    chains_are(
+        &flags,
+        |f| f[2].tier == Tier::C2 && f[0].inlined && f[1].inlined,
+        [
+            want("leaf", Tier::C2, true, near),
+            want("middle", Tier::C2, true, near),
+            want("top", Tier::C2, false, near),
+            want("main", Tier::Interpreted, false, LineKind::Exact),
+        ],
+        false,
+    );
 }
 
 #[test]
@@ -395,53 +395,24 @@ fn interpreted_middle_between_compiled_frames() {
         "-XX:CompileCommand=exclude,fixture.Chain::middle",
         "-XX:CompileCommand=dontinline,fixture.Chain::middle",
     ];
-    on_each_jdk(&flags, |jvm| {
-        // leaf compiled by C2 on its own, called by interpreted middle (an i2c transition),
-        // called by compiled top (c2i: the sender-sp slot) under interpreted main.
-        let (chains, tally) = find_chains(jvm, 5, |f| {
-            f[0].tier == Tier::C2 && f[2].tier != Tier::Interpreted
-        });
-        eprintln!(
-            "JDK {}: {tally:?}; the first: {:#?}",
-            jvm.major, chains[0].frames
-        );
-        for c in &chains {
-            let f = &c.frames;
-            assert_eq!(f.len(), 4, "{f:#?}");
-            let exact = LineKind::Exact;
-            check(
-                &f[0],
-                "leaf",
-                Tier::C2,
-                false,
-                &leaf_lines(),
-                LineKind::NextDebugPoint,
-            );
-            check(
-                &f[1],
-                "middle",
-                Tier::Interpreted,
-                false,
-                &[line_of("L_MIDDLE")],
-                exact,
-            );
-            // top: C1 or C2, at its call of middle (the PcDesc of the return address).
-            check(&f[2], "top", f[2].tier, false, &[line_of("L_TOP")], exact);
-            check(
-                &f[3],
-                "main",
-                Tier::Interpreted,
-                false,
-                &[line_of("L_MAIN")],
-                exact,
-            );
-        }
-        // Most stops are in leaf's loop, whose back-edge poll gives the line.
-        assert!(
-            chains.iter().any(|c| c.frames[0].line.is_some()),
-            "{chains:#?}"
-        );
-    });
+    // leaf compiled by C2 on its own, called by interpreted middle (an i2c transition),
+    // called by compiled top (c2i: the sender-sp slot) under interpreted main; top is C1 or
+    // C2, at its call of middle (the PcDesc of the return address).
+    let exact = LineKind::Exact;
+    chains_are(
+        &flags,
+        |f| f[0].tier == Tier::C2 && f[2].tier != Tier::Interpreted,
+        [
+            want("leaf", Tier::C2, false, LineKind::NextDebugPoint),
+            want("middle", Tier::Interpreted, false, exact),
+            Want {
+                tier: None,
+                ..want("top", Tier::C2, false, exact)
+            },
+            want("main", Tier::Interpreted, false, exact),
+        ],
+        true,
+    );
 }
 
 #[test]
@@ -544,50 +515,19 @@ fn c1_chain_with_inlining() {
         "-XX:CompileCommand=quiet",
         "-XX:CompileCommand=exclude,fixture.Chain::main",
     ];
-    on_each_jdk(&flags, |jvm| {
-        // C1 only: leaf compiled on its own (C1 does not inline it: it is too big), middle
-        // inlined into top; the C1 leaf returns into top's code, where the PcDesc of that
-        // return address names middle (inlined) at its call and top at its own.
-        let (chains, tally) =
-            find_chains(jvm, 5, |f| f[0].tier == Tier::C1 && f[2].tier == Tier::C1);
-        eprintln!(
-            "JDK {}: {tally:?}; the first: {:#?}",
-            jvm.major, chains[0].frames
-        );
-        for c in &chains {
-            let f = &c.frames;
-            assert_eq!(f.len(), 4, "{f:#?}");
-            let exact = LineKind::Exact;
-            check(
-                &f[0],
-                "leaf",
-                Tier::C1,
-                false,
-                &leaf_lines(),
-                LineKind::NextDebugPoint,
-            );
-            check(
-                &f[1],
-                "middle",
-                Tier::C1,
-                true,
-                &[line_of("L_MIDDLE")],
-                exact,
-            );
-            check(&f[2], "top", Tier::C1, false, &[line_of("L_TOP")], exact);
-            check(
-                &f[3],
-                "main",
-                Tier::Interpreted,
-                false,
-                &[line_of("L_MAIN")],
-                exact,
-            );
-        }
-        // Most stops are in leaf's loop, whose back-edge poll gives the line.
-        assert!(
-            chains.iter().any(|c| c.frames[0].line.is_some()),
-            "{chains:#?}"
-        );
-    });
+    // C1 only: leaf compiled on its own (C1 does not inline it: it is too big), middle
+    // inlined into top; the C1 leaf returns into top's code, where the PcDesc of that
+    // return address names middle (inlined) at its call and top at its own.
+    let exact = LineKind::Exact;
+    chains_are(
+        &flags,
+        |f| f[0].tier == Tier::C1 && f[2].tier == Tier::C1,
+        [
+            want("leaf", Tier::C1, false, LineKind::NextDebugPoint),
+            want("middle", Tier::C1, true, exact),
+            want("top", Tier::C1, false, exact),
+            want("main", Tier::Interpreted, false, exact),
+        ],
+        true,
+    );
 }
