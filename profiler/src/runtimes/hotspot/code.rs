@@ -262,21 +262,7 @@ pub fn read_blob<M: Memory + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtimes::{
-        hotspot::{testdata::jdk17_tables, version::JvmVersion},
-        python::process::fake::FakeMemory,
-    };
-
-    fn layout17() -> Layout {
-        let v = JvmVersion {
-            major: 17,
-            minor: 0,
-            security: 15,
-            build: 6,
-            release: String::new(),
-        };
-        Layout::from_tables(&jdk17_tables(), v).expect("layout")
-    }
+    use crate::runtimes::{hotspot::testdata::layout17, python::process::fake::FakeMemory};
 
     const LOW: u64 = 0x7000_0000;
     const SEGMAP: u64 = 0x6000_0000;

@@ -445,21 +445,11 @@ impl Layout {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtimes::hotspot::testdata::{jdk17_tables, jdk25_tables};
-
-    fn v(major: u32) -> JvmVersion {
-        JvmVersion {
-            major,
-            minor: 0,
-            security: 15,
-            build: 6,
-            release: format!("{major}.0.15+6"),
-        }
-    }
+    use crate::runtimes::hotspot::testdata::{jdk17_tables, jdk25_tables, version};
 
     #[test]
     fn jdk17_layout() {
-        let l = Layout::from_tables(&jdk17_tables(), v(17)).expect("complete");
+        let l = Layout::from_tables(&jdk17_tables(), version(17)).expect("complete");
         assert_eq!(l.blob.name, 96);
         assert_eq!(l.blob.code, CodeStart::Pointer { begin: 32 });
         assert_eq!(
@@ -503,7 +493,7 @@ mod tests {
 
     #[test]
     fn jdk25_layout() {
-        let l = Layout::from_tables(&jdk25_tables(), v(25)).expect("complete");
+        let l = Layout::from_tables(&jdk25_tables(), version(25)).expect("complete");
         assert_eq!(l.blob.name, 8);
         assert_eq!(
             l.blob.code,
@@ -553,7 +543,7 @@ mod tests {
         let mut t = jdk17_tables();
         t.fields
             .remove(&("CodeBlob".to_string(), "_frame_size".to_string()));
-        let err = Layout::from_tables(&t, v(17)).unwrap_err();
+        let err = Layout::from_tables(&t, version(17)).unwrap_err();
         assert_eq!(
             err.to_string(),
             "HotSpot 17.0.15+6: CodeBlob::_frame_size is missing from VMStructs"
@@ -561,7 +551,7 @@ mod tests {
         let mut t = jdk17_tables();
         t.fields
             .remove(&("CompiledMethod".to_string(), "_method".to_string()));
-        let err = Layout::from_tables(&t, v(17)).unwrap_err();
+        let err = Layout::from_tables(&t, version(17)).unwrap_err();
         assert_eq!(
             err.to_string(),
             "HotSpot 17.0.15+6: nmethod::_method (or CompiledMethod::_method) is missing from VMStructs"
@@ -569,11 +559,11 @@ mod tests {
         let mut t = jdk17_tables();
         t.ints
             .insert("frame::interpreter_frame_sender_sp_offset".into(), -2);
-        let err = Layout::from_tables(&t, v(17)).unwrap_err();
+        let err = Layout::from_tables(&t, version(17)).unwrap_err();
         assert!(err.to_string().contains("not the x86_64 layout"), "{err}");
         let mut t = jdk17_tables();
         t.types.remove("PcDesc");
-        let err = Layout::from_tables(&t, v(17)).unwrap_err();
+        let err = Layout::from_tables(&t, version(17)).unwrap_err();
         assert!(
             err.to_string()
                 .ends_with("sizeof(PcDesc) is missing from VMStructs"),
@@ -584,7 +574,7 @@ mod tests {
     #[test]
     fn unsigned5_exclusion_from_20_0_0_15() {
         let at = |major, build| {
-            let mut ver = v(major);
+            let mut ver = version(major);
             ver.security = 0;
             ver.build = build;
             Layout::from_tables(&jdk17_tables(), ver)

@@ -435,21 +435,7 @@ fn frame(m: &MethodInfo, bci: Option<i32>, tier: Tier, inlined: bool) -> JavaFra
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtimes::hotspot::{
-        testdata::{LEAF, MIDDLE, NM, jdk17_tables, process},
-        version::JvmVersion,
-    };
-
-    fn layout17() -> Layout {
-        let v = JvmVersion {
-            major: 17,
-            minor: 0,
-            security: 15,
-            build: 6,
-            release: String::new(),
-        };
-        Layout::from_tables(&jdk17_tables(), v).expect("layout")
-    }
+    use crate::runtimes::hotspot::testdata::{LEAF, MIDDLE, NM, layout17, process};
 
     #[test]
     fn interpreted_frames_named_with_lines() {

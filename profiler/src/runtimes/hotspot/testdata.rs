@@ -4,7 +4,9 @@
 //! a synthetic process's metaspace and nmethod for naming's tests.
 
 use super::{
+    layout::Layout,
     stream::tests::{put_int, put_uint},
+    version::JvmVersion,
     vmstructs::{Field, VmStructs},
 };
 use crate::runtimes::python::process::fake::FakeMemory;
@@ -73,6 +75,22 @@ const FRAME: &[(&str, i32)] = &[
     ("frame::interpreter_frame_sender_sp_offset", -1),
     ("frame::interpreter_frame_last_sp_offset", -2),
 ];
+
+/// The version of the tables' JDKs, `major`.0.15+6.
+pub fn version(major: u32) -> JvmVersion {
+    JvmVersion {
+        major,
+        minor: 0,
+        security: 15,
+        build: 6,
+        release: format!("{major}.0.15+6"),
+    }
+}
+
+/// The layout [`jdk17_tables`] give.
+pub fn layout17() -> Layout {
+    Layout::from_tables(&jdk17_tables(), version(17)).expect("layout")
+}
 
 pub fn jdk17_tables() -> VmStructs {
     let mut fields = COMMON.to_vec();
