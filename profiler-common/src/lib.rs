@@ -11,6 +11,7 @@ pub mod offcpu;
 pub mod python;
 pub mod stack;
 pub mod unwind;
+pub mod v8;
 
 /// Deepest stack captured per sample, per side (user and kernel). perf's default is 127 too.
 pub const MAX_STACK_DEPTH: usize = 127;
@@ -296,6 +297,8 @@ pub mod record_flags {
     /// The Python walk failed (no thread state, or a frame that could not be read): the
     /// eval loop's frames from there on are native.
     pub const PYTHON_ERROR: u32 = 1 << 9;
+    /// Some user frames are V8 (JavaScript) frames (`crate::v8::V8_FRAME`, two words each).
+    pub const V8: u32 = 1 << 10;
 }
 
 /// Run-time configuration of the sampling program, slot 0 of the `CONFIG` array.

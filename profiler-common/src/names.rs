@@ -48,6 +48,8 @@ pub mod maps {
     pub const PY_PROCS: &str = "PY_PROCS";
     /// This CPU's copy of the walked process's entry (or an empty one) for the walk.
     pub const PY_CUR: &str = "PY_CUR";
+    /// The V8 walker's processes (`crate::v8::V8Proc`, by tgid).
+    pub const V8_PROCS: &str = "V8_PROCS";
 
     // Counter groups (group.rs).
     pub const GROUP_CONFIG: &str = "GROUP_CONFIG";
@@ -106,6 +108,7 @@ pub mod maps {
         WOKE_AT,
         PY_PROCS,
         PY_CUR,
+        V8_PROCS,
         GROUP_CONFIG,
         GROUP_CPU,
         GROUP_TASKS,

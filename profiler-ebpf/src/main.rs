@@ -68,6 +68,7 @@ mod python;
 mod record;
 mod sampler;
 mod unwind;
+mod v8;
 
 program_names! {
     sampler::sample = SAMPLE,

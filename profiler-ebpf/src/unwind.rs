@@ -24,9 +24,10 @@ use profiler_common::{
         DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, MAX_UNWIND_PROCS, ProcUnwind, ROWS_PENDING,
         UnwindMapping, UnwindRow, cfa,
     },
+    v8::V8Proc,
 };
 
-use crate::{python, sampler::kernel_has};
+use crate::{python, sampler::kernel_has, v8};
 
 /// Bytes of one stack's frames, the size every copy of one is made with.
 pub(crate) const STACK_BYTES: u32 = (MAX_STACK_DEPTH * 8) as u32;
@@ -135,7 +136,7 @@ fn copy_budget(tgid: u32, budget: u32) -> bool {
 pub(crate) struct Walk {
     pub(crate) pc: u64,
     pub(crate) sp: u64,
-    bp: u64,
+    pub(crate) bp: u64,
     /// Non-zero: `pc` is an interrupted instruction (the first frame, or the frame a signal
     /// interrupted), not a return address, so its row is looked up at `pc`, not `pc - 1`.
     exact: u32,
@@ -155,6 +156,9 @@ pub(crate) struct Walk {
     pending: u32,
     tgid: u32,
     _pad: u32,
+    /// The process's V8 entry (`enabled` 0 when it runs none): JS frames are found where
+    /// the walk goes by frame pointer ([`v8::js_frame`]).
+    pub(crate) v8: V8Proc,
     /// The frames walked (`len` of them), laid out as the in-kernel aggregation keeps a
     /// stack, so one of at most MAX_STACK_DEPTH words is stored from here without a copy.
     pub(crate) stack: WalkStack,
@@ -255,6 +259,7 @@ pub(crate) fn walk_user_from((pc, sp, bp): (u64, u64, u64), tgid: u32) -> Walked
         (*walk).native_done = 0;
         (*walk).pending = 0;
         (*walk).tgid = tgid;
+        (*walk).v8 = v8::process(tgid);
     }
     let py = python::process(tgid);
     if py.is_null() {
@@ -450,6 +455,7 @@ extern "C" fn step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
 /// process's CPython entry (empty when it runs none). Returns 1 to stop.
 #[inline(always)]
 fn native_step(w: &mut Walk, p: &ProcUnwind, py: &PyProc, at: u64) -> i64 {
+    let top = u32::from(at == w.pc);
     let Some(m) = find_mapping(p, at) else {
         // Mapped since the process's tables were read (its entry lists every executable
         // mapping, anonymous ones too): a library just loaded, whose frames the frame
@@ -457,12 +463,14 @@ fn native_step(w: &mut Walk, p: &ProcUnwind, py: &PyProc, at: u64) -> i64 {
         // has read the mappings again, while the process has copies left; past them (code
         // mapped and unmapped without end: a JIT), the frame pointer, the record marked.
         w.flags |= record_flags::UNWIND_NO_MAPPING;
-        if copies_left(w.tgid) {
+        // Not in a V8 process: its JIT code is mapped without end, and walked through
+        // here (frame pointers, JS frames named) rather than copied.
+        if w.v8.enabled == 0 && copies_left(w.tgid) {
             w.pending = 1;
             w.flags |= record_flags::UNWIND_PARTIAL;
             return 1;
         }
-        return frame_pointer_step(w);
+        return frame_pointer_step(w, top);
     };
     if m.rows_len == 0 {
         if m.rows_start == ROWS_PENDING {
@@ -475,13 +483,13 @@ fn native_step(w: &mut Walk, p: &ProcUnwind, py: &PyProc, at: u64) -> i64 {
         if python::perf_trampoline(w, py) {
             return 0;
         }
-        return frame_pointer_step(w);
+        return frame_pointer_step(w, top);
     }
     if at < m.bias || at - m.bias > u64::from(u32::MAX) {
-        return frame_pointer_step(w);
+        return frame_pointer_step(w, top);
     }
     let Some(row) = find_row(m.rows_start, m.rows_len, (at - m.bias) as u32) else {
-        return frame_pointer_step(w);
+        return frame_pointer_step(w, top);
     };
     let cfa_addr = match row.cfa {
         cfa::RSP => w.sp + u64::from(row.cfa_offset),
@@ -489,7 +497,7 @@ fn native_step(w: &mut Walk, p: &ProcUnwind, py: &PyProc, at: u64) -> i64 {
         cfa::PLT => w.sp + u64::from(row.cfa_offset) + if w.pc & 15 >= 11 { 8 } else { 0 },
         cfa::END => return 1,
         cfa::SIGNAL => return signal_step(w),
-        _ => return frame_pointer_step(w),
+        _ => return frame_pointer_step(w, top),
     };
     // The caller's stack is above this frame's: anything else is a corrupt walk.
     if cfa_addr <= w.sp {
@@ -534,10 +542,13 @@ fn signal_step(w: &mut Walk) -> i64 {
     0
 }
 
-/// A frame without a table row: its caller through the frame pointer. A zero rbp is the
-/// outermost frame of frame-pointer code; one below the stack pointer is not a frame.
+/// A frame without a table row: its caller through the frame pointer (first, in a V8
+/// process, the frame is written as a JS frame if it is one; `top`: its pc is the stopped
+/// instruction). A zero rbp is the outermost frame of frame-pointer code; one below the stack
+/// pointer is not a frame.
 #[inline(always)]
-fn frame_pointer_step(w: &mut Walk) -> i64 {
+fn frame_pointer_step(w: &mut Walk, top: u32) -> i64 {
+    v8::js_frame(w, top);
     w.flags |= record_flags::UNWIND_FP;
     if w.bp == 0 {
         return 1;
@@ -618,6 +629,7 @@ pub fn unwind_exec(_ctx: TracePointContext) -> u32 {
     let _ = UNWIND_PROCS.remove(tgid);
     let _ = COPIES.remove(tgid);
     python::forget(tgid);
+    v8::forget(tgid);
     0
 }
 
@@ -630,6 +642,7 @@ pub fn unwind_exit(_ctx: TracePointContext) -> u32 {
         let _ = UNWIND_PROCS.remove((pid_tgid >> 32) as u32);
         let _ = COPIES.remove((pid_tgid >> 32) as u32);
         python::forget((pid_tgid >> 32) as u32);
+        v8::forget((pid_tgid >> 32) as u32);
     }
     0
 }

@@ -83,7 +83,7 @@ pub const TEST: &[Need] = &[
         probe: || runs("go", &["version"]),
     },
     Need {
-        what: "Node.js (the V8 layout and naming test: tests/tests/v8_layout.rs)",
+        what: "Node.js (the V8 tests: tests/tests/v8_layout.rs, js_frames.rs)",
         package: "nodejs",
         probe: || runs("node", &["--version"]),
     },

@@ -17,6 +17,7 @@ use profiler_common::{
     python::PyProc,
     stat,
     unwind::{DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, ProcUnwind, UnwindMapping, UnwindRow},
+    v8::V8Proc,
 };
 
 use super::{
@@ -35,6 +36,8 @@ pub struct UnwindMaps {
     procs: HashMap<MapData, u32, ProcUnwind>,
     /// The Python walker's processes (`PY_PROCS`): runtimes the walk hands over to.
     python: HashMap<MapData, u32, PyProc>,
+    /// The V8 walker's processes (`V8_PROCS`).
+    v8: HashMap<MapData, u32, V8Proc>,
     placed: StdHashMap<u32, RowRange>,
     /// A read-only mapping of the whole array, made on first use by [`UnwindMaps::rows`]
     /// (only the pages read become resident).
@@ -85,6 +88,13 @@ impl RecordProgram {
             name: map::PY_PROCS,
             source,
         })?;
+        let v8 = ebpf
+            .take_map(map::V8_PROCS)
+            .ok_or(BpfError::Missing(map::V8_PROCS))?;
+        let v8 = HashMap::try_from(v8).map_err(|source| BpfError::Map {
+            name: map::V8_PROCS,
+            source,
+        })?;
         let Map::Array(data) = &rows_map else {
             return Err(BpfError::Missing("array map `UNWIND_ROWS`").into());
         };
@@ -100,6 +110,7 @@ impl RecordProgram {
             _rows_map: rows_map,
             procs,
             python,
+            v8,
             placed: StdHashMap::new(),
             view: None,
         })
@@ -277,6 +288,23 @@ impl UnwindMaps {
                 }),
             None => {
                 let _ = self.python.remove(&pid);
+                Ok(())
+            }
+        }
+    }
+
+    /// Tells the walker that `pid` runs V8 (`Some`), or no longer does.
+    pub fn set_v8(&mut self, pid: u32, entry: Option<&V8Proc>) -> Result<(), UnwindMapError> {
+        match entry {
+            Some(e) => self
+                .v8
+                .insert(pid, e, 0)
+                .map_err(|source| UnwindMapError::Update {
+                    map: map::V8_PROCS,
+                    source,
+                }),
+            None => {
+                let _ = self.v8.remove(&pid);
                 Ok(())
             }
         }

@@ -169,6 +169,10 @@ pub struct RecordArgs {
     /// C frames). By default each eval call is replaced by the Python functions it runs.
     #[arg(long)]
     pub no_python: bool,
+    /// Show no JavaScript frames: Node.js processes' stacks are native only (JIT code as
+    /// anonymous addresses). By default each V8 frame is named by its JS function.
+    #[arg(long)]
+    pub no_js: bool,
     /// Walk no stacks in the kernel (benchmarks: the eBPF program's cost without them).
     #[arg(long, hide = true)]
     pub no_stacks: bool,
@@ -324,6 +328,7 @@ impl RecordArgs {
         opts.status_line = std::io::stderr().is_terminal();
         opts.aggregate = self.aggregate;
         opts.python = !self.no_python;
+        opts.js = !self.no_js;
         opts.stacks = !self.no_stacks;
         opts.unwind_stats = self.unwind_stats;
         if let Some(rows) = self.unwind_memory {

@@ -31,13 +31,17 @@ impl<'a> Copy<'a> {
         }
     }
 
-    /// The word at `addr`, if the copy holds it (the only memory a copied walk reads).
-    fn read(&self, addr: u64) -> Option<u64> {
+    /// The word at `addr`, if the copy holds it (the only stack memory a copied walk reads).
+    pub fn read(&self, addr: u64) -> Option<u64> {
         let at = usize::try_from(addr.checked_sub(self.start)?).ok()?;
         let word = self.bytes.get(at..at.checked_add(8)?)?;
         Some(u64::from_ne_bytes(word.try_into().ok()?))
     }
 }
+
+/// What finds a runtime's frame in a copy: (copy, frame pointer, pc, pc is the stopped
+/// instruction) → its two words.
+pub type JsFrames<'f> = dyn Fn(&Copy<'_>, u64, u64, bool) -> Option<[u64; 2]> + 'f;
 
 struct Regs {
     pc: u64,
@@ -47,12 +51,19 @@ struct Regs {
 }
 
 /// Walks a copied stack from its registers (addresses wrap as the kernel's u64 arithmetic
-/// does: a garbage frame pointer ends the walk by failing to read, never by a panic) with a process's mappings (sorted by start, as
-/// the kernel's entry has them) and `rows(start, len)`, the row array's run. Returns the
-/// frames, innermost first, and the walk's `record_flags`.
+/// does: a garbage frame pointer ends the walk by failing to read, never by a panic) with a
+/// process's mappings (sorted by start, as the kernel's entry has them) and
+/// `rows(start, len)`, the row array's run. Before a frame is left by frame pointer,
+/// `js(copy, fp, pc, top)` may give the two words of a runtime's frame there (V8's JS frames,
+/// as the kernel's walk writes them) in place of its pc; `jit`: the process runs a JIT whose
+/// code may be in no mapping the tables list (V8 flips its code pages between writable and
+/// executable), so a leaf in none is walked on by frame pointer. Returns the frames,
+/// innermost first, and the walk's `record_flags`.
 pub fn walk<'r>(
     mappings: &[UnwindMapping],
     mut rows: impl FnMut(u32, u32) -> Option<&'r [UnwindRow]>,
+    js: &JsFrames<'_>,
+    jit: bool,
     head: &StackCopyHead,
     copy: &Copy<'_>,
 ) -> (Vec<u64>, u32) {
@@ -74,18 +85,30 @@ pub fn walk<'r>(
             break;
         }
         let at = if r.exact { r.pc } else { r.pc.wrapping_sub(1) };
+        let top = r.exact;
         r.exact = false;
+        // A frame without a row is left by frame pointer, after `js` looked at it.
+        let by_fp = |r: &mut Regs, frames: &mut Vec<u64>, flags: &mut u32| {
+            if let Some([word, data]) = js(copy, r.bp, r.pc, top)
+                && frames.len() < MAX_STACK_DEPTH
+            {
+                frames.pop();
+                frames.extend([word, data]);
+                *flags |= record_flags::V8;
+            }
+            frame_pointer_step(r, copy, flags)
+        };
         let i = mappings.partition_point(|m| m.end <= at);
         let m = mappings.get(i).filter(|m| m.start <= at);
         let Some(m) = m else {
-            if frames.len() == 1 {
+            if frames.len() == 1 && !jit {
                 // The sampled address in none of the process's mappings: the copy is of an
                 // image it has replaced since (an exec), not one to guess through.
                 flags |= record_flags::UNWIND_PARTIAL;
                 break;
             }
             flags |= record_flags::UNWIND_NO_MAPPING;
-            if !frame_pointer_step(&mut r, copy, &mut flags) {
+            if !by_fp(&mut r, &mut frames, &mut flags) {
                 break;
             }
             continue;
@@ -99,7 +122,7 @@ pub fn walk<'r>(
                 i.checked_sub(1).map(|i| rows[i])
             });
         let Some(row) = row else {
-            if !frame_pointer_step(&mut r, copy, &mut flags) {
+            if !by_fp(&mut r, &mut frames, &mut flags) {
                 break;
             }
             continue;
@@ -130,7 +153,7 @@ pub fn walk<'r>(
                 continue;
             }
             _ => {
-                if !frame_pointer_step(&mut r, copy, &mut flags) {
+                if !by_fp(&mut r, &mut frames, &mut flags) {
                     break;
                 }
                 continue;
@@ -278,6 +301,8 @@ mod tests {
         let (frames, flags) = walk(
             &maps,
             |s, l| rows.get(s as usize..(s + l) as usize),
+            &|_, _, _, _| None,
+            false,
             &head,
             &copy,
         );
@@ -311,6 +336,8 @@ mod tests {
         let (frames, flags) = walk(
             &maps,
             |s, l| rows.get(s as usize..(s + l) as usize),
+            &|_, _, _, _| None,
+            false,
             &head,
             &copy,
         );

@@ -134,6 +134,9 @@ pub struct RecordOptions {
     /// Show CPython's frames in the stacks of Python processes (with the unwind-table
     /// walker; on by default).
     pub python: bool,
+    /// Show V8's JavaScript frames in the stacks of Node.js processes (with the unwind-table
+    /// walker; on by default).
+    pub js: bool,
 }
 
 impl RecordOptions {
@@ -165,6 +168,7 @@ impl RecordOptions {
             wall: false,
             min_block: Duration::ZERO,
             python: true,
+            js: true,
         }
     }
 

@@ -1,7 +1,7 @@
-//! The runtimes a recording walks beside native code (Python), started with the native
-//! unwinder they hang off: each process it publishes is shown to them, and the collector
-//! names the frames their kernel walkers wrote. Without the unwind-table walker (Linux
-//! before 5.17, `--call-graph fp`) there is nothing to hang off: stacks stay native.
+//! The runtimes a recording walks beside native code (Python, JavaScript), started with the
+//! native unwinder they hang off: each process it publishes is shown to them, and the
+//! collector names the frames their kernel walkers wrote. Without the unwind-table walker
+//! (Linux before 5.17, `--call-graph fp`) there is nothing to hang off: stacks stay native.
 
 use std::sync::{Arc, Mutex};
 
@@ -15,23 +15,30 @@ pub(super) fn start(
     collector: &mut Collector,
     warnings: &mut dyn Warn,
 ) {
-    if !opts.python {
+    if !opts.python && !opts.js {
         return;
     }
     let Some(tables) = tables else {
         return;
     };
-    let fsbase = match btf::task_fsbase_offset() {
-        Ok(off) => off,
-        Err(e) => {
-            warnings.warn(Warning::new(format!(
-                "Python frames are not shown: the thread pointer's place in task_struct is \
-                 not known ({e})"
-            )));
-            return;
+    let fsbase = if opts.python {
+        match btf::task_fsbase_offset() {
+            Ok(off) => Some(off),
+            Err(e) => {
+                warnings.warn(Warning::new(format!(
+                    "Python frames are not shown: the thread pointer's place in task_struct \
+                     is not known ({e})"
+                )));
+                None
+            }
         }
+    } else {
+        None
     };
-    let runtimes = Arc::new(Mutex::new(Runtimes::with_python(fsbase)));
+    if fsbase.is_none() && !opts.js {
+        return;
+    }
+    let runtimes = Arc::new(Mutex::new(Runtimes::new(fsbase, opts.js)));
     tables.set_runtimes(runtimes.clone());
     collector.set_runtimes(runtimes);
 }

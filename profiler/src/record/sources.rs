@@ -35,10 +35,11 @@ fn sampler_config(opts: &RecordOptions, ring_bytes: u32, warnings: &mut dyn Warn
                 "this kernel ({}) has no bpf_loop (Linux 5.17): walking user stacks with \
                  frame pointers{}",
                 crate::bpf::kernel_release(),
-                if opts.python {
-                    " (no Python frames)"
-                } else {
-                    ""
+                match (opts.python, opts.js) {
+                    (true, true) => " (no Python or JavaScript frames)",
+                    (true, false) => " (no Python frames)",
+                    (false, true) => " (no JavaScript frames)",
+                    (false, false) => "",
                 }
             )));
         }

@@ -16,7 +16,7 @@ use profiler_common::{
 };
 
 use super::copied;
-use crate::runtimes::SharedRuntimes;
+use crate::runtimes::{SharedRuntimes, python::process::ProcessMemory, v8};
 
 use crate::{
     bpf::{RowRange, UnwindMapError, UnwindMaps},
@@ -725,6 +725,16 @@ impl TableLoader {
         {
             return copied::rewrite(record, &[], 0);
         }
+        // A V8 process's JS frames, found in the copy as the kernel's walk finds them.
+        let js = self
+            .runtimes
+            .as_ref()
+            .and_then(|r| r.lock().ok()?.v8_entry(header.pid));
+        let mem = ProcessMemory::new(header.pid);
+        let js_frame = |copy: &copied::Copy<'_>, fp: u64, pc: u64, top: bool| {
+            let e = js.as_ref()?;
+            v8::walker::js_words(e, |a| copy.read(a), &mem, fp, pc, top)
+        };
         let walked = self
             .procs
             .get(&header.pid)
@@ -734,7 +744,7 @@ impl TableLoader {
                 let all = self.maps.all_rows().unwrap_or_default();
                 let rows =
                     |start: u32, len: u32| all.get(start as usize..start as usize + len as usize);
-                copied::walk(&p.entries, rows, &head, &copy)
+                copied::walk(&p.entries, rows, &js_frame, js.is_some(), &head, &copy)
             });
         let (frames, flags) = match walked {
             Some((frames, flags)) if flags & record_flags::UNWIND_PARTIAL == 0 => (frames, flags),

@@ -17,7 +17,10 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use profiler_common::python::PY_FRAME;
+use profiler_common::{
+    python::PY_FRAME,
+    v8::{RUNTIME_FRAME_MASK, V8_FRAME},
+};
 
 use crate::{
     bpf::{UnwindMapError, UnwindMaps},
@@ -30,15 +33,17 @@ use crate::{
 /// wrote), both on the reader's thread.
 pub type SharedRuntimes = Arc<Mutex<Runtimes>>;
 
-/// Every runtime a recording walks (Python; Java and Node are next on this seam).
+/// Every runtime a recording walks (Python and V8 today; HotSpot is next on this seam).
 pub struct Runtimes {
     python: Option<python::PythonWalker>,
+    v8: Option<v8::V8Walker>,
     /// Reasons already said, so each is said once.
     said: HashSet<String>,
     /// Lines for the user not yet taken.
     pending: Vec<String>,
-    /// Frames named, by (pid, words): a code object's check value is in its words, so an
-    /// entry never outlives the object it names.
+    /// Python frames named, by (pid, words): a code object's check value is in its words, so
+    /// an entry never outlives the object it names. (V8 frames are cached by their walker,
+    /// which checks each entry against the heap: objects move.)
     named: HashMap<RuntimeWords, Option<Arc<[Frame]>>>,
 }
 
@@ -49,15 +54,21 @@ type RuntimeWords = (u32, u64, u64);
 const MAX_NAMED: usize = 1 << 20;
 
 impl Runtimes {
-    /// With the Python walker, whose kernel half reads the task's thread pointer at
-    /// `task_fsbase` (from this kernel's BTF).
-    pub fn with_python(task_fsbase: u32) -> Self {
+    /// With the runtimes asked for: Python's kernel half reads the task's thread pointer at
+    /// `task_fsbase` (from this kernel's BTF; `None`: no Python frames), V8's needs nothing.
+    pub fn new(task_fsbase: Option<u32>, v8: bool) -> Self {
         Self {
-            python: Some(python::PythonWalker::new(task_fsbase)),
+            python: task_fsbase.map(python::PythonWalker::new),
+            v8: v8.then(v8::V8Walker::default),
             said: HashSet::new(),
             pending: Vec::new(),
             named: HashMap::new(),
         }
+    }
+
+    /// With the Python walker only.
+    pub fn with_python(task_fsbase: u32) -> Self {
+        Self::new(Some(task_fsbase), false)
     }
 
     /// A process being published to the native unwinder (new, or its mappings changed):
@@ -68,33 +79,54 @@ impl Runtimes {
         mappings: &[Mapping],
         maps: &mut UnwindMaps,
     ) -> Result<(), UnwindMapError> {
-        let Some(py) = self.python.as_mut() else {
-            return Ok(());
-        };
-        match py.publish(pid, mappings) {
-            python::Published::Walk(entry) => maps.set_python(pid, Some(&entry)),
-            python::Published::Native(why) => {
-                if let Some(why) = why
-                    && self.said.insert(why.clone())
-                {
-                    self.pending
-                        .push(format!("Python frames not shown for process {pid}: {why}"));
+        if let Some(py) = self.python.as_mut() {
+            match py.publish(pid, mappings) {
+                python::Published::Walk(entry) => maps.set_python(pid, Some(&entry))?,
+                python::Published::Native(why) => {
+                    self.say(
+                        why.map(|w| format!("Python frames not shown for process {pid}: {w}")),
+                    );
+                    maps.set_python(pid, None)?;
                 }
-                maps.set_python(pid, None)
             }
+        }
+        if let Some(js) = self.v8.as_mut() {
+            match js.publish(pid, mappings) {
+                v8::walker::Published::Walk(entry) => maps.set_v8(pid, Some(&entry))?,
+                v8::walker::Published::Native(why) => {
+                    self.say(
+                        why.map(|w| format!("JavaScript frames not shown for process {pid}: {w}")),
+                    );
+                    maps.set_v8(pid, None)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues a line for the user, unless it was said.
+    fn say(&mut self, line: Option<String>) {
+        if let Some(line) = line
+            && self.said.insert(line.clone())
+        {
+            self.pending.push(line);
         }
     }
 
     /// Whether some runtime may walk this process (cheap: its mappings' names), so that
     /// its native tables are worth building at once.
     pub fn walks(&self, pid: u32, mappings: &[Mapping]) -> bool {
-        self.python.is_some() && python::detect::is_candidate(pid, mappings)
+        (self.python.is_some() && python::detect::is_candidate(pid, mappings))
+            || (self.v8.is_some() && v8::detect::v8_mapping(mappings).is_some())
     }
 
     /// A process that exited.
     pub fn forget(&mut self, pid: u32) {
         if let Some(py) = self.python.as_mut() {
             py.forget(pid);
+        }
+        if let Some(js) = self.v8.as_mut() {
+            js.forget(pid);
         }
     }
 
@@ -110,16 +142,45 @@ impl Runtimes {
             .map_or((0, 0), |p| (p.named, p.unnamed))
     }
 
+    /// The kernel walker's entry for V8 process `pid`, if it is one.
+    pub fn v8_entry(&self, pid: u32) -> Option<profiler_common::v8::V8Proc> {
+        self.v8.as_ref()?.entry(pid)
+    }
+
+    /// (JavaScript frames named, and not) so far.
+    pub fn js_counts(&self) -> (u64, u64) {
+        self.v8.as_ref().map_or((0, 0), |v| (v.named, v.unnamed))
+    }
+
     /// A runtime's frame at the start of `words` (a process's user frames, innermost
     /// first): how many words it takes, and the frame (`None` for one the runtime does not
     /// show); `None` when the first word is a native address.
     pub fn frame(&mut self, pid: u32, words: &[u64]) -> Option<(usize, Option<Arc<[Frame]>>)> {
         let (&word, &data) = (words.first()?, words.get(1)?);
-        if word & PY_FRAME == 0 {
-            return None;
+        match word & RUNTIME_FRAME_MASK {
+            PY_FRAME => Some((2, self.python_frame(pid, word, data))),
+            V8_FRAME => {
+                let frame = self.v8.as_mut().and_then(|v| v.frame(pid, word, data));
+                // A frame the kernel found but user space could not read stays in the stack.
+                let frames = match frame {
+                    Some(fs) => fs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, f)| js_frame(f, i > 0))
+                        .collect::<Arc<[Frame]>>(),
+                    None => {
+                        Arc::from([Frame::named("[unnamed JavaScript]", FrameKind::JavaScript)])
+                    }
+                };
+                Some((2, Some(frames)))
+            }
+            _ => None,
         }
+    }
+
+    fn python_frame(&mut self, pid: u32, word: u64, data: u64) -> Option<Arc<[Frame]>> {
         if let Some(named) = self.named.get(&(pid, word, data)) {
-            return Some((2, named.clone()));
+            return named.clone();
         }
         let frame = self
             .python
@@ -141,6 +202,20 @@ impl Runtimes {
             self.named.clear();
         }
         self.named.insert((pid, word, data), named.clone());
-        Some((2, named))
+        named
+    }
+}
+
+/// A named JS frame as a stack frame (`inlined` into the one before it).
+fn js_frame(f: &v8::JsFrame, inlined: bool) -> Frame {
+    Frame {
+        function: Arc::from(f.function.as_str()),
+        module: None,
+        path: None,
+        file: (!f.script.is_empty()).then(|| Arc::from(f.script.as_str())),
+        line: f.line,
+        kind: FrameKind::JavaScript,
+        inlined,
+        offset: None,
     }
 }

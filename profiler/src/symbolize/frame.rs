@@ -11,6 +11,16 @@ pub enum FrameKind {
     /// A Python function (its file and line are the script's), from the kernel's Python
     /// walker: in place of the eval loop's native frame that ran it.
     Python,
+    /// A JavaScript function (its file is the script's path or URL), from the kernel's V8
+    /// walker: in place of the JIT or interpreter frame that ran it.
+    JavaScript,
+}
+
+impl FrameKind {
+    /// A runtime's frame (named by its source file and line, in no module).
+    pub fn is_runtime(self) -> bool {
+        matches!(self, FrameKind::Python | FrameKind::JavaScript)
+    }
 }
 
 /// A function (or an unknown location named by its module) in a stack.
@@ -33,22 +43,22 @@ pub struct Frame {
 }
 
 impl Frame {
-    /// What the report's MODULE column says: the module, or a Python function's file name.
+    /// What the report's MODULE column says: the module, or a runtime function's file name.
     pub fn module_label(&self) -> Option<Arc<str>> {
         match (self.kind, &self.file) {
-            (FrameKind::Python, Some(file)) => {
+            (kind, Some(file)) if kind.is_runtime() => {
                 Some(Arc::from(file.rsplit('/').next().unwrap_or(file)))
             }
             _ => self.module.clone(),
         }
     }
 
-    /// How folded stacks and flame graphs name the frame: a Python function with its file's
-    /// name and line, as py-spy shows them (`find_longest_match (difflib.py:421)`); any
-    /// other frame by its function.
+    /// How folded stacks and flame graphs name the frame: a runtime's (Python, JavaScript)
+    /// function with its file's name and line, as py-spy shows them
+    /// (`find_longest_match (difflib.py:421)`); any other frame by its function.
     pub fn display_name(&self) -> std::borrow::Cow<'_, str> {
         match (self.kind, &self.file) {
-            (FrameKind::Python, Some(file)) => {
+            (kind, Some(file)) if kind.is_runtime() => {
                 let base = file.rsplit('/').next().unwrap_or(file);
                 match self.line {
                     Some(line) => format!("{} ({base}:{line})", self.function).into(),

@@ -15,6 +15,7 @@ fn frame(name: &str, kind: FrameKind, inlined: bool) -> Frame {
         FrameKind::User => "chain",
         FrameKind::Kernel => "[kernel.kallsyms]",
         FrameKind::Python => "stacks.py",
+        FrameKind::JavaScript => "stacks.js",
     }));
     if kind == FrameKind::User {
         f.path = Some(Arc::from("/nonexistent/chain"));

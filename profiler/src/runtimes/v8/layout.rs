@@ -146,6 +146,16 @@ pub struct Fields {
     pub code_instruction_size: u16,
 }
 
+/// Fixed slots of a Code's DeoptimizationData (a FixedArray), for inlined frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeoptSlots {
+    /// The literals: inlined functions' SharedFunctionInfos by inlined function id (weak).
+    pub literal_array: u16,
+    /// A ByteArray of `InliningPosition { SourcePosition position; int inlined_function_id }`
+    /// (16 bytes each), by inlining id - 1.
+    pub inlining_positions: u16,
+}
+
 /// Code kinds (`Code::flags & mask >> shift`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CodeKinds {
@@ -174,6 +184,9 @@ pub struct Layout {
     pub strings: StringLayout,
     pub fields: Fields,
     pub code_kinds: CodeKinds,
+    /// `None` when the build does not export them: inlined JS functions are then shown as
+    /// the function they were inlined into.
+    pub deopt: Option<DeoptSlots>,
     /// Names of the entries derived rather than exported.
     pub derived: Vec<&'static str>,
 }
@@ -405,6 +418,16 @@ impl Constants {
             maglev: baseline + 1,
             turbofan: baseline + 2,
         };
+        let deopt = match (
+            u16_("DeoptimizationDataLiteralArrayIndex"),
+            u16_("DeoptimizationDataInliningPositionsIndex"),
+        ) {
+            (Ok(literal_array), Ok(inlining_positions)) => Some(DeoptSlots {
+                literal_array,
+                inlining_positions,
+            }),
+            _ => None,
+        };
         Ok(Layout {
             version,
             tagged_size,
@@ -417,6 +440,7 @@ impl Constants {
             strings,
             fields,
             code_kinds,
+            deopt,
             derived,
         })
     }

@@ -2,7 +2,7 @@
 //! function it was: function name, script name, line.
 
 use super::{
-    code::{code_of, position_of_pc},
+    code::{code_of, position_of_pc, positions_of_pc},
     heap::Heap,
     layout::Layout,
     positions::{count_line_ends, decode_source_positions, line_of, position_at},
@@ -106,6 +106,29 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
             return self.frame_of_shared(sfi, Position::ScriptOffset(at));
         }
         self.frame_of_shared(sfi, position)
+    }
+
+    /// The frames of the JSFunction `function` at `position`, outermost first: with a PC in
+    /// optimized code, the functions inlined there follow the one that runs them.
+    pub fn frames(&self, function: u64, position: Position) -> Result<Vec<JsFrame>, ReadError> {
+        if let Position::Pc { pc, top } = position
+            && self.is_js_function(function)
+            && let Ok(code) = code_of(&self.heap, function)
+            && let Some(chain) = positions_of_pc(&self.heap, &code, pc, top)
+            && chain.len() > 1
+        {
+            let sfi = self
+                .heap
+                .field(function, self.layout().fields.js_function_shared)?;
+            return chain
+                .iter()
+                .rev()
+                .map(|&(inlined, at)| {
+                    self.frame_of_shared(inlined.unwrap_or(sfi), Position::ScriptOffset(at))
+                })
+                .collect();
+        }
+        Ok(vec![self.frame(function, position)?])
     }
 
     /// The frame of the SharedFunctionInfo `sfi` at `position`.

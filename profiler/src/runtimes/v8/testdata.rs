@@ -12,6 +12,8 @@ pub fn layout_11_3() -> Layout {
 pub fn constants_11_3() -> Constants {
     let values = [
         ("CodeKindBaseline", 11),
+        ("DeoptimizationDataInliningPositionsIndex", 7),
+        ("DeoptimizationDataLiteralArrayIndex", 2),
         ("CodeKindFieldMask", 15),
         ("CodeKindFieldShift", 0),
         ("CodeKindInterpretedFunction", 10),

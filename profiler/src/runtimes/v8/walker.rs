@@ -1,0 +1,246 @@
+//! The user-space half of the kernel's V8 walker: for each process the native unwinder
+//! publishes, whether it runs a V8 we can walk and the [`V8Proc`] entry that tells the kernel
+//! how; then, for each JS frame a record carries, its name, script and line, read from the
+//! process's heap soon after the sample (a moving GC may reuse a JSFunction's address, so a
+//! cached name is kept only while the address still holds the same SharedFunctionInfo).
+
+use std::{collections::HashMap, sync::Arc};
+
+use profiler_common::v8::{
+    RUNTIME_FRAME_MASK, V8_BYTECODE, V8_FRAME, V8_PC_TOP, V8Proc, v8_bytecode_offset,
+};
+
+use super::{
+    detect::{Detection, detect_in, v8_mapping},
+    layout::Layout,
+    naming::{JsFrame, Namer, Position},
+};
+use crate::{
+    modules::Mapping,
+    runtimes::python::process::{Memory, ProcessMemory},
+};
+
+/// Names cached per process before its cache is cleared.
+const MAX_CACHED: usize = 1 << 16;
+
+/// What a process runs, as far as the walker is concerned.
+enum Proc {
+    V8 {
+        path: Arc<str>,
+        layout: Arc<Layout>,
+        /// (JSFunction, second word) → (its SharedFunctionInfo when named, the frame).
+        names: HashMap<(u64, u64), Named>,
+    },
+    Native,
+}
+
+/// A frame's names and the SharedFunctionInfo its JSFunction had when they were read.
+type Named = (u64, Option<Arc<[JsFrame]>>);
+
+/// V8 processes the kernel walker knows, and their functions' names.
+#[derive(Default)]
+pub struct V8Walker {
+    procs: HashMap<u32, Proc>,
+    /// JS frames named, and those that could not be.
+    pub named: u64,
+    pub unnamed: u64,
+}
+
+/// What [`V8Walker::publish`] found.
+pub enum Published {
+    /// Give the kernel this entry.
+    Walk(Box<V8Proc>),
+    /// Not a V8 we walk (and why, when it is a V8 at all).
+    Native(Option<String>),
+}
+
+impl V8Walker {
+    /// Looks at a process the native unwinder is publishing (new, or its mappings changed).
+    pub fn publish(&mut self, pid: u32, mappings: &[Mapping]) -> Published {
+        let Some(mapping) = v8_mapping(mappings) else {
+            self.procs.insert(pid, Proc::Native);
+            return Published::Native(None);
+        };
+        if let Some(Proc::V8 { path, layout, .. }) = self.procs.get(&pid)
+            && *path == mapping.name
+        {
+            return Published::Walk(Box::new(entry(layout)));
+        }
+        let (path, layout) = match detect_in(pid, mappings) {
+            Ok(Detection::Found { path, layout }) => (path, layout),
+            Ok(Detection::Unsupported { path, reason }) => {
+                self.procs.insert(pid, Proc::Native);
+                return Published::Native(Some(format!("{path}: {reason}")));
+            }
+            Ok(Detection::NotV8) => {
+                self.procs.insert(pid, Proc::Native);
+                return Published::Native(None);
+            }
+            Err(e) => {
+                self.procs.insert(pid, Proc::Native);
+                return Published::Native(Some(e.to_string()));
+            }
+        };
+        if let Err(why) = walkable(&layout) {
+            self.procs.insert(pid, Proc::Native);
+            return Published::Native(Some(format!("{path}: V8 {}: {why}", layout.version)));
+        }
+        let e = entry(&layout);
+        self.procs.insert(
+            pid,
+            Proc::V8 {
+                path: Arc::from(path),
+                layout: Arc::from(layout),
+                names: HashMap::new(),
+            },
+        );
+        Published::Walk(Box::new(e))
+    }
+
+    /// The kernel's entry for process `pid`, if it runs a V8 this walks.
+    pub fn entry(&self, pid: u32) -> Option<V8Proc> {
+        match self.procs.get(&pid)? {
+            Proc::V8 { layout, .. } => Some(entry(layout)),
+            Proc::Native => None,
+        }
+    }
+
+    /// A process that exited.
+    pub fn forget(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+    }
+
+    /// The JS frames of the words `word` ([`profiler_common::v8::V8_FRAME`] | JSFunction)
+    /// and `data` in process `pid`, outermost first (functions inlined at that PC after the
+    /// one running them); `None` when they cannot be read (the function died, or the
+    /// process).
+    pub fn frame(&mut self, pid: u32, word: u64, data: u64) -> Option<Arc<[JsFrame]>> {
+        let Some(Proc::V8 { layout, names, .. }) = self.procs.get_mut(&pid) else {
+            self.unnamed += 1;
+            return None;
+        };
+        let function = word & !RUNTIME_FRAME_MASK;
+        let mem = ProcessMemory::new(pid);
+        let namer = Namer::new(&mem, layout);
+        let shared = namer
+            .heap()
+            .field(function, layout.fields.js_function_shared)
+            .ok();
+        // A process gone (its last samples are read after it exits) moves nothing more:
+        // what was named at this address is kept.
+        if let Some((sfi, frame)) = names.get(&(function, data))
+            && (Some(*sfi) == shared || shared.is_none())
+        {
+            let frame = frame.clone();
+            self.count(frame.is_some());
+            return frame;
+        }
+        let position = if data & V8_BYTECODE != 0 {
+            Position::RawBytecodeOffset((data & 0xffff_ffff) << layout.smi_shift)
+        } else {
+            Position::Pc {
+                pc: data & !V8_PC_TOP,
+                top: data & V8_PC_TOP != 0,
+            }
+        };
+        let frame: Option<Arc<[JsFrame]>> = namer.frames(function, position).ok().map(Arc::from);
+        if names.len() >= MAX_CACHED {
+            names.clear();
+        }
+        if let Some(sfi) = shared {
+            names.insert((function, data), (sfi, frame.clone()));
+        }
+        self.count(frame.is_some());
+        frame
+    }
+
+    fn count(&mut self, named: bool) {
+        if named {
+            self.named += 1;
+        } else {
+            self.unnamed += 1;
+        }
+    }
+}
+
+/// The two words the kernel's walk writes for the frame at `fp` if it is a JS frame
+/// (`profiler-ebpf/src/v8.rs`, `js_frame`, step for step): its slots read with `slot` (from a
+/// stack copy), the objects they point to from `heap`; `top`: `pc` is the stopped
+/// instruction.
+pub fn js_words<M: Memory + ?Sized>(
+    e: &V8Proc,
+    slot: impl Fn(u64) -> Option<u64>,
+    heap: &M,
+    fp: u64,
+    pc: u64,
+    top: bool,
+) -> Option<[u64; 2]> {
+    if e.enabled == 0 || fp == 0 || !fp.is_multiple_of(8) {
+        return None;
+    }
+    let at = |off: i8| slot(fp.wrapping_add_signed(i64::from(off)));
+    if at(e.slot_marker)? & 1 == 0 {
+        return None;
+    }
+    let function = at(e.slot_function)?;
+    let ty = instance_type(e, heap, function)?;
+    if ty < e.js_function_first || ty > e.js_function_last {
+        return None;
+    }
+    let mut data = pc | if top { V8_PC_TOP } else { 0 };
+    if let Some(bytecode) = at(e.slot_bytecode_array)
+        && instance_type(e, heap, bytecode) == Some(e.bytecode_array_type)
+        && let Some(offset) = at(e.slot_bytecode_offset)
+        && offset & 1 == 0
+    {
+        data = v8_bytecode_offset((offset >> (e.smi_shift & 63)) as u32);
+    }
+    Some([V8_FRAME | function, data])
+}
+
+/// The instance type of the heap object `tagged` (tagged `01`), through its map.
+fn instance_type<M: Memory + ?Sized>(e: &V8Proc, heap: &M, tagged: u64) -> Option<u16> {
+    if tagged & 3 != 1 {
+        return None;
+    }
+    let map = heap
+        .read_u64(tagged - 1 + u64::from(e.heap_object_map))
+        .ok()?;
+    if map & 3 != 1 {
+        return None;
+    }
+    let mut b = [0u8; 2];
+    heap.read(map - 1 + u64::from(e.map_instance_type), &mut b)
+        .ok()?;
+    Some(u16::from_le_bytes(b))
+}
+
+/// Why the kernel walker cannot read this build's frames, if it cannot: it reads full
+/// 8-byte tagged pointers tagged `01`.
+fn walkable(layout: &Layout) -> Result<(), &'static str> {
+    if layout.tagged_size != 8 {
+        return Err("pointer compression is not walked yet");
+    }
+    if (layout.heap_object_tag, layout.heap_object_tag_mask) != (1, 3) {
+        return Err("heap objects are not tagged 01");
+    }
+    Ok(())
+}
+
+/// The kernel's entry for a V8 of this layout.
+fn entry(l: &Layout) -> V8Proc {
+    V8Proc {
+        enabled: 1,
+        slot_marker: l.frame.context_or_marker,
+        slot_function: l.frame.function,
+        slot_bytecode_array: l.frame.bytecode_array,
+        slot_bytecode_offset: l.frame.bytecode_offset,
+        heap_object_map: l.fields.heap_object_map,
+        map_instance_type: l.fields.map_instance_type,
+        js_function_first: l.types.js_function,
+        js_function_last: l.types.js_function_last,
+        bytecode_array_type: l.types.bytecode_array,
+        smi_shift: l.smi_shift,
+        ..V8Proc::default()
+    }
+}

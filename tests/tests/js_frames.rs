@@ -1,0 +1,363 @@
+//! JavaScript frames in `record`'s stacks (the kernel's V8 walker): Node 20 runs
+//! `fixtures/node/chain.js` (main, interpreted, calls outer, which calls inner, a hot loop
+//! that TurboFan optimizes and inlines into outer). The main thread's samples must carry the
+//! chain inner > outer > main > the script's top level (or the part of it from where the
+//! sample was: outer's or main's own loop), named with the script's path and, where given, the marked lines (or the
+//! function's first line, for code whose table V8 keeps by bytecode: Sparkplug). Read from
+//! the pprof output by the independent decoder.
+
+use std::{
+    collections::HashMap,
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+};
+
+use profiler_tests::*;
+
+const NODE: &str = "/usr/bin/node";
+const SCRIPT: &str = include_str!("../fixtures/node/chain.js");
+
+/// Node, killed on drop.
+struct Node(Child);
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn script_path() -> PathBuf {
+    std::fs::canonicalize(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/node/chain.js"
+    ))
+    .expect("fixture")
+}
+
+/// Whether node is here (`cargo xtask test` installs Debian's nodejs; under CI a missing one
+/// is a failure).
+fn have_node() -> bool {
+    if Path::new(NODE).exists() {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "no {NODE} under CI=true"
+    );
+    eprintln!("SKIP: no {NODE}");
+    false
+}
+
+/// Node running chain.js for `secs`, once it has said it is ready (main is next).
+fn start(secs: u32) -> Node {
+    let mut child = Command::new(NODE)
+        .arg(script_path())
+        .arg(secs.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting node");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped"))
+        .read_line(&mut line)
+        .expect("reading node's stdout");
+    assert_eq!(line.trim(), "ready");
+    Node(child)
+}
+
+/// The 1-based line of the marker comment `// L_NAME` in chain.js.
+fn line_of(marker: &str) -> i64 {
+    SCRIPT
+        .lines()
+        .position(|l| l.contains(&format!("// {marker}")))
+        .map(|i| i as i64 + 1)
+        .expect("marker in chain.js")
+}
+
+/// The 1-based lines of `function name(` to its closing brace.
+fn lines_of(name: &str) -> std::ops::RangeInclusive<i64> {
+    let lines: Vec<&str> = SCRIPT.lines().collect();
+    let first = lines
+        .iter()
+        .position(|l| l.starts_with(&format!("function {name}(")))
+        .expect("function in chain.js");
+    let last = first
+        + lines[first..]
+            .iter()
+            .position(|l| *l == "}")
+            .expect("its end");
+    first as i64 + 1..=last as i64 + 1
+}
+
+/// One sample: thread, count, frames innermost first as (function, file, line, mapping).
+struct Sample {
+    tid: u64,
+    n: u64,
+    frames: Vec<(String, String, i64, String)>,
+}
+
+fn samples(pprof: &Path) -> Vec<Sample> {
+    let v = python_decode_with(pprof, &["--stacks"]);
+    v["stacks"]
+        .as_array()
+        .expect("stacks")
+        .iter()
+        .map(|s| Sample {
+            tid: s["tid"].as_u64().unwrap_or(0),
+            n: s["n"].as_u64().unwrap_or(0),
+            frames: s["frames"]
+                .as_array()
+                .expect("frames")
+                .iter()
+                .map(|f| {
+                    (
+                        f[0].as_str().unwrap_or("").to_string(),
+                        f[1].as_str().unwrap_or("").to_string(),
+                        f[2].as_i64().unwrap_or(0),
+                        f[3].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// The main thread's samples running JavaScript (all, with the exact chain, with inner
+/// innermost, with every caller at its marked line), those in node's native code alone (its
+/// start: OpenSSL's certificates, the bootstrap's compilation), and one sample that missed.
+struct Tally {
+    all: u64,
+    native: u64,
+    /// Samples whose stack is the sampled address alone (not walked: see
+    /// [`js_chain_in_a_started_command`]).
+    unwalked: u64,
+    exact: u64,
+    inner: u64,
+    marked_lines: u64,
+    miss: Option<String>,
+}
+
+/// Tallies thread `tid`'s samples against the chain.
+fn tally(samples: &[Sample], tid: u64) -> Tally {
+    let script = script_path();
+    let script = script.to_str().unwrap();
+    // "(anonymous)": the module's top-level code, which calls main.
+    let chain = ["inner", "outer", "main", "(anonymous)"];
+    let marked: HashMap<&str, i64> = [
+        ("inner", line_of("L_INNER")),
+        ("outer", line_of("L_OUTER")),
+        ("main", line_of("L_MAIN")),
+        ("(anonymous)", line_of("L_TOP")),
+    ]
+    .into();
+    let mut t = Tally {
+        all: 0,
+        native: 0,
+        unwalked: 0,
+        exact: 0,
+        inner: 0,
+        marked_lines: 0,
+        miss: None,
+    };
+    for s in samples.iter().filter(|s| s.tid == tid) {
+        if s.frames.len() == 1 && !s.frames[0].3.is_empty() {
+            t.unwalked += s.n;
+            continue;
+        }
+        // Running JS: a runtime-named frame (no mapping), V8's builtins or JIT code (a
+        // failed walk leaves those).
+        let in_js = s.frames.iter().any(|f| {
+            f.3.is_empty()
+                || f.0.starts_with("Builtins_")
+                || f.0.contains("[anon")
+                || f.3.contains("[anon")
+        });
+        if !in_js {
+            t.native += s.n;
+            continue;
+        }
+        t.all += s.n;
+        // The script's frames, innermost first (named by the runtime: no mapping).
+        let js: Vec<&(String, String, i64, String)> = s
+            .frames
+            .iter()
+            .filter(|f| f.3.is_empty() && f.1 == script)
+            .collect();
+        let names: Vec<&str> = js.iter().map(|f| f.0.as_str()).collect();
+        let ok_names = !names.is_empty() && chain.ends_with(&names);
+        // Each frame on a line of its function (a caller at its call, or, in Sparkplug code,
+        // at its first line); the top level at its call of main.
+        let ok_lines = ok_names
+            && js.iter().all(|f| match f.0.as_str() {
+                "(anonymous)" => f.2 == marked["(anonymous)"],
+                name => lines_of(name).contains(&f.2),
+            });
+        if ok_names && ok_lines {
+            t.exact += s.n;
+            if names[0] == "inner" {
+                t.inner += s.n;
+            }
+            if js.iter().skip(1).all(|f| f.2 == marked[f.0.as_str()]) {
+                t.marked_lines += s.n;
+            }
+        } else if t.miss.is_none() {
+            let all: Vec<String> = s
+                .frames
+                .iter()
+                .map(|f| format!("{} ({}:{})", f.0, f.1, f.2))
+                .collect();
+            t.miss = Some(all.join(" < "));
+        }
+    }
+    t
+}
+
+fn check(what: &str, t: &Tally) {
+    eprintln!(
+        "{what}: {}/{} main-thread samples in JS with the exact chain ({} with inner \
+         innermost, {} with the callers at their marked lines); {} in node's native code alone; \
+         {} not walked",
+        t.exact, t.all, t.inner, t.marked_lines, t.native, t.unwalked
+    );
+    assert!(t.all >= 200, "{what}: only {} main-thread samples", t.all);
+    assert!(
+        t.exact * 100 >= t.all * 95,
+        "{what}: {}/{} main-thread samples carry the exact chain; e.g. {}",
+        t.exact,
+        t.all,
+        t.miss.as_deref().unwrap_or("")
+    );
+    // inner is where the time goes.
+    assert!(
+        t.inner * 100 >= t.all * 80,
+        "{what}: {}/{} with inner innermost",
+        t.inner,
+        t.all
+    );
+}
+
+/// `record -p` of a running node, and `record -a` beside it: the main thread's samples carry
+/// the chain (inner optimized and inlined into outer, main interpreted), and -p's are all JS.
+#[test]
+fn js_chain_with_p_and_a() {
+    if !have_node() || !privileged() {
+        return;
+    }
+    let _serial = serial();
+    let dir = scratch("js_frames");
+    let node = start(60);
+    let pid = node.0.id();
+    let pprof = dir.join("p.pb.gz");
+    let pid_arg = pid.to_string();
+    let out = profiler(&[
+        "record",
+        "-F",
+        "499",
+        "-p",
+        &pid_arg,
+        "--duration",
+        "3",
+        "-q",
+        "-o",
+        pprof.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = tally(&samples(&pprof), u64::from(pid));
+    check("record -p", &t);
+    assert_eq!(t.unwalked, 0, "record -p: samples not walked");
+    assert!(
+        t.native * 100 <= (t.all + t.native) * 5,
+        "record -p: {} native",
+        t.native
+    );
+    // System-wide, in intervals of a second: the first holds the time the profiler took to
+    // build the tables of every process it found running (node's stacks meanwhile copied,
+    // within a budget per process); the others are compared.
+    let intervals = dir.join("a");
+    std::fs::create_dir_all(&intervals).expect("interval dir");
+    let out = profiler(&[
+        "record",
+        "-F",
+        "499",
+        "-a",
+        "--interval",
+        "1",
+        "-d",
+        "4",
+        "-q",
+        "-o",
+        intervals.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "-a: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut files: Vec<(u64, PathBuf)> = std::fs::read_dir(&intervals)
+        .expect("intervals")
+        .flatten()
+        .map(|e| e.path())
+        .filter_map(|p| {
+            let name = p.file_name()?.to_str()?.strip_suffix(".pb.gz")?.to_string();
+            Some((name.rsplit('-').next()?.parse().ok()?, p))
+        })
+        .collect();
+    files.sort();
+    assert!(files.len() >= 3, "-a: {} intervals", files.len());
+    let later: Vec<Sample> = files[1..].iter().flat_map(|(_, f)| samples(f)).collect();
+    check("record -a", &tally(&later, u64::from(pid)));
+}
+
+/// `record -- node chain.js`: node's own start is in the main thread's samples too. Its
+/// native part (no JS frame, builtin or JIT code) is counted apart; its JS part (the
+/// bootstrap, walked from stack copies until the profiler has node's tables: JS frames are
+/// found in copies too) counts against the chain, over a run long enough to keep it small.
+/// Until node's tables are loaded (a debug build of the profiler takes most of a second for
+/// node's 100 MB) copies are limited to a share of the ring per 100 ms; samples past it keep
+/// their sampled address alone. Those are counted apart (at most a fifth of the run).
+#[test]
+fn js_chain_in_a_started_command() {
+    if !have_node() || !privileged() {
+        return;
+    }
+    let _serial = serial();
+    let dir = scratch("js_frames_cmd");
+    let pprof = dir.join("cmd.pb.gz");
+    let script = script_path();
+    let out = profiler(&[
+        "record",
+        "-F",
+        "199",
+        "-q",
+        "-o",
+        pprof.to_str().unwrap(),
+        "--",
+        NODE,
+        script.to_str().unwrap(),
+        "6",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ss = samples(&pprof);
+    // The main thread: the one with the most samples (node's others mostly wait).
+    let mut by_tid: HashMap<u64, u64> = HashMap::new();
+    for s in &ss {
+        *by_tid.entry(s.tid).or_default() += s.n;
+    }
+    let (&main, _) = by_tid.iter().max_by_key(|(_, n)| **n).expect("samples");
+    let t = tally(&ss, main);
+    check("record -- node", &t);
+    assert!(
+        t.unwalked * 5 <= t.all + t.native + t.unwalked,
+        "{} not walked",
+        t.unwalked
+    );
+}
