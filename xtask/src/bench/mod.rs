@@ -8,6 +8,7 @@ mod counting;
 mod env;
 mod export;
 mod group;
+mod javascript;
 mod kernel;
 mod loss;
 mod memory;
@@ -147,7 +148,7 @@ pub fn bench(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
         runs: 0,
     };
     type Measure = fn(&mut Ctx) -> anyhow::Result<Section>;
-    let measures: [(&str, Measure); 11] = [
+    let measures: [(&str, Measure); 12] = [
         ("overhead", overhead::measure),
         ("kernel cost", kernel::measure),
         ("loss", loss::measure),
@@ -159,6 +160,7 @@ pub fn bench(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
         ("offcpu", offcpu::measure),
         ("export", export::measure),
         ("python", python::measure),
+        ("javascript", javascript::measure),
     ];
     let mut sections = Vec::new();
     for (name, measure) in measures {

@@ -190,10 +190,10 @@ struct Runs {
 }
 
 /// One run of a tool: its CPU s, its samples, its command.
-struct Run {
-    cpu_s: f64,
-    samples: f64,
-    command: String,
+pub(super) struct Run {
+    pub(super) cpu_s: f64,
+    pub(super) samples: f64,
+    pub(super) command: String,
 }
 
 fn runs(
@@ -213,7 +213,7 @@ fn runs(
     for round in 0..rounds {
         for (i, extra) in [&["--no-python"][..], &[]].iter().enumerate() {
             let tag = format!("{round}-{i}");
-            let (run, ns_per_run) = profiler_run(ctx, pid, extra, secs, &tag)?;
+            let (run, ns_per_run) = profiler_run(ctx, "python", pid, extra, secs, &tag)?;
             r.kernel[i].push(ns_per_run);
             r.cpu[i].push(run.cpu_s);
             r.samples[i].push(run.samples);
@@ -228,7 +228,14 @@ fn runs(
             r.commands.push(run.command);
         }
         // Three times as long: what a further second of recording costs, start-up apart.
-        let (long, _) = profiler_run(ctx, pid, &[], 3.0 * secs, &format!("{round}-long"))?;
+        let (long, _) = profiler_run(
+            ctx,
+            "python",
+            pid,
+            &[],
+            3.0 * secs,
+            &format!("{round}-long"),
+        )?;
         r.long_cpu[0].push(long.cpu_s);
         let long = spy_run(ctx, spy, pid, 3.0 * secs, &format!("{round}-long"))?;
         r.long_cpu[1].push(long.cpu_s);
@@ -236,20 +243,22 @@ fn runs(
     Ok(r)
 }
 
-/// `profiler record -p PID` with `extra` for `secs`; also its eBPF ns per program run.
-fn profiler_run(
+/// `profiler record -p PID` with `extra` for `secs` (files named after `what`); also its
+/// eBPF ns per program run.
+pub(super) fn profiler_run(
     ctx: &mut Ctx,
+    what: &str,
     pid: &str,
     extra: &[&str],
     secs: f64,
     tag: &str,
 ) -> anyhow::Result<(Run, f64)> {
-    let out = ctx.dir.join(format!("python-{tag}.folded"));
+    let out = ctx.dir.join(format!("{what}-{tag}.folded"));
     let mut args = vec!["record", "-F", HZ, "-p", pid, "-q", "-o"];
     let out_s = out.display().to_string();
     args.push(&out_s);
     args.extend(extra);
-    let log = ctx.log("python-profiler");
+    let log = ctx.log(&format!("{what}-profiler"));
     let rec = proc::start(&mut ctx.profiler(&args), &log)?;
     rec.wait_attached(1)?;
     std::thread::sleep(std::time::Duration::from_secs_f64(secs));
