@@ -1,6 +1,6 @@
 //! The ELF file behind a runtime's mapping (an interpreter, libnode), opened through the
 //! project's table of opened files and parsed with `object`: what every runtime's
-//! detection starts with.
+//! detection starts with, and the errors every runtime's detection shares.
 
 use object::{Object, ObjectSegment, ReadCache};
 
@@ -8,6 +8,14 @@ use crate::modules::{ElfFiles, MapEntry, Mapping, ReadAt};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ElfError {
+    #[error("reading /proc/{pid}/maps: {source}")]
+    Maps {
+        pid: u32,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: no load segment holds file offset {offset:#x} of its mapping")]
+    NoSegment { path: String, offset: u64 },
     #[error("{path} (process {pid}): not opened: {why}")]
     Open { pid: u32, path: String, why: String },
     #[error("{path}: not an ELF file we can read: {source}")]

@@ -19,16 +19,9 @@ use crate::{
 
 #[derive(Debug, thiserror::Error)]
 pub enum DetectError {
-    #[error("reading /proc/{pid}/maps: {source}")]
-    Maps {
-        pid: u32,
-        #[source]
-        source: std::io::Error,
-    },
+    /// Its maps, its ELF file (shared by every runtime's detection).
     #[error(transparent)]
     Elf(#[from] ElfError),
-    #[error("{path}: no load segment holds file offset {offset:#x} of its mapping")]
-    NoSegment { path: String, offset: u64 },
     #[error("{path} (process {pid}): reading VMStructs: {source}")]
     Read {
         pid: u32,
@@ -64,7 +57,7 @@ pub enum Detection {
 
 /// Looks for HotSpot in the process `pid`.
 pub fn detect(pid: u32) -> Result<Detection, DetectError> {
-    let maps = exec_mappings(pid).map_err(|source| DetectError::Maps { pid, source })?;
+    let maps = exec_mappings(pid).map_err(|source| ElfError::Maps { pid, source })?;
     detect_in(pid, &maps, &ProcessMemory::new(pid))
 }
 
@@ -80,7 +73,7 @@ pub fn detect_in<M: Memory + ?Sized>(
     };
     let path = mapping.name.to_string();
     let exports = with_elf(pid, &mapping, |obj| exports(obj, &mapping))?.ok_or_else(|| {
-        DetectError::NoSegment {
+        ElfError::NoSegment {
             path: path.clone(),
             offset: mapping.offset,
         }

@@ -19,16 +19,9 @@ use crate::{
 
 #[derive(Debug, thiserror::Error)]
 pub enum DetectError {
-    #[error("reading /proc/{pid}/maps: {source}")]
-    Maps {
-        pid: u32,
-        #[source]
-        source: std::io::Error,
-    },
+    /// Its maps, its ELF file (shared by every runtime's detection).
     #[error(transparent)]
     Elf(#[from] ElfError),
-    #[error("{path}: no load segment holds file offset {offset:#x} of its mapping")]
-    NoSegment { path: String, offset: u64 },
     #[error("{path} (process {pid}): reading _Py_DebugOffsets: {source}")]
     ReadDebugOffsets {
         pid: u32,
@@ -108,7 +101,7 @@ impl Interpreter {
 
 /// Looks for CPython in the process `pid`.
 pub fn detect(pid: u32) -> Result<Detection, DetectError> {
-    let maps = exec_mappings(pid).map_err(|source| DetectError::Maps { pid, source })?;
+    let maps = exec_mappings(pid).map_err(|source| ElfError::Maps { pid, source })?;
     let Some(mapping) = interpreter_mapping(pid, &maps) else {
         return Ok(Detection::NotPython);
     };
@@ -200,7 +193,7 @@ fn inspect<'d, O: Object<'d>>(
     path: &str,
     mapping: &Mapping,
 ) -> Result<Inspected, DetectError> {
-    let bias = load_bias(obj, mapping).ok_or_else(|| DetectError::NoSegment {
+    let bias = load_bias(obj, mapping).ok_or_else(|| ElfError::NoSegment {
         path: path.to_string(),
         offset: mapping.offset,
     })?;

@@ -9,12 +9,7 @@ use crate::{
 
 #[derive(Debug, thiserror::Error)]
 pub enum DetectError {
-    #[error("reading /proc/{pid}/maps: {source}")]
-    Maps {
-        pid: u32,
-        #[source]
-        source: std::io::Error,
-    },
+    /// Its maps, its ELF file (shared by every runtime's detection).
     #[error(transparent)]
     Elf(#[from] ElfError),
 }
@@ -32,7 +27,7 @@ pub enum Detection {
 
 /// Looks for V8 in the process `pid`.
 pub fn detect(pid: u32) -> Result<Detection, DetectError> {
-    let maps = exec_mappings(pid).map_err(|source| DetectError::Maps { pid, source })?;
+    let maps = exec_mappings(pid).map_err(|source| ElfError::Maps { pid, source })?;
     detect_in(pid, &maps)
 }
 
