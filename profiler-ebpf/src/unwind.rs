@@ -159,6 +159,8 @@ pub(crate) struct Walk {
     /// The process's V8 entry (`enabled` 0 when it runs none): JS frames are found where
     /// the walk goes by frame pointer ([`v8::js_frame`]).
     pub(crate) v8: V8Proc,
+    /// Where [`v8::js_frame`] reads user memory to (a map value, so not the BPF stack).
+    pub(crate) scratch: u64,
     /// The frames walked (`len` of them), laid out as the in-kernel aggregation keeps a
     /// stack, so one of at most MAX_STACK_DEPTH words is stored from here without a copy.
     pub(crate) stack: WalkStack,

@@ -8,7 +8,7 @@
 //! interpreted frame (its BytecodeArray slot checked the same way, its offset slot a Smi) or
 //! the PC of a compiled one. User space names them soon after the sample.
 
-use aya_ebpf::{helpers::bpf_probe_read_user, macros::map, maps::HashMap};
+use aya_ebpf::{helpers::generated, macros::map, maps::HashMap};
 use profiler_common::{
     MAX_WALK_WORDS, record_flags,
     unwind::MAX_UNWIND_PROCS,
@@ -44,40 +44,21 @@ pub(crate) fn forget(tgid: u32) {
 /// not a return address.
 ///
 /// Not inlined, and it answers through `w`: the frame-pointer step after it is then
-/// verified once, whatever this found.
+/// verified once, whatever this found. Its reads land in the walk's scratch word (a map
+/// value), not on the BPF stack: it runs two calls below the program, whose frames together
+/// may not pass 512 bytes (6.1 refused it at 544).
 #[inline(never)]
 pub(crate) fn js_frame(w: &mut Walk, top: u32) {
-    let v = w.v8;
-    let fp = w.bp;
     // (While an eval call's Python frames are pending, the last word is not this frame's.)
-    if v.enabled == 0 || w.py_emit != 0 || fp == 0 || fp & 7 != 0 {
+    if w.v8.enabled == 0 || w.py_emit != 0 {
         return;
     }
-    let Some(marker) = read(fp.wrapping_add_signed(i64::from(v.slot_marker))) else {
+    let slot = &raw mut w.scratch;
+    let Some(data) = js_words(&w.v8, w.bp, w.pc, top, slot) else {
         return;
     };
-    if marker & 1 == 0 {
-        return; // a typed frame (entry, exit, stub, builtin...): its word stays native
-    }
-    let Some(function) = read(fp.wrapping_add_signed(i64::from(v.slot_function))) else {
-        return;
-    };
-    let Some(ty) = instance_type(&v, function) else {
-        return;
-    };
-    if ty < v.js_function_first || ty > v.js_function_last {
-        return;
-    }
-    let mut data = w.pc | if top != 0 { V8_PC_TOP } else { 0 };
-    // Interpreted and Sparkplug frames hold their BytecodeArray; only an interpreted one
-    // keeps a Smi (the offset) in the next slot, Sparkplug its feedback vector.
-    if let Some(bytecode) = read(fp.wrapping_add_signed(i64::from(v.slot_bytecode_array)))
-        && instance_type(&v, bytecode) == Some(v.bytecode_array_type)
-        && let Some(offset) = read(fp.wrapping_add_signed(i64::from(v.slot_bytecode_offset)))
-        && offset & 1 == 0
-    {
-        data = v8_bytecode_offset((offset >> (v.smi_shift & 63)) as u32);
-    }
+    // SAFETY: `js_words` left the JSFunction in the scratch word.
+    let function = unsafe { *slot };
     // The frame's native word is the last written; its data word goes after it. (Checked
     // with `get_mut`: indexing here left a bounds-check panic call the verifier refuses.)
     let n = w.stack.len as usize;
@@ -96,23 +77,66 @@ pub(crate) fn js_frame(w: &mut Walk, top: u32) {
     w.flags |= record_flags::V8;
 }
 
-/// The instance type of the heap object `tagged`, through its map.
+/// The second word of the JS frame at `fp`, if it is one, its JSFunction left in `slot`.
 #[inline(always)]
-fn instance_type(v: &V8Proc, tagged: u64) -> Option<u16> {
+fn js_words(v: &V8Proc, fp: u64, pc: u64, top: u32, slot: *mut u64) -> Option<u64> {
+    if fp == 0 || fp & 7 != 0 {
+        return None;
+    }
+    let marker = read(slot, fp.wrapping_add_signed(i64::from(v.slot_marker)))?;
+    if marker & 1 == 0 {
+        return None; // a typed frame (entry, exit, stub, builtin...): its word stays native
+    }
+    let ty = instance_type(v, slot, fp.wrapping_add_signed(i64::from(v.slot_function)))?;
+    if ty < v.js_function_first || ty > v.js_function_last {
+        return None;
+    }
+    let mut data = pc | if top != 0 { V8_PC_TOP } else { 0 };
+    // Interpreted and Sparkplug frames hold their BytecodeArray; only an interpreted one
+    // keeps a Smi (the offset) in the next slot, Sparkplug its feedback vector.
+    if instance_type(
+        v,
+        slot,
+        fp.wrapping_add_signed(i64::from(v.slot_bytecode_array)),
+    ) == Some(v.bytecode_array_type)
+        && let Some(offset) = read(
+            slot,
+            fp.wrapping_add_signed(i64::from(v.slot_bytecode_offset)),
+        )
+        && offset & 1 == 0
+    {
+        data = v8_bytecode_offset((offset >> (v.smi_shift & 63)) as u32);
+    }
+    // The function last: the caller takes it from the scratch word.
+    read(slot, fp.wrapping_add_signed(i64::from(v.slot_function)))?;
+    Some(data)
+}
+
+/// The instance type of the heap object whose tagged pointer is at `at`, through its map.
+#[inline(always)]
+fn instance_type(v: &V8Proc, slot: *mut u64, at: u64) -> Option<u16> {
+    let tagged = read(slot, at)?;
     // Heap objects are tagged 01 in their low two bits (no pointer compression).
     if tagged & 3 != 1 {
         return None;
     }
-    let map = read(tagged - 1 + u64::from(v.heap_object_map))?;
+    let map = read(slot, tagged - 1 + u64::from(v.heap_object_map))?;
     if map & 3 != 1 {
         return None;
     }
-    // SAFETY: bpf_probe_read_user tolerates any address.
-    unsafe { bpf_probe_read_user((map - 1 + u64::from(v.map_instance_type)) as *const u16) }.ok()
+    // Eight bytes from the type's offset (a Map is far larger): the low two are the type.
+    read(slot, map - 1 + u64::from(v.map_instance_type)).map(|w| w as u16)
 }
 
+/// The user word at `addr`, read into the scratch word `slot`.
 #[inline(always)]
-fn read(addr: u64) -> Option<u64> {
-    // SAFETY: bpf_probe_read_user tolerates any address.
-    unsafe { bpf_probe_read_user(addr as *const u64) }.ok()
+fn read(slot: *mut u64, addr: u64) -> Option<u64> {
+    // SAFETY: `slot` is the walk's scratch word in this CPU's map value; the helper
+    // tolerates any source address.
+    unsafe {
+        if generated::bpf_probe_read_user(slot.cast(), 8, addr as *const core::ffi::c_void) != 0 {
+            return None;
+        }
+        Some(*slot)
+    }
 }
