@@ -61,6 +61,14 @@ impl V8Walker {
             self.procs.insert(pid, Proc::Native);
             return Published::Native(None);
         };
+        // A perf map (node --perf-basic-prof) names the JIT code already: it wins.
+        if std::path::Path::new(&format!("/tmp/perf-{pid}.map")).exists() {
+            self.procs.insert(pid, Proc::Native);
+            return Published::Native(Some(format!(
+                "{}: it writes a perf map (/tmp/perf-{pid}.map), whose names are used",
+                mapping.name
+            )));
+        }
         if let Some(Proc::V8 { path, layout, .. }) = self.procs.get(&pid)
             && *path == mapping.name
         {
@@ -242,5 +250,116 @@ fn entry(l: &Layout) -> V8Proc {
         bytecode_array_type: l.types.bytecode_array,
         smi_shift: l.smi_shift,
         ..V8Proc::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::runtimes::v8::{heap::tests::FakeHeap, testdata::layout_11_3};
+
+    /// A frame at `fp` (stack slots in `stack`), objects in `heap`: a JSFunction (type 2066)
+    /// at 0x10_0001, a BytecodeArray (191) at 0x20_0001, a Code-typed object (245) at
+    /// 0x30_0001.
+    fn world() -> (V8Proc, FakeHeap) {
+        let e = entry(&layout_11_3());
+        let heap = FakeHeap::default();
+        for (obj, map, ty) in [
+            (0x10_0000, 0x1000, 2066u16),
+            (0x20_0000, 0x2000, 191),
+            (0x30_0000, 0x3000, 245),
+        ] {
+            let tagged_map = heap.map(map, ty);
+            heap.put_u64(obj, tagged_map);
+        }
+        (e, heap)
+    }
+
+    fn stack(slots: &[(i64, u64)], fp: u64) -> HashMap<u64, u64> {
+        slots
+            .iter()
+            .map(|&(off, v)| (fp.wrapping_add_signed(off), v))
+            .collect()
+    }
+
+    #[test]
+    fn frames_are_told_by_their_slots() {
+        let (e, heap) = world();
+        let fp = 0x7ff0_0000u64;
+        let words = |slots: &[(i64, u64)], top| {
+            let s = stack(slots, fp);
+            js_words(&e, |a| s.get(&a).copied(), &heap, fp, 0x5000, top)
+        };
+        // Interpreted: a context, the function, a BytecodeArray, a Smi offset (59 << 32).
+        assert_eq!(
+            words(
+                &[
+                    (-8, 0x40_0001),
+                    (-16, 0x10_0001),
+                    (-32, 0x20_0001),
+                    (-40, 59 << 32)
+                ],
+                false
+            ),
+            Some([V8_FRAME | 0x10_0001, v8_bytecode_offset(59)])
+        );
+        // Sparkplug: the BytecodeArray, then a heap object (its feedback vector): the PC.
+        assert_eq!(
+            words(
+                &[
+                    (-8, 0x40_0001),
+                    (-16, 0x10_0001),
+                    (-32, 0x20_0001),
+                    (-40, 0x30_0001)
+                ],
+                true
+            ),
+            Some([V8_FRAME | 0x10_0001, 0x5000 | V8_PC_TOP])
+        );
+        // Optimized: spill slots where the BytecodeArray would be (not one): the PC.
+        assert_eq!(
+            words(
+                &[
+                    (-8, 0x40_0001),
+                    (-16, 0x10_0001),
+                    (-32, 0x30_0001),
+                    (-40, 0)
+                ],
+                false
+            ),
+            Some([V8_FRAME | 0x10_0001, 0x5000])
+        );
+        // A typed frame (a stub's marker, 17 << 1): native.
+        assert_eq!(words(&[(-8, 17 << 1), (-16, 0x10_0001)], false), None);
+        // A context but no JSFunction in the function slot: native.
+        assert_eq!(words(&[(-8, 0x40_0001), (-16, 0x30_0001)], false), None);
+        assert_eq!(words(&[(-8, 0x40_0001), (-16, 0x1234)], false), None);
+        // Slots the copy does not hold: native.
+        assert_eq!(words(&[], false), None);
+        // An unaligned or null frame pointer: native.
+        let s = stack(&[(-8, 0x40_0001), (-16, 0x10_0001)], fp + 4);
+        assert_eq!(
+            js_words(&e, |a| s.get(&a).copied(), &heap, fp + 4, 0, false),
+            None
+        );
+        assert_eq!(js_words(&e, |_| Some(1), &heap, 0, 0, false), None);
+    }
+
+    #[test]
+    fn the_kernel_entry_is_the_layout() {
+        let l = layout_11_3();
+        let e = entry(&l);
+        assert_eq!((e.enabled, e.slot_marker, e.slot_function), (1, -8, -16));
+        assert_eq!((e.slot_bytecode_array, e.slot_bytecode_offset), (-32, -40));
+        assert_eq!((e.js_function_first, e.bytecode_array_type), (2066, 191));
+        assert_eq!(e.smi_shift, 32);
+        assert!(walkable(&l).is_ok());
+        let compressed = Layout {
+            tagged_size: 4,
+            ..l
+        };
+        assert!(walkable(&compressed).is_err());
     }
 }
