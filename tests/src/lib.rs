@@ -742,6 +742,42 @@ pub fn python_decode(file: &std::path::Path) -> serde_json::Value {
     python_decode_with(file, &[])
 }
 
+/// One sample of a pprof profile as the independent decoder gives it (`--stacks`): its
+/// thread, its count, and its frames innermost first as (function, file, line, mapping).
+/// A runtime's frame (Python, JavaScript) has no mapping.
+pub struct StackSample {
+    pub tid: u64,
+    pub n: u64,
+    pub frames: Vec<(String, String, i64, String)>,
+}
+
+/// Every sample of `pprof`, read by the independent decoder.
+pub fn stack_samples(pprof: &std::path::Path) -> Vec<StackSample> {
+    let v = python_decode_with(pprof, &["--stacks"]);
+    v["stacks"]
+        .as_array()
+        .expect("stacks")
+        .iter()
+        .map(|s| StackSample {
+            tid: s["tid"].as_u64().unwrap_or(0),
+            n: s["n"].as_u64().unwrap_or(0),
+            frames: s["frames"]
+                .as_array()
+                .expect("frames")
+                .iter()
+                .map(|f| {
+                    (
+                        f[0].as_str().unwrap_or("").to_string(),
+                        f[1].as_str().unwrap_or("").to_string(),
+                        f[2].as_i64().unwrap_or(0),
+                        f[3].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect(),
+        })
+        .collect()
+}
+
 /// [`python_decode`] with the decoder's options (`--stacks`: each sample's tid and frames).
 pub fn python_decode_with(file: &std::path::Path, options: &[&str]) -> serde_json::Value {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("pprof/decode_pprof.py");

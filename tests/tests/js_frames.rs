@@ -10,23 +10,13 @@ use std::{
     collections::HashMap,
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
 };
 
 use profiler_tests::*;
 
 const NODE: &str = "/usr/bin/node";
 const SCRIPT: &str = include_str!("../fixtures/node/chain.js");
-
-/// Node, killed on drop.
-struct Node(Child);
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn script_path() -> PathBuf {
     std::fs::canonicalize(concat!(
@@ -51,7 +41,7 @@ fn have_node() -> bool {
 }
 
 /// Node running chain.js for `secs`, once it has said it is ready (main is next).
-fn start(secs: u32) -> Node {
+fn start(secs: u32) -> KillOnDrop {
     let mut child = Command::new(NODE)
         .arg(script_path())
         .arg(secs.to_string())
@@ -63,7 +53,7 @@ fn start(secs: u32) -> Node {
         .read_line(&mut line)
         .expect("reading node's stdout");
     assert_eq!(line.trim(), "ready");
-    Node(child)
+    KillOnDrop(child)
 }
 
 /// The 1-based line of the marker comment `// L_NAME` in chain.js.
@@ -90,37 +80,11 @@ fn lines_of(name: &str) -> std::ops::RangeInclusive<i64> {
     first as i64 + 1..=last as i64 + 1
 }
 
-/// One sample: thread, count, frames innermost first as (function, file, line, mapping).
-struct Sample {
-    tid: u64,
-    n: u64,
-    frames: Vec<(String, String, i64, String)>,
-}
+/// A sample (see [`StackSample`]).
+type Sample = StackSample;
 
 fn samples(pprof: &Path) -> Vec<Sample> {
-    let v = python_decode_with(pprof, &["--stacks"]);
-    v["stacks"]
-        .as_array()
-        .expect("stacks")
-        .iter()
-        .map(|s| Sample {
-            tid: s["tid"].as_u64().unwrap_or(0),
-            n: s["n"].as_u64().unwrap_or(0),
-            frames: s["frames"]
-                .as_array()
-                .expect("frames")
-                .iter()
-                .map(|f| {
-                    (
-                        f[0].as_str().unwrap_or("").to_string(),
-                        f[1].as_str().unwrap_or("").to_string(),
-                        f[2].as_i64().unwrap_or(0),
-                        f[3].as_str().unwrap_or("").to_string(),
-                    )
-                })
-                .collect(),
-        })
-        .collect()
+    stack_samples(pprof)
 }
 
 /// The main thread's samples running JavaScript (all, with the exact chain, with inner
@@ -482,7 +446,7 @@ fn js_functions_match_node_cpu_prof_on_library_code() {
     BufReader::new(child.stdout.take().expect("piped"))
         .read_line(&mut line)
         .expect("node's stdout");
-    let node = Node(child);
+    let node = KillOnDrop(child);
     let pid = node.0.id();
     let pprof = dir.join("ours.pb.gz");
     let out = profiler(&[

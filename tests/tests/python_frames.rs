@@ -18,49 +18,20 @@ const SCRIPT: &str = include_str!("../fixtures/python/stacks.py");
 /// One Python frame as the interpreter and the profile both name it.
 type PyFrame = (String, String, i64);
 
-/// A sample: its thread, its count, and its frames innermost first as [function, file,
-/// line, mapping].
-struct Sample {
-    tid: u64,
-    n: u64,
-    frames: Vec<(String, String, i64, String)>,
-}
+/// A sample (see [`StackSample`]).
+type Sample = StackSample;
 
-impl Sample {
-    /// The Python frames (no mapping: named by the runtime), innermost first.
-    fn python(&self) -> Vec<PyFrame> {
-        self.frames
-            .iter()
-            .filter(|f| f.3.is_empty() && (f.1.ends_with(".py") || f.0.starts_with("[python")))
-            .map(|f| (f.0.clone(), f.1.clone(), f.2))
-            .collect()
-    }
+/// The Python frames of a sample (no mapping: named by the runtime), innermost first.
+fn python(s: &Sample) -> Vec<PyFrame> {
+    s.frames
+        .iter()
+        .filter(|f| f.3.is_empty() && (f.1.ends_with(".py") || f.0.starts_with("[python")))
+        .map(|f| (f.0.clone(), f.1.clone(), f.2))
+        .collect()
 }
 
 fn samples(pprof: &Path) -> Vec<Sample> {
-    let v = python_decode_with(pprof, &["--stacks"]);
-    v["stacks"]
-        .as_array()
-        .expect("stacks")
-        .iter()
-        .map(|s| Sample {
-            tid: s["tid"].as_u64().unwrap_or(0),
-            n: s["n"].as_u64().unwrap_or(0),
-            frames: s["frames"]
-                .as_array()
-                .expect("frames")
-                .iter()
-                .map(|f| {
-                    (
-                        f[0].as_str().unwrap_or("").to_string(),
-                        f[1].as_str().unwrap_or("").to_string(),
-                        f[2].as_i64().unwrap_or(0),
-                        f[3].as_str().unwrap_or("").to_string(),
-                    )
-                })
-                .collect(),
-        })
-        .collect()
+    stack_samples(pprof)
 }
 
 /// What the script wrote: each thread's frames, innermost first.
@@ -111,7 +82,7 @@ fn threads(samples: &[Sample], want: &[Vec<PyFrame>]) -> Vec<Thread> {
         // The expected thread most of its samples end in.
         let mut votes: HashMap<usize, u64> = HashMap::new();
         for s in &ss {
-            let py = s.python();
+            let py = python(s);
             if let Some(first) = py.first()
                 && let Some(i) = want
                     .iter()
@@ -133,7 +104,7 @@ fn threads(samples: &[Sample], want: &[Vec<PyFrame>]) -> Vec<Thread> {
             example_miss: None,
         };
         for s in &ss {
-            let py = s.python();
+            let py = python(s);
             if py != *w
                 && !py.is_empty()
                 && py.last() == w.last()
