@@ -742,6 +742,21 @@ pub fn python_decode(file: &std::path::Path) -> serde_json::Value {
     python_decode_with(file, &[])
 }
 
+/// The pprof files an `--interval` run wrote into `dir`, in interval order.
+pub fn interval_files(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut files: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
+        .expect("interval dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter_map(|p| {
+            let name = p.file_name()?.to_str()?.strip_suffix(".pb.gz")?.to_string();
+            Some((name.rsplit('-').next()?.parse().ok()?, p))
+        })
+        .collect();
+    files.sort();
+    files.into_iter().map(|(_, p)| p).collect()
+}
+
 /// One sample of a pprof profile as the independent decoder gives it (`--stacks`): its
 /// thread, its count, and its frames innermost first as (function, file, line, mapping).
 /// A runtime's frame (Python, JavaScript) has no mapping.

@@ -40,10 +40,10 @@ fn have_node() -> bool {
     false
 }
 
-/// Node running chain.js for `secs`, once it has said it is ready (main is next).
-fn start(secs: u32) -> KillOnDrop {
+/// Node running `script` for `secs`, once it has said it is ready (its work is next).
+fn start(script: &Path, secs: u32) -> KillOnDrop {
     let mut child = Command::new(NODE)
-        .arg(script_path())
+        .arg(script)
         .arg(secs.to_string())
         .stdout(Stdio::piped())
         .spawn()
@@ -210,7 +210,7 @@ fn js_chain_with_p_and_a() {
     }
     let _serial = serial();
     let dir = scratch("js_frames");
-    let node = start(60);
+    let node = start(&script_path(), 60);
     let pid = node.0.id();
     let pprof = dir.join("p.pb.gz");
     let pid_arg = pid.to_string();
@@ -262,18 +262,9 @@ fn js_chain_with_p_and_a() {
         "-a: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut files: Vec<(u64, PathBuf)> = std::fs::read_dir(&intervals)
-        .expect("intervals")
-        .flatten()
-        .map(|e| e.path())
-        .filter_map(|p| {
-            let name = p.file_name()?.to_str()?.strip_suffix(".pb.gz")?.to_string();
-            Some((name.rsplit('-').next()?.parse().ok()?, p))
-        })
-        .collect();
-    files.sort();
+    let files = interval_files(&intervals);
     assert!(files.len() >= 3, "-a: {} intervals", files.len());
-    let later: Vec<Sample> = files[1..].iter().flat_map(|(_, f)| samples(f)).collect();
+    let later: Vec<Sample> = files[1..].iter().flat_map(|f| samples(f)).collect();
     check("record -a", &tally(&later, u64::from(pid)));
 }
 
@@ -436,17 +427,7 @@ fn js_functions_match_node_cpu_prof_on_library_code() {
         .expect("a .cpuprofile");
     let reference = cpu_prof_shares(&prof);
 
-    let mut child = Command::new(NODE)
-        .arg(&script)
-        .arg("60")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("node");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("piped"))
-        .read_line(&mut line)
-        .expect("node's stdout");
-    let node = KillOnDrop(child);
+    let node = start(&script, 60);
     let pid = node.0.id();
     let pprof = dir.join("ours.pb.gz");
     let out = profiler(&[

@@ -267,18 +267,9 @@ fn every_threads_python_chain_with_native_frames_between() {
             String::from_utf8_lossy(&out.stderr)
         );
         drop(child);
-        let mut files: Vec<(u64, std::path::PathBuf)> = std::fs::read_dir(&intervals)
-            .expect("intervals")
-            .flatten()
-            .map(|e| e.path())
-            .filter_map(|p| {
-                let name = p.file_name()?.to_str()?.strip_suffix(".pb.gz")?.to_string();
-                Some((name.rsplit('-').next()?.parse().ok()?, p))
-            })
-            .collect();
-        files.sort();
+        let files = interval_files(&intervals);
         assert!(files.len() >= 3, "{tag}: {} intervals", files.len());
-        let later: Vec<Sample> = files[1..].iter().flat_map(|(_, f)| samples(f)).collect();
+        let later: Vec<Sample> = files[1..].iter().flat_map(|f| samples(f)).collect();
         let t = threads(&later, &want);
         for th in &t {
             eprintln!(
