@@ -429,6 +429,7 @@ fn library_code_walks_to_main() {
         let mut tally = Tally::default();
         let mut methods = std::collections::BTreeMap::<String, u32>::new();
         let mut tiers = std::collections::BTreeMap::<String, u32>::new();
+        // To the loop's closing brace: javac gives the back branch (a debug point) its line.
         let loop_lines = line_in(LIBRARY, "L_LOOP_FIRST")..=line_in(LIBRARY, "L_LOOP_LAST");
         let main_lines = line_in(LIBRARY, "L_MAIN_FIRST")..=line_in(LIBRARY, "L_MAIN_LAST");
         // 400 stops, each in Java code or not (the time the JIT takes to warm up counts).

@@ -42,7 +42,13 @@ fn have_node() -> bool {
 
 /// Node running `script` for `secs`, once it has said it is ready (its work is next).
 fn start(script: &Path, secs: u32) -> KillOnDrop {
+    start_with(&[], script, secs)
+}
+
+/// [`start`] with V8 flags.
+fn start_with(flags: &[&str], script: &Path, secs: u32) -> KillOnDrop {
     let mut child = Command::new(NODE)
+        .args(flags)
         .arg(script)
         .arg(secs.to_string())
         .stdout(Stdio::piped())
@@ -151,10 +157,11 @@ fn tally(samples: &[Sample], tid: u64) -> Tally {
         let names: Vec<&str> = js.iter().map(|f| f.0.as_str()).collect();
         let ok_names = !names.is_empty() && chain.ends_with(&names);
         // Each frame on a line of its function (a caller at its call, or, in Sparkplug code,
-        // at its first line); the top level at its call of main.
+        // at its first statement); the top level at its call of main (Sparkplug: a line
+        // before it).
         let ok_lines = ok_names
             && js.iter().all(|f| match f.0.as_str() {
-                "(anonymous)" => f.2 == marked["(anonymous)"],
+                "(anonymous)" => (1..=marked["(anonymous)"]).contains(&f.2),
                 name => lines_of(name).contains(&f.2),
             });
         if ok_names && ok_lines {
@@ -266,6 +273,51 @@ fn js_chain_with_p_and_a() {
     assert!(files.len() >= 3, "-a: {} intervals", files.len());
     let later: Vec<Sample> = files[1..].iter().flat_map(|f| samples(f)).collect();
     check("record -a", &tally(&later, u64::from(pid)));
+}
+
+/// Each tier on its own, V8 held to it by its flags: all interpreted (Ignition), Sparkplug
+/// from the first call, Maglev as the top tier, and the default (TurboFan): `record -p`'s
+/// main-thread samples carry the chain in each.
+#[test]
+fn js_chain_in_every_tier() {
+    if !have_node() || !privileged() {
+        return;
+    }
+    let _serial = serial();
+    let dir = scratch("js_tiers");
+    let tiers: [(&str, &[&str]); 4] = [
+        ("ignition", &["--max-opt=0"]),
+        ("sparkplug", &["--max-opt=1", "--always-sparkplug"]),
+        ("maglev", &["--maglev", "--max-opt=2"]),
+        ("turbofan", &[]),
+    ];
+    for (tier, flags) in tiers {
+        let node = start_with(flags, &script_path(), 60);
+        let pid = node.0.id();
+        let pprof = dir.join(format!("{tier}.pb.gz"));
+        let out = profiler(&[
+            "record",
+            "-F",
+            "499",
+            "-p",
+            &pid.to_string(),
+            "--duration",
+            "2",
+            "-q",
+            "-o",
+            pprof.to_str().unwrap(),
+        ]);
+        drop(node);
+        assert!(
+            out.status.success(),
+            "{tier}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        check(
+            &format!("{tier} (node {})", flags.join(" ")),
+            &tally(&samples(&pprof), u64::from(pid)),
+        );
+    }
 }
 
 /// `record -- node chain.js`: node's own start is in the main thread's samples too. Its
