@@ -1,7 +1,8 @@
 //! V8 (Node.js), user-space half: find V8 in a process, read its layout from the file, and
-//! name JavaScript frames from the process's heap. Not wired into `record` yet: the kernel
-//! walk is the next slice; `tests/tests/v8_layout.rs` does that walk in user space on a live
-//! Node 20 and is the reference it must match.
+//! name JavaScript frames from the process's heap. [`walker`] is its seam with `record`: the
+//! kernel walk (`profiler-ebpf/src/v8.rs`) writes (JSFunction, offset or PC) pairs, named
+//! here soon after the sample (`tests/tests/js_frames.rs`); `tests/tests/v8_layout.rs` does
+//! the same walk in user space on a live Node 20 (ptrace), the reference it was built to.
 //!
 //! Findings on Node 20.20.2 (Debian, static `/usr/bin/node`, V8 11.3.244.8):
 //! - **Metadata**: 531 `v8dbg_*` symbols in `.symtab` and `.dynsym` (so they survive
@@ -49,9 +50,9 @@
 //!   -1, the function entry's own entry, checked against `node --print-bytecode`);
 //! - Maglev/TurboFan frames whose PC is in the code the JSFunction holds: **exact** (the
 //!   Code's own source position table by PC offset; a return address is looked up 1 byte
-//!   back); not when the PC is inside an inlined callee (inlining id ≠ 0: the callee and
-//!   the caller's position are in the deoptimization data, next slice) or in
-//!   on-stack-replaced code the function does not hold;
+//!   back); a PC inside an inlined callee (inlining id ≠ 0) gives the callee and each
+//!   caller's position from the Code's deoptimization data ([`code::positions_of_pc`],
+//!   [`Namer::frames`]); not in on-stack-replaced code the function does not hold;
 //! - Sparkplug frames and the cases above: the function's first statement
 //!   ([`LineKind::FunctionStart`]);
 //! - no line ([`LineKind::None`]) when V8 has not built the function's source positions
@@ -60,13 +61,13 @@
 //!
 //! Ambiguous or open: the ScopeInfo name heuristic (more than 75 context locals keep their
 //! names in one hash table slot: followed, tested on synthetic memory; an optional
-//! ScopeInfo field holding a string before the name would be misread); Maglev's exact
-//! lines are untested (Node 20 runs without Maglev by default); a JSFunction's code
+//! ScopeInfo field holding a string before the name would be misread); Maglev's lines are
+//! tested with `--maglev --max-opt=2` only (Node 20 runs without Maglev by default); a
+//! JSFunction's code
 //! changes under a sampled frame (tier-up, deoptimization), so the PC check above is what
-//! keeps a line honest; strings are read while the process runs (the kernel half should
-//! record addresses and user space name them soon after, caching by SharedFunctionInfo
-//! address, which a moving GC can reuse: check the name's script and position too);
-//! inlined frames (inner inside an optimized outer) show as the outer function only.
+//! keeps a line honest; strings are read while the process runs, so frames are named soon
+//! after the sample, cached by (JSFunction, position) and checked against the function's
+//! SharedFunctionInfo at each use (a moving GC reuses addresses).
 
 pub mod code;
 pub mod detect;
