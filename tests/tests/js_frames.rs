@@ -423,11 +423,25 @@ fn cpu_prof_shares(path: &Path) -> HashMap<(String, String), f64> {
 }
 
 /// The same from our profile, for thread `tid`: each sample's innermost JS frame with a
-/// script; also the share of samples with none (native code alone), in percent.
+/// script (or unnamed JIT code at the leaf); also the share of samples with none (native
+/// code alone), in percent.
 fn our_shares(samples: &[Sample], tid: u64) -> (HashMap<(String, String), f64>, f64) {
     let mut count: HashMap<(String, String), u64> = HashMap::new();
     let (mut total, mut none) = (0, 0);
     for s in samples.iter().filter(|s| s.tid == tid) {
+        // A leaf in JIT code that is no JS frame (a function's first or last instructions,
+        // its frame not built or already gone) is some function's we cannot name: not the
+        // caller's (V8's sampler finds it by its code map).
+        if s.frames
+            .first()
+            .is_some_and(|f| f.3.contains("[anon") || f.0.starts_with("[anon"))
+        {
+            *count
+                .entry(("(unnamed JIT code)".into(), String::new()))
+                .or_default() += s.n;
+            total += s.n;
+            continue;
+        }
         match s.frames.iter().find(|f| f.3.is_empty() && !f.1.is_empty()) {
             Some(f) => {
                 let file = f.1.rsplit('/').next().unwrap_or("").to_string();
