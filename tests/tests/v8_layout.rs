@@ -296,11 +296,7 @@ fn interpreted_chain_named_exactly() {
         let main = [line_of("L_MAIN")];
         check_frame(&chain[2], "main", &main, LineKind::Exact, Tier::Interpreted);
         // The module's top level (Node's CommonJS wrapper function) at its call of main.
-        let call = [SCRIPT
-            .lines()
-            .position(|l| l == "main();")
-            .expect("main();") as u32
-            + 1];
+        let call = [line_of("L_TOP")];
         check_frame(
             &chain[3],
             "(anonymous)",
