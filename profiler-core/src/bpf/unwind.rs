@@ -274,6 +274,7 @@ impl UnwindMaps {
     pub fn remove_process(&mut self, pid: u32) {
         let _ = self.procs.remove(&pid);
         let _ = self.python.remove(&pid);
+        let _ = self.v8.remove(&pid);
     }
 
     /// Tells the walker that `pid` runs CPython (`Some`), or no longer does.
