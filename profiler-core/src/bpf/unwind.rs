@@ -11,7 +11,10 @@ use std::{
     os::fd::{AsFd as _, AsRawFd, RawFd},
 };
 
-use aya::maps::{HashMap, Map, MapData};
+use aya::{
+    Ebpf, Pod,
+    maps::{HashMap, Map, MapData},
+};
 use profiler_common::{
     names::{maps as map, programs},
     python::PyProc,
@@ -74,27 +77,9 @@ impl RecordProgram {
         let rows_map = ebpf
             .take_map(map::UNWIND_ROWS)
             .ok_or(BpfError::Missing(map::UNWIND_ROWS))?;
-        let procs = ebpf
-            .take_map(map::UNWIND_PROCS)
-            .ok_or(BpfError::Missing(map::UNWIND_PROCS))?;
-        let procs = HashMap::try_from(procs).map_err(|source| BpfError::Map {
-            name: map::UNWIND_PROCS,
-            source,
-        })?;
-        let python = ebpf
-            .take_map(map::PY_PROCS)
-            .ok_or(BpfError::Missing(map::PY_PROCS))?;
-        let python = HashMap::try_from(python).map_err(|source| BpfError::Map {
-            name: map::PY_PROCS,
-            source,
-        })?;
-        let v8 = ebpf
-            .take_map(map::V8_PROCS)
-            .ok_or(BpfError::Missing(map::V8_PROCS))?;
-        let v8 = HashMap::try_from(v8).map_err(|source| BpfError::Map {
-            name: map::V8_PROCS,
-            source,
-        })?;
+        let procs = take_by_pid(ebpf, map::UNWIND_PROCS)?;
+        let python = take_by_pid(ebpf, map::PY_PROCS)?;
+        let v8 = take_by_pid(ebpf, map::V8_PROCS)?;
         let Map::Array(data) = &rows_map else {
             return Err(BpfError::Missing("array map `UNWIND_ROWS`").into());
         };
@@ -114,6 +99,33 @@ impl RecordProgram {
             placed: StdHashMap::new(),
             view: None,
         })
+    }
+}
+
+/// The hash map `name` (by tgid) taken out of the object.
+fn take_by_pid<V: Pod>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+) -> Result<HashMap<MapData, u32, V>, BpfError> {
+    let m = ebpf.take_map(name).ok_or(BpfError::Missing(name))?;
+    HashMap::try_from(m).map_err(|source| BpfError::Map { name, source })
+}
+
+/// Writes a runtime's entry for `pid` into its map `name` (`Some`), or removes it.
+fn set_runtime_entry<V: Pod>(
+    m: &mut HashMap<MapData, u32, V>,
+    name: &'static str,
+    pid: u32,
+    entry: Option<&V>,
+) -> Result<(), UnwindMapError> {
+    match entry {
+        Some(e) => m
+            .insert(pid, e, 0)
+            .map_err(|source| UnwindMapError::Update { map: name, source }),
+        None => {
+            let _ = m.remove(&pid);
+            Ok(())
+        }
     }
 }
 
@@ -279,36 +291,12 @@ impl UnwindMaps {
 
     /// Tells the walker that `pid` runs CPython (`Some`), or no longer does.
     pub fn set_python(&mut self, pid: u32, entry: Option<&PyProc>) -> Result<(), UnwindMapError> {
-        match entry {
-            Some(e) => self
-                .python
-                .insert(pid, e, 0)
-                .map_err(|source| UnwindMapError::Update {
-                    map: map::PY_PROCS,
-                    source,
-                }),
-            None => {
-                let _ = self.python.remove(&pid);
-                Ok(())
-            }
-        }
+        set_runtime_entry(&mut self.python, map::PY_PROCS, pid, entry)
     }
 
     /// Tells the walker that `pid` runs V8 (`Some`), or no longer does.
     pub fn set_v8(&mut self, pid: u32, entry: Option<&V8Proc>) -> Result<(), UnwindMapError> {
-        match entry {
-            Some(e) => self
-                .v8
-                .insert(pid, e, 0)
-                .map_err(|source| UnwindMapError::Update {
-                    map: map::V8_PROCS,
-                    source,
-                }),
-            None => {
-                let _ = self.v8.remove(&pid);
-                Ok(())
-            }
-        }
+        set_runtime_entry(&mut self.v8, map::V8_PROCS, pid, entry)
     }
 
     /// Bytes of rows in use.
