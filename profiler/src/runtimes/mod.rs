@@ -66,11 +66,6 @@ impl Runtimes {
         }
     }
 
-    /// With the Python walker only.
-    pub fn with_python(task_fsbase: u32) -> Self {
-        Self::new(Some(task_fsbase), false)
-    }
-
     /// A process being published to the native unwinder (new, or its mappings changed):
     /// each runtime looks at it, and the kernel learns which to hand over to.
     pub fn publish(
@@ -145,11 +140,6 @@ impl Runtimes {
     /// The kernel walker's entry for V8 process `pid`, if it is one.
     pub fn v8_entry(&self, pid: u32) -> Option<profiler_common::v8::V8Proc> {
         self.v8.as_ref()?.entry(pid)
-    }
-
-    /// (JavaScript frames named, and not) so far.
-    pub fn js_counts(&self) -> (u64, u64) {
-        self.v8.as_ref().map_or((0, 0), |v| (v.named, v.unnamed))
     }
 
     /// A runtime's frame at the start of `words` (a process's user frames, innermost

@@ -41,9 +41,6 @@ type Named = (u64, Option<Arc<[JsFrame]>>);
 #[derive(Default)]
 pub struct V8Walker {
     procs: HashMap<u32, Proc>,
-    /// JS frames named, and those that could not be.
-    pub named: u64,
-    pub unnamed: u64,
 }
 
 /// What [`V8Walker::publish`] found.
@@ -124,7 +121,6 @@ impl V8Walker {
     /// process).
     pub fn frame(&mut self, pid: u32, word: u64, data: u64) -> Option<Arc<[JsFrame]>> {
         let Some(Proc::V8 { layout, names, .. }) = self.procs.get_mut(&pid) else {
-            self.unnamed += 1;
             return None;
         };
         let function = word & !RUNTIME_FRAME_MASK;
@@ -139,9 +135,7 @@ impl V8Walker {
         if let Some((sfi, frame)) = names.get(&(function, data))
             && (Some(*sfi) == shared || shared.is_none())
         {
-            let frame = frame.clone();
-            self.count(frame.is_some());
-            return frame;
+            return frame.clone();
         }
         let position = if data & V8_BYTECODE != 0 {
             Position::RawBytecodeOffset((data & 0xffff_ffff) << layout.smi_shift)
@@ -158,16 +152,7 @@ impl V8Walker {
         if let Some(sfi) = shared {
             names.insert((function, data), (sfi, frame.clone()));
         }
-        self.count(frame.is_some());
         frame
-    }
-
-    fn count(&mut self, named: bool) {
-        if named {
-            self.named += 1;
-        } else {
-            self.unnamed += 1;
-        }
     }
 }
 
