@@ -54,11 +54,9 @@ pub(crate) fn js_frame(w: &mut Walk, top: u32) {
         return;
     }
     let slot = &raw mut w.scratch;
-    let Some(data) = js_words(&w.v8, w.bp, w.pc, top, slot) else {
+    let Some((function, data)) = js_words(&w.v8, w.bp, w.pc, top, slot) else {
         return;
     };
-    // SAFETY: `js_words` left the JSFunction in the scratch word.
-    let function = unsafe { *slot };
     // The frame's native word is the last written; its data word goes after it. (Checked
     // with `get_mut`: indexing here left a bounds-check panic call the verifier refuses.)
     let n = w.stack.len as usize;
@@ -77,9 +75,10 @@ pub(crate) fn js_frame(w: &mut Walk, top: u32) {
     w.flags |= record_flags::V8;
 }
 
-/// The second word of the JS frame at `fp`, if it is one, its JSFunction left in `slot`.
+/// The JSFunction and the second word of the JS frame at `fp`, if it is one (`slot`: where
+/// reads land).
 #[inline(always)]
-fn js_words(v: &V8Proc, fp: u64, pc: u64, top: u32, slot: *mut u64) -> Option<u64> {
+fn js_words(v: &V8Proc, fp: u64, pc: u64, top: u32, slot: *mut u64) -> Option<(u64, u64)> {
     if fp == 0 || fp & 7 != 0 {
         return None;
     }
@@ -87,18 +86,18 @@ fn js_words(v: &V8Proc, fp: u64, pc: u64, top: u32, slot: *mut u64) -> Option<u6
     if marker & 1 == 0 {
         return None; // a typed frame (entry, exit, stub, builtin...): its word stays native
     }
-    let ty = instance_type(v, slot, fp.wrapping_add_signed(i64::from(v.slot_function)))?;
+    let function = read(slot, fp.wrapping_add_signed(i64::from(v.slot_function)))?;
+    let ty = instance_type(v, slot, function)?;
     if ty < v.js_function_first || ty > v.js_function_last {
         return None;
     }
     let mut data = pc | if top != 0 { V8_PC_TOP } else { 0 };
     // Interpreted and Sparkplug frames hold their BytecodeArray; only an interpreted one
     // keeps a Smi (the offset) in the next slot, Sparkplug its feedback vector.
-    if instance_type(
-        v,
+    if let Some(bytecode) = read(
         slot,
         fp.wrapping_add_signed(i64::from(v.slot_bytecode_array)),
-    ) == Some(v.bytecode_array_type)
+    ) && instance_type(v, slot, bytecode) == Some(v.bytecode_array_type)
         && let Some(offset) = read(
             slot,
             fp.wrapping_add_signed(i64::from(v.slot_bytecode_offset)),
@@ -107,15 +106,12 @@ fn js_words(v: &V8Proc, fp: u64, pc: u64, top: u32, slot: *mut u64) -> Option<u6
     {
         data = v8_bytecode_offset((offset >> (v.smi_shift & 63)) as u32);
     }
-    // The function last: the caller takes it from the scratch word.
-    read(slot, fp.wrapping_add_signed(i64::from(v.slot_function)))?;
-    Some(data)
+    Some((function, data))
 }
 
-/// The instance type of the heap object whose tagged pointer is at `at`, through its map.
+/// The instance type of the heap object `tagged`, through its map.
 #[inline(always)]
-fn instance_type(v: &V8Proc, slot: *mut u64, at: u64) -> Option<u16> {
-    let tagged = read(slot, at)?;
+fn instance_type(v: &V8Proc, slot: *mut u64, tagged: u64) -> Option<u16> {
     // Heap objects are tagged 01 in their low two bits (no pointer compression).
     if tagged & 3 != 1 {
         return None;
