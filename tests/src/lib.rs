@@ -742,6 +742,22 @@ pub fn python_decode(file: &std::path::Path) -> serde_json::Value {
     python_decode_with(file, &[])
 }
 
+/// Spawns `cmd` with its standard output piped and waits for its first line, which must be
+/// `ready` (the fixtures say it when their measured work is next).
+pub fn spawn_ready(cmd: &mut Command) -> std::process::Child {
+    use std::io::BufRead;
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("piped"))
+        .read_line(&mut line)
+        .unwrap_or_else(|e| panic!("reading the stdout of {cmd:?}: {e}"));
+    assert_eq!(line.trim(), "ready", "{cmd:?}");
+    child
+}
+
 /// The pprof files an `--interval` run wrote into `dir`, in interval order.
 pub fn interval_files(dir: &std::path::Path) -> Vec<PathBuf> {
     let mut files: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)

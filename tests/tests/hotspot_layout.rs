@@ -10,9 +10,8 @@
 //! and stops in the JDK's own library code (`Library.java`) must nearly all walk to main.
 
 use std::{
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, Command},
     sync::OnceLock,
     time::{Duration, Instant},
 };
@@ -104,20 +103,14 @@ fn start(major: u32, home: &str, flags: &[&str]) -> Jvm {
 }
 
 fn start_class(major: u32, home: &str, class: &str, flags: &[&str]) -> Jvm {
-    let mut child = Command::new(Path::new(home).join("bin/java"))
-        .arg("-XX:+UseG1GC")
-        .args(flags)
-        .arg("-cp")
-        .arg(classes())
-        .args([class, "120"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("starting java");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("piped"))
-        .read_line(&mut line)
-        .expect("reading java's stdout");
-    assert_eq!(line.trim(), "ready");
+    let child = profiler_tests::spawn_ready(
+        Command::new(Path::new(home).join("bin/java"))
+            .arg("-XX:+UseG1GC")
+            .args(flags)
+            .arg("-cp")
+            .arg(classes())
+            .args([class, "120"]),
+    );
     Jvm { child, major }
 }
 

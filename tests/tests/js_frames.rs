@@ -8,7 +8,6 @@
 
 use std::{
     collections::HashMap,
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Command, Stdio},
 };
@@ -47,19 +46,33 @@ fn start(script: &Path, secs: u32) -> KillOnDrop {
 
 /// [`start`] with V8 flags.
 fn start_with(flags: &[&str], script: &Path, secs: u32) -> KillOnDrop {
-    let mut child = Command::new(NODE)
-        .args(flags)
-        .arg(script)
-        .arg(secs.to_string())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("starting node");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("piped"))
-        .read_line(&mut line)
-        .expect("reading node's stdout");
-    assert_eq!(line.trim(), "ready");
-    KillOnDrop(child)
+    KillOnDrop(spawn_ready(
+        Command::new(NODE)
+            .args(flags)
+            .arg(script)
+            .arg(secs.to_string()),
+    ))
+}
+
+/// `record -F 499 -p PID` for `secs` into the pprof file `out`, which must succeed.
+fn record_pid(pid: u32, secs: u32, out: &Path) {
+    let o = profiler(&[
+        "record",
+        "-F",
+        "499",
+        "-p",
+        &pid.to_string(),
+        "--duration",
+        &secs.to_string(),
+        "-q",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        o.status.success(),
+        "record -p {pid}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 /// The 1-based line of the marker comment `// L_NAME` in chain.js.
@@ -220,24 +233,7 @@ fn js_chain_with_p_and_a() {
     let node = start(&script_path(), 60);
     let pid = node.0.id();
     let pprof = dir.join("p.pb.gz");
-    let pid_arg = pid.to_string();
-    let out = profiler(&[
-        "record",
-        "-F",
-        "499",
-        "-p",
-        &pid_arg,
-        "--duration",
-        "3",
-        "-q",
-        "-o",
-        pprof.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    record_pid(pid, 3, &pprof);
     let t = tally(&samples(&pprof), u64::from(pid));
     check("record -p", &t);
     assert_eq!(t.unwalked, 0, "record -p: samples not walked");
@@ -295,24 +291,8 @@ fn js_chain_in_every_tier() {
         let node = start_with(flags, &script_path(), 60);
         let pid = node.0.id();
         let pprof = dir.join(format!("{tier}.pb.gz"));
-        let out = profiler(&[
-            "record",
-            "-F",
-            "499",
-            "-p",
-            &pid.to_string(),
-            "--duration",
-            "2",
-            "-q",
-            "-o",
-            pprof.to_str().unwrap(),
-        ]);
+        record_pid(pid, 2, &pprof);
         drop(node);
-        assert!(
-            out.status.success(),
-            "{tier}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
         check(
             &format!("{tier} (node {})", flags.join(" ")),
             &tally(&samples(&pprof), u64::from(pid)),
@@ -496,24 +476,8 @@ fn js_functions_match_node_cpu_prof_on_library_code() {
     let node = start(&script, 60);
     let pid = node.0.id();
     let pprof = dir.join("ours.pb.gz");
-    let out = profiler(&[
-        "record",
-        "-F",
-        "499",
-        "-p",
-        &pid.to_string(),
-        "--duration",
-        "5",
-        "-q",
-        "-o",
-        pprof.to_str().unwrap(),
-    ]);
+    record_pid(pid, 5, &pprof);
     drop(node);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let (ours, none) = our_shares(&samples(&pprof), u64::from(pid));
     let mut rows: Vec<_> = reference.iter().collect();
     rows.sort_by(|a, b| b.1.total_cmp(a.1));

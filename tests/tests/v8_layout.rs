@@ -6,10 +6,9 @@
 //! interpreted (`--no-opt --no-sparkplug --no-maglev`) and with inner optimized by TurboFan.
 
 use std::{
-    io::{BufRead, BufReader},
     ops::Range,
     path::PathBuf,
-    process::{Child, Command, Stdio},
+    process::{Child, Command},
     time::{Duration, Instant},
 };
 
@@ -88,19 +87,9 @@ fn start(flags: &[&str]) -> Option<Node> {
         eprintln!("SKIP: no {NODE}");
         return None;
     }
-    let mut child = Command::new(NODE)
-        .args(flags)
-        .arg(script_path())
-        .arg("120")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("starting node");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("piped"))
-        .read_line(&mut line)
-        .expect("reading node's stdout");
-    assert_eq!(line.trim(), "ready");
-    Some(Node(child))
+    Some(Node(profiler_tests::spawn_ready(
+        Command::new(NODE).args(flags).arg(script_path()).arg("120"),
+    )))
 }
 
 /// The executable range of the node file in the process.
