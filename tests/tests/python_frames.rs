@@ -560,11 +560,11 @@ fn perf_trampolines_of_x_perf_keep_stacks_whole() {
             ];
             if chain.iter().all(Option::is_some) && chain.windows(2).all(|w| w[0] < w[1]) {
                 whole += n;
+                if frames.iter().any(|f| f.starts_with("py::outer:")) {
+                    trampolines += n;
+                }
             } else if miss.is_none() {
                 miss = Some(frames.join(";"));
-            }
-            if frames.iter().any(|f| f.starts_with("py::outer:")) {
-                trampolines += n;
             }
         }
         eprintln!("{version} -X perf: {whole} of {inner} samples in inner() whole to _start");
@@ -577,10 +577,12 @@ fn perf_trampolines_of_x_perf_keep_stacks_whole() {
             "{version}: {whole} of {inner} whole; first miss:\n{}",
             miss.unwrap_or_default()
         );
-        // The trampolines are there, named from the perf map: this is the -X perf path.
+        // The trampolines are there, named from the perf map: this is the -X perf path. Counted
+        // in whole stacks only: a cut one ends below outer()'s trampoline (CI measured 895 of
+        // 909 whole, every whole one with it).
         assert!(
-            trampolines * 100 >= inner * 99,
-            "{version}: {trampolines} of {inner} with outer()'s trampoline"
+            trampolines * 100 >= whole * 99,
+            "{version}: {trampolines} of {whole} whole stacks with outer()'s trampoline"
         );
     }
 }
