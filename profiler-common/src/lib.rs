@@ -6,6 +6,7 @@
 #![no_std]
 
 pub mod group;
+pub mod hotspot;
 pub mod names;
 pub mod offcpu;
 pub mod python;
@@ -299,6 +300,9 @@ pub mod record_flags {
     pub const PYTHON_ERROR: u32 = 1 << 9;
     /// Some user frames are V8 (JavaScript) frames (`crate::v8::V8_FRAME`, two words each).
     pub const V8: u32 = 1 << 10;
+    /// Some user frames are HotSpot (Java) frames (`crate::hotspot::HS_FRAME`, two words
+    /// each).
+    pub const HOTSPOT: u32 = 1 << 11;
 }
 
 /// Run-time configuration of the sampling program, slot 0 of the `CONFIG` array.

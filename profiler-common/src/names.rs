@@ -50,6 +50,8 @@ pub mod maps {
     pub const PY_CUR: &str = "PY_CUR";
     /// The V8 walker's processes (`crate::v8::V8Proc`, by tgid).
     pub const V8_PROCS: &str = "V8_PROCS";
+    /// The HotSpot walker's processes (`crate::hotspot::HsProc`, by tgid).
+    pub const HS_PROCS: &str = "HS_PROCS";
 
     // Counter groups (group.rs).
     pub const GROUP_CONFIG: &str = "GROUP_CONFIG";
@@ -109,6 +111,7 @@ pub mod maps {
         PY_PROCS,
         PY_CUR,
         V8_PROCS,
+        HS_PROCS,
         GROUP_CONFIG,
         GROUP_CPU,
         GROUP_TASKS,

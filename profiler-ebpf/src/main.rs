@@ -63,6 +63,7 @@ macro_rules! program_names {
 mod cgcount;
 mod follow;
 mod group;
+mod hotspot;
 mod offcpu;
 mod python;
 mod record;

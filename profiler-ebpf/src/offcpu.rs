@@ -425,7 +425,7 @@ unsafe fn user_stack<const TABLES: bool>(
                 return 0; // a kernel thread
             };
             let now = (*buf).header.time_ns;
-            match walk_user_from(regs, tgid) {
+            match walk_user_from(regs, 0, tgid) {
                 // A frame it cannot walk yet: copied while the budget lasts (as below).
                 Walked::Done(walk)
                     if walk.wants_copy() && copy_allowed(tgid, now, config.wakeup_bytes, true) =>

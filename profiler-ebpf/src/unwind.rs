@@ -16,7 +16,9 @@ use aya_ebpf::{
     programs::{PerfEventContext, TracePointContext},
 };
 use profiler_common::{
-    MAX_STACK_DEPTH, MAX_WALK_WORDS, WalkStack, kernel_features,
+    MAX_STACK_DEPTH, MAX_WALK_WORDS, WalkStack,
+    hotspot::{HS_BLOCK_BYTES, HsProc},
+    kernel_features,
     python::PyProc,
     record_flags,
     stack::{STACK_COPY_BLOCK, STACK_COPY_BYTES, STACK_COPY_HEAD_WORDS, StackSampleHeader},
@@ -27,7 +29,7 @@ use profiler_common::{
     v8::V8Proc,
 };
 
-use crate::{python, sampler::kernel_has, v8};
+use crate::{hotspot, python, sampler::kernel_has, v8};
 
 /// Bytes of one stack's frames, the size every copy of one is made with.
 pub(crate) const STACK_BYTES: u32 = (MAX_STACK_DEPTH * 8) as u32;
@@ -159,8 +161,25 @@ pub(crate) struct Walk {
     /// The process's V8 entry (`enabled` 0 when it runs none): JS frames are found where
     /// the walk goes by frame pointer ([`v8::js_frame`]).
     pub(crate) v8: V8Proc,
-    /// Where [`v8::js_frame`] reads user memory to (a map value, so not the BPF stack).
+    /// Where [`v8::js_frame`] and [`hotspot::step`] read user words to (a map value, so
+    /// not the BPF stack).
     pub(crate) scratch: u64,
+    /// The sampled task's user r13 (0 when unknown): HotSpot's interpreter keeps the
+    /// running frame's bytecode pointer there.
+    pub(crate) r13: u64,
+    /// The process's HotSpot entry (`enabled` 0 when it runs none): PCs in its code cache
+    /// are walked by [`hotspot::step`].
+    pub(crate) hs: HsProc,
+    /// [`hotspot::step`]'s values between its reads (kept here, not on the BPF stack: it
+    /// runs two calls below the program, whose frames may not pass 512 bytes together).
+    pub(crate) hs_v: [u64; 4],
+    /// [`hotspot::step`]'s caller pc until the frame is written.
+    pub(crate) pc_next: u64,
+    /// [`hotspot::step`]'s `top`.
+    pub(crate) hs_top: u32,
+    _pad1: u32,
+    /// Where [`hotspot::step`] reads a code block's header and blob fields to.
+    pub(crate) hs_block: [u8; HS_BLOCK_BYTES as usize + 8],
     /// The frames walked (`len` of them), laid out as the in-kernel aggregation keeps a
     /// stack, so one of at most MAX_STACK_DEPTH words is stored from here without a copy.
     pub(crate) stack: WalkStack,
@@ -231,15 +250,26 @@ pub(crate) enum Walked {
 /// Walks the current task's user stack into this CPU's [`Walk`].
 #[inline(always)]
 pub(crate) fn walk_user(ctx: &PerfEventContext, tgid: u32) -> Walked {
-    match user_regs(ctx) {
-        Some(regs) => walk_user_from(regs, tgid),
-        None => Walked::NoUser,
-    }
+    let Some(regs) = user_regs(ctx) else {
+        return Walked::NoUser;
+    };
+    // SAFETY: the context is readable.
+    let in_user = unsafe { (*ctx.ctx).regs.cs & 3 == 3 };
+    // r13 only from a sample taken in user mode (a task in the kernel stopped in a
+    // syscall or fault, where HotSpot's interpreter frame slot holds the bcp too).
+    // SAFETY: as above.
+    let r13 = if in_user {
+        unsafe { (*ctx.ctx).regs.r13 }
+    } else {
+        0
+    };
+    walk_user_from(regs, r13, tgid)
 }
 
-/// Walks the current task's user stack from its user `(rip, rsp, rbp)`.
+/// Walks the current task's user stack from its user `(rip, rsp, rbp)` (and r13, 0 when
+/// unknown).
 #[inline(always)]
-pub(crate) fn walk_user_from((pc, sp, bp): (u64, u64, u64), tgid: u32) -> Walked {
+pub(crate) fn walk_user_from((pc, sp, bp): (u64, u64, u64), r13: u64, tgid: u32) -> Walked {
     // SAFETY: a plain map lookup; the value is only read.
     let Some(proc_) = (unsafe { UNWIND_PROCS.get(tgid) }) else {
         return Walked::NoProcess;
@@ -262,6 +292,8 @@ pub(crate) fn walk_user_from((pc, sp, bp): (u64, u64, u64), tgid: u32) -> Walked
         (*walk).pending = 0;
         (*walk).tgid = tgid;
         (*walk).v8 = v8::process(tgid);
+        (*walk).r13 = r13;
+        hotspot::load(tgid, &mut (*walk).hs);
     }
     let py = python::process(tgid);
     if py.is_null() {
@@ -458,6 +490,14 @@ extern "C" fn step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
 #[inline(always)]
 fn native_step(w: &mut Walk, p: &ProcUnwind, py: &PyProc, at: u64) -> i64 {
     let top = u32::from(at == w.pc);
+    // JVM code (JIT, interpreter, stubs) has no tables and is mapped without end.
+    if hotspot::owns(w, at) {
+        return match hotspot::step(w, top) {
+            hotspot::Step::Next => i64::from(w.pc == 0),
+            hotspot::Step::Stop => 1,
+            hotspot::Step::FramePointer => frame_pointer_step(w, top),
+        };
+    }
     let Some(m) = find_mapping(p, at) else {
         // Mapped since the process's tables were read (its entry lists every executable
         // mapping, anonymous ones too): a library just loaded, whose frames the frame
@@ -632,6 +672,7 @@ pub fn unwind_exec(_ctx: TracePointContext) -> u32 {
     let _ = COPIES.remove(tgid);
     python::forget(tgid);
     v8::forget(tgid);
+    hotspot::forget(tgid);
     0
 }
 
@@ -645,6 +686,7 @@ pub fn unwind_exit(_ctx: TracePointContext) -> u32 {
         let _ = COPIES.remove((pid_tgid >> 32) as u32);
         python::forget((pid_tgid >> 32) as u32);
         v8::forget((pid_tgid >> 32) as u32);
+        hotspot::forget((pid_tgid >> 32) as u32);
     }
     0
 }

@@ -16,6 +16,7 @@ use aya::{
     maps::{HashMap, Map, MapData},
 };
 use profiler_common::{
+    hotspot::HsProc,
     names::{maps as map, programs},
     python::PyProc,
     stat,
@@ -41,6 +42,8 @@ pub struct UnwindMaps {
     python: HashMap<MapData, u32, PyProc>,
     /// The V8 walker's processes (`V8_PROCS`).
     v8: HashMap<MapData, u32, V8Proc>,
+    /// The HotSpot walker's processes (`HS_PROCS`).
+    hotspot: HashMap<MapData, u32, HsProc>,
     placed: StdHashMap<u32, RowRange>,
     /// A read-only mapping of the whole array, made on first use by [`UnwindMaps::rows`]
     /// (only the pages read become resident).
@@ -80,6 +83,7 @@ impl RecordProgram {
         let procs = take_by_pid(ebpf, map::UNWIND_PROCS)?;
         let python = take_by_pid(ebpf, map::PY_PROCS)?;
         let v8 = take_by_pid(ebpf, map::V8_PROCS)?;
+        let hotspot = take_by_pid(ebpf, map::HS_PROCS)?;
         let Map::Array(data) = &rows_map else {
             return Err(BpfError::Missing("array map `UNWIND_ROWS`").into());
         };
@@ -96,6 +100,7 @@ impl RecordProgram {
             procs,
             python,
             v8,
+            hotspot,
             placed: StdHashMap::new(),
             view: None,
         })
@@ -287,6 +292,7 @@ impl UnwindMaps {
         let _ = self.procs.remove(&pid);
         let _ = self.python.remove(&pid);
         let _ = self.v8.remove(&pid);
+        let _ = self.hotspot.remove(&pid);
     }
 
     /// Tells the walker that `pid` runs CPython (`Some`), or no longer does.
@@ -297,6 +303,11 @@ impl UnwindMaps {
     /// Tells the walker that `pid` runs V8 (`Some`), or no longer does.
     pub fn set_v8(&mut self, pid: u32, entry: Option<&V8Proc>) -> Result<(), UnwindMapError> {
         set_runtime_entry(&mut self.v8, map::V8_PROCS, pid, entry)
+    }
+
+    /// Tells the walker that `pid` runs HotSpot (`Some`), or no longer does.
+    pub fn set_hotspot(&mut self, pid: u32, entry: Option<&HsProc>) -> Result<(), UnwindMapError> {
+        set_runtime_entry(&mut self.hotspot, map::HS_PROCS, pid, entry)
     }
 
     /// Bytes of rows in use.

@@ -173,6 +173,11 @@ pub struct RecordArgs {
     /// anonymous addresses). By default each V8 frame is named by its JS function.
     #[arg(long)]
     pub no_js: bool,
+    /// Show no Java frames: JVM processes' stacks are native only (JIT code and the
+    /// interpreter as anonymous addresses). By default each HotSpot frame is named by its
+    /// Java method, inlined methods as their own frames.
+    #[arg(long)]
+    pub no_java: bool,
     /// Walk no stacks in the kernel (benchmarks: the eBPF program's cost without them).
     #[arg(long, hide = true)]
     pub no_stacks: bool,
@@ -329,6 +334,7 @@ impl RecordArgs {
         opts.aggregate = self.aggregate;
         opts.python = !self.no_python;
         opts.js = !self.no_js;
+        opts.java = !self.no_java;
         opts.stacks = !self.no_stacks;
         opts.unwind_stats = self.unwind_stats;
         if let Some(rows) = self.unwind_memory {

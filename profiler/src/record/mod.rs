@@ -137,6 +137,9 @@ pub struct RecordOptions {
     /// Show V8's JavaScript frames in the stacks of Node.js processes (with the unwind-table
     /// walker; on by default).
     pub js: bool,
+    /// Show HotSpot's Java frames in the stacks of JVM processes (with the unwind-table
+    /// walker; on by default).
+    pub java: bool,
 }
 
 impl RecordOptions {
@@ -169,6 +172,7 @@ impl RecordOptions {
             min_block: Duration::ZERO,
             python: true,
             js: true,
+            java: true,
         }
     }
 

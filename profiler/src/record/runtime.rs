@@ -15,7 +15,7 @@ pub(super) fn start(
     collector: &mut Collector,
     warnings: &mut dyn Warn,
 ) {
-    if !opts.python && !opts.js {
+    if !opts.python && !opts.js && !opts.java {
         return;
     }
     let Some(tables) = tables else {
@@ -35,10 +35,10 @@ pub(super) fn start(
     } else {
         None
     };
-    if fsbase.is_none() && !opts.js {
+    if fsbase.is_none() && !opts.js && !opts.java {
         return;
     }
-    let runtimes = Arc::new(Mutex::new(Runtimes::new(fsbase, opts.js)));
+    let runtimes = Arc::new(Mutex::new(Runtimes::new(fsbase, opts.js, opts.java)));
     tables.set_runtimes(runtimes.clone());
     collector.set_runtimes(runtimes);
 }

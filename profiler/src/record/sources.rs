@@ -35,12 +35,7 @@ fn sampler_config(opts: &RecordOptions, ring_bytes: u32, warnings: &mut dyn Warn
                 "this kernel ({}) has no bpf_loop (Linux 5.17): walking user stacks with \
                  frame pointers{}",
                 crate::bpf::kernel_release(),
-                match (opts.python, opts.js) {
-                    (true, true) => " (no Python or JavaScript frames)",
-                    (true, false) => " (no Python frames)",
-                    (false, true) => " (no JavaScript frames)",
-                    (false, false) => "",
-                }
+                runtime_frames_lost(opts)
             )));
         }
         tables = false;
@@ -213,4 +208,22 @@ pub(super) fn attach_events(
         }
     }
     Ok(())
+}
+
+/// What a kernel without `bpf_loop` loses of the runtimes asked for, as " (no X or Y
+/// frames)", or nothing.
+fn runtime_frames_lost(opts: &RecordOptions) -> String {
+    let names: Vec<&str> = [
+        (opts.python, "Python"),
+        (opts.java, "Java"),
+        (opts.js, "JavaScript"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect();
+    match names.as_slice() {
+        [] => String::new(),
+        [one] => format!(" (no {one} frames)"),
+        [rest @ .., last] => format!(" (no {} or {last} frames)", rest.join(", ")),
+    }
 }

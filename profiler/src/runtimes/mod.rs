@@ -18,6 +18,7 @@ use std::{
 };
 
 use profiler_common::{
+    hotspot::HS_FRAME,
     python::PY_FRAME,
     v8::{RUNTIME_FRAME_MASK, V8_FRAME},
 };
@@ -33,10 +34,11 @@ use crate::{
 /// wrote), both on the reader's thread.
 pub type SharedRuntimes = Arc<Mutex<Runtimes>>;
 
-/// Every runtime a recording walks (Python and V8 today; HotSpot is next on this seam).
+/// Every runtime a recording walks: CPython, V8 and HotSpot.
 pub struct Runtimes {
     python: Option<python::PythonWalker>,
     v8: Option<v8::V8Walker>,
+    hotspot: Option<hotspot::walker::HotspotWalker>,
     /// Reasons already said, so each is said once.
     said: HashSet<String>,
     /// Lines for the user not yet taken.
@@ -55,11 +57,13 @@ const MAX_NAMED: usize = 1 << 20;
 
 impl Runtimes {
     /// With the runtimes asked for: Python's kernel half reads the task's thread pointer at
-    /// `task_fsbase` (from this kernel's BTF; `None`: no Python frames), V8's needs nothing.
-    pub fn new(task_fsbase: Option<u32>, v8: bool) -> Self {
+    /// `task_fsbase` (from this kernel's BTF; `None`: no Python frames), V8's and
+    /// HotSpot's need nothing.
+    pub fn new(task_fsbase: Option<u32>, v8: bool, java: bool) -> Self {
         Self {
             python: task_fsbase.map(python::PythonWalker::new),
             v8: v8.then(v8::V8Walker::default),
+            hotspot: java.then(hotspot::walker::HotspotWalker::default),
             said: HashSet::new(),
             pending: Vec::new(),
             named: HashMap::new(),
@@ -96,6 +100,15 @@ impl Runtimes {
                 }
             }
         }
+        if let Some(java) = self.hotspot.as_mut() {
+            match java.publish(pid, mappings) {
+                hotspot::walker::Published::Walk(entry) => maps.set_hotspot(pid, Some(&entry))?,
+                hotspot::walker::Published::Native(why) => {
+                    self.say(why.map(|w| format!("Java frames not shown for process {pid}: {w}")));
+                    maps.set_hotspot(pid, None)?;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -113,6 +126,7 @@ impl Runtimes {
     pub fn walks(&self, pid: u32, mappings: &[Mapping]) -> bool {
         (self.python.is_some() && python::detect::is_candidate(pid, mappings))
             || (self.v8.is_some() && v8::detect::v8_mapping(mappings).is_some())
+            || (self.hotspot.is_some() && hotspot::detect::libjvm_mapping(mappings).is_some())
     }
 
     /// A process that exited.
@@ -122,6 +136,9 @@ impl Runtimes {
         }
         if let Some(js) = self.v8.as_mut() {
             js.forget(pid);
+        }
+        if let Some(java) = self.hotspot.as_mut() {
+            java.forget(pid);
         }
     }
 
@@ -161,6 +178,21 @@ impl Runtimes {
                     None => {
                         Arc::from([Frame::named("[unnamed JavaScript]", FrameKind::JavaScript)])
                     }
+                };
+                Some((2, Some(frames)))
+            }
+            HS_FRAME => {
+                let frame = self.hotspot.as_mut().and_then(|h| h.frame(pid, word, data));
+                let frames = match frame {
+                    // Naming gives the innermost first; a physical frame's frames are
+                    // outermost first here, as native inlined ones.
+                    Some(fs) => fs
+                        .iter()
+                        .rev()
+                        .enumerate()
+                        .map(|(i, f)| java_frame(f, i > 0))
+                        .collect::<Arc<[Frame]>>(),
+                    None => Arc::from([Frame::named("[unnamed Java]", FrameKind::Java)]),
                 };
                 Some((2, Some(frames)))
             }
@@ -205,6 +237,21 @@ fn js_frame(f: &v8::JsFrame, inlined: bool) -> Frame {
         file: (!f.script.is_empty()).then(|| Arc::from(f.script.as_str())),
         line: f.line,
         kind: FrameKind::JavaScript,
+        inlined,
+        offset: None,
+    }
+}
+
+/// A named Java frame as a stack frame (`package.Class.method`, the class's source file;
+/// `inlined` into the one before it).
+fn java_frame(f: &hotspot::JavaFrame, inlined: bool) -> Frame {
+    Frame {
+        function: Arc::from(f.method.as_str()),
+        module: None,
+        path: None,
+        file: f.file.as_deref().map(Arc::from),
+        line: f.line,
+        kind: FrameKind::Java,
         inlined,
         offset: None,
     }

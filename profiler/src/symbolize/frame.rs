@@ -14,12 +14,18 @@ pub enum FrameKind {
     /// A JavaScript function (its file is the script's path or URL), from the kernel's V8
     /// walker: in place of the JIT or interpreter frame that ran it.
     JavaScript,
+    /// A Java method (its file is the class's source file), from the kernel's HotSpot
+    /// walker: in place of the interpreter or JIT frame that ran it.
+    Java,
 }
 
 impl FrameKind {
     /// A runtime's frame (named by its source file and line, in no module).
     pub fn is_runtime(self) -> bool {
-        matches!(self, FrameKind::Python | FrameKind::JavaScript)
+        matches!(
+            self,
+            FrameKind::Python | FrameKind::JavaScript | FrameKind::Java
+        )
     }
 }
 

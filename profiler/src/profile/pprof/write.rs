@@ -63,7 +63,13 @@ impl<'a> Tables<'a> {
             (Some(p), _, _) => p.clone(),
             (None, Some(m), _) => m.clone(),
             (None, None, FrameKind::Kernel) => Arc::from(KERNEL_MODULE),
-            (None, None, FrameKind::User | FrameKind::Python | FrameKind::JavaScript) => return 0,
+            (
+                None,
+                None,
+                FrameKind::User | FrameKind::Python | FrameKind::JavaScript | FrameKind::Java,
+            ) => {
+                return 0;
+            }
         };
         if let Some(&id) = self.mapping_ids.get(&name) {
             return id;

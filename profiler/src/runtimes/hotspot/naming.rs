@@ -119,13 +119,34 @@ pub struct Namer<'a, M: Memory + ?Sized> {
     nmethods: HashMap<(u64, u32), Arc<NmethodInfo>>,
 }
 
+/// What a [`Namer`] read, kept between uses (a recording names a process's frames a few
+/// at a time, over its whole life).
+#[derive(Default)]
+pub struct NamerCache {
+    methods: HashMap<u64, Arc<MethodInfo>>,
+    nmethods: HashMap<(u64, u32), Arc<NmethodInfo>>,
+}
+
 impl<'a, M: Memory + ?Sized> Namer<'a, M> {
     pub fn new(mem: &'a M, layout: &'a Layout) -> Self {
+        Self::resume(mem, layout, NamerCache::default())
+    }
+
+    /// A namer that starts with what an earlier one of the same process read.
+    pub fn resume(mem: &'a M, layout: &'a Layout, cache: NamerCache) -> Self {
         Namer {
             mem,
             layout,
-            methods: HashMap::new(),
-            nmethods: HashMap::new(),
+            methods: cache.methods,
+            nmethods: cache.nmethods,
+        }
+    }
+
+    /// What this namer read, for [`Namer::resume`].
+    pub fn into_cache(self) -> NamerCache {
+        NamerCache {
+            methods: self.methods,
+            nmethods: self.nmethods,
         }
     }
 

@@ -92,6 +92,11 @@ pub fn layout17() -> Layout {
     Layout::from_tables(&jdk17_tables(), version(17)).expect("layout")
 }
 
+/// The layout [`jdk25_tables`] give.
+pub fn layout25() -> Layout {
+    Layout::from_tables(&jdk25_tables(), version(25)).expect("layout")
+}
+
 pub fn jdk17_tables() -> VmStructs {
     let mut fields = COMMON.to_vec();
     fields.extend_from_slice(&[

@@ -1,0 +1,503 @@
+//! Java frames in `record`'s stacks (the kernel's HotSpot walker): Debian's JDK 17 and, when
+//! installed, Temurin 25 run `fixtures/java/Chain.java` (main calls top, top calls middle,
+//! middle calls leaf, a hot loop). The Java main thread's samples must carry the chain
+//! leaf > middle > top > main (or the part of it from where the sample was), each frame named
+//! `fixture.Chain.method` with `Chain.java` and a line of its method, callers at their call's
+//! marked line: interpreted (`-Xint`), C1 only, and the default (C2, with middle and leaf
+//! inlined into top: inlined frames expanded). Read from the pprof output by the independent
+//! decoder.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    sync::OnceLock,
+};
+
+use profiler_tests::*;
+
+const SOURCE: &str = include_str!("../fixtures/java/Chain.java");
+const JDK17: &str = "/usr/lib/jvm/java-17-openjdk-amd64";
+const JDK25: &str = "/usr/lib/jvm/temurin-25-jdk-amd64";
+const CHAIN: [&str; 4] = [
+    "fixture.Chain.leaf",
+    "fixture.Chain.middle",
+    "fixture.Chain.top",
+    "fixture.Chain.main",
+];
+
+/// The JDKs to run on: Debian's 17 (required under CI=true: `cargo xtask test` installs
+/// it), then Temurin 25 when installed.
+fn jdks() -> Vec<(u32, &'static str)> {
+    if !Path::new(JDK17).join("bin/javac").exists() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "no {JDK17}/bin/javac under CI=true"
+        );
+        eprintln!("SKIP: no {JDK17}/bin/javac");
+        return Vec::new();
+    }
+    let mut out = vec![(17, JDK17)];
+    if Path::new(JDK25).join("bin/java").exists() {
+        out.push((25, JDK25));
+    }
+    out
+}
+
+/// The fixtures compiled once (by JDK 17's javac: class files 61 run on both).
+fn classes() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = scratch("java-frames-classes");
+        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/java");
+        let out = Command::new(Path::new(JDK17).join("bin/javac"))
+            .args(["-g", "-d"])
+            .arg(&dir)
+            .args([format!("{src}/Chain.java"), format!("{src}/Library.java")])
+            .output()
+            .expect("running javac");
+        assert!(
+            out.status.success(),
+            "javac: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir
+    })
+}
+
+/// `java` with `flags` running `class` for `secs`, once it said it is ready.
+fn start(home: &str, flags: &[&str], class: &str, secs: u32) -> KillOnDrop {
+    KillOnDrop(spawn_ready(
+        Command::new(Path::new(home).join("bin/java"))
+            .args(flags)
+            .arg("-cp")
+            .arg(classes())
+            .arg(class)
+            .arg(secs.to_string()),
+    ))
+}
+
+/// The thread running `main`: the launcher's first thread only waits for it (both are
+/// named "java").
+fn main_thread(pid: u32) -> u64 {
+    let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("tasks")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort();
+    let tid = tids
+        .into_iter()
+        .find(|&t| {
+            t != pid
+                && std::fs::read_to_string(format!("/proc/{pid}/task/{t}/comm"))
+                    .is_ok_and(|c| c.trim() == "java")
+        })
+        .expect("the Java main thread");
+    u64::from(tid)
+}
+
+/// `record -F 499 -p PID` for `secs` into the pprof file `out`, which must succeed.
+fn record_pid(pid: u32, secs: u32, out: &Path) {
+    let o = profiler(&[
+        "record",
+        "-F",
+        "499",
+        "-p",
+        &pid.to_string(),
+        "--duration",
+        &secs.to_string(),
+        "-q",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        o.status.success(),
+        "record -p {pid}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// The 1-based line of the marker comment `// NAME` in Chain.java.
+fn line_of(marker: &str) -> i64 {
+    SOURCE
+        .lines()
+        .position(|l| l.ends_with(&format!("// {marker}")))
+        .map(|i| i as i64 + 1)
+        .expect("marker in Chain.java")
+}
+
+/// The lines a frame of `method` may name: leaf's body anywhere; a caller its call.
+fn lines_of(method: &str) -> std::ops::RangeInclusive<i64> {
+    match method {
+        "fixture.Chain.leaf" => line_of("L_LEAF_FIRST")..=line_of("L_LEAF_LAST"),
+        "fixture.Chain.middle" => line_of("L_MIDDLE")..=line_of("L_MIDDLE"),
+        "fixture.Chain.top" => line_of("L_TOP")..=line_of("L_TOP"),
+        _ => line_of("L_MAIN")..=line_of("L_MAIN"),
+    }
+}
+
+/// The main thread's samples: those running Java code (a Java frame, or the JVM's code
+/// cache left unnamed), those with the exact chain, with leaf innermost; those in the JVM's
+/// native code alone (its start, compilations it waits for); one sample that missed.
+#[derive(Default)]
+struct Tally {
+    java: u64,
+    native: u64,
+    exact: u64,
+    leaf: u64,
+    miss: Option<String>,
+}
+
+fn tally(samples: &[StackSample], tid: u64) -> Tally {
+    let mut t = Tally::default();
+    for s in samples.iter().filter(|s| s.tid == tid) {
+        // Named by the runtime: no module.
+        let java: Vec<&(String, String, i64, String)> =
+            s.frames.iter().filter(|f| f.3.is_empty()).collect();
+        let in_java = !java.is_empty() || s.frames.iter().any(|f| f.0.contains("[anon"));
+        if !in_java {
+            t.native += s.n;
+            continue;
+        }
+        t.java += s.n;
+        let names: Vec<&str> = java.iter().map(|f| f.0.as_str()).collect();
+        let exact = !names.is_empty()
+            && CHAIN.ends_with(&names)
+            && java
+                .iter()
+                .all(|f| f.1 == "Chain.java" && lines_of(&f.0).contains(&f.2));
+        if exact {
+            t.exact += s.n;
+            if names[0] == CHAIN[0] {
+                t.leaf += s.n;
+            }
+        } else if t.miss.is_none() {
+            let all: Vec<String> = s
+                .frames
+                .iter()
+                .map(|f| format!("{} ({}:{}) [{}]", f.0, f.1, f.2, f.3))
+                .collect();
+            t.miss = Some(all.join(" < "));
+        }
+    }
+    t
+}
+
+fn check(what: &str, t: &Tally) {
+    eprintln!(
+        "{what}: {}/{} main-thread samples in Java with the exact chain ({} with leaf \
+         innermost); {} in the JVM's native code alone",
+        t.exact, t.java, t.leaf, t.native
+    );
+    assert!(t.java >= 200, "{what}: only {} main-thread samples", t.java);
+    assert!(
+        t.exact * 100 >= t.java * 95,
+        "{what}: {}/{} main-thread samples carry the exact chain; e.g. {}",
+        t.exact,
+        t.java,
+        t.miss.as_deref().unwrap_or("")
+    );
+    // leaf's loop is where the time goes.
+    assert!(
+        t.leaf * 100 >= t.java * 80,
+        "{what}: {}/{} with leaf innermost",
+        t.leaf,
+        t.java
+    );
+}
+
+/// `record -p` of a running JVM in each tier (interpreted, C1 only, the default C2 with
+/// inlining), and `record -a` beside the default one: the main thread's samples carry the
+/// chain.
+#[test]
+fn java_chain_in_every_tier_with_p_and_a() {
+    if !privileged() {
+        return;
+    }
+    let _serial = serial();
+    let dir = scratch("java_frames");
+    let tiers: [(&str, &[&str]); 3] = [
+        ("interpreted", &["-Xint"]),
+        ("c1", &["-XX:TieredStopAtLevel=1"]),
+        ("c2", &[]),
+    ];
+    for (major, home) in jdks() {
+        for (tier, flags) in tiers {
+            let jvm = start(home, flags, "fixture.Chain", 60);
+            let pid = jvm.0.id();
+            let tid = main_thread(pid);
+            let pprof = dir.join(format!("{major}-{tier}.pb.gz"));
+            record_pid(pid, 3, &pprof);
+            let what = format!("JDK {major} {tier} ({}) record -p", flags.join(" "));
+            let t = tally(&stack_samples(&pprof), tid);
+            check(&what, &t);
+            assert!(
+                t.native * 100 <= (t.java + t.native) * 5,
+                "{what}: {} native",
+                t.native
+            );
+            if tier != "c2" {
+                continue;
+            }
+            // System-wide, in intervals of a second: the first holds the time the profiler
+            // took to build the tables of every process running; the others are compared.
+            let intervals = dir.join(format!("{major}-a"));
+            std::fs::create_dir_all(&intervals).expect("interval dir");
+            let out = profiler(&[
+                "record",
+                "-F",
+                "499",
+                "-a",
+                "--interval",
+                "1",
+                "-d",
+                "4",
+                "-q",
+                "-o",
+                intervals.to_str().unwrap(),
+            ]);
+            assert!(
+                out.status.success(),
+                "-a: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let files = interval_files(&intervals);
+            assert!(files.len() >= 3, "-a: {} intervals", files.len());
+            let later: Vec<StackSample> =
+                files[1..].iter().flat_map(|f| stack_samples(f)).collect();
+            check(&format!("JDK {major} record -a"), &tally(&later, tid));
+        }
+    }
+}
+
+/// `record -- java …`: the JVM's start (native: no Java frame yet) is counted apart; its
+/// Java samples carry the chain, compiled as the run goes (interpreted, C1, then C2).
+#[test]
+fn java_chain_in_a_started_command() {
+    if !privileged() {
+        return;
+    }
+    let _serial = serial();
+    let dir = scratch("java_frames_cmd");
+    for (major, home) in jdks() {
+        let pprof = dir.join(format!("{major}-cmd.pb.gz"));
+        let java = format!("{home}/bin/java");
+        let out = profiler(&[
+            "record",
+            "-F",
+            "499",
+            "-q",
+            "-o",
+            pprof.to_str().unwrap(),
+            "--",
+            &java,
+            "-cp",
+            classes().to_str().unwrap(),
+            "fixture.Chain",
+            "3",
+        ]);
+        assert!(
+            out.status.success(),
+            "record -- java: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let samples = stack_samples(&pprof);
+        // The Java main thread: the thread of the process with the most samples in Chain.
+        let mut by_tid = std::collections::HashMap::<u64, u64>::new();
+        for s in &samples {
+            if s.frames.iter().any(|f| f.1 == "Chain.java") {
+                *by_tid.entry(s.tid).or_default() += s.n;
+            }
+        }
+        let tid = by_tid
+            .into_iter()
+            .max_by_key(|(_, n)| *n)
+            .map(|(t, _)| t)
+            .expect("samples in Chain.java");
+        check(
+            &format!("JDK {major} record -- java"),
+            &tally(&samples, tid),
+        );
+    }
+}
+
+/// `--no-java`: the same JVM's stacks are native only (no frame named by the runtime).
+#[test]
+fn no_java_leaves_stacks_native() {
+    if !privileged() {
+        return;
+    }
+    let _serial = serial();
+    let dir = scratch("java_frames_off");
+    let Some((_, home)) = jdks().into_iter().next() else {
+        return;
+    };
+    let jvm = start(home, &[], "fixture.Chain", 30);
+    let pid = jvm.0.id();
+    let pprof = dir.join("off.pb.gz");
+    let o = profiler(&[
+        "record",
+        "-F",
+        "499",
+        "-p",
+        &pid.to_string(),
+        "-d",
+        "1",
+        "--no-java",
+        "-q",
+        "-o",
+        pprof.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let samples = stack_samples(&pprof);
+    assert!(samples.iter().map(|s| s.n).sum::<u64>() >= 100);
+    assert!(
+        samples
+            .iter()
+            .all(|s| s.frames.iter().all(|f| f.1 != "Chain.java")),
+        "a Java frame with --no-java"
+    );
+}
+
+/// Each Java method's share of the main thread's samples running Java, by its innermost
+/// Java frame (inlined frames count as their own methods, as JFR reports them).
+fn top_methods(samples: &[StackSample], tid: u64) -> (u64, std::collections::HashMap<String, u64>) {
+    let mut total = 0;
+    let mut by = std::collections::HashMap::<String, u64>::new();
+    for s in samples.iter().filter(|s| s.tid == tid) {
+        // Named by the runtime (no module): innermost first.
+        if let Some(f) = s.frames.iter().find(|f| f.3.is_empty()) {
+            total += s.n;
+            *by.entry(f.0.clone()).or_default() += s.n;
+        }
+    }
+    (total, by)
+}
+
+/// The same from JFR's `jdk.ExecutionSample` events of the thread named `main` (`jfr print
+/// --json`): each sample's top frame, `class.method`.
+fn jfr_top_methods(jfr: &Path, home: &str) -> (u64, std::collections::HashMap<String, u64>) {
+    let out = Command::new(Path::new(home).join("bin/jfr"))
+        .args(["print", "--json", "--events", "jdk.ExecutionSample"])
+        .arg(jfr)
+        .output()
+        .expect("running jfr");
+    assert!(
+        out.status.success(),
+        "jfr print: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("jfr's JSON");
+    let mut total = 0;
+    let mut by = std::collections::HashMap::<String, u64>::new();
+    for e in v["recording"]["events"].as_array().expect("events") {
+        let values = &e["values"];
+        if values["sampledThread"]["javaName"] != "main" {
+            continue;
+        }
+        let Some(top) = values["stackTrace"]["frames"].get(0) else {
+            continue;
+        };
+        let class = top["method"]["type"]["name"].as_str().unwrap_or("?");
+        let name = top["method"]["name"].as_str().unwrap_or("?");
+        total += 1;
+        *by.entry(format!("{class}.{name}")).or_default() += 1;
+    }
+    (total, by)
+}
+
+/// Against JFR on the JDK's own library code (`Library.java`: regex, TimSort with a
+/// comparator, String.format), in separate runs of 8 s from the JVM's start: every method
+/// JFR gives ≥ 8 % of the main thread's samples is within 6 points in ours.
+#[test]
+fn java_methods_match_jfr_on_library_code() {
+    if !privileged() {
+        return;
+    }
+    let _serial = serial();
+    let dir = scratch("java_frames_jfr");
+    for (major, home) in jdks() {
+        let java = format!("{home}/bin/java");
+        let jfr = dir.join(format!("{major}.jfr"));
+        let out = Command::new(&java)
+            .arg(format!(
+                "-XX:StartFlightRecording=filename={},settings=profile",
+                jfr.display()
+            ))
+            .arg("-cp")
+            .arg(classes())
+            .args(["fixture.Library", "8"])
+            .output()
+            .expect("java with JFR");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (jfr_total, jfr_by) = jfr_top_methods(&jfr, home);
+        let pprof = dir.join(format!("{major}-library.pb.gz"));
+        let out = profiler(&[
+            "record",
+            "-F",
+            "499",
+            "-q",
+            "-o",
+            pprof.to_str().unwrap(),
+            "--",
+            &java,
+            "-cp",
+            classes().to_str().unwrap(),
+            "fixture.Library",
+            "8",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let samples = stack_samples(&pprof);
+        let mut by_tid = std::collections::HashMap::<u64, u64>::new();
+        for s in &samples {
+            if s.frames.iter().any(|f| f.1 == "Library.java") {
+                *by_tid.entry(s.tid).or_default() += s.n;
+            }
+        }
+        let tid = by_tid
+            .into_iter()
+            .max_by_key(|(_, n)| *n)
+            .map(|(t, _)| t)
+            .expect("samples in Library.java");
+        let (ours_total, ours_by) = top_methods(&samples, tid);
+        assert!(
+            jfr_total >= 200,
+            "JDK {major}: JFR took {jfr_total} samples"
+        );
+        assert!(
+            ours_total >= 1000,
+            "JDK {major}: {ours_total} samples in Java"
+        );
+        let pct = |n: Option<&u64>, total: u64| *n.unwrap_or(&0) as f64 * 100.0 / total as f64;
+        let mut compared = 0;
+        let mut rows: Vec<(&String, &u64)> = jfr_by.iter().collect();
+        rows.sort_by(|a, b| b.1.cmp(a.1));
+        for (method, n) in rows {
+            let theirs = pct(Some(n), jfr_total);
+            let ours = pct(ours_by.get(method), ours_total);
+            if theirs >= 3.0 {
+                eprintln!("JDK {major}: {method}: JFR {theirs:.1} %, ours {ours:.1} %");
+            }
+            if theirs < 8.0 {
+                continue;
+            }
+            compared += 1;
+            assert!(
+                (theirs - ours).abs() <= 6.0,
+                "JDK {major}: {method}: JFR {theirs:.1} % of {jfr_total}, ours {ours:.1} % of \
+                 {ours_total}"
+            );
+        }
+        assert!(
+            compared >= 2,
+            "JDK {major}: {compared} methods ≥ 8 % in JFR"
+        );
+    }
+}
