@@ -253,15 +253,12 @@ pub(crate) fn walk_user(ctx: &PerfEventContext, tgid: u32) -> Walked {
     let Some(regs) = user_regs(ctx) else {
         return Walked::NoUser;
     };
-    // SAFETY: the context is readable.
-    let in_user = unsafe { (*ctx.ctx).regs.cs & 3 == 3 };
     // r13 only from a sample taken in user mode (a task in the kernel stopped in a
     // syscall or fault, where HotSpot's interpreter frame slot holds the bcp too).
-    // SAFETY: as above.
-    let r13 = if in_user {
-        unsafe { (*ctx.ctx).regs.r13 }
-    } else {
-        0
+    // SAFETY: the context is readable.
+    let r13 = unsafe {
+        let regs = &(*ctx.ctx).regs;
+        if regs.cs & 3 == 3 { regs.r13 } else { 0 }
     };
     walk_user_from(regs, r13, tgid)
 }

@@ -16,6 +16,7 @@ fn frame(name: &str, kind: FrameKind, inlined: bool) -> Frame {
         FrameKind::Kernel => "[kernel.kallsyms]",
         FrameKind::Python => "stacks.py",
         FrameKind::JavaScript => "stacks.js",
+        FrameKind::Java => "Stacks.java",
     }));
     if kind == FrameKind::User {
         f.path = Some(Arc::from("/nonexistent/chain"));
