@@ -8,6 +8,7 @@ mod counting;
 mod env;
 mod export;
 mod group;
+mod java;
 mod javascript;
 mod kernel;
 mod loss;
@@ -148,7 +149,7 @@ pub fn bench(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
         runs: 0,
     };
     type Measure = fn(&mut Ctx) -> anyhow::Result<Section>;
-    let measures: [(&str, Measure); 12] = [
+    let measures: [(&str, Measure); 13] = [
         ("overhead", overhead::measure),
         ("kernel cost", kernel::measure),
         ("loss", loss::measure),
@@ -161,6 +162,7 @@ pub fn bench(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
         ("export", export::measure),
         ("python", python::measure),
         ("javascript", javascript::measure),
+        ("java frames", java::measure),
     ];
     let mut sections = Vec::new();
     for (name, measure) in measures {
