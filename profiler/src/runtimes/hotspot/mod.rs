@@ -1,8 +1,9 @@
 //! HotSpot (Java), user-space half: find libjvm in a process, read its VMStructs from the
 //! live process into one typed [`Layout`], find the code blob of a PC, and name Java frames
-//! from metaspace. Not wired into `record` yet (the kernel walk is the other half);
-//! `tests/tests/hotspot_layout.rs` does that walk in user space (`tests/tests/hotspot_walk`)
-//! on live JDK 17.0.15 (Debian) and 25.0.3 (Temurin) and is the reference it must match.
+//! from metaspace. [`walker`] is the seam with `record`: the entry the kernel's walk
+//! (`profiler-ebpf/src/hotspot.rs`) reads, and the naming of the words it writes.
+//! `tests/tests/hotspot_layout.rs` does the same walk in user space (`tests/tests/hotspot_walk`)
+//! on live JDK 17.0.15 (Debian) and 25.0.3 (Temurin): the reference the kernel's matches.
 //! Research: `HOTSPOT-RESEARCH.md` beside this module.
 //!
 //! Findings (x86_64):
@@ -54,7 +55,7 @@
 //! 36 %, `mergeLo` 23 / 25, `binarySort` 18 / 14, `Integer.compare` 12 / 10, `Arrays.sort`
 //! 3 / 4 (JFR's run includes its warm-up; not yet an acceptance check).
 //!
-//! What the kernel walk must read per frame (bytes from the registers of the frame):
+//! What the kernel walk reads per frame (bytes from the registers of the frame):
 //! - PC outside the code cache bounds → native: the `.eh_frame` walker goes on. PC ==
 //!   `StubRoutines::_call_stub_return_address` → native called Java there: hand back too.
 //! - the blob: segment map (one byte per hop), `HeapBlock` `_used`, then from the blob its

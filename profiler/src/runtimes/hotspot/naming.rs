@@ -117,6 +117,9 @@ pub struct Namer<'a, M: Memory + ?Sized> {
     layout: &'a Layout,
     methods: HashMap<u64, Arc<MethodInfo>>,
     nmethods: HashMap<(u64, u32), Arc<NmethodInfo>>,
+    /// Method* → ConstMethod* as last read: used only when the process can no longer be
+    /// read (its last samples are named after it exited).
+    const_methods: HashMap<u64, u64>,
 }
 
 /// What a [`Namer`] read, kept between uses (a recording names a process's frames a few
@@ -125,6 +128,7 @@ pub struct Namer<'a, M: Memory + ?Sized> {
 pub struct NamerCache {
     methods: HashMap<u64, Arc<MethodInfo>>,
     nmethods: HashMap<(u64, u32), Arc<NmethodInfo>>,
+    const_methods: HashMap<u64, u64>,
 }
 
 impl<'a, M: Memory + ?Sized> Namer<'a, M> {
@@ -139,6 +143,7 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
             layout,
             methods: cache.methods,
             nmethods: cache.nmethods,
+            const_methods: cache.const_methods,
         }
     }
 
@@ -147,14 +152,20 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
         NamerCache {
             methods: self.methods,
             nmethods: self.nmethods,
+            const_methods: self.const_methods,
         }
     }
 
-    /// A Method*'s ConstMethod* (the cookie its names are cached by).
-    pub fn const_method(&self, method: u64) -> Result<u64, ReadError> {
-        let cm = self
+    /// A Method*'s ConstMethod* (the cookie its names are cached by); in a process that
+    /// can no longer be read, the one last read.
+    pub fn const_method(&mut self, method: u64) -> Result<u64, ReadError> {
+        let cm = match self
             .mem
-            .read_u64(method + u64::from(self.layout.method.const_method))?;
+            .read_u64(method + u64::from(self.layout.method.const_method))
+        {
+            Ok(cm) => cm,
+            Err(e) => return self.const_methods.get(&method).copied().ok_or(e),
+        };
         if cm == 0 || cm % 8 != 0 {
             return Err(ReadError::invalid(
                 "Method",
@@ -162,6 +173,10 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
                 format!("ConstMethod* {cm:#x}"),
             ));
         }
+        if self.const_methods.len() >= MAX_CACHED {
+            self.const_methods.clear();
+        }
+        self.const_methods.insert(method, cm);
         Ok(cm)
     }
 

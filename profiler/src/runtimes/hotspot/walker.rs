@@ -22,15 +22,21 @@ use crate::{modules::Mapping, runtimes::python::process::ProcessMemory};
 /// Frames named per process before its cache is cleared.
 const MAX_NAMED: usize = 1 << 16;
 
+/// A JVM the walker knows.
+struct Jvm {
+    path: Arc<str>,
+    layout: Arc<Layout>,
+    entry: HsProc,
+    cache: NamerCache,
+    /// (word, data) → the frames (`None`: could not be read).
+    named: HashMap<(u64, u64), Option<Arc<[JavaFrame]>>>,
+    /// (nmethod, compile id) → its tier and code start (the id makes the entry exact: a
+    /// freed nmethod's memory is reused with a new one).
+    nmethods: HashMap<(u64, u32), (Tier, u64)>,
+}
+
 enum Proc {
-    Jvm {
-        path: Arc<str>,
-        layout: Arc<Layout>,
-        entry: Box<HsProc>,
-        cache: NamerCache,
-        /// (word, data) → the frames (`None`: could not be read).
-        named: HashMap<(u64, u64), Option<Arc<[JavaFrame]>>>,
-    },
+    Jvm(Box<Jvm>),
     Native,
 }
 
@@ -55,10 +61,10 @@ impl HotspotWalker {
             self.procs.insert(pid, Proc::Native);
             return Published::Native(None);
         };
-        if let Some(Proc::Jvm { path, entry, .. }) = self.procs.get(&pid)
-            && **path == *mapping.name
+        if let Some(Proc::Jvm(jvm)) = self.procs.get(&pid)
+            && *jvm.path == *mapping.name
         {
-            return Published::Walk(entry.clone());
+            return Published::Walk(Box::new(jvm.entry));
         }
         let mem = ProcessMemory::new(pid);
         let (path, version, layout) = match detect_in(pid, mappings, &mem) {
@@ -89,7 +95,7 @@ impl HotspotWalker {
             }
         };
         let entry = match entry(&layout, &cache) {
-            Ok(e) => Box::new(e),
+            Ok(e) => e,
             Err(why) => {
                 self.procs.insert(pid, Proc::Native);
                 return Published::Native(Some(format!("{path}: HotSpot {version}: {why}")));
@@ -97,21 +103,22 @@ impl HotspotWalker {
         };
         self.procs.insert(
             pid,
-            Proc::Jvm {
+            Proc::Jvm(Box::new(Jvm {
                 path: Arc::from(path),
                 layout: Arc::from(layout),
-                entry: entry.clone(),
+                entry,
                 cache: NamerCache::default(),
                 named: HashMap::new(),
-            },
+                nmethods: HashMap::new(),
+            })),
         );
-        Published::Walk(entry)
+        Published::Walk(Box::new(entry))
     }
 
     /// The kernel's entry for process `pid`, if it runs a HotSpot this walks.
     pub fn entry(&self, pid: u32) -> Option<HsProc> {
         match self.procs.get(&pid)? {
-            Proc::Jvm { entry, .. } => Some(**entry),
+            Proc::Jvm(jvm) => Some(jvm.entry),
             Proc::Native => None,
         }
     }
@@ -125,24 +132,28 @@ impl HotspotWalker {
     /// process `pid`, innermost first (methods inlined at that PC before the one compiled);
     /// `None` when they cannot be read (the method or nmethod is gone, or the process).
     pub fn frame(&mut self, pid: u32, word: u64, data: u64) -> Option<Arc<[JavaFrame]>> {
-        let Some(Proc::Jvm {
+        let Some(Proc::Jvm(jvm)) = self.procs.get_mut(&pid) else {
+            return None;
+        };
+        let Jvm {
             layout,
             cache,
             named,
+            nmethods,
             ..
-        }) = self.procs.get_mut(&pid)
-        else {
-            return None;
-        };
+        } = &mut **jvm;
         if let Some(f) = named.get(&(word, data)) {
             return f.clone();
         }
         let mem = ProcessMemory::new(pid);
         let mut namer = Namer::resume(&mem, layout, std::mem::take(cache));
-        let frames = name(&mem, layout, &mut namer, word, data).map(Arc::from);
+        let frames = name(&mem, layout, &mut namer, nmethods, word, data).map(Arc::from);
         *cache = namer.into_cache();
         if named.len() >= MAX_NAMED {
             named.clear();
+        }
+        if nmethods.len() >= MAX_NAMED {
+            nmethods.clear();
         }
         named.insert((word, data), frames.clone());
         frames
@@ -154,6 +165,7 @@ fn name(
     mem: &ProcessMemory,
     layout: &Layout,
     namer: &mut Namer<'_, ProcessMemory>,
+    nmethods: &mut HashMap<(u64, u32), (Tier, u64)>,
     word: u64,
     data: u64,
 ) -> Option<Vec<JavaFrame>> {
@@ -167,16 +179,23 @@ fn name(
         }
         return namer.interpreted(addr, low as i32).ok().map(|f| vec![f]);
     }
-    let blob = read_blob(mem, layout, addr).ok()?;
-    let tier = match blob.kind {
-        BlobKind::Nmethod {
-            compile_id, level, ..
-        } if compile_id == high => Tier::of_level(level),
-        BlobKind::NativeNmethod { compile_id } if compile_id == high => Tier::Native,
-        _ => return None,
+    let (tier, code_begin) = match nmethods.get(&(addr, high)) {
+        Some(known) => *known,
+        None => {
+            let blob = read_blob(mem, layout, addr).ok()?;
+            let tier = match blob.kind {
+                BlobKind::Nmethod {
+                    compile_id, level, ..
+                } if compile_id == high => Tier::of_level(level),
+                BlobKind::NativeNmethod { compile_id } if compile_id == high => Tier::Native,
+                _ => return None,
+            };
+            nmethods.insert((addr, high), (tier, blob.code_begin));
+            (tier, blob.code_begin)
+        }
     };
     let pc = addr + u64::from(low);
-    let offset = u32::try_from(pc.checked_sub(blob.code_begin)?).ok()?;
+    let offset = u32::try_from(pc.checked_sub(code_begin)?).ok()?;
     let kind = if word & HS_TOP != 0 {
         PcKind::Stopped
     } else {
