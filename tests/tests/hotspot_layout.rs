@@ -482,11 +482,17 @@ fn library_code_walks_to_main() {
             "{} of {java_top} stops in Java code walked to main: {tally:?}",
             tally.complete
         );
-        for want in [
-            "java.util.TimSort.",
-            "java.util.regex.",
-            "java.util.Formatter.",
-        ] {
+        // String.format is a few percent of the loop on 17 and less on 25 (one run there
+        // stopped in it 0 times in 400): required of 17 only.
+        let formatter: &[&str] = if jvm.major == 17 {
+            &["java.util.Formatter."]
+        } else {
+            &[]
+        };
+        for want in ["java.util.TimSort.", "java.util.regex."]
+            .iter()
+            .chain(formatter)
+        {
             assert!(
                 methods.keys().any(|m| m.starts_with(want)),
                 "no {want}* in {methods:?}"

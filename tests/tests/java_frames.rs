@@ -135,8 +135,8 @@ fn lines_of(method: &str) -> std::ops::RangeInclusive<i64> {
     }
 }
 
-/// The main thread's samples: those running Java code (a Java frame, or the JVM's code
-/// cache left unnamed), those with the exact chain, with leaf innermost; those in the JVM's
+/// The main thread's samples: those running Java code (a Java frame, a VM stub, or the
+/// JVM's code cache left unnamed), those with the exact chain, with leaf innermost; those in the JVM's
 /// native code alone (its start, compilations it waits for); one sample that missed.
 #[derive(Default)]
 struct Tally {
@@ -153,7 +153,10 @@ fn tally(samples: &[StackSample], tid: u64) -> Tally {
         // Named by the runtime: no module.
         let java: Vec<&(String, String, i64, String)> =
             s.frames.iter().filter(|f| f.3.is_empty()).collect();
-        let in_java = !java.is_empty() || s.frames.iter().any(|f| f.0.contains("[anon"));
+        let in_java = !java.is_empty()
+            || s.frames
+                .iter()
+                .any(|f| f.0.contains("[anon") || f.3 == "[code cache]");
         if !in_java {
             t.native += s.n;
             continue;

@@ -52,6 +52,9 @@ pub struct Runtimes {
 /// A runtime frame's words in one process: (pid, first word, second word).
 type RuntimeWords = (u32, u64, u64);
 
+/// The module VM stubs are shown in (the JVM's code cache: no file).
+pub const CODE_CACHE_MODULE: &str = "[code cache]";
+
 /// Entries of [`Runtimes::named`] kept before it is cleared.
 const MAX_NAMED: usize = 1 << 20;
 
@@ -196,7 +199,14 @@ impl Runtimes {
                 };
                 Some((2, Some(frames)))
             }
-            _ => None,
+            // A native address: in a JVM's code cache, a VM stub is named by the VM's name
+            // for it (JIT code with no table is otherwise an anonymous address).
+            _ => {
+                let name = self.hotspot.as_mut()?.stub(pid, word)?;
+                let mut frame = Frame::named(&name, FrameKind::User);
+                frame.module = Some(Arc::from(CODE_CACHE_MODULE));
+                Some((1, Some(Arc::from([frame]))))
+            }
         }
     }
 

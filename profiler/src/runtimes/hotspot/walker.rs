@@ -28,11 +28,14 @@ struct Jvm {
     layout: Arc<Layout>,
     entry: HsProc,
     cache: NamerCache,
-    /// (word, data) → the frames (`None`: could not be read).
-    named: HashMap<(u64, u64), Option<Arc<[JavaFrame]>>>,
+    /// (word, data) → the frames.
+    named: HashMap<(u64, u64), Arc<[JavaFrame]>>,
     /// (nmethod, compile id) → its tier and code start (the id makes the entry exact: a
     /// freed nmethod's memory is reused with a new one).
     nmethods: HashMap<(u64, u32), (Tier, u64)>,
+    code: CodeCache,
+    /// A stub's PC → its blob's name (`None`: not a stub).
+    stubs: HashMap<u64, Option<Arc<str>>>,
 }
 
 enum Proc {
@@ -110,6 +113,8 @@ impl HotspotWalker {
                 cache: NamerCache::default(),
                 named: HashMap::new(),
                 nmethods: HashMap::new(),
+                code: cache,
+                stubs: HashMap::new(),
             })),
         );
         Published::Walk(Box::new(entry))
@@ -128,6 +133,32 @@ impl HotspotWalker {
         self.procs.remove(&pid);
     }
 
+    /// The name of the VM stub (the call stub, an adapter, a runtime stub: code-cache code
+    /// that is no Java method) holding the native frame address `pc` in process `pid`, as
+    /// the code cache calls it (`StubRoutines (1)`); `None` for any other address.
+    pub fn stub(&mut self, pid: u32, pc: u64) -> Option<Arc<str>> {
+        let Some(Proc::Jvm(jvm)) = self.procs.get_mut(&pid) else {
+            return None;
+        };
+        if !jvm.code.contains(pc) {
+            return None;
+        }
+        if let Some(name) = jvm.stubs.get(&pc) {
+            return name.clone();
+        }
+        let mem = ProcessMemory::new(pid);
+        // A process gone reads nothing: its stubs not named before stay addresses.
+        let blob = jvm.code.blob_at(&mem, &jvm.layout, pc).ok()?;
+        let name = blob
+            .filter(|b| b.kind == BlobKind::Stub)
+            .map(|b| Arc::from(b.name.as_str()));
+        if jvm.stubs.len() >= MAX_NAMED {
+            jvm.stubs.clear();
+        }
+        jvm.stubs.insert(pc, name.clone());
+        name
+    }
+
     /// The Java frames of the words `word` and `data` (`profiler_common::hotspot`) in
     /// process `pid`, innermost first (methods inlined at that PC before the one compiled);
     /// `None` when they cannot be read (the method or nmethod is gone, or the process).
@@ -143,11 +174,12 @@ impl HotspotWalker {
             ..
         } = &mut **jvm;
         if let Some(f) = named.get(&(word, data)) {
-            return f.clone();
+            return Some(f.clone());
         }
         let mem = ProcessMemory::new(pid);
         let mut namer = Namer::resume(&mem, layout, std::mem::take(cache));
-        let frames = name(&mem, layout, &mut namer, nmethods, word, data).map(Arc::from);
+        let frames: Option<Arc<[JavaFrame]>> =
+            name(&mem, layout, &mut namer, nmethods, word, data).map(Arc::from);
         *cache = namer.into_cache();
         if named.len() >= MAX_NAMED {
             named.clear();
@@ -155,7 +187,11 @@ impl HotspotWalker {
         if nmethods.len() >= MAX_NAMED {
             nmethods.clear();
         }
-        named.insert((word, data), frames.clone());
+        // Only names are kept: a frame not read now (an nmethod being installed, a read
+        // that failed) is tried again at its next sample.
+        if let Some(f) = &frames {
+            named.insert((word, data), f.clone());
+        }
         frames
     }
 }
