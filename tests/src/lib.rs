@@ -1,6 +1,8 @@
 //! Helpers for the privileged integration tests: fixture paths, running the profiler binary,
 //! the root/BPF gate, and a look from outside at what BPF programs are loaded.
 
+pub mod java;
+
 use std::{
     collections::BTreeSet,
     path::{Path, PathBuf},
@@ -896,4 +898,26 @@ pub fn python_interpreters() -> Vec<(std::path::PathBuf, profiler::runtimes::pyt
             (p, v)
         })
         .collect()
+}
+
+/// `record -F 499 -p PID` for `secs` into `out` (its format by its extension), which must
+/// succeed.
+pub fn record_pid(pid: u32, secs: u32, out: &std::path::Path) {
+    let o = profiler(&[
+        "record",
+        "-F",
+        "499",
+        "-p",
+        &pid.to_string(),
+        "--duration",
+        &secs.to_string(),
+        "-q",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        o.status.success(),
+        "record -p {pid}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }

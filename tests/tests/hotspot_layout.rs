@@ -10,9 +10,8 @@
 //! and stops in the JDK's own library code (`Library.java`) must nearly all walk to main.
 
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     process::{Child, Command},
-    sync::OnceLock,
     time::{Duration, Instant},
 };
 
@@ -23,12 +22,12 @@ use profiler::runtimes::{
 
 mod hotspot_walk;
 
+use profiler_tests::java::{classes, jdks, main_thread};
+
 use hotspot_walk::{End, Tally, Walk, stop_and_walk};
 
 const SOURCE: &str = include_str!("../fixtures/java/Chain.java");
 const LIBRARY: &str = include_str!("../fixtures/java/Library.java");
-const JDK17: &str = "/usr/lib/jvm/java-17-openjdk-amd64";
-const JDK25: &str = "/usr/lib/jvm/temurin-25-jdk-amd64";
 const CLASS: &str = "fixture.Chain";
 
 /// The JVM, killed on drop.
@@ -57,47 +56,6 @@ fn line_in(source: &str, marker: &str) -> u32 {
         + 1
 }
 
-/// The JDKs to run on: Debian's 17 (its javac compiles the fixtures; required under
-/// CI=true), then Temurin 25 when installed.
-fn jdks() -> Vec<(u32, &'static str)> {
-    if !Path::new(JDK17).join("bin/javac").exists() {
-        // `cargo xtask test` installs Debian's openjdk-17-jdk-headless; under CI a missing
-        // one is a failure.
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "no {JDK17}/bin/javac under CI=true"
-        );
-        eprintln!("SKIP: no {JDK17}/bin/javac");
-        return Vec::new();
-    }
-    let mut out = vec![(17, JDK17)];
-    if Path::new(JDK25).join("bin/java").exists() {
-        out.push((25, JDK25));
-    }
-    out
-}
-
-/// The fixture compiled once (by JDK 17's javac: class files 61 run on both).
-fn classes() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = profiler_tests::scratch("hotspot-classes");
-        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/java");
-        let out = Command::new(Path::new(JDK17).join("bin/javac"))
-            .args(["-g", "-d"])
-            .arg(&dir)
-            .args([format!("{src}/Chain.java"), format!("{src}/Library.java")])
-            .output()
-            .expect("running javac");
-        assert!(
-            out.status.success(),
-            "javac: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        dir
-    })
-}
-
 fn start(major: u32, home: &str, flags: &[&str]) -> Jvm {
     start_class(major, home, CLASS, flags)
 }
@@ -112,23 +70,6 @@ fn start_class(major: u32, home: &str, class: &str, flags: &[&str]) -> Jvm {
             .args([class, "120"]),
     );
     Jvm { child, major }
-}
-
-/// The thread running `main`: the launcher's primordial thread only waits, and starts the
-/// Java main thread first (HotSpot names neither; both are "java").
-fn main_thread(pid: u32) -> u32 {
-    let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .expect("tasks")
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    tids.sort();
-    tids.into_iter()
-        .find(|&t| {
-            t != pid
-                && std::fs::read_to_string(format!("/proc/{pid}/task/{t}/comm"))
-                    .is_ok_and(|c| c.trim() == "java" || c.trim() == "main")
-        })
-        .expect("the Java main thread")
 }
 
 fn layout_of(jvm: &Jvm) -> Layout {

@@ -7,62 +7,20 @@
 //! inlined into top: inlined frames expanded). Read from the pprof output by the independent
 //! decoder.
 
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-    sync::OnceLock,
+use std::{path::Path, process::Command};
+
+use profiler_tests::{
+    java::{classes, jdks},
+    *,
 };
 
-use profiler_tests::*;
-
 const SOURCE: &str = include_str!("../fixtures/java/Chain.java");
-const JDK17: &str = "/usr/lib/jvm/java-17-openjdk-amd64";
-const JDK25: &str = "/usr/lib/jvm/temurin-25-jdk-amd64";
 const CHAIN: [&str; 4] = [
     "fixture.Chain.leaf",
     "fixture.Chain.middle",
     "fixture.Chain.top",
     "fixture.Chain.main",
 ];
-
-/// The JDKs to run on: Debian's 17 (required under CI=true: `cargo xtask test` installs
-/// it), then Temurin 25 when installed.
-fn jdks() -> Vec<(u32, &'static str)> {
-    if !Path::new(JDK17).join("bin/javac").exists() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "no {JDK17}/bin/javac under CI=true"
-        );
-        eprintln!("SKIP: no {JDK17}/bin/javac");
-        return Vec::new();
-    }
-    let mut out = vec![(17, JDK17)];
-    if Path::new(JDK25).join("bin/java").exists() {
-        out.push((25, JDK25));
-    }
-    out
-}
-
-/// The fixtures compiled once (by JDK 17's javac: class files 61 run on both).
-fn classes() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = scratch("java-frames-classes");
-        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/java");
-        let out = Command::new(Path::new(JDK17).join("bin/javac"))
-            .args(["-g", "-d"])
-            .arg(&dir)
-            .args([format!("{src}/Chain.java"), format!("{src}/Library.java")])
-            .output()
-            .expect("running javac");
-        assert!(
-            out.status.success(),
-            "javac: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        dir
-    })
-}
 
 /// `java` with `flags` running `class` for `secs`, once it said it is ready.
 fn start(home: &str, flags: &[&str], class: &str, secs: u32) -> KillOnDrop {
@@ -74,46 +32,6 @@ fn start(home: &str, flags: &[&str], class: &str, secs: u32) -> KillOnDrop {
             .arg(class)
             .arg(secs.to_string()),
     ))
-}
-
-/// The thread running `main`: the launcher's first thread only waits for it (both are
-/// named "java").
-fn main_thread(pid: u32) -> u64 {
-    let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .expect("tasks")
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    tids.sort();
-    let tid = tids
-        .into_iter()
-        .find(|&t| {
-            t != pid
-                && std::fs::read_to_string(format!("/proc/{pid}/task/{t}/comm"))
-                    .is_ok_and(|c| c.trim() == "java")
-        })
-        .expect("the Java main thread");
-    u64::from(tid)
-}
-
-/// `record -F 499 -p PID` for `secs` into the pprof file `out`, which must succeed.
-fn record_pid(pid: u32, secs: u32, out: &Path) {
-    let o = profiler(&[
-        "record",
-        "-F",
-        "499",
-        "-p",
-        &pid.to_string(),
-        "--duration",
-        &secs.to_string(),
-        "-q",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert!(
-        o.status.success(),
-        "record -p {pid}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
 }
 
 /// The 1-based line of the marker comment `// NAME` in Chain.java.
@@ -227,7 +145,7 @@ fn java_chain_in_every_tier_with_p_and_a() {
         for (tier, flags) in tiers {
             let jvm = start(home, flags, "fixture.Chain", 60);
             let pid = jvm.0.id();
-            let tid = main_thread(pid);
+            let tid = u64::from(java::main_thread(pid));
             let pprof = dir.join(format!("{major}-{tier}.pb.gz"));
             record_pid(pid, 3, &pprof);
             let what = format!("JDK {major} {tier} ({}) record -p", flags.join(" "));

@@ -54,27 +54,6 @@ fn start_with(flags: &[&str], script: &Path, secs: u32) -> KillOnDrop {
     ))
 }
 
-/// `record -F 499 -p PID` for `secs` into the pprof file `out`, which must succeed.
-fn record_pid(pid: u32, secs: u32, out: &Path) {
-    let o = profiler(&[
-        "record",
-        "-F",
-        "499",
-        "-p",
-        &pid.to_string(),
-        "--duration",
-        &secs.to_string(),
-        "-q",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert!(
-        o.status.success(),
-        "record -p {pid}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
 /// The 1-based line of the marker comment `// L_NAME` in chain.js.
 fn line_of(marker: &str) -> i64 {
     SCRIPT

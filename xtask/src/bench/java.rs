@@ -13,7 +13,7 @@ use super::{
     Ctx, Goal, Section,
     env::BpfStats,
     proc::{self, median},
-    python::profiler_run,
+    python::{OnOff, on_off_rounds},
 };
 use crate::util::workspace_root;
 
@@ -44,35 +44,15 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
     // Past the JVM's start and its first compilations: the steady state is measured.
     std::thread::sleep(std::time::Duration::from_secs(3));
     let pid = target.pid().to_string();
-    let mut kernel = vec![Vec::new(); 2];
-    let mut cpu = vec![Vec::new(); 2];
-    let mut samples = vec![Vec::new(); 2];
-    let mut depth = vec![Vec::new(); 2];
-    let mut commands = Vec::new();
-    let mut result = Ok(());
-    'rounds: for round in 0..rounds {
-        for (i, extra) in [&["--no-java"][..], &[]].iter().enumerate() {
-            match profiler_run(ctx, "java", &pid, extra, secs, &format!("{round}-{i}")) {
-                Ok((run, ns)) => {
-                    kernel[i].push(ns);
-                    cpu[i].push(run.cpu_s);
-                    samples[i].push(run.samples);
-                    depth[i].push(mean_depth(
-                        &ctx.dir.join(format!("java-{round}-{i}.folded")),
-                    )?);
-                    if round == 0 {
-                        commands.push(run.command);
-                    }
-                }
-                Err(e) => {
-                    result = Err(e);
-                    break 'rounds;
-                }
-            }
-        }
-    }
+    let result = on_off_rounds(ctx, "java", &pid, "--no-java", secs, rounds);
     let _ = target.stop(Signal::SIGKILL, &[128 + 9, 0]);
-    result?;
+    let OnOff {
+        kernel,
+        cpu,
+        samples,
+        depth,
+        commands,
+    } = result?;
     let k = |i: usize| median(&kernel[i]);
     let c = |i: usize| median(&cpu[i]);
     let s = |i: usize| median(&samples[i]);
@@ -147,20 +127,4 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             "frames_per_stack": depth,
         }),
     })
-}
-
-/// The mean number of frames of the stacks in the folded file `path` (weighted by count;
-/// the first field, the process name, is not a frame).
-fn mean_depth(path: &std::path::Path) -> anyhow::Result<f64> {
-    let text = std::fs::read_to_string(path)?;
-    let (mut frames, mut total) = (0f64, 0f64);
-    for line in text.lines() {
-        let Some((stack, n)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(n) = n.parse::<f64>() else { continue };
-        frames += n * stack.split(';').count().saturating_sub(1) as f64;
-        total += n;
-    }
-    Ok(frames / total.max(1.0))
 }

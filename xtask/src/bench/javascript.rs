@@ -14,7 +14,7 @@ use super::{
     Ctx, Goal, Section,
     env::BpfStats,
     proc::{self, median},
-    python::profiler_run,
+    python::{OnOff, on_off_rounds},
 };
 use crate::util::workspace_root;
 
@@ -32,31 +32,15 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
         &log,
     )?;
     let pid = target.pid().to_string();
-    let mut kernel = vec![Vec::new(); 2];
-    let mut cpu = vec![Vec::new(); 2];
-    let mut samples = vec![Vec::new(); 2];
-    let mut commands = Vec::new();
-    let mut result = Ok(());
-    'rounds: for round in 0..rounds {
-        for (i, extra) in [&["--no-js"][..], &[]].iter().enumerate() {
-            match profiler_run(ctx, "node", &pid, extra, secs, &format!("{round}-{i}")) {
-                Ok((run, ns)) => {
-                    kernel[i].push(ns);
-                    cpu[i].push(run.cpu_s);
-                    samples[i].push(run.samples);
-                    if round == 0 {
-                        commands.push(run.command);
-                    }
-                }
-                Err(e) => {
-                    result = Err(e);
-                    break 'rounds;
-                }
-            }
-        }
-    }
+    let result = on_off_rounds(ctx, "node", &pid, "--no-js", secs, rounds);
     let _ = target.stop(Signal::SIGKILL, &[128 + 9, 0]);
-    result?;
+    let OnOff {
+        kernel,
+        cpu,
+        samples,
+        commands,
+        ..
+    } = result?;
     let k = |i: usize| median(&kernel[i]);
     let c = |i: usize| median(&cpu[i]);
     let s = |i: usize| median(&samples[i]);

@@ -320,3 +320,63 @@ fn folded_samples(path: &std::path::Path) -> anyhow::Result<f64> {
         })
         .ok_or_else(|| anyhow::anyhow!("{}: no samples= in its header", path.display()))
 }
+
+/// What [`on_off_rounds`] measured: per variant (0: the runtime's frames off, 1: on), each
+/// round's eBPF ns per sample, CPU seconds, samples and mean frames per stack.
+pub(super) struct OnOff {
+    pub(super) kernel: [Vec<f64>; 2],
+    pub(super) cpu: [Vec<f64>; 2],
+    pub(super) samples: [Vec<f64>; 2],
+    pub(super) depth: [Vec<f64>; 2],
+    /// The first round's two commands.
+    pub(super) commands: Vec<String>,
+}
+
+/// `rounds` rounds of `record -p PID` for `secs` with `off` (the flag that turns a runtime's
+/// frames off) and without it, interleaved; `what` names the files.
+pub(super) fn on_off_rounds(
+    ctx: &mut Ctx,
+    what: &str,
+    pid: &str,
+    off: &str,
+    secs: f64,
+    rounds: usize,
+) -> anyhow::Result<OnOff> {
+    let mut m = OnOff {
+        kernel: Default::default(),
+        cpu: Default::default(),
+        samples: Default::default(),
+        depth: Default::default(),
+        commands: Vec::new(),
+    };
+    for round in 0..rounds {
+        for (i, extra) in [&[off][..], &[]].iter().enumerate() {
+            let tag = format!("{round}-{i}");
+            let (run, ns) = profiler_run(ctx, what, pid, extra, secs, &tag)?;
+            m.kernel[i].push(ns);
+            m.cpu[i].push(run.cpu_s);
+            m.samples[i].push(run.samples);
+            m.depth[i].push(mean_depth(&ctx.dir.join(format!("{what}-{tag}.folded")))?);
+            if round == 0 {
+                m.commands.push(run.command);
+            }
+        }
+    }
+    Ok(m)
+}
+
+/// The mean number of frames of the stacks in the folded file `path` (weighted by count;
+/// the first field, the process name, is not a frame).
+fn mean_depth(path: &std::path::Path) -> anyhow::Result<f64> {
+    let text = std::fs::read_to_string(path)?;
+    let (mut frames, mut total) = (0f64, 0f64);
+    for line in text.lines() {
+        let Some((stack, n)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(n) = n.parse::<f64>() else { continue };
+        frames += n * stack.split(';').count().saturating_sub(1) as f64;
+        total += n;
+    }
+    Ok(frames / total.max(1.0))
+}
