@@ -38,15 +38,11 @@ struct Jvm {
     stubs: HashMap<u64, Option<Arc<str>>>,
 }
 
-enum Proc {
-    Jvm(Box<Jvm>),
-    Native,
-}
-
-/// JVMs the kernel walker knows, and their frames' names.
+/// JVMs the kernel walker knows, and their frames' names (a process not walked has no
+/// entry).
 #[derive(Default)]
 pub struct HotspotWalker {
-    procs: HashMap<u32, Proc>,
+    procs: HashMap<u32, Box<Jvm>>,
 }
 
 /// What [`HotspotWalker::publish`] found.
@@ -61,10 +57,10 @@ impl HotspotWalker {
     /// Looks at a process the native unwinder is publishing (new, or its mappings changed).
     pub fn publish(&mut self, pid: u32, mappings: &[Mapping]) -> Published {
         let Some(mapping) = libjvm_mapping(mappings) else {
-            self.procs.insert(pid, Proc::Native);
+            self.procs.remove(&pid);
             return Published::Native(None);
         };
-        if let Some(Proc::Jvm(jvm)) = self.procs.get(&pid)
+        if let Some(jvm) = self.procs.get(&pid)
             && *jvm.path == *mapping.name
         {
             return Published::Walk(Box::new(jvm.entry));
@@ -77,11 +73,11 @@ impl HotspotWalker {
                 layout,
             }) => (path, version, layout),
             Ok(Detection::Unsupported { path, reason }) => {
-                self.procs.insert(pid, Proc::Native);
+                self.procs.remove(&pid);
                 return Published::Native(Some(format!("{path}: {reason}")));
             }
             Ok(Detection::NotJvm) => {
-                self.procs.insert(pid, Proc::Native);
+                self.procs.remove(&pid);
                 return Published::Native(None);
             }
             // Read too early (libjvm's constructors not run yet): looked at again when its
@@ -93,20 +89,20 @@ impl HotspotWalker {
             // Heaps not created yet: again at the next change of mappings.
             Ok(None) => return Published::Native(None),
             Err(e) => {
-                self.procs.insert(pid, Proc::Native);
+                self.procs.remove(&pid);
                 return Published::Native(Some(format!("{path}: HotSpot {version}: {e}")));
             }
         };
         let entry = match entry(&layout, &cache) {
             Ok(e) => e,
             Err(why) => {
-                self.procs.insert(pid, Proc::Native);
+                self.procs.remove(&pid);
                 return Published::Native(Some(format!("{path}: HotSpot {version}: {why}")));
             }
         };
         self.procs.insert(
             pid,
-            Proc::Jvm(Box::new(Jvm {
+            Box::new(Jvm {
                 path: Arc::from(path),
                 layout: Arc::from(layout),
                 entry,
@@ -115,17 +111,14 @@ impl HotspotWalker {
                 nmethods: HashMap::new(),
                 code: cache,
                 stubs: HashMap::new(),
-            })),
+            }),
         );
         Published::Walk(Box::new(entry))
     }
 
     /// The kernel's entry for process `pid`, if it runs a HotSpot this walks.
     pub fn entry(&self, pid: u32) -> Option<HsProc> {
-        match self.procs.get(&pid)? {
-            Proc::Jvm(jvm) => Some(jvm.entry),
-            Proc::Native => None,
-        }
+        self.procs.get(&pid).map(|jvm| jvm.entry)
     }
 
     /// A process that exited.
@@ -137,9 +130,7 @@ impl HotspotWalker {
     /// that is no Java method) holding the native frame address `pc` in process `pid`, as
     /// the code cache calls it (`StubRoutines (1)`); `None` for any other address.
     pub fn stub(&mut self, pid: u32, pc: u64) -> Option<Arc<str>> {
-        let Some(Proc::Jvm(jvm)) = self.procs.get_mut(&pid) else {
-            return None;
-        };
+        let jvm = self.procs.get_mut(&pid)?;
         if !jvm.code.contains(pc) {
             return None;
         }
@@ -163,9 +154,7 @@ impl HotspotWalker {
     /// process `pid`, innermost first (methods inlined at that PC before the one compiled);
     /// `None` when they cannot be read (the method or nmethod is gone, or the process).
     pub fn frame(&mut self, pid: u32, word: u64, data: u64) -> Option<Arc<[JavaFrame]>> {
-        let Some(Proc::Jvm(jvm)) = self.procs.get_mut(&pid) else {
-            return None;
-        };
+        let jvm = self.procs.get_mut(&pid)?;
         let Jvm {
             layout,
             cache,
