@@ -303,6 +303,10 @@ pub mod record_flags {
     /// Some user frames are HotSpot (Java) frames (`crate::hotspot::HS_FRAME`, two words
     /// each).
     pub const HOTSPOT: u32 = 1 << 11;
+    /// Some user frames are a runtime's: user space names them from the process's memory,
+    /// so they must reach it while the process lives (through the ring, never only in an
+    /// in-kernel total read later).
+    pub const RUNTIME_FRAMES: u32 = PYTHON | V8 | HOTSPOT;
 }
 
 /// Run-time configuration of the sampling program, slot 0 of the `CONFIG` array.

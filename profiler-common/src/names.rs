@@ -44,6 +44,7 @@ pub mod maps {
     pub const COPY_WINDOW: &str = "COPY_WINDOW";
     pub const WALK: &str = "WALK";
     pub const WOKE_AT: &str = "WOKE_AT";
+    pub const RUNTIME_WOKE_AT: &str = "RUNTIME_WOKE_AT";
     /// The Python walker's processes (`crate::python::PyProc`, by tgid).
     pub const PY_PROCS: &str = "PY_PROCS";
     /// This CPU's copy of the walked process's entry (or an empty one) for the walk.
@@ -108,6 +109,7 @@ pub mod maps {
         COPY_WINDOW,
         WALK,
         WOKE_AT,
+        RUNTIME_WOKE_AT,
         PY_PROCS,
         PY_CUR,
         V8_PROCS,

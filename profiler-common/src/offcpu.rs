@@ -107,12 +107,16 @@ pub mod stat {
     pub const FULL: u32 = 5;
     /// Their stack walks that failed (the record is still written).
     pub const STACK_ERRORS: u32 = 6;
-    /// Waits added to the in-kernel totals (the others are `WRITTEN` or `COPIED` to the ring).
+    /// Waits added to the in-kernel totals (the others are `WRITTEN`, `COPIED` or `RUNTIME` to
+    /// the ring).
     pub const TOTALLED: u32 = 7;
     /// Waits written to the ring with a copy of their user stack (their process had no
     /// unwind tables yet when they began), for user space to walk.
     pub const COPIED: u32 = 8;
-    pub const COUNT: u32 = 9;
+    /// Waits written to the ring one by one because their stack has a runtime's frames
+    /// (named from the live process, never left in a total read later).
+    pub const RUNTIME: u32 = 9;
+    pub const COUNT: u32 = 10;
 }
 
 const _: () = assert!(core::mem::size_of::<OffCpuConfig>() == 24);

@@ -122,8 +122,12 @@ pub(crate) fn step(w: &mut Walk, top: u32) -> Step {
 /// which the interpreter keeps it in, unless r13 holds no bcp of this method: in its invoke
 /// and return paths r13 is a temporary and the slot holds the saved one).
 ///
+/// A native method's frame (the interpreter's native entry, bytecode size 0) has no bcp:
+/// bci 0.
+///
 /// Values between reads are kept in `w.hs_v` (see there): [0] Method*, [1] ConstMethod*,
-/// [2] the bci, then the caller's sp and pc.
+/// [2] the code size then the bci, [3] the sender sp (the caller's sp); the caller's pc in
+/// `w.pc_next`.
 #[inline(always)]
 fn interpreted(w: &mut Walk) -> Step {
     if w.bp < w.sp || w.bp & 7 != 0 {
@@ -142,7 +146,9 @@ fn interpreted(w: &mut Walk) -> Step {
     };
     w.hs_v[2] = size & 0xffff;
     let code = w.hs_v[1].wrapping_add(u64::from(w.hs.cm_size));
-    if w.hs_top != 0 && w.r13.wrapping_sub(code) < w.hs_v[2] {
+    if w.hs_v[2] == 0 {
+        // A native method (no bytecodes): the interpreter's native entry keeps no bcp.
+    } else if w.hs_top != 0 && w.r13.wrapping_sub(code) < w.hs_v[2] {
         w.hs_v[2] = w.r13 - code;
     } else {
         let Some(bcp) = read(w, w.bp.wrapping_add_signed(i64::from(w.hs.slot_bcp))) else {
@@ -182,11 +188,7 @@ fn interpreted(w: &mut Walk) -> Step {
 /// bytes; `w.hs_v[0]` is the blob, [2] the PC it ran at.
 #[inline(always)]
 fn compiled(w: &mut Walk) -> Step {
-    let code = if w.hs.code_is_offset != 0 {
-        w.hs_v[0].wrapping_add(field(w, &w.hs.code))
-    } else {
-        field(w, &w.hs.code)
-    };
+    let code = blob_address(w, &w.hs.code, w.hs.code_is_offset);
     if w.hs_top != 0 && w.pc < code.wrapping_add(field(w, &w.hs.frame_complete)) {
         // The prologue: the frame is not built yet (its caller is not where the frame
         // size says).
@@ -194,11 +196,7 @@ fn compiled(w: &mut Walk) -> Step {
     }
     w.hs_v[2] = w.pc;
     if w.hs_top == 0 {
-        let deopt = if w.hs.deopt_is_offset != 0 {
-            w.hs_v[0].wrapping_add(field(w, &w.hs.deopt))
-        } else {
-            field(w, &w.hs.deopt)
-        };
+        let deopt = blob_address(w, &w.hs.deopt, w.hs.deopt_is_offset);
         // Returning into the deopt handler: the PC it was deoptimised at is in the frame.
         if w.pc == deopt {
             match read(w, w.sp.wrapping_add(field(w, &w.hs.orig_pc_offset))) {
@@ -317,6 +315,17 @@ fn field(w: &Walk, f: &HsField) -> u64 {
     // SAFETY: `at + 8` is inside the buffer of HS_BLOCK_BYTES + 8 bytes.
     let word = unsafe { core::ptr::read_unaligned(w.hs_block.as_ptr().add(at).cast::<u64>()) };
     hs_field(word, f)
+}
+
+/// The code address the blob field `f` gives: a pointer, or (`is_offset`, newer JDKs) an
+/// offset from the blob (`w.hs_v[0]`).
+#[inline(always)]
+fn blob_address(w: &Walk, f: &HsField, is_offset: u8) -> u64 {
+    if is_offset != 0 {
+        w.hs_v[0].wrapping_add(field(w, f))
+    } else {
+        field(w, f)
+    }
 }
 
 /// The user word at `addr`, read into the walk's scratch word.

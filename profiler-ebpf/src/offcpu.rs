@@ -33,7 +33,7 @@ use crate::{
     sampler::{CONFIG, targeted},
     unwind::{
         STACK_BYTES, Walked, copied_bytes, copy_allowed, copy_user_stack, saved_user_regs,
-        user_frames, wake_for_tables, walk_user_from,
+        user_frames, wake_reader, walk_user_from,
     },
 };
 
@@ -148,7 +148,7 @@ fn switch_in(tid: u32, now: u64, oc: &OffCpuConfig, config: &SamplerConfig) {
             // Its user stack is a copy to walk in user space: a record of its own, never
             // summed in the totals (whose key is the walked frames).
             with_copy(tid, buf, away, config, now);
-        } else if total(tid, buf, away) {
+        } else if (*buf).header.flags & record_flags::RUNTIME_FRAMES == 0 && total(tid, buf, away) {
             add(stat::TOTALLED, 1);
         } else {
             let n = (usize::from((*buf).header.kernel_frames)
@@ -158,21 +158,26 @@ fn switch_in(tid: u32, now: u64, oc: &OffCpuConfig, config: &SamplerConfig) {
             (*buf).frames[n] = away;
             let size = (STACK_HEADER_SIZE + 8 * (n + 1)) as u64;
             let pending = RECORD_EVENTS.query(BPF_RB_AVAIL_DATA as u64);
-            // At once when the process lacks unwind tables, so the reader loads them.
-            let wake = if pending + size >= config.wakeup_bytes
-                || wake_for_tables((*buf).header.flags, now)
-            {
-                BPF_RB_FORCE_WAKEUP
-            } else {
-                BPF_RB_NO_WAKEUP
-            };
+            // Soon when the process lacks unwind tables (so the reader loads them) or the
+            // stack has a runtime's frames (named while the process lives).
+            let wake =
+                if pending + size >= config.wakeup_bytes || wake_reader((*buf).header.flags, now) {
+                    BPF_RB_FORCE_WAKEUP
+                } else {
+                    BPF_RB_NO_WAKEUP
+                };
             let rc = generated::bpf_ringbuf_output(
                 (&raw const RECORD_EVENTS).cast_mut().cast(),
                 buf.cast(),
                 size,
                 wake as u64,
             );
-            add(if rc == 0 { stat::WRITTEN } else { stat::LOST }, 1);
+            let written = if (*buf).header.flags & record_flags::RUNTIME_FRAMES != 0 {
+                stat::RUNTIME
+            } else {
+                stat::WRITTEN
+            };
+            add(if rc == 0 { written } else { stat::LOST }, 1);
         }
     }
     let _ = OFFCPU_PENDING.remove(tid);
@@ -220,7 +225,7 @@ unsafe fn with_copy(tid: u32, buf: *mut OffCpuBuf, away: u64, config: &SamplerCo
         let size = ((STACK_HEADER_SIZE + 8 * (n + 1 + STACK_COPY_HEAD_WORDS) + len) as u64)
             .min(core::mem::size_of::<StackSampleBuf>() as u64);
         let pending = RECORD_EVENTS.query(BPF_RB_AVAIL_DATA as u64);
-        let wake = if pending + size >= config.wakeup_bytes || wake_for_tables(0, now) {
+        let wake = if pending + size >= config.wakeup_bytes || wake_reader(0, now) {
             BPF_RB_FORCE_WAKEUP
         } else {
             BPF_RB_NO_WAKEUP
@@ -366,7 +371,7 @@ fn switch_out<const TABLES: bool>(
     if TABLES
         && flags & (record_flags::UNWIND_NO_PROCESS | record_flags::UNWIND_NO_MAPPING) != 0
         // At most every 10 ms per CPU, whichever is missing.
-        && wake_for_tables(record_flags::UNWIND_NO_MAPPING, now)
+        && wake_reader(record_flags::UNWIND_NO_MAPPING, now)
     {
         // The walk lacked tables (a new process, a library mapped since): a header without
         // frames or weight tells the reader which process to load (and counts nothing), as a

@@ -28,7 +28,7 @@ use crate::{
     sampler::{CONFIG, REQUESTS, bump, request_cookie, targeted},
     unwind::{
         STACK_BYTES, Walk, Walked, copied_bytes, copy_allowed, copy_user_stack, user_frames,
-        user_regs, wake_for_tables, walk_user,
+        user_regs, wake_reader, walk_user,
     },
 };
 
@@ -192,16 +192,16 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
     let size = ((STACK_HEADER_SIZE + 8 * words + copied) as u64)
         .min(core::mem::size_of::<StackSampleBuf>() as u64);
     // Batch wake-ups: only wake the reader once enough is pending (it also polls on a
-    // timer), or at once when tables are missing, so it loads them promptly.
+    // timer), or soon when tables are missing (so it loads them promptly) or the stack has
+    // a runtime's frames (named while the process lives: see `wake_reader`).
     let pending = RECORD_EVENTS.query(BPF_RB_AVAIL_DATA as u64);
     // SAFETY: this CPU's record buffer, filled above.
     let time_ns = unsafe { (*buf).header.time_ns };
-    let wake =
-        if pending + size >= config.wakeup_bytes || (TABLES && wake_for_tables(flags, time_ns)) {
-            BPF_RB_FORCE_WAKEUP
-        } else {
-            BPF_RB_NO_WAKEUP
-        };
+    let wake = if pending + size >= config.wakeup_bytes || (TABLES && wake_reader(flags, time_ns)) {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
     // SAFETY: copies `size` bytes (at most the whole buffer, which the bound above and the
     // buffer's size guarantee) of our per-CPU buffer into the ring.
     let rc = unsafe {
@@ -289,8 +289,10 @@ unsafe fn user_stack<const TABLES: bool>(
 /// With unwind tables (`TABLES`), user stacks are walked as in ring mode and kept once each
 /// in `USER_STACKS` under a hash of their frames. A sample that walk cannot serve goes to
 /// the ring, where user space handles it as in ring mode: its process has no tables in the
-/// kernel yet (no frame-pointer guess is aggregated), or a frame was in no mapping the
-/// tables know (at most as often as such a record wakes the reader, so it rescans).
+/// kernel yet (no frame-pointer guess is aggregated), a frame was in no mapping the
+/// tables know (at most as often as such a record wakes the reader, so it rescans), or the
+/// stack has a runtime's frames (named by user space from the process's memory, while it
+/// lives).
 #[inline(always)]
 fn aggregate<const TABLES: bool>(
     ctx: &PerfEventContext,
@@ -311,11 +313,13 @@ fn aggregate<const TABLES: bool>(
         match walk_user(ctx, tgid) {
             // The ring path copies it (or keeps the frames walked, past the budget).
             Walked::Done(walk) if walk.wants_copy() => return false,
+            // A runtime's frames are named from the live process: the ring takes them now,
+            // not the aggregation user space reads later.
+            Walked::Done(walk) if walk.flags & record_flags::RUNTIME_FRAMES != 0 => return false,
             Walked::Done(walk) => {
                 // SAFETY: the helper only reads the clock.
                 let now = unsafe { bpf_ktime_get_ns() };
-                if walk.flags & record_flags::UNWIND_NO_MAPPING != 0
-                    && wake_for_tables(walk.flags, now)
+                if walk.flags & record_flags::UNWIND_NO_MAPPING != 0 && wake_reader(walk.flags, now)
                 {
                     return false;
                 }

@@ -194,27 +194,44 @@ shared_name!(map WALK);
 static WOKE_AT: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 shared_name!(map WOKE_AT);
 
+/// When some CPU last woke the reader for a record with a runtime's frames (ns; one slot
+/// for all CPUs, updated without a lock: a race costs one extra wake-up).
+#[map]
+static RUNTIME_WOKE_AT: Array<u64> = Array::with_max_entries(1, 0);
+shared_name!(map RUNTIME_WOKE_AT);
+
 /// Least time between two wake-ups for unknown mappings on one CPU: JIT code is in no
 /// mapping for good, and must not wake the reader at every sample.
 const MAPPING_WAKEUP_NS: u64 = 10_000_000;
 
-/// Whether a record with these `record_flags` should wake the reader at once, so that it
-/// loads the tables it lacks: always for a process without tables, at most every
-/// `MAPPING_WAKEUP_NS` per CPU for a frame in an unknown mapping (a library just loaded).
+/// Least time between two wake-ups for runtime frames, over all CPUs: their names are read
+/// from the process's memory, so a record should reach the reader before the process
+/// exits, without a wake-up per sample of a busy host.
+const RUNTIME_WAKEUP_NS: u64 = 10_000_000;
+
+/// Whether a record with these `record_flags` should wake the reader at once: always for a
+/// process without tables (so it loads them), at most every `MAPPING_WAKEUP_NS` per CPU for
+/// a frame in an unknown mapping (a library just loaded), at most every
+/// `RUNTIME_WAKEUP_NS` for a runtime's frames (named while the process lives).
 #[inline(always)]
-pub(crate) fn wake_for_tables(flags: u32, now: u64) -> bool {
+pub(crate) fn wake_reader(flags: u32, now: u64) -> bool {
     if flags & record_flags::UNWIND_NO_PROCESS != 0 {
         return true;
     }
-    if flags & record_flags::UNWIND_NO_MAPPING == 0 {
-        return false;
-    }
-    let Some(last) = WOKE_AT.get_ptr_mut(0) else {
+    let (slot, least) = if flags & record_flags::UNWIND_NO_MAPPING != 0 {
+        (WOKE_AT.get_ptr_mut(0), MAPPING_WAKEUP_NS)
+    } else if flags & record_flags::RUNTIME_FRAMES != 0 {
+        (RUNTIME_WOKE_AT.get_ptr_mut(0), RUNTIME_WAKEUP_NS)
+    } else {
         return false;
     };
-    // SAFETY: this CPU's slot; perf_event programs do not nest on one CPU.
+    let Some(last) = slot else {
+        return false;
+    };
+    // SAFETY: a live map value: this CPU's slot (perf_event programs do not nest on one
+    // CPU), or the shared one, whose racing writes only cost a wake-up.
     unsafe {
-        if now.wrapping_sub(*last) < MAPPING_WAKEUP_NS {
+        if now.wrapping_sub(*last) < least {
             return false;
         }
         *last = now;

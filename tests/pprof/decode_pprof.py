@@ -5,8 +5,8 @@ profile.proto), no code from this project. Prints a JSON summary of a profile fi
 total samples, samples per event label, per leaf function, sample types, comments,
 mapping file names with build ids, and label keys; and each event's values (the column
 named after the event label), per event and per (event, leaf function). With --stacks,
-each sample instead: its tid, samples, and frames innermost first as [function, file,
-line, mapping file]."""
+each sample instead: its tid, samples, event, value in its event's column, and frames
+innermost first as [function, file, line, mapping file]."""
 
 import gzip
 import json
@@ -82,6 +82,7 @@ def stacks(p):
     functions = {f.id: f for f in p.function}
     mappings = {m.id: s[m.filename] for m in p.mapping}
     locations = {l.id: l for l in p.location}
+    columns = {s[t.type]: i for i, t in enumerate(p.sample_type)}
     out = []
     for sample in p.sample:
         labels = {s[l.key]: (s[l.str] if l.str else l.num) for l in sample.label}
@@ -92,7 +93,10 @@ def stacks(p):
                 f = functions[line.function_id]
                 frames.append([s[f.name], s[f.filename], line.line,
                                mappings.get(loc.mapping_id, "")])
-        out.append({"tid": labels.get("tid", 0), "n": sample.value[0], "frames": frames})
+        ev = labels.get("event", "")
+        value = sample.value[columns[ev]] if ev in columns else sample.value[0]
+        out.append({"tid": labels.get("tid", 0), "n": sample.value[0], "event": ev,
+                    "value": value, "frames": frames})
     print(json.dumps({"stacks": out}))
 
 

@@ -776,11 +776,14 @@ pub fn interval_files(dir: &std::path::Path) -> Vec<PathBuf> {
 }
 
 /// One sample of a pprof profile as the independent decoder gives it (`--stacks`): its
-/// thread, its count, and its frames innermost first as (function, file, line, mapping).
-/// A runtime's frame (Python, JavaScript) has no mapping.
+/// thread, its count, its event and value in that event's unit (nanoseconds off the CPU
+/// for `off-cpu`), and its frames innermost first as (function, file, line, mapping). A
+/// runtime's frame (Python, JavaScript, Java) has no mapping.
 pub struct StackSample {
     pub tid: u64,
     pub n: u64,
+    pub event: String,
+    pub value: i64,
     pub frames: Vec<(String, String, i64, String)>,
 }
 
@@ -794,6 +797,8 @@ pub fn stack_samples(pprof: &std::path::Path) -> Vec<StackSample> {
         .map(|s| StackSample {
             tid: s["tid"].as_u64().unwrap_or(0),
             n: s["n"].as_u64().unwrap_or(0),
+            event: s["event"].as_str().unwrap_or("").to_string(),
+            value: s["value"].as_i64().unwrap_or(0),
             frames: s["frames"]
                 .as_array()
                 .expect("frames")

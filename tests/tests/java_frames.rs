@@ -22,15 +22,16 @@ const CHAIN: [&str; 4] = [
     "fixture.Chain.main",
 ];
 
-/// `java` with `flags` running `class` for `secs`, once it said it is ready.
-fn start(home: &str, flags: &[&str], class: &str, secs: u32) -> KillOnDrop {
+/// `java` with `flags` running `class` with its one argument `arg` (seconds or naps), once it
+/// said it is ready.
+fn start(home: &str, flags: &[&str], class: &str, arg: u32) -> KillOnDrop {
     KillOnDrop(spawn_ready(
         Command::new(Path::new(home).join("bin/java"))
             .args(flags)
             .arg("-cp")
             .arg(classes())
             .arg(class)
-            .arg(secs.to_string()),
+            .arg(arg.to_string()),
     ))
 }
 
@@ -435,6 +436,187 @@ fn java_methods_match_jfr_on_library_code() {
         assert!(
             compared >= 2,
             "JDK {major}: {compared} methods ≥ 8 % in JFR"
+        );
+    }
+}
+
+const SLEEPER: &str = include_str!("../fixtures/java/Sleeper.java");
+
+/// The main thread's time asleep in `Thread.sleep` (a stack through `JVM_Sleep*`, off the
+/// CPU), the part of it under Sleeper's exact chain (main > outer > nap at their marked
+/// lines, then only `java.lang.Thread` frames), and a stack that missed.
+fn asleep(samples: &[StackSample], tid: u64) -> (i64, i64, Option<String>) {
+    let line = |marker: &str| {
+        SLEEPER
+            .lines()
+            .position(|l| l.ends_with(&format!("// {marker}")))
+            .map(|i| i as i64 + 1)
+            .expect("marker in Sleeper.java")
+    };
+    let chain = [
+        ("fixture.Sleeper.main", line("L_MAIN")),
+        ("fixture.Sleeper.outer", line("L_OUTER")),
+        ("fixture.Sleeper.nap", line("L_NAP")),
+    ];
+    let (mut all, mut exact, mut miss) = (0, 0, None);
+    for s in samples
+        .iter()
+        .filter(|s| s.tid == tid && s.event == "off-cpu")
+    {
+        if !s.frames.iter().any(|f| f.0.starts_with("JVM_Sleep")) {
+            continue;
+        }
+        all += s.value;
+        // Outermost first; named by the runtime: no module (nor the `[off-cpu]` marker).
+        let java: Vec<&(String, String, i64, String)> = s
+            .frames
+            .iter()
+            .rev()
+            .filter(|f| f.3.is_empty() && !f.0.starts_with("[off-cpu"))
+            .collect();
+        let ours = java.len() > chain.len()
+            && java
+                .iter()
+                .zip(&chain)
+                .all(|(f, (name, line))| f.0 == *name && f.1 == "Sleeper.java" && f.2 == *line)
+            && java[chain.len()..]
+                .iter()
+                .all(|f| f.0.starts_with("java.lang.Thread.") && f.1 == "Thread.java");
+        if ours {
+            exact += s.value;
+        } else if miss.is_none() {
+            let frames: Vec<String> = s
+                .frames
+                .iter()
+                .map(|f| format!("{} ({}:{}) [{}]", f.0, f.1, f.2, f.3))
+                .collect();
+            miss = Some(frames.join(" < "));
+        }
+    }
+    (all, exact, miss)
+}
+
+/// `asleep`'s check: at least `least_ns` asleep, ≥ 95 % of it under the exact chain.
+fn check_asleep(what: &str, (all, exact, miss): (i64, i64, Option<String>), least_ns: i64) {
+    eprintln!(
+        "{what}: {:.3} of {:.3} s asleep under the exact chain",
+        exact as f64 / 1e9,
+        all as f64 / 1e9
+    );
+    assert!(all >= least_ns, "{what}: only {all} ns asleep");
+    assert!(
+        exact * 100 >= all * 95,
+        "{what}: {exact} of {all} ns under the chain; e.g. {}",
+        miss.unwrap_or_default()
+    );
+}
+
+/// The other views carry the same frames: off-CPU time of a started command (its waits
+/// named while it lives: a JVM that mostly sleeps) and of `-p`, and on-CPU samples
+/// aggregated in the kernel (`--aggregate`) of a cgroup (`-G`).
+#[test]
+fn java_frames_off_cpu_aggregated_and_by_cgroup() {
+    if !privileged() {
+        return;
+    }
+    let _serial = serial();
+    let dir = scratch("java_frames_views");
+    for (major, home) in jdks() {
+        // 100 naps of 20 ms in a command, interpreted then compiled as it goes.
+        let pprof = dir.join(format!("{major}-sleeper-cmd.pb.gz"));
+        let java = format!("{home}/bin/java");
+        let out = profiler(&[
+            "record",
+            "--off-cpu",
+            "-q",
+            "-o",
+            pprof.to_str().unwrap(),
+            "--",
+            &java,
+            "-cp",
+            classes().to_str().unwrap(),
+            "fixture.Sleeper",
+            "100",
+        ]);
+        assert!(
+            out.status.success(),
+            "record --off-cpu -- java: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let samples = stack_samples(&pprof);
+        let mut by_tid = std::collections::HashMap::<u64, i64>::new();
+        for s in samples.iter().filter(|s| s.event == "off-cpu") {
+            if s.frames.iter().any(|f| f.0.starts_with("JVM_Sleep")) {
+                *by_tid.entry(s.tid).or_default() += s.value;
+            }
+        }
+        let tid = by_tid
+            .into_iter()
+            .max_by_key(|(_, ns)| *ns)
+            .map(|(t, _)| t)
+            .expect("a thread in JVM_Sleep");
+        check_asleep(
+            &format!("JDK {major} record --off-cpu -- java"),
+            asleep(&samples, tid),
+            1_900_000_000,
+        );
+
+        // -p of a running one.
+        let sleeper = start(home, &[], "fixture.Sleeper", 0);
+        let pid = sleeper.0.id();
+        let tid = u64::from(java::main_thread(pid));
+        let pprof = dir.join(format!("{major}-sleeper-p.pb.gz"));
+        let out = profiler(&[
+            "record",
+            "--off-cpu",
+            "-p",
+            &pid.to_string(),
+            "-d",
+            "3",
+            "-q",
+            "-o",
+            pprof.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "record --off-cpu -p: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        check_asleep(
+            &format!("JDK {major} record --off-cpu -p"),
+            asleep(&stack_samples(&pprof), tid),
+            2_500_000_000,
+        );
+        drop(sleeper);
+
+        // The chain's JVM in a cgroup, its samples aggregated in the kernel.
+        let cg = TestCgroup::create("java");
+        let jvm = start(home, &[], "fixture.Chain", 60);
+        let pid = jvm.0.id();
+        cg.add(pid);
+        let tid = u64::from(java::main_thread(pid));
+        let pprof = dir.join(format!("{major}-chain-g.pb.gz"));
+        let out = profiler(&[
+            "record",
+            "-F",
+            "499",
+            "-G",
+            cg.path.to_str().unwrap(),
+            "--aggregate",
+            "-d",
+            "3",
+            "-q",
+            "-o",
+            pprof.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "record -G --aggregate: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        check(
+            &format!("JDK {major} record -G --aggregate"),
+            &tally(&stack_samples(&pprof), tid),
         );
     }
 }

@@ -25,6 +25,8 @@ pub struct OffCpuStats {
     pub written: u64,
     /// Waits written to the ring with a copy of their stack (no unwind tables yet).
     pub copied: u64,
+    /// Waits written to the ring one by one because their stack has a runtime's frames.
+    pub runtime: u64,
     /// Waits shorter than the minimum, dropped, and their nanoseconds.
     pub short: u64,
     pub short_ns: u64,
@@ -83,6 +85,7 @@ impl RecordProgram {
             totalled: stats.sum(stat::TOTALLED)?,
             written: stats.sum(stat::WRITTEN)?,
             copied: stats.sum(stat::COPIED)?,
+            runtime: stats.sum(stat::RUNTIME)?,
             short: stats.sum(stat::SHORT)?,
             short_ns: stats.sum(stat::SHORT_NS)?,
             lost: stats.sum(stat::LOST)?,

@@ -176,6 +176,12 @@ impl Decoder {
         Ok(())
     }
 
+    /// Whether a starting process waits for a runtime to become readable (the reader then
+    /// polls sooner: it is published to the kernel at a batch).
+    pub fn starting(&self) -> bool {
+        self.tables.as_ref().is_some_and(TableLoader::starting)
+    }
+
     /// The unwinder's warnings since the last call.
     pub fn take_warnings(&mut self) -> Vec<super::Warning> {
         self.tables

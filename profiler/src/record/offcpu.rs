@@ -249,7 +249,7 @@ fn nanos(d: Duration) -> u64 {
 fn report(stats: &OffCpuStats, unfinished: u64, min_block: Duration) -> Warning {
     let mut line = format!(
         "off-cpu: {} waits recorded",
-        stats.totalled + stats.written + stats.copied + unfinished
+        stats.totalled + stats.written + stats.copied + stats.runtime + unfinished
     );
     if stats.written > 0 {
         line += &format!(

@@ -301,7 +301,10 @@ impl<'a> Session<'a> {
                         f.observe(&mut kernel, collector)?;
                     }
                 }
-                _ = records.next_batch_bytes(opts.poll, |bytes| decoder.take(bytes)) => {
+                _ = records.next_batch_bytes(
+                    if decoder.starting() { STARTING_POLL } else { opts.poll },
+                    |bytes| decoder.take(bytes),
+                ) => {
                     decoder.decode_batch(records, sideband, collector, features)?;
                     warnings.warn_all(decoder.take_warnings());
                 }
@@ -509,3 +512,6 @@ fn run_info(
 /// How often the addresses of new stacks are sent to be named ahead of the end (see
 /// [`super::prefetch`]).
 const PREFETCH_EVERY: Duration = Duration::from_millis(200);
+/// The ring's poll while a starting process waits for a runtime to become readable (a
+/// JVM's tables): it is published at a batch, and its samples until then miss its frames.
+const STARTING_POLL: Duration = Duration::from_millis(10);

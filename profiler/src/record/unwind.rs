@@ -77,6 +77,10 @@ const RESCAN_MIN: Duration = Duration::from_millis(5);
 const RESCAN_MAX: Duration = Duration::from_secs(1);
 /// How long after its first load a process is rescanned without backing off.
 const YOUNG: Duration = Duration::from_millis(250);
+/// How long a process a runtime could not read yet (a JVM making its tables) keeps the
+/// quickest pace: past it, one that never becomes readable (libjvm loaded, no VM made)
+/// backs off as any other.
+const STARTING: Duration = Duration::from_secs(5);
 /// How often processes are checked for having exited (their modules' rows may then be
 /// evicted when the array is full).
 const SWEEP: Duration = Duration::from_secs(1);
@@ -268,6 +272,7 @@ impl TableLoader {
     ) -> Result<Vec<u32>, UnwindMapError> {
         self.collect_built();
         self.sweep();
+        self.note_waiting();
         let pending: Vec<(u32, bool)> = self.pending.drain().collect();
         let mut changed = Vec::new();
         for (pid, absent) in pending {
@@ -333,13 +338,22 @@ impl TableLoader {
         {
             state.scanned = now;
             state.scanned_ns = now_ns;
-            // Back off only once the process has settled: a young one rescans at the
-            // quickest pace, so its stacks are whole milliseconds after its exec.
-            state.backoff = if now.duration_since(state.born) < YOUNG {
+            // Back off only once the process has settled: a young one (or a starting JVM
+            // not readable yet) rescans at the quickest pace, so its stacks are whole
+            // milliseconds after its exec.
+            let age = now.duration_since(state.born);
+            let waiting = age < STARTING
+                && self
+                    .runtimes
+                    .as_ref()
+                    .and_then(|r| r.lock().ok().map(|r| r.waiting(pid)))
+                    .unwrap_or(false);
+            state.backoff = if waiting || age < YOUNG {
                 RESCAN_MIN
             } else {
                 (state.backoff * 2).min(RESCAN_MAX)
             };
+            self.publish_waiting(pid, &mappings);
             return Ok(false);
         }
         let changed = self
@@ -444,6 +458,64 @@ impl TableLoader {
             self.drop_users(&old.modules);
         }
         Ok(changed)
+    }
+
+    /// Rescans, at their pace, the starting processes a runtime could not read yet (a JVM
+    /// whose tables or code are not made yet): nothing else may bring them back, since a
+    /// JVM's code is in mappings it already has, and its mappings may never change again.
+    fn note_waiting(&mut self) {
+        let now = Instant::now();
+        for pid in self.starting_pids(now) {
+            if self
+                .procs
+                .get(&pid)
+                .is_some_and(|p| now.duration_since(p.scanned) >= p.backoff)
+            {
+                self.pending.entry(pid).or_insert(false);
+            }
+        }
+    }
+
+    /// The processes a runtime could not read yet, still starting at `now`.
+    fn starting_pids(&self, now: Instant) -> Vec<u32> {
+        let mut pids = self
+            .runtimes
+            .as_ref()
+            .and_then(|r| r.lock().ok().map(|r| r.waiting_pids()))
+            .unwrap_or_default();
+        pids.retain(|pid| {
+            self.procs
+                .get(pid)
+                .is_some_and(|p| now.duration_since(p.born) < STARTING)
+        });
+        pids
+    }
+
+    /// Whether some process waits, still starting, for a runtime to become readable.
+    pub fn starting(&self) -> bool {
+        !self.starting_pids(Instant::now()).is_empty()
+    }
+
+    /// Publishes again to the runtimes a process one of them looked at too early (a JVM
+    /// whose tables were not made yet), whose mappings may never change again.
+    fn publish_waiting(&mut self, pid: u32, mappings: &[Mapping]) {
+        let Some(runtimes) = self.runtimes.clone() else {
+            return;
+        };
+        let Ok(mut r) = runtimes.lock() else {
+            return;
+        };
+        if !r.waiting(pid) {
+            return;
+        }
+        let published = r.publish(pid, mappings, &mut self.maps);
+        self.warnings
+            .extend(r.take_lines().into_iter().map(super::Warning::new));
+        drop(r);
+        if let Err(e) = published {
+            let name: std::sync::Arc<str> = std::sync::Arc::from("[runtime table]");
+            self.warn(&name, &e);
+        }
     }
 
     fn add_users(&mut self, modules: &[ModuleId]) {

@@ -132,6 +132,20 @@ impl Runtimes {
             || (self.hotspot.is_some() && hotspot::detect::libjvm_mapping(mappings).is_some())
     }
 
+    /// Whether some runtime looked at process `pid` too early to read it (a starting JVM),
+    /// so that it is published again even when its mappings are the same.
+    pub fn waiting(&self, pid: u32) -> bool {
+        self.hotspot.as_ref().is_some_and(|h| h.waiting(pid))
+    }
+
+    /// The processes some runtime looked at too early to read them.
+    pub fn waiting_pids(&self) -> Vec<u32> {
+        self.hotspot
+            .as_ref()
+            .map(|h| h.waiting_pids().collect())
+            .unwrap_or_default()
+    }
+
     /// A process that exited.
     pub fn forget(&mut self, pid: u32) {
         if let Some(py) = self.python.as_mut() {

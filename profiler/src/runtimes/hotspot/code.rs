@@ -91,6 +91,10 @@ impl CodeCache {
             return Ok(None);
         }
         let len = l.array_len.read(mem, array)?;
+        // The array is made before the heaps are added to it.
+        if len == 0 {
+            return Ok(None);
+        }
         if !(1..=MAX_HEAPS).contains(&len) {
             return Err(ReadError::invalid(
                 "CodeCache::_heaps",
@@ -362,5 +366,23 @@ mod tests {
             cache.blob_start(&m, &l, LOW + 31 * 128).unwrap(),
             Some(LOW + 16)
         );
+    }
+
+    /// A JVM read between making the heaps' array and adding the heaps to it: not yet
+    /// (looked at again), never an error that would give up on it.
+    #[test]
+    fn an_empty_heap_array_is_not_ready() {
+        let l = layout17();
+        let mut m = FakeMemory::default();
+        let array = 0x6000_0000u64;
+        m.put(l.code_cache.heaps, &array.to_le_bytes());
+        let len = l.code_cache.array_len;
+        m.put(
+            array + u64::from(len.offset),
+            &vec![0u8; usize::from(len.size)],
+        );
+        assert!(CodeCache::read(&m, &l).unwrap().is_none());
+        m.put(l.code_cache.heaps, &0u64.to_le_bytes());
+        assert!(CodeCache::read(&m, &l).unwrap().is_none());
     }
 }

@@ -51,6 +51,9 @@ pub enum Detection {
     },
     /// A HotSpot we do not walk, and why (one line).
     Unsupported { path: String, reason: NotWalked },
+    /// A HotSpot whose tables are not filled yet (libjvm's initialisers have not run): to
+    /// be looked at again.
+    NotReady,
     /// No HotSpot in this process.
     NotJvm,
 }
@@ -90,6 +93,7 @@ pub fn detect_in<M: Memory + ?Sized>(
     let tables = match VmStructs::read(mem, &exports) {
         Ok(t) => t,
         Err(ReadTablesError::Read(e)) => return Err(read_err(e)),
+        Err(ReadTablesError::Tables(TablesError::NotFilled(_))) => return Ok(Detection::NotReady),
         Err(ReadTablesError::Tables(e)) => return Ok(unsupported(e.into())),
     };
     let Some(version) = read_version(mem, &tables).map_err(read_err)? else {

@@ -5,7 +5,10 @@
 //! expanded), read from the process soon after the sample. Names are cached by the frame's
 //! words, which carry their own checks (the ConstMethod's low bits, the compile id).
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use profiler_common::hotspot::{
     HS_ADDRESS, HS_BLOCK_BYTES, HS_COMPILED, HS_TOP, HsField, HsHeap, HsProc, MAX_HS_HEAPS,
@@ -43,6 +46,10 @@ struct Jvm {
 #[derive(Default)]
 pub struct HotspotWalker {
     procs: HashMap<u32, Box<Jvm>>,
+    /// JVMs looked at too early (libjvm mapped, its tables or code heaps not made yet):
+    /// looked at again at each rescan, since a JVM's executable mappings may never change
+    /// again once it runs (a program that mostly sleeps).
+    early: HashSet<u32>,
 }
 
 /// What [`HotspotWalker::publish`] found.
@@ -56,6 +63,7 @@ pub enum Published {
 impl HotspotWalker {
     /// Looks at a process the native unwinder is publishing (new, or its mappings changed).
     pub fn publish(&mut self, pid: u32, mappings: &[Mapping]) -> Published {
+        self.early.remove(&pid);
         let Some(mapping) = libjvm_mapping(mappings) else {
             self.procs.remove(&pid);
             return Published::Native(None);
@@ -80,14 +88,22 @@ impl HotspotWalker {
                 self.procs.remove(&pid);
                 return Published::Native(None);
             }
-            // Read too early (libjvm's constructors not run yet): looked at again when its
-            // mappings next change, as a starting JVM's do.
-            Err(_) => return Published::Native(None),
+            // Read too early (libjvm's constructors not run yet): looked at again at the
+            // next rescan.
+            Ok(Detection::NotReady) | Err(_) => {
+                self.early.insert(pid);
+                return Published::Native(None);
+            }
         };
         let cache = match CodeCache::read(&mem, &layout) {
-            Ok(Some(c)) => c,
-            // Heaps not created yet: again at the next change of mappings.
-            Ok(None) => return Published::Native(None),
+            // The interpreter and the call stub are generated after the heaps are made: a
+            // walk published before would never recognise them.
+            Ok(Some(c)) if !c.interpreter.is_empty() && c.call_stub_return != 0 => c,
+            // Heaps, interpreter or call stub not made yet: again at the next rescan.
+            Ok(_) => {
+                self.early.insert(pid);
+                return Published::Native(None);
+            }
             Err(e) => {
                 self.procs.remove(&pid);
                 return Published::Native(Some(format!("{path}: HotSpot {version}: {e}")));
@@ -121,9 +137,21 @@ impl HotspotWalker {
         self.procs.get(&pid).map(|jvm| jvm.entry)
     }
 
+    /// Whether process `pid` is a JVM looked at before it could be read, to look at again
+    /// even if its mappings stay the same.
+    pub fn waiting(&self, pid: u32) -> bool {
+        self.early.contains(&pid)
+    }
+
+    /// The JVMs looked at before they could be read.
+    pub fn waiting_pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.early.iter().copied()
+    }
+
     /// A process that exited.
     pub fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
+        self.early.remove(&pid);
     }
 
     /// The name of the VM stub (the call stub, an adapter, a runtime stub: code-cache code
