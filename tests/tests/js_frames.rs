@@ -1,4 +1,4 @@
-//! JavaScript frames in `record`'s stacks (the kernel's V8 walker): Node 20 runs
+//! JavaScript frames in `record`'s stacks (the kernel's V8 walker): Node 20 and 18 run
 //! `fixtures/node/chain.js` (main, interpreted, calls outer, which calls inner, a hot loop
 //! that TurboFan optimizes and inlines into outer). The main thread's samples must carry the
 //! chain inner > outer > main > the script's top level (or the part of it from where the
@@ -14,7 +14,6 @@ use std::{
 
 use profiler_tests::*;
 
-const NODE: &str = "/usr/bin/node";
 const SCRIPT: &str = include_str!("../fixtures/node/chain.js");
 
 fn script_path() -> PathBuf {
@@ -25,29 +24,54 @@ fn script_path() -> PathBuf {
     .expect("fixture")
 }
 
-/// Whether node is here (`cargo xtask test` installs Debian's nodejs; under CI a missing one
-/// is a failure).
-fn have_node() -> bool {
-    if Path::new(NODE).exists() {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "no {NODE} under CI=true"
-    );
-    eprintln!("SKIP: no {NODE}");
-    false
+/// Debian's Node 20.
+const NODE20: &str = "/usr/bin/node";
+
+/// Node 18 (V8 10.2): PyPI's `nodejs-bin` wheel, which `cargo xtask test` installs into
+/// target/tools-venv.
+fn node18() -> Option<PathBuf> {
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tools-venv/lib");
+    std::fs::read_dir(lib)
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("site-packages/nodejs/bin/node"))
+        .find(|p| p.exists())
 }
 
-/// Node running `script` for `secs`, once it has said it is ready (its work is next).
-fn start(script: &Path, secs: u32) -> KillOnDrop {
-    start_with(&[], script, secs)
+/// The nodes to run on, by major: Debian's 20 (`cargo xtask test` installs it) and 18.
+/// Under CI=true a missing one is a failure; without privileges, none.
+fn nodes() -> Vec<(u32, PathBuf)> {
+    if !privileged() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let ci = std::env::var("CI").as_deref() == Ok("true");
+    match Path::new(NODE20).exists() {
+        true => out.push((20, PathBuf::from(NODE20))),
+        false => {
+            assert!(!ci, "no {NODE20} under CI=true");
+            eprintln!("SKIP: no {NODE20}");
+        }
+    }
+    match node18() {
+        Some(p) => out.push((18, p)),
+        None => {
+            assert!(!ci, "no Node 18 in target/tools-venv under CI=true");
+            eprintln!("SKIP: no Node 18 (cargo xtask test installs it in target/tools-venv)");
+        }
+    }
+    out
+}
+
+/// `node` running `script` for `secs`, once it has said it is ready (its work is next).
+fn start(node: &Path, script: &Path, secs: u32) -> KillOnDrop {
+    start_with(node, &[], script, secs)
 }
 
 /// [`start`] with V8 flags.
-fn start_with(flags: &[&str], script: &Path, secs: u32) -> KillOnDrop {
+fn start_with(node: &Path, flags: &[&str], script: &Path, secs: u32) -> KillOnDrop {
     KillOnDrop(spawn_ready(
-        Command::new(NODE)
+        Command::new(node)
             .args(flags)
             .arg(script)
             .arg(secs.to_string()),
@@ -204,78 +228,90 @@ fn check(what: &str, t: &Tally) {
 /// the chain (inner optimized and inlined into outer, main interpreted), and -p's are all JS.
 #[test]
 fn js_chain_with_p_and_a() {
-    if !have_node() || !privileged() {
-        return;
-    }
     let _serial = serial();
     let dir = scratch("js_frames");
-    let node = start(&script_path(), 60);
-    let pid = node.0.id();
-    let pprof = dir.join("p.pb.gz");
-    record_pid(pid, 3, &pprof);
-    let t = tally(&samples(&pprof), u64::from(pid));
-    check("record -p", &t);
-    assert_eq!(t.unwalked, 0, "record -p: samples not walked");
-    assert!(
-        t.native * 100 <= (t.all + t.native) * 5,
-        "record -p: {} native",
-        t.native
-    );
-    // System-wide, in intervals of a second: the first holds the time the profiler took to
-    // build the tables of every process it found running (node's stacks meanwhile copied,
-    // within a budget per process); the others are compared.
-    let intervals = dir.join("a");
-    std::fs::create_dir_all(&intervals).expect("interval dir");
-    let out = profiler(&[
-        "record",
-        "-F",
-        "499",
-        "-a",
-        "--interval",
-        "1",
-        "-d",
-        "4",
-        "-q",
-        "-o",
-        intervals.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "-a: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let files = interval_files(&intervals);
-    assert!(files.len() >= 3, "-a: {} intervals", files.len());
-    let later: Vec<Sample> = files[1..].iter().flat_map(|f| samples(f)).collect();
-    check("record -a", &tally(&later, u64::from(pid)));
+    for (major, node) in nodes() {
+        let js = start(&node, &script_path(), 60);
+        let pid = js.0.id();
+        let pprof = dir.join(format!("{major}-p.pb.gz"));
+        record_pid(pid, 3, &pprof);
+        let what = format!("Node {major} record -p");
+        let t = tally(&samples(&pprof), u64::from(pid));
+        check(&what, &t);
+        assert_eq!(t.unwalked, 0, "{what}: samples not walked");
+        assert!(
+            t.native * 100 <= (t.all + t.native) * 5,
+            "{what}: {} native",
+            t.native
+        );
+        // System-wide, in intervals of a second: the first holds the time the profiler took
+        // to build the tables of every process it found running (node's stacks meanwhile
+        // copied, within a budget per process); the others are compared.
+        let intervals = dir.join(format!("{major}-a"));
+        std::fs::create_dir_all(&intervals).expect("interval dir");
+        let out = profiler(&[
+            "record",
+            "-F",
+            "499",
+            "-a",
+            "--interval",
+            "1",
+            "-d",
+            "4",
+            "-q",
+            "-o",
+            intervals.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "-a: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let files = interval_files(&intervals);
+        assert!(files.len() >= 3, "-a: {} intervals", files.len());
+        let later: Vec<Sample> = files[1..].iter().flat_map(|f| samples(f)).collect();
+        check(
+            &format!("Node {major} record -a"),
+            &tally(&later, u64::from(pid)),
+        );
+    }
 }
 
 /// Each tier on its own, V8 held to it by its flags: all interpreted (Ignition), Sparkplug
-/// from the first call, Maglev as the top tier, and the default (TurboFan): `record -p`'s
-/// main-thread samples carry the chain in each.
+/// from the first call, Maglev as the top tier (Node 20; 18's V8 has none in its release
+/// builds), and the default (TurboFan): `record -p`'s main-thread samples carry the chain in
+/// each.
 #[test]
 fn js_chain_in_every_tier() {
-    if !have_node() || !privileged() {
-        return;
-    }
     let _serial = serial();
     let dir = scratch("js_tiers");
-    let tiers: [(&str, &[&str]); 4] = [
-        ("ignition", &["--max-opt=0"]),
-        ("sparkplug", &["--max-opt=1", "--always-sparkplug"]),
-        ("maglev", &["--maglev", "--max-opt=2"]),
-        ("turbofan", &[]),
-    ];
-    for (tier, flags) in tiers {
-        let node = start_with(flags, &script_path(), 60);
-        let pid = node.0.id();
-        let pprof = dir.join(format!("{tier}.pb.gz"));
-        record_pid(pid, 2, &pprof);
-        drop(node);
-        check(
-            &format!("{tier} (node {})", flags.join(" ")),
-            &tally(&samples(&pprof), u64::from(pid)),
-        );
+    for (major, node) in nodes() {
+        // Node 18's V8 (10.2) has no --max-opt.
+        let tiers: Vec<(&str, &[&str])> = if major == 18 {
+            vec![
+                ("ignition", &["--no-opt", "--no-sparkplug"]),
+                ("sparkplug", &["--no-opt", "--always-sparkplug"]),
+                ("turbofan", &[]),
+            ]
+        } else {
+            vec![
+                ("ignition", &["--max-opt=0"]),
+                ("sparkplug", &["--max-opt=1", "--always-sparkplug"]),
+                ("maglev", &["--maglev", "--max-opt=2"]),
+                ("turbofan", &[]),
+            ]
+        };
+        for (tier, flags) in tiers {
+            let js = start_with(&node, flags, &script_path(), 60);
+            let pid = js.0.id();
+            let pprof = dir.join(format!("{major}-{tier}.pb.gz"));
+            record_pid(pid, 2, &pprof);
+            drop(js);
+            check(
+                &format!("Node {major} {tier} (node {})", flags.join(" ")),
+                &tally(&samples(&pprof), u64::from(pid)),
+            );
+        }
     }
 }
 
@@ -288,44 +324,43 @@ fn js_chain_in_every_tier() {
 /// their sampled address alone. Those are counted apart (at most a fifth of the run).
 #[test]
 fn js_chain_in_a_started_command() {
-    if !have_node() || !privileged() {
-        return;
-    }
     let _serial = serial();
     let dir = scratch("js_frames_cmd");
-    let pprof = dir.join("cmd.pb.gz");
-    let script = script_path();
-    let out = profiler(&[
-        "record",
-        "-F",
-        "199",
-        "-q",
-        "-o",
-        pprof.to_str().unwrap(),
-        "--",
-        NODE,
-        script.to_str().unwrap(),
-        "6",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let ss = samples(&pprof);
-    // The main thread: the one with the most samples (node's others mostly wait).
-    let mut by_tid: HashMap<u64, u64> = HashMap::new();
-    for s in &ss {
-        *by_tid.entry(s.tid).or_default() += s.n;
+    for (major, node) in nodes() {
+        let pprof = dir.join(format!("{major}-cmd.pb.gz"));
+        let script = script_path();
+        let out = profiler(&[
+            "record",
+            "-F",
+            "199",
+            "-q",
+            "-o",
+            pprof.to_str().unwrap(),
+            "--",
+            node.to_str().unwrap(),
+            script.to_str().unwrap(),
+            "6",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ss = samples(&pprof);
+        // The main thread: the one with the most samples (node's others mostly wait).
+        let mut by_tid: HashMap<u64, u64> = HashMap::new();
+        for s in &ss {
+            *by_tid.entry(s.tid).or_default() += s.n;
+        }
+        let (&main, _) = by_tid.iter().max_by_key(|(_, n)| **n).expect("samples");
+        let t = tally(&ss, main);
+        check(&format!("Node {major} record -- node"), &t);
+        assert!(
+            t.unwalked * 5 <= t.all + t.native + t.unwalked,
+            "Node {major}: {} not walked",
+            t.unwalked
+        );
     }
-    let (&main, _) = by_tid.iter().max_by_key(|(_, n)| **n).expect("samples");
-    let t = tally(&ss, main);
-    check("record -- node", &t);
-    assert!(
-        t.unwalked * 5 <= t.all + t.native + t.unwalked,
-        "{} not walked",
-        t.unwalked
-    );
 }
 
 /// Self time per JS function (name, script's file name) in percent of the samples counted,
@@ -424,9 +459,6 @@ fn our_shares(samples: &[Sample], tid: u64) -> (HashMap<(String, String), f64>, 
 /// thread's self time is within 6 points in ours.
 #[test]
 fn js_functions_match_node_cpu_prof_on_library_code() {
-    if !have_node() || !privileged() {
-        return;
-    }
     let _serial = serial();
     let dir = scratch("js_cpu_prof");
     let script = std::fs::canonicalize(concat!(
@@ -434,45 +466,53 @@ fn js_functions_match_node_cpu_prof_on_library_code() {
         "/fixtures/node/library.js"
     ))
     .expect("fixture");
-    let status = Command::new(NODE)
-        .arg("--cpu-prof")
-        .arg("--cpu-prof-dir")
-        .arg(&dir)
-        .arg(&script)
-        .arg("6")
-        .stdout(Stdio::null())
-        .status()
-        .expect("node --cpu-prof");
-    assert!(status.success());
-    let prof = std::fs::read_dir(&dir)
-        .expect("dir")
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "cpuprofile"))
-        .expect("a .cpuprofile");
-    let reference = cpu_prof_shares(&prof);
+    for (major, node) in nodes() {
+        let prof_dir = dir.join(major.to_string());
+        let status = Command::new(&node)
+            .arg("--cpu-prof")
+            .arg("--cpu-prof-dir")
+            .arg(&prof_dir)
+            .arg(&script)
+            .arg("6")
+            .stdout(Stdio::null())
+            .status()
+            .expect("node --cpu-prof");
+        assert!(status.success());
+        let prof = std::fs::read_dir(&prof_dir)
+            .expect("dir")
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|e| e == "cpuprofile"))
+            .expect("a .cpuprofile");
+        let reference = cpu_prof_shares(&prof);
 
-    let node = start(&script, 60);
-    let pid = node.0.id();
-    let pprof = dir.join("ours.pb.gz");
-    record_pid(pid, 5, &pprof);
-    drop(node);
-    let (ours, none) = our_shares(&samples(&pprof), u64::from(pid));
-    let mut rows: Vec<_> = reference.iter().collect();
-    rows.sort_by(|a, b| b.1.total_cmp(a.1));
-    let mut bad = Vec::new();
-    for &(key, &r) in rows.iter().take(12) {
-        let (function, file) = key;
-        let o = ours.get(key).copied().unwrap_or(0.0);
-        eprintln!("{r:5.1} % node --cpu-prof, {o:5.1} % ours: {function} ({file})");
-        if r >= 8.0 && (o - r).abs() > 6.0 {
-            bad.push(format!("{function} ({file}): {r:.1} % vs {o:.1} %"));
+        let js = start(&node, &script, 60);
+        let pid = js.0.id();
+        let pprof = dir.join(format!("{major}-ours.pb.gz"));
+        record_pid(pid, 5, &pprof);
+        drop(js);
+        let (ours, none) = our_shares(&samples(&pprof), u64::from(pid));
+        let mut rows: Vec<_> = reference.iter().collect();
+        rows.sort_by(|a, b| b.1.total_cmp(a.1));
+        let mut bad = Vec::new();
+        for &(key, &r) in rows.iter().take(12) {
+            let (function, file) = key;
+            let o = ours.get(key).copied().unwrap_or(0.0);
+            eprintln!(
+                "Node {major}: {r:5.1} % node --cpu-prof, {o:5.1} % ours: {function} ({file})"
+            );
+            if r >= 8.0 && (o - r).abs() > 6.0 {
+                bad.push(format!("{function} ({file}): {r:.1} % vs {o:.1} %"));
+            }
         }
+        eprintln!("Node {major}: {none:.1} % of ours in native code alone");
+        assert!(
+            bad.is_empty(),
+            "Node {major}: off by more than 6 points: {bad:?}"
+        );
+        assert!(
+            none <= 10.0,
+            "Node {major}: {none:.1} % of the main thread's samples without a JS frame"
+        );
     }
-    eprintln!("{none:.1} % of ours in native code alone");
-    assert!(bad.is_empty(), "off by more than 6 points: {bad:?}");
-    assert!(
-        none <= 10.0,
-        "{none:.1} % of the main thread's samples without a JS frame"
-    );
 }

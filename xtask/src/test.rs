@@ -12,8 +12,9 @@ pub fn test(extra: &[String]) -> anyhow::Result<()> {
     crate::packages::ensure(crate::packages::TEST)?;
     // The export tests' receivers (made here, once, rather than by each test binary).
     crate::venv::otlp_python()?;
-    // py-spy, the reference the Python frames are compared with.
+    // py-spy, the reference the Python frames are compared with; Node 18 beside Debian's 20.
     crate::venv::py_spy()?;
+    crate::venv::node18()?;
     cargo(&["fmt", "--all", "--check"])?;
     crate::deps::check()?;
     // Host crates. The eBPF crate is not a default member and builds only for BPF.

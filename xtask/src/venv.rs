@@ -3,7 +3,8 @@
 //! and the export benchmark's receivers run (`tests/export/receiver.py`), with
 //! `opentelemetry-proto` (the official OTLP profiles definitions and gRPC stubs) and
 //! `grpcio`; and `target/tools-venv` with py-spy (PyPI's binary wheel), the reference the
-//! Python frames are compared with.
+//! Python frames are compared with, and Node 18 (PyPI's `nodejs-bin` wheel), the JavaScript
+//! frames' second Node major.
 
 use std::{
     path::{Path, PathBuf},
@@ -21,6 +22,10 @@ const PROBE: &str =
 /// The py-spy version the comparisons are measured with.
 const PY_SPY: &str = "py-spy==0.4.3";
 
+/// The second Node major the JavaScript frames are tested on: Node 18.4 (V8 10.2), PyPI's
+/// binary wheel (Debian has Node 20 only).
+const NODE18: &str = "nodejs-bin==18.4.0a4";
+
 /// The OTLP venv's python, made (or completed) the first time.
 pub fn otlp_python() -> anyhow::Result<PathBuf> {
     let venv = workspace_root().join("target/otlp-venv");
@@ -37,6 +42,25 @@ pub fn py_spy() -> anyhow::Result<PathBuf> {
     let works = |exe: &Path| succeeds(Command::new(exe).arg("--version"));
     made(&venv, &[PY_SPY], &exe, works)?;
     Ok(exe)
+}
+
+/// Node 18's `node` in `target/tools-venv`, installed the first time.
+pub fn node18() -> anyhow::Result<PathBuf> {
+    let venv = workspace_root().join("target/tools-venv");
+    let works = |venv: &Path| {
+        node_in(venv).is_some_and(|node| succeeds(Command::new(node).arg("--version")))
+    };
+    made(&venv, &[NODE18], &venv, works)?;
+    node_in(&venv).context("nodejs-bin installed no node")
+}
+
+/// The wheel's `node` in `venv` (`lib/python3.X/site-packages/nodejs/bin/node`).
+fn node_in(venv: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(venv.join("lib"))
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("site-packages/nodejs/bin/node"))
+        .find(|p| p.exists())
 }
 
 /// Makes the venv `venv` with `packages` unless `ready(what)` already holds, and checks it

@@ -3,6 +3,7 @@
 
 use super::{
     heap::Heap,
+    layout::CodeStart,
     positions::{SourcePosition, decode_source_positions},
 };
 use crate::runtimes::python::process::{Memory, ReadError};
@@ -15,7 +16,8 @@ pub struct CodeInfo {
     /// `CodeKind` (see [`super::layout::CodeKinds`]).
     pub kind: u32,
     /// Where its instructions are (V8 11.1.204+: a pointer into the code space, or into the
-    /// embedded builtins for the interpreter trampoline and lazy-compile stubs).
+    /// embedded builtins for the interpreter trampoline and lazy-compile stubs; 10.x: inside
+    /// the object).
     pub start: u64,
     pub size: u32,
 }
@@ -35,7 +37,10 @@ pub fn code_of<M: Memory + ?Sized>(
     let l = heap.layout;
     let code = heap.field(function, l.fields.js_function_code)?;
     heap.expect(code, l.types.code, "Code")?;
-    let start = heap.field(code, l.fields.code_instruction_start)?;
+    let start = match l.fields.code_instructions {
+        CodeStart::Pointer(at) => heap.field(code, at)?,
+        CodeStart::Inline(at) => l.untag(code) + u64::from(at),
+    };
     let mut b = [0u8; 4];
     heap.mem
         .read(l.untag(code) + u64::from(l.fields.code_flags), &mut b)?;

@@ -3,6 +3,8 @@
 //! in `.bss` and has no bytes in the file), and V8's version from `v8::internal::Version`.
 //! Node 20's V8 (11.3) lost a few `Code` and `JSFunction` entries from the generated list: those
 //! are derived from their neighbours as V8 11.3's object layout puts them, and marked so.
+//! Node 18's V8 (10.2) exports those but not the Code's tagged fields and deoptimization
+//! slots: derived likewise.
 
 use std::collections::HashMap;
 
@@ -34,7 +36,7 @@ pub enum Unsupported {
     NoMetadata,
     #[error("no v8::internal::Version symbols: V8's version is unknown")]
     NoVersion,
-    #[error("V8 {0}: only 11.x is read (its Code layout is derived, not exported)")]
+    #[error("V8 {0}: only 10.2 and 11.x are read (their Code layouts are partly derived)")]
     Version(V8Version),
     #[error("V8 {version}: {name} is missing from the v8dbg_* metadata")]
     Missing {
@@ -139,11 +141,31 @@ pub struct Fields {
     pub bytecode_array_source_positions: u16,
     pub code_source_positions: u16,
     pub code_deoptimization_data: u16,
-    /// Derived: V8 11.1.204+ keeps a pointer to the instructions here.
-    pub code_instruction_start: u16,
+    /// Where a Code's instructions are.
+    pub code_instructions: CodeStart,
     /// Derived: the `flags` word whose low bits are the code kind.
     pub code_flags: u16,
     pub code_instruction_size: u16,
+}
+
+/// The Code object's fields (and JSFunction's pointer to it) as one major lays them out.
+struct CodeFields {
+    js_function_code: u16,
+    deoptimization_data: u16,
+    source_positions: u16,
+    instructions: CodeStart,
+    flags: u16,
+    instruction_size: u16,
+}
+
+/// Where a Code object's instructions are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CodeStart {
+    /// A pointer to them in this field (V8 11.1.204+: derived).
+    Pointer(u16),
+    /// Inside the object from this offset, its header's size (V8 10.x:
+    /// `Code::instruction_start`'s metadata entry).
+    Inline(u16),
 }
 
 /// Fixed slots of a Code's DeoptimizationData (a FixedArray), for inlined frames.
@@ -283,9 +305,12 @@ impl Constants {
     }
 
     pub(crate) fn layout(&self, version: V8Version) -> Result<Layout, Unsupported> {
-        if version.major != 11 {
-            return Err(Unsupported::Version(version));
-        }
+        // 10.2 (Node 18.4 and later 18.x) and 11.x are read; others are not checked.
+        let v10 = match (version.major, version.minor) {
+            (10, 2) => true,
+            (11, _) => false,
+            _ => return Err(Unsupported::Version(version)),
+        };
         let g = |name: &'static str| self.get(version, name);
         let u8_ = |name: &'static str| g(name).map(|v| v as u8);
         let u16_ = |name: &'static str| g(name).map(|v| v as u16);
@@ -321,8 +346,17 @@ impl Constants {
             builtin_exit: u8_("frametype_BuiltinExitFrame")?,
             interpreted: u8_("frametype_InterpretedFrame")?,
             baseline: u8_("frametype_BaselineFrame")?,
-            maglev: u8_("frametype_MaglevFrame")?,
-            turbofan: u8_("frametype_TurbofanFrame")?,
+            // 10.x: no Maglev frames, and TurboFan's are `OptimizedFrame`.
+            maglev: if v10 {
+                u8::MAX
+            } else {
+                u8_("frametype_MaglevFrame")?
+            },
+            turbofan: u8_(if v10 {
+                "frametype_OptimizedFrame"
+            } else {
+                "frametype_TurbofanFrame"
+            })?,
             stub: u8_("frametype_StubFrame")?,
             builtin: u8_("frametype_BuiltinFrame")?,
             internal: u8_("frametype_InternalFrame")?,
@@ -364,32 +398,61 @@ impl Constants {
             sliced_offset: u16_("class_SlicedString__offset__SMI")?,
         };
         let js_function_shared = u16_("class_JSFunction__shared__SharedFunctionInfo")?;
-        let code_source_positions = u16_("class_Code__source_position_table__ByteArray")?;
         let fixed_array_length = u16_("class_FixedArrayBase__length__SMI")?;
-        // Derived as V8 11.x lays these out (the generator lost them in 11.x):
-        // JSFunction: shared, context, feedback_cell, code; Code: ..., deoptimization data,
-        // source positions, (bytecode offset table), instruction start, flags, size.
-        derived.extend([
-            "JSFunction::code",
-            "BytecodeArray::source_position_table",
-            "Code::instruction_start",
-            "Code::flags",
-            "Code::instruction_size",
-        ]);
-        let code_instruction_start = code_source_positions + 2 * word;
-        let code_flags = code_instruction_start + word;
-        // Before 11.4.59 a builtin id and kind-specific flags (2 + 2 bytes) sit after flags.
-        let code_instruction_size = if (version.minor, version.build) < (4, 59) {
-            code_flags + 8
+        derived.push("BytecodeArray::source_position_table");
+        let code = if v10 {
+            // 10.x exports where the header's scalars and the instructions are, not its
+            // tagged fields: relocation info, deoptimization data, source positions and the
+            // CodeDataContainer precede the instruction size, a word each.
+            let size = u16_("class_Code__instruction_size__int")?;
+            let deoptimization_data = size.checked_sub(3 * word).ok_or(Unsupported::Layout {
+                version,
+                what: format!("Code's instruction size at {size}: no tagged fields before it"),
+            })?;
+            derived.extend(["Code::deoptimization_data", "Code::source_position_table"]);
+            CodeFields {
+                js_function_code: u16_("class_JSFunction__code__CodeT")?,
+                deoptimization_data,
+                source_positions: deoptimization_data + word,
+                instructions: CodeStart::Inline(u16_("class_Code__instruction_start__uintptr_t")?),
+                flags: u16_("class_Code__flags__uint32_t")?,
+                instruction_size: size,
+            }
         } else {
-            code_flags + 4
+            // Derived as V8 11.x lays these out (the generator lost them in 11.x):
+            // JSFunction: shared, context, feedback_cell, code; Code: ..., deoptimization
+            // data, source positions, (bytecode offset table), instruction start, flags,
+            // size.
+            derived.extend([
+                "JSFunction::code",
+                "Code::instruction_start",
+                "Code::flags",
+                "Code::instruction_size",
+            ]);
+            let source_positions = u16_("class_Code__source_position_table__ByteArray")?;
+            let instruction_start = source_positions + 2 * word;
+            let flags = instruction_start + word;
+            CodeFields {
+                js_function_code: js_function_shared + 3 * word,
+                deoptimization_data: u16_("class_Code__deoptimization_data__FixedArray")?,
+                source_positions,
+                instructions: CodeStart::Pointer(instruction_start),
+                flags,
+                // Before 11.4.59 a builtin id and kind-specific flags (2 + 2 bytes) sit
+                // after flags.
+                instruction_size: if (version.minor, version.build) < (4, 59) {
+                    flags + 8
+                } else {
+                    flags + 4
+                },
+            }
         };
         let fields = Fields {
             heap_object_map: u16_("class_HeapObject__map__Map")?,
             map_instance_type: u16_("class_Map__instance_type__uint16_t")?,
             js_function_shared,
             js_function_context: u16_("class_JSFunction__context__Context")?,
-            js_function_code: js_function_shared + 3 * word,
+            js_function_code: code.js_function_code,
             sfi_name_or_scope_info: u16_("class_SharedFunctionInfo__name_or_scope_info__Object")?,
             sfi_function_data: u16_("class_SharedFunctionInfo__function_data__Object")?,
             sfi_script_or_debug_info: u16_(
@@ -402,11 +465,11 @@ impl Constants {
             fixed_array_data: u16_("class_FixedArray__data__uintptr_t")?,
             bytecode_array_header: u16_("class_BytecodeArray__data__uintptr_t")?,
             bytecode_array_source_positions: fixed_array_length + 3 * word,
-            code_source_positions,
-            code_deoptimization_data: u16_("class_Code__deoptimization_data__FixedArray")?,
-            code_instruction_start,
-            code_flags,
-            code_instruction_size,
+            code_source_positions: code.source_positions,
+            code_deoptimization_data: code.deoptimization_data,
+            code_instructions: code.instructions,
+            code_flags: code.flags,
+            code_instruction_size: code.instruction_size,
         };
         let baseline = g("CodeKindBaseline")? as u32;
         derived.push("CodeKind MAGLEV, TURBOFAN");
@@ -426,6 +489,15 @@ impl Constants {
                 literal_array,
                 inlining_positions,
             }),
+            // 10.x exports neither; its DeoptimizationData has them where 11.x's metadata
+            // says (kLiteralArrayIndex 2, kInliningPositionsIndex 7).
+            _ if v10 => {
+                derived.push("DeoptimizationData literal array, inlining positions");
+                Some(DeoptSlots {
+                    literal_array: 2,
+                    inlining_positions: 7,
+                })
+            }
             _ => None,
         };
         Ok(Layout {
@@ -537,17 +609,70 @@ mod tests {
         assert_eq!(l, tests_support::layout_11_3());
     }
 
+    /// Node 18.4 (PyPI's nodejs-bin 18.4.0a4, V8 10.2.154.4-node.8), which `cargo xtask
+    /// test` installs into target/tools-venv (skipped when it is not there). The exported
+    /// values were read from the file independently (`nm -S` for each `v8dbg_*` symbol's
+    /// address, then its bytes in the section `readelf -SW` places it in): instruction size
+    /// 40, flags 48, instruction start 128, `JSFunction::code` 48, frame types 12/13/14.
+    #[test]
+    fn node18_layout() {
+        let lib = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/tools-venv/lib");
+        let Some(path) = std::fs::read_dir(lib).ok().and_then(|d| {
+            d.flatten()
+                .map(|e| e.path().join("site-packages/nodejs/bin/node"))
+                .find(|p| p.exists())
+        }) else {
+            eprintln!("skipped: no Node 18 in target/tools-venv");
+            return;
+        };
+        let file = std::fs::File::open(path).expect("open");
+        let cache = ReadCache::new(&file);
+        let obj = object::File::parse(&cache).expect("node is an ELF file");
+        let l = Layout::from_elf(&obj).expect("Node 18's V8 is read");
+        assert_eq!(
+            (l.version.major, l.version.minor, l.version.build),
+            (10, 2, 154)
+        );
+        assert!(!l.pointer_compression());
+        assert_eq!(l.fields.js_function_code, 48);
+        assert_eq!(l.fields.code_instruction_size, 40);
+        assert_eq!(l.fields.code_deoptimization_data, 16);
+        assert_eq!(l.fields.code_source_positions, 24);
+        assert_eq!(l.fields.code_instructions, CodeStart::Inline(128));
+        assert_eq!(l.fields.code_flags, 48);
+        assert_eq!(l.fields.bytecode_array_header, 56);
+        assert_eq!(
+            (
+                l.frame_types.interpreted,
+                l.frame_types.baseline,
+                l.frame_types.turbofan
+            ),
+            (12, 13, 14)
+        );
+        assert_eq!(l.frame_types.maglev, u8::MAX);
+        assert_eq!(
+            l.deopt,
+            Some(DeoptSlots {
+                literal_array: 2,
+                inlining_positions: 7
+            })
+        );
+        assert!(l.derived.contains(&"Code::source_position_table"));
+    }
+
     /// Another major, or a build missing a constant, gets one clear reason.
     #[test]
     fn unsupported_builds_say_why() {
         let full = tests_support::constants_11_3();
-        let v10 = V8Version {
-            major: 10,
-            minor: 2,
-            build: 154,
-            patch: 26,
-        };
-        assert_eq!(full.layout(v10), Err(Unsupported::Version(v10)));
+        for other in [(9, 4), (10, 1), (12, 4)] {
+            let v = V8Version {
+                major: other.0,
+                minor: other.1,
+                build: 1,
+                patch: 0,
+            };
+            assert_eq!(full.layout(v), Err(Unsupported::Version(v)));
+        }
         let mut partial = tests_support::constants_11_3();
         partial.values.remove("off_fp_function");
         let v = partial.version.expect("set");

@@ -4,7 +4,10 @@
 //! here soon after the sample (`tests/tests/js_frames.rs`); `tests/tests/v8_layout.rs` does
 //! the same walk in user space on a live Node 20 (ptrace), the reference it was built to.
 //!
-//! Findings on Node 20.20.2 (Debian, static `/usr/bin/node`, V8 11.3.244.8):
+//! Node 18.4 (V8 10.2, PyPI's `nodejs-bin`) is read too: its differences are in
+//! [`layout`] (the Code's instructions inline, its tagged fields and the deoptimization
+//! slots derived, no Maglev). Findings on Node 20.20.2 (Debian, static `/usr/bin/node`, V8
+//! 11.3.244.8):
 //! - **Metadata**: 531 `v8dbg_*` symbols in `.symtab` and `.dynsym` (so they survive
 //!   stripping `.symtab`); each is the address of an `int` in `.data`, or in `.bss` when it
 //!   is 0 (`HeapObject::map` offset, `SmiTag`, `SeqStringTag`, `TwoByteStringTag`, ...): a
