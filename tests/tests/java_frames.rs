@@ -280,6 +280,75 @@ fn no_java_leaves_stacks_native() {
     );
 }
 
+/// A JVM with a perf map (`jcmd PID Compiler.perfmap`): its names are used, as the user
+/// asked for them, and the profiler says so in one line.
+#[test]
+fn a_perf_map_wins() {
+    if !privileged() {
+        return;
+    }
+    let _serial = serial();
+    let dir = scratch("java_frames_perfmap");
+    let Some((_, home)) = jdks().into_iter().next() else {
+        return;
+    };
+    let jvm = start(home, &[], "fixture.Chain", 30);
+    let pid = jvm.0.id();
+    let map = std::path::PathBuf::from(format!("/tmp/perf-{pid}.map"));
+    // Past C2's compilation of the chain (its code is what the map names).
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let o = Command::new(Path::new(home).join("bin/jcmd"))
+        .args([&pid.to_string(), "Compiler.perfmap"])
+        .output()
+        .expect("jcmd");
+    assert!(o.status.success() && map.exists(), "jcmd Compiler.perfmap");
+    let pprof = dir.join("perfmap.pb.gz");
+    let o = profiler(&[
+        "record",
+        "-F",
+        "499",
+        "-p",
+        &pid.to_string(),
+        "-d",
+        "2",
+        "-o",
+        pprof.to_str().unwrap(),
+    ]);
+    let _ = std::fs::remove_file(&map);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("/tmp/perf-{pid}.map), whose names are used")),
+        "{stderr}"
+    );
+    let tid = u64::from(java::main_thread(pid));
+    let main: Vec<StackSample> = stack_samples(&pprof)
+        .into_iter()
+        .filter(|s| s.tid == tid)
+        .collect();
+    let all: u64 = main.iter().map(|s| s.n).sum();
+    let mapped: u64 = main
+        .iter()
+        .filter(|s| {
+            s.frames
+                .iter()
+                .any(|f| f.0.contains("fixture.Chain.") && f.3.ends_with(".map"))
+        })
+        .map(|s| s.n)
+        .sum();
+    eprintln!("perf map: {mapped}/{all} main-thread samples named from it");
+    assert!(all >= 200, "{all} main-thread samples");
+    assert!(
+        mapped * 100 >= all * 80,
+        "{mapped}/{all} named from the map"
+    );
+    assert!(
+        main.iter()
+            .all(|s| s.frames.iter().all(|f| f.1 != "Chain.java")),
+        "a frame named by the Java walker beside the perf map"
+    );
+}
+
 /// Each Java method's share of the main thread's samples stopped in Java code, by the
 /// innermost frame (inlined frames count as their own methods, as JFR reports them).
 fn top_methods(samples: &[StackSample], tid: u64) -> (u64, std::collections::HashMap<String, u64>) {

@@ -68,6 +68,15 @@ impl HotspotWalker {
             self.procs.remove(&pid);
             return Published::Native(None);
         };
+        // A perf map (`jcmd PID Compiler.perfmap`, an agent) names the JIT code already: it
+        // wins, as the user asked for it.
+        if std::path::Path::new(&format!("/tmp/perf-{pid}.map")).exists() {
+            self.procs.remove(&pid);
+            return Published::Native(Some(format!(
+                "{}: it has a perf map (/tmp/perf-{pid}.map), whose names are used",
+                mapping.name
+            )));
+        }
         if let Some(jvm) = self.procs.get(&pid)
             && *jvm.path == *mapping.name
         {
