@@ -363,6 +363,90 @@ fn js_chain_in_a_started_command() {
     }
 }
 
+/// Off-CPU time carries the same frames: `fixtures/node/wait.js` naps 100 times 20 ms in
+/// `Atomics.wait` under nap > outer > the top level, recorded as a command with `--off-cpu`
+/// (its waits named while node lives): at least 1.9 s asleep, 95 % of it under that chain
+/// at the marked lines.
+#[test]
+fn js_frames_off_cpu() {
+    let _serial = serial();
+    let dir = scratch("js_frames_offcpu");
+    let script = std::fs::canonicalize(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/node/wait.js"
+    ))
+    .expect("fixture");
+    let source = std::fs::read_to_string(&script).expect("wait.js");
+    let line = |marker: &str| {
+        source
+            .lines()
+            .position(|l| l.contains(&format!("// {marker}")))
+            .map(|i| i as i64 + 1)
+            .expect("marker in wait.js")
+    };
+    let chain = [
+        ("(anonymous)", line("L_TOP")),
+        ("outer", line("L_OUTER")),
+        ("nap", line("L_NAP")),
+    ];
+    let path = script.to_str().unwrap();
+    for (major, node) in nodes() {
+        let pprof = dir.join(format!("{major}.pb.gz"));
+        let out = profiler(&[
+            "record",
+            "--off-cpu",
+            "-q",
+            "-o",
+            pprof.to_str().unwrap(),
+            "--",
+            node.to_str().unwrap(),
+            path,
+            "100",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (mut all, mut exact, mut miss) = (0, 0, None);
+        for s in stack_samples(&pprof) {
+            if s.event != "off-cpu" || !s.frames.iter().any(|f| f.0.contains("AtomicsWait")) {
+                continue;
+            }
+            all += s.value;
+            // The script's frames, outermost first.
+            let js: Vec<(&str, i64)> = s
+                .frames
+                .iter()
+                .rev()
+                .filter(|f| f.3.is_empty() && f.1 == path)
+                .map(|f| (f.0.as_str(), f.2))
+                .collect();
+            if js == chain {
+                exact += s.value;
+            } else if miss.is_none() {
+                let frames: Vec<String> = s
+                    .frames
+                    .iter()
+                    .map(|f| format!("{} ({}:{})", f.0, f.1, f.2))
+                    .collect();
+                miss = Some(frames.join(" < "));
+            }
+        }
+        eprintln!(
+            "Node {major} --off-cpu: {:.3} of {:.3} s in Atomics.wait under the exact chain",
+            exact as f64 / 1e9,
+            all as f64 / 1e9
+        );
+        assert!(all >= 1_900_000_000, "Node {major}: only {all} ns asleep");
+        assert!(
+            exact * 100 >= all * 95,
+            "Node {major}: {exact} of {all} ns under the chain; e.g. {}",
+            miss.unwrap_or_default()
+        );
+    }
+}
+
 /// Self time per JS function (name, script's file name) in percent of the samples counted,
 /// from `node --cpu-prof`'s profile: samples in V8's own code that has no script (builtins,
 /// the regexp engine, JSON) are its caller's, as they are in ours; GC, idle and "program"
