@@ -122,10 +122,12 @@ fn decode(p: &proto::Profile) -> Result<Profile, PprofError> {
                 path: path.clone(),
                 file: file.clone(),
                 line: u32::try_from(line.line).ok().filter(|&l| l > 0),
-                kind: if kernel {
-                    FrameKind::Kernel
-                } else {
-                    FrameKind::User
+                kind: match (kernel, &module, file) {
+                    (true, _, _) => FrameKind::Kernel,
+                    // In no mapping, with a source file: a runtime's frame (native ones
+                    // always have their module), shown by its file as when it was recorded.
+                    (false, None, Some(file)) => runtime_kind(file),
+                    _ => FrameKind::User,
                 },
                 inlined: i > 0,
                 offset: None,
@@ -307,4 +309,16 @@ fn run_info(l: &Lookup<'_>, p: &proto::Profile, total: u64) -> Result<RunInfo, P
         }
     }
     Ok(info)
+}
+
+/// Which runtime's frame a frame in no mapping with source file `file` is, by the file's
+/// extension (each shows the same way: `function (file:line)`).
+fn runtime_kind(file: &str) -> FrameKind {
+    if file.ends_with(".py") {
+        FrameKind::Python
+    } else if file.ends_with(".java") {
+        FrameKind::Java
+    } else {
+        FrameKind::JavaScript
+    }
 }

@@ -372,3 +372,51 @@ fn off_cpu_and_wall_time_have_nanosecond_columns_of_their_own() {
     assert_eq!(msg.sample[0].value, vec![90, 90 * 1_001_001]);
     assert_eq!(msg.sample[1].value, vec![0, 250_000_000]);
 }
+
+/// Runtimes' frames (no mapping, a source file) read back as runtimes' frames: tables and
+/// folded stacks of a pprof file show `leaf (Chain.java:12)` and module `Chain.java`, as
+/// `record` did, whatever the runtime.
+#[test]
+fn runtime_frames_read_back_as_recorded() {
+    let runtime = |name: &str, kind, file: &str| {
+        let mut f = Frame::named(name, kind);
+        f.file = Some(Arc::from(file));
+        f.line = Some(12);
+        f
+    };
+    let frames = [
+        runtime("fixture.Chain.leaf", FrameKind::Java, "Chain.java"),
+        runtime("inner", FrameKind::JavaScript, "/srv/chain.js"),
+        runtime("spin", FrameKind::Python, "/srv/stacks.py"),
+    ];
+    let mut p = sample_profile();
+    let ids = p.frames.intern_all(&frames).into_vec();
+    p.stacks[0].frames = ids.into();
+    let mut bytes = Vec::new();
+    write_pprof(&p, &mut bytes).unwrap();
+    let back = read_pprof(&bytes).unwrap();
+    let got: Vec<(FrameKind, String, Option<Arc<str>>)> = back
+        .frames_of(&back.stacks[0])
+        .map(|f| (f.kind, f.display_name().into_owned(), f.module_label()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                FrameKind::Java,
+                "fixture.Chain.leaf (Chain.java:12)".to_string(),
+                Some(Arc::from("Chain.java"))
+            ),
+            (
+                FrameKind::JavaScript,
+                "inner (chain.js:12)".to_string(),
+                Some(Arc::from("chain.js"))
+            ),
+            (
+                FrameKind::Python,
+                "spin (stacks.py:12)".to_string(),
+                Some(Arc::from("stacks.py"))
+            ),
+        ]
+    );
+}
