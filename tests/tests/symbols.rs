@@ -189,7 +189,9 @@ fn plt_stubs_are_named_and_counted_as_perf_counts_them() {
     let theirs = perf_plt_share(&data);
     eprintln!("plt stub share: profiler {share:.2} % of {samples}, perf {theirs:.2} %");
     assert!(samples > 2000, "{samples} samples");
-    assert!(theirs > 5.0, "perf sees the stubs: {theirs}");
+    // The stub's share depends on the CPU and the load (3.6 to 7 % measured on these
+    // machines): at 2 % of these samples, thousands of them are in the stubs.
+    assert!(theirs > 2.0, "perf sees the stubs: {theirs}");
     assert!(
         (share - theirs).abs() <= 2.0,
         "profiler {share:.2} % vs perf {theirs:.2} %"
