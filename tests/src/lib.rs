@@ -905,6 +905,78 @@ pub fn python_interpreters() -> Vec<(std::path::PathBuf, profiler::runtimes::pyt
         .collect()
 }
 
+/// `profiler record` with `args`, `-q -o out`, then `--` and `command`, which must succeed.
+pub fn record_command(args: &[&str], out: &std::path::Path, command: &[&str]) {
+    let mut all = vec!["record"];
+    all.extend(args);
+    all.extend(["-q", "-o", out.to_str().unwrap(), "--"]);
+    all.extend(command);
+    let o = profiler(&all);
+    assert!(
+        o.status.success(),
+        "record -- {}: {}",
+        command.join(" "),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// `record -F 499 -a` (and `args`) for 4 s in intervals of a second into the directory
+/// `dir`: the samples of the intervals after the first, which holds the time the profiler
+/// took to build the tables of every process it found running (their stacks meanwhile
+/// walked from copies, within a budget per process).
+pub fn record_system_wide(dir: &std::path::Path, args: &[&str]) -> Vec<StackSample> {
+    std::fs::create_dir_all(dir).expect("interval dir");
+    let mut all = vec![
+        "record",
+        "-F",
+        "499",
+        "-a",
+        "--interval",
+        "1",
+        "-d",
+        "4",
+        "-q",
+    ];
+    all.extend(args);
+    all.extend(["-o", dir.to_str().unwrap()]);
+    let o = profiler(&all);
+    assert!(
+        o.status.success(),
+        "-a: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let files = interval_files(dir);
+    assert!(files.len() >= 3, "-a: {} intervals", files.len());
+    files[1..].iter().flat_map(|f| stack_samples(f)).collect()
+}
+
+/// The thread with the most `weight` (`None`: a sample not counted).
+pub fn busiest_thread(
+    samples: &[StackSample],
+    weight: impl Fn(&StackSample) -> Option<i64>,
+) -> u64 {
+    let mut by_tid = std::collections::HashMap::<u64, i64>::new();
+    for s in samples {
+        if let Some(w) = weight(s) {
+            *by_tid.entry(s.tid).or_default() += w;
+        }
+    }
+    by_tid
+        .into_iter()
+        .max_by_key(|(_, w)| *w)
+        .map(|(t, _)| t)
+        .expect("a thread with samples")
+}
+
+/// A stack as one line of a failure message, innermost first.
+pub fn describe(frames: &[(String, String, i64, String)]) -> String {
+    let all: Vec<String> = frames
+        .iter()
+        .map(|f| format!("{} ({}:{}) [{}]", f.0, f.1, f.2, f.3))
+        .collect();
+    all.join(" < ")
+}
+
 /// `record -F 499 -p PID` for `secs` into `out` (its format by its extension), which must
 /// succeed.
 pub fn record_pid(pid: u32, secs: u32, out: &std::path::Path) {

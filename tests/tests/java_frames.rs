@@ -93,12 +93,7 @@ fn tally(samples: &[StackSample], tid: u64) -> Tally {
                 t.leaf += s.n;
             }
         } else if t.miss.is_none() {
-            let all: Vec<String> = s
-                .frames
-                .iter()
-                .map(|f| format!("{} ({}:{}) [{}]", f.0, f.1, f.2, f.3))
-                .collect();
-            t.miss = Some(all.join(" < "));
+            t.miss = Some(describe(&s.frames));
         }
     }
     t
@@ -160,32 +155,8 @@ fn java_chain_in_every_tier_with_p_and_a() {
             if tier != "c2" {
                 continue;
             }
-            // System-wide, in intervals of a second: the first holds the time the profiler
-            // took to build the tables of every process running; the others are compared.
-            let intervals = dir.join(format!("{major}-a"));
-            std::fs::create_dir_all(&intervals).expect("interval dir");
-            let out = profiler(&[
-                "record",
-                "-F",
-                "499",
-                "-a",
-                "--interval",
-                "1",
-                "-d",
-                "4",
-                "-q",
-                "-o",
-                intervals.to_str().unwrap(),
-            ]);
-            assert!(
-                out.status.success(),
-                "-a: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let files = interval_files(&intervals);
-            assert!(files.len() >= 3, "-a: {} intervals", files.len());
-            let later: Vec<StackSample> =
-                files[1..].iter().flat_map(|f| stack_samples(f)).collect();
+            // System-wide: the intervals after the first are compared.
+            let later = record_system_wide(&dir.join(format!("{major}-a")), &[]);
             check(&format!("JDK {major} record -a"), &tally(&later, tid));
         }
     }
@@ -203,38 +174,20 @@ fn java_chain_in_a_started_command() {
     for (major, home) in jdks() {
         let pprof = dir.join(format!("{major}-cmd.pb.gz"));
         let java = format!("{home}/bin/java");
-        let out = profiler(&[
-            "record",
-            "-F",
-            "499",
-            "-q",
-            "-o",
-            pprof.to_str().unwrap(),
-            "--",
-            &java,
-            "-cp",
-            classes().to_str().unwrap(),
-            "fixture.Chain",
-            "3",
-        ]);
-        assert!(
-            out.status.success(),
-            "record -- java: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let classes = classes().to_str().unwrap();
+        record_command(
+            &["-F", "499"],
+            &pprof,
+            &[&java, "-cp", classes, "fixture.Chain", "3"],
         );
         let samples = stack_samples(&pprof);
         // The Java main thread: the thread of the process with the most samples in Chain.
-        let mut by_tid = std::collections::HashMap::<u64, u64>::new();
-        for s in &samples {
-            if s.frames.iter().any(|f| f.1 == "Chain.java") {
-                *by_tid.entry(s.tid).or_default() += s.n;
-            }
-        }
-        let tid = by_tid
-            .into_iter()
-            .max_by_key(|(_, n)| *n)
-            .map(|(t, _)| t)
-            .expect("samples in Chain.java");
+        let tid = busiest_thread(&samples, |s| {
+            s.frames
+                .iter()
+                .any(|f| f.1 == "Chain.java")
+                .then_some(s.n as i64)
+        });
         check(
             &format!("JDK {major} record -- java"),
             &tally(&samples, tid),
@@ -441,17 +394,12 @@ fn java_methods_match_jfr_on_library_code() {
         record_pid(jvm.0.id(), 8, &pprof);
         drop(jvm);
         let samples = stack_samples(&pprof);
-        let mut by_tid = std::collections::HashMap::<u64, u64>::new();
-        for s in &samples {
-            if s.frames.iter().any(|f| f.1 == "Library.java") {
-                *by_tid.entry(s.tid).or_default() += s.n;
-            }
-        }
-        let tid = by_tid
-            .into_iter()
-            .max_by_key(|(_, n)| *n)
-            .map(|(t, _)| t)
-            .expect("samples in Library.java");
+        let tid = busiest_thread(&samples, |s| {
+            s.frames
+                .iter()
+                .any(|f| f.1 == "Library.java")
+                .then_some(s.n as i64)
+        });
         let (ours_total, ours_by) = top_methods(&samples, tid);
         assert!(
             jfr_total >= 200,
@@ -554,12 +502,7 @@ fn asleep(samples: &[StackSample], tid: u64) -> (i64, i64, Option<String>) {
         if ours {
             exact += s.value;
         } else if miss.is_none() {
-            let frames: Vec<String> = s
-                .frames
-                .iter()
-                .map(|f| format!("{} ({}:{}) [{}]", f.0, f.1, f.2, f.3))
-                .collect();
-            miss = Some(frames.join(" < "));
+            miss = Some(describe(&s.frames));
         }
     }
     (all, exact, miss)
@@ -594,36 +537,17 @@ fn java_frames_off_cpu_aggregated_and_by_cgroup() {
         // 100 naps of 20 ms in a command, interpreted then compiled as it goes.
         let pprof = dir.join(format!("{major}-sleeper-cmd.pb.gz"));
         let java = format!("{home}/bin/java");
-        let out = profiler(&[
-            "record",
-            "--off-cpu",
-            "-q",
-            "-o",
-            pprof.to_str().unwrap(),
-            "--",
-            &java,
-            "-cp",
-            classes().to_str().unwrap(),
-            "fixture.Sleeper",
-            "100",
-        ]);
-        assert!(
-            out.status.success(),
-            "record --off-cpu -- java: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let classes = classes().to_str().unwrap();
+        record_command(
+            &["--off-cpu"],
+            &pprof,
+            &[&java, "-cp", classes, "fixture.Sleeper", "100"],
         );
         let samples = stack_samples(&pprof);
-        let mut by_tid = std::collections::HashMap::<u64, i64>::new();
-        for s in samples.iter().filter(|s| s.event == "off-cpu") {
-            if s.frames.iter().any(|f| f.0.starts_with("JVM_Sleep")) {
-                *by_tid.entry(s.tid).or_default() += s.value;
-            }
-        }
-        let tid = by_tid
-            .into_iter()
-            .max_by_key(|(_, ns)| *ns)
-            .map(|(t, _)| t)
-            .expect("a thread in JVM_Sleep");
+        let tid = busiest_thread(&samples, |s| {
+            (s.event == "off-cpu" && s.frames.iter().any(|f| f.0.starts_with("JVM_Sleep")))
+                .then_some(s.value)
+        });
         check_asleep(
             &format!("JDK {major} record --off-cpu -- java"),
             asleep(&samples, tid),

@@ -189,12 +189,7 @@ fn tally(samples: &[Sample], tid: u64) -> Tally {
                 t.marked_lines += s.n;
             }
         } else if t.miss.is_none() {
-            let all: Vec<String> = s
-                .frames
-                .iter()
-                .map(|f| format!("{} ({}:{})", f.0, f.1, f.2))
-                .collect();
-            t.miss = Some(all.join(" < "));
+            t.miss = Some(describe(&s.frames));
         }
     }
     t
@@ -244,32 +239,8 @@ fn js_chain_with_p_and_a() {
             "{what}: {} native",
             t.native
         );
-        // System-wide, in intervals of a second: the first holds the time the profiler took
-        // to build the tables of every process it found running (node's stacks meanwhile
-        // copied, within a budget per process); the others are compared.
-        let intervals = dir.join(format!("{major}-a"));
-        std::fs::create_dir_all(&intervals).expect("interval dir");
-        let out = profiler(&[
-            "record",
-            "-F",
-            "499",
-            "-a",
-            "--interval",
-            "1",
-            "-d",
-            "4",
-            "-q",
-            "-o",
-            intervals.to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "-a: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let files = interval_files(&intervals);
-        assert!(files.len() >= 3, "-a: {} intervals", files.len());
-        let later: Vec<Sample> = files[1..].iter().flat_map(|f| samples(f)).collect();
+        // System-wide: the intervals after the first are compared.
+        let later = record_system_wide(&dir.join(format!("{major}-a")), &[]);
         check(
             &format!("Node {major} record -a"),
             &tally(&later, u64::from(pid)),
@@ -329,30 +300,14 @@ fn js_chain_in_a_started_command() {
     for (major, node) in nodes() {
         let pprof = dir.join(format!("{major}-cmd.pb.gz"));
         let script = script_path();
-        let out = profiler(&[
-            "record",
-            "-F",
-            "199",
-            "-q",
-            "-o",
-            pprof.to_str().unwrap(),
-            "--",
-            node.to_str().unwrap(),
-            script.to_str().unwrap(),
-            "6",
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        record_command(
+            &["-F", "199"],
+            &pprof,
+            &[node.to_str().unwrap(), script.to_str().unwrap(), "6"],
         );
         let ss = samples(&pprof);
         // The main thread: the one with the most samples (node's others mostly wait).
-        let mut by_tid: HashMap<u64, u64> = HashMap::new();
-        for s in &ss {
-            *by_tid.entry(s.tid).or_default() += s.n;
-        }
-        let (&main, _) = by_tid.iter().max_by_key(|(_, n)| **n).expect("samples");
+        let main = busiest_thread(&ss, |s| Some(s.n as i64));
         let t = tally(&ss, main);
         check(&format!("Node {major} record -- node"), &t);
         assert!(
@@ -392,21 +347,10 @@ fn js_frames_off_cpu() {
     let path = script.to_str().unwrap();
     for (major, node) in nodes() {
         let pprof = dir.join(format!("{major}.pb.gz"));
-        let out = profiler(&[
-            "record",
-            "--off-cpu",
-            "-q",
-            "-o",
-            pprof.to_str().unwrap(),
-            "--",
-            node.to_str().unwrap(),
-            path,
-            "100",
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        record_command(
+            &["--off-cpu"],
+            &pprof,
+            &[node.to_str().unwrap(), path, "100"],
         );
         let (mut all, mut exact, mut miss) = (0, 0, None);
         for s in stack_samples(&pprof) {
@@ -425,12 +369,7 @@ fn js_frames_off_cpu() {
             if js == chain {
                 exact += s.value;
             } else if miss.is_none() {
-                let frames: Vec<String> = s
-                    .frames
-                    .iter()
-                    .map(|f| format!("{} ({}:{})", f.0, f.1, f.2))
-                    .collect();
-                miss = Some(frames.join(" < "));
+                miss = Some(describe(&s.frames));
             }
         }
         eprintln!(

@@ -242,34 +242,11 @@ fn every_threads_python_chain_with_native_frames_between() {
         if !(version.minor == 8 || version.minor == 12 || python.starts_with("/usr/bin")) {
             continue;
         }
-        // Intervals of a second: the first holds the time the profiler took to build the
-        // tables of the interpreter it found running (libpython, on its worker thread), when
-        // its frames walked with frame pointers; the others are compared.
-        let intervals = dir.join(format!("a-{tag}"));
-        std::fs::create_dir_all(&intervals).expect("interval dir");
-        let out = profiler(&[
-            "record",
-            "-F",
-            "499",
-            "-a",
-            "--off-cpu",
-            "--interval",
-            "1",
-            "-d",
-            "4",
-            "-q",
-            "-o",
-            intervals.to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "{tag} -a: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        // The intervals after the first are compared (it holds the time the profiler took
+        // to build the tables of the interpreter it found running: libpython, on its
+        // worker thread, its frames walked with frame pointers meanwhile).
+        let later = record_system_wide(&dir.join(format!("a-{tag}")), &["--off-cpu"]);
         drop(child);
-        let files = interval_files(&intervals);
-        assert!(files.len() >= 3, "{tag}: {} intervals", files.len());
-        let later: Vec<Sample> = files[1..].iter().flat_map(|f| samples(f)).collect();
         let t = threads(&later, &want);
         for th in &t {
             eprintln!(
