@@ -905,19 +905,26 @@ pub fn python_interpreters() -> Vec<(std::path::PathBuf, profiler::runtimes::pyt
         .collect()
 }
 
-/// `profiler record` with `args`, `-q -o out`, then `--` and `command`, which must succeed.
-pub fn record_command(args: &[&str], out: &std::path::Path, command: &[&str]) {
+/// `profiler record` with `args` and `-q -o out`, which must succeed.
+pub fn record_to(args: &[&str], out: &std::path::Path) {
     let mut all = vec!["record"];
     all.extend(args);
-    all.extend(["-q", "-o", out.to_str().unwrap(), "--"]);
-    all.extend(command);
+    all.extend(["-q", "-o", out.to_str().unwrap()]);
     let o = profiler(&all);
     assert!(
         o.status.success(),
-        "record -- {}: {}",
-        command.join(" "),
+        "record {}: {}",
+        args.join(" "),
         String::from_utf8_lossy(&o.stderr)
     );
+}
+
+/// [`record_to`] of `command` (after `--`).
+pub fn record_command(args: &[&str], out: &std::path::Path, command: &[&str]) {
+    let mut all = args.to_vec();
+    all.push("--");
+    all.extend(command);
+    record_to(&all, out);
 }
 
 /// `record -F 499 -a` (and `args`) for 4 s in intervals of a second into the directory
@@ -980,21 +987,6 @@ pub fn describe(frames: &[(String, String, i64, String)]) -> String {
 /// `record -F 499 -p PID` for `secs` into `out` (its format by its extension), which must
 /// succeed.
 pub fn record_pid(pid: u32, secs: u32, out: &std::path::Path) {
-    let o = profiler(&[
-        "record",
-        "-F",
-        "499",
-        "-p",
-        &pid.to_string(),
-        "--duration",
-        &secs.to_string(),
-        "-q",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert!(
-        o.status.success(),
-        "record -p {pid}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let (pid, secs) = (pid.to_string(), secs.to_string());
+    record_to(&["-F", "499", "-p", &pid, "--duration", &secs], out);
 }

@@ -209,20 +209,10 @@ fn no_java_leaves_stacks_native() {
     let jvm = start(home, &[], "fixture.Chain", 30);
     let pid = jvm.0.id();
     let pprof = dir.join("off.pb.gz");
-    let o = profiler(&[
-        "record",
-        "-F",
-        "499",
-        "-p",
-        &pid.to_string(),
-        "-d",
-        "1",
-        "--no-java",
-        "-q",
-        "-o",
-        pprof.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    record_to(
+        &["-F", "499", "-p", &pid.to_string(), "-d", "1", "--no-java"],
+        &pprof,
+    );
     let samples = stack_samples(&pprof);
     assert!(samples.iter().map(|s| s.n).sum::<u64>() >= 100);
     assert!(
@@ -559,22 +549,7 @@ fn java_frames_off_cpu_aggregated_and_by_cgroup() {
         let pid = sleeper.0.id();
         let tid = u64::from(java::main_thread(pid));
         let pprof = dir.join(format!("{major}-sleeper-p.pb.gz"));
-        let out = profiler(&[
-            "record",
-            "--off-cpu",
-            "-p",
-            &pid.to_string(),
-            "-d",
-            "3",
-            "-q",
-            "-o",
-            pprof.to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "record --off-cpu -p: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        record_to(&["--off-cpu", "-p", &pid.to_string(), "-d", "3"], &pprof);
         check_asleep(
             &format!("JDK {major} record --off-cpu -p"),
             asleep(&stack_samples(&pprof), tid),
@@ -589,23 +564,10 @@ fn java_frames_off_cpu_aggregated_and_by_cgroup() {
         cg.add(pid);
         let tid = u64::from(java::main_thread(pid));
         let pprof = dir.join(format!("{major}-chain-g.pb.gz"));
-        let out = profiler(&[
-            "record",
-            "-F",
-            "499",
-            "-G",
-            cg.path.to_str().unwrap(),
-            "--aggregate",
-            "-d",
-            "3",
-            "-q",
-            "-o",
-            pprof.to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "record -G --aggregate: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let cgroup = cg.path.to_str().unwrap();
+        record_to(
+            &["-F", "499", "-G", cgroup, "--aggregate", "-d", "3"],
+            &pprof,
         );
         check(
             &format!("JDK {major} record -G --aggregate"),
