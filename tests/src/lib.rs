@@ -907,24 +907,27 @@ pub fn python_interpreters() -> Vec<(std::path::PathBuf, profiler::runtimes::pyt
 
 /// `profiler record` with `args` and `-q -o out`, which must succeed.
 pub fn record_to(args: &[&str], out: &std::path::Path) {
+    record_command(args, out, &[]);
+}
+
+/// `profiler record` with `args`, `-q -o out` and, unless empty, `--` and `command`; it must
+/// succeed.
+pub fn record_command(args: &[&str], out: &std::path::Path, command: &[&str]) {
     let mut all = vec!["record"];
     all.extend(args);
     all.extend(["-q", "-o", out.to_str().unwrap()]);
+    if !command.is_empty() {
+        all.push("--");
+        all.extend(command);
+    }
     let o = profiler(&all);
     assert!(
         o.status.success(),
-        "record {}: {}",
-        args.join(" "),
+        "{}: {}",
+        all.join(" "),
         String::from_utf8_lossy(&o.stderr)
     );
-}
-
-/// [`record_to`] of `command` (after `--`).
-pub fn record_command(args: &[&str], out: &std::path::Path, command: &[&str]) {
-    let mut all = args.to_vec();
-    all.push("--");
-    all.extend(command);
-    record_to(&all, out);
+    assert!(out.exists(), "{}: no {}", all.join(" "), out.display());
 }
 
 /// `record -F 499 -a` (and `args`) for 4 s in intervals of a second into the directory

@@ -33,8 +33,8 @@
 //! - interpreted frames: **exact** bci and line (`LineKind::Exact`);
 //! - compiled frames below the top (return addresses): **exact**, from the PcDesc at that
 //!   very PC (the call's), inlined methods expanded innermost first, each with its line;
-//! - the top compiled frame: the first debug point at or after the PC
-//!   (`LineKind::NextDebugPoint`, HotSpot's own `pc_desc_near`); when that is the end
+//! - the top compiled frame: the first debug point after the PC (`LineKind::
+//!   NextDebugPoint`, AsyncGetCallTrace's and JFR's `pc_desc_near(pc + 1)`); when that is the end
 //!   sentinel, the last one before the PC (`LineKind::PreviousDebugPoint`: C1 lays a loop's
 //!   header out after its back-edge poll, so most stops in a C1 loop need it), for the
 //!   compiled method only (the PC may have left what was inlined there). Debug points

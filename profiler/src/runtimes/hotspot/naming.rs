@@ -392,11 +392,13 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
                 info.pcs.iter().find(|(p, _)| i64::from(*p) == off),
                 LineKind::Exact,
             ),
-            // HotSpot's `pc_desc_near`: the first debug point at or after the PC; when that
-            // is the end sentinel (no scope: the PC is in code laid out after the last
-            // debug point, e.g. C1's loop header after its back-edge poll), the last one
-            // before it.
-            PcKind::Stopped => match info.pcs.iter().find(|(p, _)| i64::from(*p) >= off) {
+            // The first debug point after the PC, as AsyncGetCallTrace and JFR take it
+            // (`pc_desc_near(pc + 1)`): a debug point records the state after the
+            // instruction ending at its offset, so an instruction starting there is the
+            // next one's. When that is the end sentinel (no scope: the PC is in code laid
+            // out after the last debug point, e.g. C1's loop header after its back-edge
+            // poll), the last one before it.
+            PcKind::Stopped => match info.pcs.iter().find(|(p, _)| i64::from(*p) > off) {
                 Some(d) if d.1 > 0 => (Some(d), LineKind::NextDebugPoint),
                 _ => (
                     info.pcs
@@ -539,6 +541,13 @@ mod tests {
                 .unwrap()
                 .len(),
             2
+        );
+        // Stopped exactly at a debug point (0x20, in leaf): the instruction starting there
+        // is the next point's (0x40, middle's call), as JFR takes it.
+        let fs = n.compiled(NM, 42, Tier::C2, 0x20, PcKind::Stopped).unwrap();
+        assert_eq!(
+            fs.iter().map(|f| f.method.as_str()).collect::<Vec<_>>(),
+            ["fixture.Chain.middle"]
         );
         // A return address is looked up exactly.
         let fs = n
