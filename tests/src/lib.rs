@@ -993,3 +993,14 @@ pub fn record_pid(pid: u32, secs: u32, out: &std::path::Path) {
     let (pid, secs) = (pid.to_string(), secs.to_string());
     record_to(&["-F", "499", "-p", &pid, "--duration", &secs], out);
 }
+
+/// Node 18, from PyPI's nodejs-bin wheel, which `cargo xtask test` installs into
+/// target/tools-venv (`lib/python3.X/site-packages/nodejs/bin/node`).
+pub fn node18() -> Option<std::path::PathBuf> {
+    let lib = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tools-venv/lib");
+    std::fs::read_dir(lib)
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("site-packages/nodejs/bin/node"))
+        .find(|p| p.exists())
+}

@@ -27,17 +27,6 @@ fn script_path() -> PathBuf {
 /// Debian's Node 20.
 const NODE20: &str = "/usr/bin/node";
 
-/// Node 18 (V8 10.2): PyPI's `nodejs-bin` wheel, which `cargo xtask test` installs into
-/// target/tools-venv.
-fn node18() -> Option<PathBuf> {
-    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tools-venv/lib");
-    std::fs::read_dir(lib)
-        .ok()?
-        .flatten()
-        .map(|e| e.path().join("site-packages/nodejs/bin/node"))
-        .find(|p| p.exists())
-}
-
 /// The nodes to run on, by major: Debian's 20 (`cargo xtask test` installs it) and 18.
 /// Under CI=true a missing one is a failure; without privileges, none.
 fn nodes() -> Vec<(u32, PathBuf)> {
@@ -53,7 +42,7 @@ fn nodes() -> Vec<(u32, PathBuf)> {
             eprintln!("SKIP: no {NODE20}");
         }
     }
-    match node18() {
+    match profiler_tests::node18() {
         Some(p) => out.push((18, p)),
         None => {
             assert!(!ci, "no Node 18 in target/tools-venv under CI=true");
@@ -246,6 +235,68 @@ fn js_chain_with_p_and_a() {
             &tally(&later, u64::from(pid)),
         );
     }
+}
+
+/// A node writing a perf map (`--perf-basic-prof`): the map's names are used, as the user
+/// asked for them, the profiler says so in one line, and no frame comes from the V8 walker.
+#[test]
+fn a_perf_map_wins() {
+    let _serial = serial();
+    let dir = scratch("js_frames_perfmap");
+    let Some((major, node)) = nodes().into_iter().next() else {
+        return;
+    };
+    let js = start_with(&node, &["--perf-basic-prof"], &script_path(), 30);
+    let pid = js.0.id();
+    let map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+    let pprof = dir.join("perfmap.pb.gz");
+    let o = profiler(&[
+        "record",
+        "-F",
+        "499",
+        "-p",
+        &pid.to_string(),
+        "-d",
+        "2",
+        "-o",
+        pprof.to_str().unwrap(),
+    ]);
+    drop(js);
+    let _ = std::fs::remove_file(&map);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("({}), whose names are used", map.display())),
+        "Node {major}: {stderr}"
+    );
+    let main: Vec<Sample> = samples(&pprof)
+        .into_iter()
+        .filter(|s| s.tid == u64::from(pid))
+        .collect();
+    let all: u64 = main.iter().map(|s| s.n).sum();
+    let mapped: u64 = main
+        .iter()
+        .filter(|s| {
+            s.frames.iter().any(|f| {
+                f.3.ends_with(".map") && ["inner", "outer"].iter().any(|n| f.0.contains(n))
+            })
+        })
+        .map(|s| s.n)
+        .sum();
+    eprintln!(
+        "Node {major} perf map: {mapped}/{all} main-thread samples with inner or outer from it"
+    );
+    assert!(all >= 200, "{all} main-thread samples");
+    assert!(
+        mapped * 100 >= all * 80,
+        "{mapped}/{all} named from the map"
+    );
+    let script = script_path();
+    assert!(
+        main.iter()
+            .all(|s| s.frames.iter().all(|f| Path::new(&f.1) != script)),
+        "a frame named by the V8 walker beside the perf map"
+    );
 }
 
 /// Each tier on its own, V8 held to it by its flags: all interpreted (Ignition), Sparkplug

@@ -363,3 +363,57 @@ fn optimized_inner_named_under_interpreted_main() {
         }
     }
 }
+
+/// Node 18.4 (PyPI's nodejs-bin 18.4.0a4, V8 10.2.154.4-node.8), which `cargo xtask
+/// test` installs into target/tools-venv (skipped when it is not there). The exported
+/// values were read from the file independently (`nm -S` for each `v8dbg_*` symbol's
+/// address, then its bytes in the section `readelf -SW` places it in): instruction size
+/// 40, flags 48, instruction start 128, `JSFunction::code` 48, frame types 12/13/14.
+#[test]
+fn node18_layout() {
+    let Some(path) = profiler_tests::node18() else {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "no Node 18 in target/tools-venv under CI=true"
+        );
+        eprintln!("SKIP: no Node 18 in target/tools-venv (cargo xtask test installs it)");
+        return;
+    };
+    let file = std::fs::File::open(path).expect("open");
+    let cache = object::read::ReadCache::new(&file);
+    let obj = object::File::parse(&cache).expect("node is an ELF file");
+    let l = Layout::from_elf(&obj).expect("Node 18's V8 is read");
+    assert_eq!(
+        (l.version.major, l.version.minor, l.version.build),
+        (10, 2, 154)
+    );
+    assert!(!l.pointer_compression());
+    assert_eq!(l.fields.js_function_code, 48);
+    assert_eq!(l.fields.code_instruction_size, 40);
+    assert_eq!(l.fields.code_deoptimization_data, 16);
+    assert_eq!(l.fields.code_source_positions, 24);
+    assert_eq!(
+        l.fields.code_instructions,
+        v8::layout::CodeStart::Inline(128)
+    );
+    assert_eq!(l.fields.code_flags, 48);
+    assert_eq!(l.fields.bytecode_array_header, 56);
+    assert_eq!(
+        (
+            l.frame_types.interpreted,
+            l.frame_types.baseline,
+            l.frame_types.turbofan
+        ),
+        (12, 13, 14)
+    );
+    assert_eq!(l.frame_types.maglev, u8::MAX);
+    assert_eq!(
+        l.deopt,
+        Some(v8::layout::DeoptSlots {
+            literal_array: 2,
+            inlining_positions: 7
+        })
+    );
+    assert!(l.derived.contains(&"Code::source_position_table"));
+}

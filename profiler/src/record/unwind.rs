@@ -342,18 +342,21 @@ impl TableLoader {
             // not readable yet) rescans at the quickest pace, so its stacks are whole
             // milliseconds after its exec.
             let age = now.duration_since(state.born);
-            let waiting = age < STARTING
-                && self
-                    .runtimes
-                    .as_ref()
-                    .and_then(|r| r.lock().ok().map(|r| r.waiting(pid)))
-                    .unwrap_or(false);
-            state.backoff = if waiting || age < YOUNG {
+            let waiting = self
+                .runtimes
+                .as_ref()
+                .and_then(|r| r.lock().ok().map(|r| r.waiting(pid)))
+                .unwrap_or(false);
+            state.backoff = if (waiting && age < STARTING) || age < YOUNG {
                 RESCAN_MIN
             } else {
                 (state.backoff * 2).min(RESCAN_MAX)
             };
-            self.publish_waiting(pid, &mappings);
+            // Looked at too early by a runtime (a JVM whose tables were not made yet): its
+            // mappings may never change again, so it is published again now.
+            if waiting {
+                self.publish_runtimes(pid, &mappings);
+            }
             return Ok(false);
         }
         let changed = self
@@ -392,18 +395,7 @@ impl TableLoader {
             }
             return Ok(false);
         }
-        let runtimes = self.runtimes.clone();
-        if let Some(r) = runtimes
-            && let Ok(mut r) = r.lock()
-        {
-            let published = r.publish(pid, &mappings, &mut self.maps);
-            self.warnings
-                .extend(r.take_lines().into_iter().map(super::Warning::new));
-            if let Err(e) = published {
-                let name: std::sync::Arc<str> = std::sync::Arc::from("[runtime table]");
-                self.warn(&name, &e);
-            }
-        }
+        self.publish_runtimes(pid, &mappings);
         match self.maps.set_process(pid, &entries) {
             Ok(()) => {}
             // The kernel's process map full (or out of memory): this process walks with frame
@@ -496,18 +488,15 @@ impl TableLoader {
         !self.starting_pids(Instant::now()).is_empty()
     }
 
-    /// Publishes again to the runtimes a process one of them looked at too early (a JVM
-    /// whose tables were not made yet), whose mappings may never change again.
-    fn publish_waiting(&mut self, pid: u32, mappings: &[Mapping]) {
+    /// Gives `pid`'s mappings to the runtimes' walkers (Python, V8, HotSpot), and their
+    /// lines to the user.
+    fn publish_runtimes(&mut self, pid: u32, mappings: &[Mapping]) {
         let Some(runtimes) = self.runtimes.clone() else {
             return;
         };
         let Ok(mut r) = runtimes.lock() else {
             return;
         };
-        if !r.waiting(pid) {
-            return;
-        }
         let published = r.publish(pid, mappings, &mut self.maps);
         self.warnings
             .extend(r.take_lines().into_iter().map(super::Warning::new));

@@ -25,13 +25,8 @@ impl PerfMap {
             owner: Some(owner.unwrap_or(0)),
             identity: None,
         };
-        // Most processes have no map: an lstat (which neither follows nor opens anything)
-        // saves them the reading thread.
-        let nspid = namespace_pid(pid);
-        let may_exist = |p: String| std::fs::symlink_metadata(p).is_ok();
-        if !nspid.is_some_and(|n| may_exist(format!("/proc/{pid}/root/tmp/perf-{n}.map")))
-            && !may_exist(format!("/tmp/perf-{pid}.map"))
-        {
+        // Most processes have no map: an lstat saves them the reading thread.
+        if Self::locate(pid).is_none() {
             return Ok(None);
         }
         let (tx, rx) = std::sync::mpsc::channel();
@@ -50,6 +45,22 @@ impl PerfMap {
             // the recording needs.
             Err(_) => Err(Refusal::Slow(READ_TIMEOUT_MS)),
         }
+    }
+
+    /// Where `pid`'s map is, if anywhere: in our /tmp (a process in our pid namespace, or
+    /// one that exited), else in its own /tmp seen through its root (a container). Only an
+    /// lstat, which neither follows nor opens anything; [`PerfMap::read`] checks the file.
+    pub fn locate(pid: u32) -> Option<String> {
+        let exists = |p: &str| std::fs::symlink_metadata(p).is_ok();
+        let nspid = namespace_pid(pid);
+        let ours = format!("/tmp/perf-{pid}.map");
+        if nspid.is_none_or(|n| n == pid) && exists(&ours) {
+            return Some(ours);
+        }
+        let theirs = nspid.map(|n| format!("/proc/{pid}/root/tmp/perf-{n}.map"));
+        theirs
+            .filter(|p| exists(p))
+            .or_else(|| exists(&ours).then_some(ours))
     }
 
     /// Parses the map text; lines that are not `HEX HEX NAME` are skipped (a JIT may be
@@ -171,6 +182,7 @@ mod tests {
 
     #[test]
     fn missing_map_is_none() {
+        assert_eq!(PerfMap::locate(u32::MAX - 7), None);
         assert_eq!(PerfMap::read(u32::MAX - 7, None).unwrap(), None);
     }
 }

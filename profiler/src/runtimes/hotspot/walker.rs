@@ -70,10 +70,10 @@ impl HotspotWalker {
         };
         // A perf map (`jcmd PID Compiler.perfmap`, an agent) names the JIT code already: it
         // wins, as the user asked for it.
-        if std::path::Path::new(&format!("/tmp/perf-{pid}.map")).exists() {
+        if let Some(map) = crate::symbolize::PerfMap::locate(pid) {
             self.procs.remove(&pid);
             return Published::Native(Some(format!(
-                "{}: it has a perf map (/tmp/perf-{pid}.map), whose names are used",
+                "{}: it has a perf map ({map}), whose names are used",
                 mapping.name
             )));
         }

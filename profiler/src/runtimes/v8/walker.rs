@@ -59,10 +59,10 @@ impl V8Walker {
             return Published::Native(None);
         };
         // A perf map (node --perf-basic-prof) names the JIT code already: it wins.
-        if std::path::Path::new(&format!("/tmp/perf-{pid}.map")).exists() {
+        if let Some(map) = crate::symbolize::PerfMap::locate(pid) {
             self.procs.insert(pid, Proc::Native);
             return Published::Native(Some(format!(
-                "{}: it writes a perf map (/tmp/perf-{pid}.map), whose names are used",
+                "{}: it writes a perf map ({map}), whose names are used",
                 mapping.name
             )));
         }
