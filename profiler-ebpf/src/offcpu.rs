@@ -453,12 +453,14 @@ unsafe fn user_stack<const TABLES: bool>(
                 Walked::NoUser => {}
             }
         }
-        let sp = || saved_user_regs().and_then(regs::leaf_ret_at);
+        let leaf_ret = || saved_user_regs().and_then(regs::leaf_ret);
         let dst = (*buf).frames.as_mut_ptr().add(k);
         let header = &raw mut (*buf).header;
-        user_frames::<MAX_STACK_DEPTH>(ctx.as_ptr(), walked, sp, header, dst).unwrap_or_else(|| {
-            add(stat::STACK_ERRORS, 1);
-            0
-        })
+        user_frames::<MAX_STACK_DEPTH>(ctx.as_ptr(), walked, leaf_ret, header, dst).unwrap_or_else(
+            || {
+                add(stat::STACK_ERRORS, 1);
+                0
+            },
+        )
     }
 }

@@ -271,11 +271,13 @@ unsafe fn user_stack<const TABLES: bool>(
         }
         let dst = (*buf).frames.as_mut_ptr().add(k);
         let header = &raw mut (*buf).header;
-        let sp = || user_regs(ctx).and_then(regs::leaf_ret_at);
-        user_frames::<MAX_WALK_WORDS>(ctx.as_ptr(), walked, sp, header, dst).unwrap_or_else(|| {
-            bump(stat::STACK_ERRORS);
-            0
-        })
+        let leaf_ret = || user_regs(ctx).and_then(regs::leaf_ret);
+        user_frames::<MAX_WALK_WORDS>(ctx.as_ptr(), walked, leaf_ret, header, dst).unwrap_or_else(
+            || {
+                bump(stat::STACK_ERRORS);
+                0
+            },
+        )
     }
 }
 

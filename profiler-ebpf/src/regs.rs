@@ -147,16 +147,17 @@ mod arch {
 
 pub(crate) use arch::{hotspot_bcp, pc, saved, strip_ra, user_mode, user_regs};
 
-/// Where a frame-pointer walk keeps the word user space checks for the caller of a leaf
-/// that has not pushed a frame yet (`record_flags::LEAF_RET`): x86-64's stack pointer
-/// (the return address `call` pushed). None on aarch64, whose leaf keeps its return address
-/// in x30: user space's check reads x86 prologues only.
+/// The return address of a leaf that has not linked a frame yet, if it is one, which user
+/// space checks to recover the leaf's caller a frame-pointer walk skips
+/// (`record_flags::LEAF_RET`): x86-64's word at the stack pointer (what `call` pushed),
+/// aarch64's link register.
 #[inline(always)]
-pub(crate) fn leaf_ret_at(r: UserRegs) -> Option<u64> {
+pub(crate) fn leaf_ret(r: UserRegs) -> Option<u64> {
     if cfg!(bpf_target_arch = "x86_64") {
-        Some(r.sp)
+        // SAFETY: bpf_probe_read_user tolerates any address.
+        unsafe { aya_ebpf::helpers::bpf_probe_read_user(r.sp as *const u64) }.ok()
     } else {
-        None
+        (r.lr != 0).then_some(r.lr)
     }
 }
 

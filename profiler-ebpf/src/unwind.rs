@@ -348,8 +348,9 @@ impl Walk {
 /// Writes a user stack to `dst` (room for `ROOM` words, at least MAX_STACK_DEPTH), for the
 /// sampler and the off-CPU program alike: a finished table walk's frames (its flags into
 /// `header`; the outermost frames past `ROOM` cut, marked partial), else the frame-pointer
-/// walk, `bpf_get_stack` on the program's context `ctx`, keeping the word at the user stack
-/// pointer `sp()` in `header` (user space recovers the caller of a leaf without a
+/// walk, `bpf_get_stack` on the program's context `ctx`, keeping `leaf_ret()` in `header`
+/// (the leaf's return address if it has not linked a frame yet: x86-64's word at the stack
+/// pointer, aarch64's link register; user space recovers the caller of a leaf without a
 /// frame-pointer prologue from it). Returns the frames written; `None` when `bpf_get_stack`
 /// failed (the caller counts it).
 ///
@@ -359,7 +360,7 @@ impl Walk {
 pub(crate) unsafe fn user_frames<const ROOM: usize>(
     ctx: *mut core::ffi::c_void,
     walked: Option<&Walk>,
-    sp: impl FnOnce() -> Option<u64>,
+    leaf_ret: impl FnOnce() -> Option<u64>,
     header: *mut StackSampleHeader,
     dst: *mut u64,
 ) -> Option<usize> {
@@ -383,9 +384,7 @@ pub(crate) unsafe fn user_frames<const ROOM: usize>(
             (*header).flags |= walk.flags;
             return Some(n);
         }
-        if let Some(sp) = sp()
-            && let Ok(word) = bpf_probe_read_user(sp as *const u64)
-        {
+        if let Some(word) = leaf_ret() {
             (*header).leaf_ret = word;
             (*header).flags |= record_flags::LEAF_RET;
         }

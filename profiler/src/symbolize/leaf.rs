@@ -7,6 +7,10 @@
 //! function, the word at the stack pointer is the return address into that caller. We accept
 //! it only if the bytes before it are a `call` instruction, so a random stack word is never
 //! taken for a frame.
+//!
+//! aarch64 is the same with its own instructions: `bl` leaves the return address in x30 (the
+//! sample's link register is the candidate), and a function links its frame record by
+//! `mov x29, sp` (or `add x29, sp, #n`) a few instructions in.
 
 use std::{fs::File, os::unix::fs::FileExt};
 
@@ -31,6 +35,31 @@ pub fn classify_prologue(bytes: &[u8]) -> Prologue {
     } else {
         Prologue::Frameless
     }
+}
+
+/// An aarch64 function's first instructions: the record is linked by the first
+/// `add x29, sp, #imm` (`mov x29, sp` is its #0 form) among them.
+pub fn classify_prologue_aarch64(bytes: &[u8; 32]) -> Prologue {
+    const ADD_X29_SP_MASK: u32 = 0xff80_03ff;
+    const ADD_X29_SP: u32 = 0x9100_03fd;
+    bytes
+        .chunks_exact(4)
+        .position(|w| {
+            let insn = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+            insn & ADD_X29_SP_MASK == ADD_X29_SP
+        })
+        .map_or(Prologue::Frameless, |i| Prologue::FramePointer {
+            prologue_len: 4 * i as u64,
+        })
+}
+
+/// True if the aarch64 instruction before a return address is a call: `bl`, or `blr`
+/// (with or without pointer authentication: `blraa`, `blrab`, `blraaz`, `blrabz`).
+pub fn preceded_by_call_aarch64(before: &[u8; 4]) -> bool {
+    let insn = u32::from_le_bytes(*before);
+    insn & 0xfc00_0000 == 0x9400_0000
+        || insn & 0xffff_fc1f == 0xd63f_0000
+        || insn & 0xfeff_f800 == 0xd63f_0800
 }
 
 /// True if the sampled instruction, `offset_in_fn` bytes into a function starting with
@@ -59,6 +88,42 @@ pub fn read_bytes<const N: usize>(file: &File, offset: u64) -> Option<[u8; N]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn classifies_aarch64_prologues_and_calls() {
+        let code = |insns: &[u32]| {
+            let mut b = [0u8; 32];
+            for (i, insn) in insns.iter().enumerate() {
+                b[4 * i..4 * i + 4].copy_from_slice(&insn.to_le_bytes());
+            }
+            b
+        };
+        // paciasp; stp x29, x30, [sp, #-32]!; mov x29, sp
+        assert_eq!(
+            classify_prologue_aarch64(&code(&[0xd503_233f, 0xa9be_7bfd, 0x9100_03fd])),
+            Prologue::FramePointer { prologue_len: 8 }
+        );
+        // sub sp, sp, #0x40; stp x29, x30, [sp, #0x30]; add x29, sp, #0x30
+        assert_eq!(
+            classify_prologue_aarch64(&code(&[0xd101_03ff, 0xa903_7bfd, 0x9100_c3fd])),
+            Prologue::FramePointer { prologue_len: 8 }
+        );
+        // A leaf: ldr w0, [x0]; add w0, w0, #1; ret
+        assert_eq!(
+            classify_prologue_aarch64(&code(&[0xb940_0000, 0x1100_0400, 0xd65f_03c0])),
+            Prologue::Frameless
+        );
+        // bl <+0x40>, blr x3, blraaz x8; not: ret, add
+        for call in [0x9400_0010u32, 0xd63f_0060, 0xd63f_091f] {
+            assert!(preceded_by_call_aarch64(&call.to_le_bytes()), "{call:#x}");
+        }
+        for other in [0xd65f_03c0u32, 0x1100_0400] {
+            assert!(
+                !preceded_by_call_aarch64(&other.to_le_bytes()),
+                "{other:#x}"
+            );
+        }
+    }
 
     #[test]
     fn classifies_prologues() {

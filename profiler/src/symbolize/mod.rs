@@ -108,6 +108,10 @@ pub struct Normalizer {
 /// still waiting for its unwind tables (an executable or a common library, not a compiler's
 /// 150 MiB library).
 const SMALL_FILE_BYTES: u64 = 16 << 20;
+
+/// The profiled processes are of the profiler's own architecture: their leaf callers are
+/// recovered with its instructions (see [`leaf`]).
+const AARCH64: bool = cfg!(target_arch = "aarch64");
 /// First and longest wait between two re-reads of one process's maps. Frame-pointer walks
 /// of code built without them yield addresses in no mapping, many a second: re-reading the
 /// maps of a process with thousands of mappings (rustc) at each one held the reader for
@@ -449,8 +453,9 @@ impl Normalizer {
     }
 
     /// The caller frame a frame-pointer walk missed, if any (see [`leaf`]): given the user
-    /// IP, the walked caller and the word at the stack pointer, returns the return address to
-    /// insert after the IP. `small_files_only`: not worth reading a big file's symbols for
+    /// IP, the walked caller and the leaf's candidate return address (x86-64's word at the
+    /// stack pointer, aarch64's link register), returns the return address to insert after
+    /// the IP. `small_files_only`: not worth reading a big file's symbols for
     /// (a process about to have its unwind tables).
     pub fn missing_leaf_caller(
         &mut self,
@@ -482,8 +487,14 @@ impl Normalizer {
                 {
                     Ok(Symbolized::Sym(sym)) => {
                         let start = offset - sym.offset as u64;
-                        leaf::read_bytes::<8>(&file.file, start)
-                            .map(|b| (leaf::classify_prologue(&b), sym.offset as u64))
+                        let prologue = if AARCH64 {
+                            leaf::read_bytes::<32>(&file.file, start)
+                                .map(|b| leaf::classify_prologue_aarch64(&b))
+                        } else {
+                            leaf::read_bytes::<8>(&file.file, start)
+                                .map(|b| leaf::classify_prologue(&b))
+                        };
+                        prologue.map(|p| (p, sym.offset as u64))
                     }
                     _ => None,
                 };
@@ -495,14 +506,29 @@ impl Normalizer {
             return None;
         }
         let (ret_entry, ret_offset) = self.file_offset(pid, comm, sp_word)?;
+        // A frameless aarch64 function that calls others has x30 pointing back into itself
+        // after a call returns: not a caller.
+        if AARCH64
+            && ret_entry.path == entry.path
+            && ret_offset <= offset
+            && ret_offset >= offset - offset_in_fn
+        {
+            return None;
+        }
         let key = (ret_entry.path.clone()?, ret_offset);
         let is_call = match self.call_cache.get(&key) {
             Some(&v) => v,
             None => {
                 let file = self.checked_file(pid, &ret_entry)?;
-                let v = ret_offset >= 7
-                    && leaf::read_bytes::<7>(&file.file, ret_offset - 7)
-                        .is_some_and(|b| leaf::preceded_by_call(&b));
+                let v = if AARCH64 {
+                    ret_offset >= 4
+                        && leaf::read_bytes::<4>(&file.file, ret_offset - 4)
+                            .is_some_and(|b| leaf::preceded_by_call_aarch64(&b))
+                } else {
+                    ret_offset >= 7
+                        && leaf::read_bytes::<7>(&file.file, ret_offset - 7)
+                            .is_some_and(|b| leaf::preceded_by_call(&b))
+                };
                 self.call_cache.insert(key, v);
                 v
             }
