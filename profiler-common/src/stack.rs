@@ -61,7 +61,7 @@ pub const STACK_COPY_BYTES: usize = 16 << 10;
 /// of the stack's mapping (which is page aligned): a block that cannot be read ends it.
 pub const STACK_COPY_BLOCK: usize = 512;
 /// Words before a copy's bytes: [`StackCopyHead`].
-pub const STACK_COPY_HEAD_WORDS: usize = 4;
+pub const STACK_COPY_HEAD_WORDS: usize = 5;
 
 /// What precedes the copied bytes: the user registers at the sample and where the copy
 /// starts (`start`, 512-byte aligned, at or below `sp`) and how long it is.
@@ -71,6 +71,9 @@ pub struct StackCopyHead {
     pub ip: u64,
     pub sp: u64,
     pub bp: u64,
+    /// aarch64's link register x30 (the leaf's return address until it saves it); 0 on
+    /// x86-64.
+    pub lr: u64,
     /// Bytes copied from `sp & !(STACK_COPY_BLOCK - 1)` (a multiple of the block).
     pub len: u64,
 }
@@ -190,7 +193,8 @@ pub fn stack_copy<'a>(
         ip: frame_at(head, 0),
         sp: frame_at(head, 1),
         bp: frame_at(head, 2),
-        len: frame_at(head, 3),
+        lr: frame_at(head, 3),
+        len: frame_at(head, 4),
     };
     let start = at + 8 * STACK_COPY_HEAD_WORDS;
     let len = usize::try_from(head.len).ok()?.min(STACK_COPY_BYTES);

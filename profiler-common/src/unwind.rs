@@ -14,7 +14,10 @@ pub const MAX_UNWIND_PROCS: u32 = 8192;
 /// Most rows one module's table may have (the in-kernel binary search does 24 steps).
 pub const MAX_MODULE_ROWS: u32 = 1 << 24;
 
-/// How the canonical frame address (the caller's stack pointer) is found, [`UnwindRow::cfa`].
+/// How the canonical frame address (the caller's stack pointer) is found: the low four
+/// bits of [`UnwindRow::cfa`] ([`cfa::KIND`]); the high bits say where the return address
+/// is ([`ra`]). "rsp" and "rbp" name the stack and frame pointers of either architecture
+/// (x86-64's rsp and rbp, aarch64's sp and x29).
 pub mod cfa {
     /// CFA = rsp + offset.
     pub const RSP: u8 = 0;
@@ -23,19 +26,41 @@ pub mod cfa {
     /// A PLT stub: CFA = rsp + offset, plus 8 once the stub has pushed its argument
     /// (`(rip & 15) >= 11`), the expression every x86-64 linker's `.plt` FDE has.
     pub const PLT: u8 = 2;
-    /// The rt_sigreturn trampoline: rsp points at a `ucontext`, whose saved registers are
-    /// the interrupted frame's.
+    /// The rt_sigreturn trampoline: rsp points at the signal frame, whose saved registers
+    /// are the interrupted frame's.
     pub const SIGNAL: u8 = 3;
     /// The outermost frame (the return address is undefined): the walk is complete.
     pub const END: u8 = 4;
     /// No usable rule here (no FDE covers the address, or one we cannot evaluate): fall back
     /// to the frame pointer.
     pub const NONE: u8 = 5;
+    /// The bits of [`super::UnwindRow::cfa`] holding the kind above.
+    pub const KIND: u8 = 0x0f;
+}
+
+/// Where the return address is, in the high bits of [`UnwindRow::cfa`]. None set: at
+/// CFA - 8 (always so on x86-64, where `call` pushes it). aarch64's `bl` leaves it in the
+/// link register x30, which a function saves (or not) where its CFI says.
+pub mod ra {
+    /// Still in the link register (a leaf, a prologue before it is saved, a PLT stub): only
+    /// the frame whose registers the walk has (the sampled one, or one a signal
+    /// interrupted) can have it.
+    pub const LR: u8 = 0x10;
+    /// Saved with the frame pointer as a frame record: rbp's slot is CFA + 8 * `rbp`, the
+    /// return address's the word after it.
+    pub const RECORD: u8 = 0x20;
+    /// Saved at CFA + 8 * `rbp` on its own; the frame pointer is unchanged.
+    pub const SLOT: u8 = 0x40;
+    /// The slots count from the CFA rule's register (CFA - `cfa_offset`), not from the
+    /// CFA: aarch64 keeps the frame record at the bottom of a frame, past `rbp`'s reach
+    /// from the CFA in a frame over 1 KiB.
+    pub const FROM_REGISTER: u8 = 0x80;
 }
 
 /// One row: from `pc` (relative to the module's table base) to the next row's, the CFA is
-/// `cfa` + `cfa_offset`, the return address is at CFA - 8, and the caller's rbp is at
-/// CFA + 8 * `rbp` (`rbp` 0: rbp is unchanged).
+/// `cfa & cfa::KIND` + `cfa_offset`, the return address is where the [`ra`] bits of `cfa`
+/// say (CFA - 8 when none is set), and the caller's rbp is at CFA + 8 * `rbp` (`rbp` 0: rbp
+/// is unchanged; with [`ra::SLOT`], `rbp` is the return address's slot instead).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct UnwindRow {
@@ -44,6 +69,80 @@ pub struct UnwindRow {
     pub cfa: u8,
     pub rbp: i8,
 }
+
+impl UnwindRow {
+    /// The address of `rbp`'s slot, given the CFA.
+    #[inline(always)]
+    fn slot(&self, cfa_addr: u64) -> u64 {
+        let base = if self.cfa & ra::FROM_REGISTER != 0 {
+            cfa_addr.wrapping_sub(u64::from(self.cfa_offset))
+        } else {
+            cfa_addr
+        };
+        base.wrapping_add_signed(i64::from(self.rbp) * 8)
+    }
+
+    /// Where the return address is, given the CFA; `None`: still in the link register.
+    #[inline(always)]
+    pub fn return_address_at(&self, cfa_addr: u64) -> Option<u64> {
+        if self.cfa & ra::LR != 0 {
+            None
+        } else if self.cfa & ra::RECORD != 0 {
+            Some(self.slot(cfa_addr).wrapping_add(8))
+        } else if self.cfa & ra::SLOT != 0 {
+            Some(self.slot(cfa_addr))
+        } else {
+            Some(cfa_addr.wrapping_sub(8))
+        }
+    }
+
+    /// Where the caller's frame pointer is saved, given the CFA; `None`: unchanged.
+    #[inline(always)]
+    pub fn saved_bp_at(&self, cfa_addr: u64) -> Option<u64> {
+        let saved = if self.cfa & ra::RECORD != 0 {
+            true
+        } else {
+            self.rbp != 0 && self.cfa & ra::SLOT == 0
+        };
+        saved.then(|| self.slot(cfa_addr))
+    }
+}
+
+/// Where a signal trampoline (`__restore_rt`, `__kernel_rt_sigreturn`) finds the
+/// interrupted frame's registers: byte offsets from its stack pointer, where the kernel put
+/// the signal frame.
+#[derive(Clone, Copy, Debug)]
+pub struct SignalFrame {
+    pub bp: u64,
+    pub sp: u64,
+    pub pc: u64,
+    /// The link register, on architectures that have one.
+    pub lr: Option<u64>,
+}
+
+/// x86-64: rsp points at the `ucontext`: `uc_mcontext` at 40, whose `struct sigcontext`
+/// has rbp at 80, rsp at 120, rip at 128.
+pub const SIGNAL_FRAME_X86_64: SignalFrame = SignalFrame {
+    bp: 40 + 80,
+    sp: 40 + 120,
+    pc: 40 + 128,
+    lr: None,
+};
+
+/// aarch64: sp points at `struct rt_sigframe`: a 128-byte siginfo, then the `ucontext`,
+/// whose `uc_mcontext` (at 176) is the fault address, then `regs[31]`, sp and pc (checked
+/// against the arm64 glibc headers' offsetof: regs at 312, sp 560, pc 568).
+const AARCH64_REGS: u64 = 128 + 176 + 8;
+pub const SIGNAL_FRAME_AARCH64: SignalFrame = SignalFrame {
+    bp: AARCH64_REGS + 29 * 8,
+    sp: AARCH64_REGS + 31 * 8,
+    pc: AARCH64_REGS + 32 * 8,
+    lr: Some(AARCH64_REGS + 30 * 8),
+};
+
+/// aarch64 user addresses are below 2^52 (52-bit VAs; 48 by default): above them, pointer
+/// authentication signs return addresses, which a walk clears.
+pub const AARCH64_USER_ADDR_MASK: u64 = (1 << 52) - 1;
 
 /// One executable mapping of a process: addresses in `[start, end)` find their row at
 /// `addr - bias` in `UNWIND_ROWS[rows_start..rows_start + rows_len]`; `rows_len` 0: the

@@ -67,6 +67,7 @@ mod hotspot;
 mod offcpu;
 mod python;
 mod record;
+mod regs;
 mod sampler;
 mod unwind;
 mod v8;

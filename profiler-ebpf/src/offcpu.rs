@@ -30,6 +30,7 @@ use profiler_common::{
 
 use crate::{
     record::RECORD_EVENTS,
+    regs,
     sampler::{CONFIG, targeted},
     unwind::{
         STACK_BYTES, Walked, copied_bytes, copy_allowed, copy_user_stack, saved_user_regs,
@@ -452,7 +453,7 @@ unsafe fn user_stack<const TABLES: bool>(
                 Walked::NoUser => {}
             }
         }
-        let sp = || saved_user_regs().map(|(_, sp, _)| sp);
+        let sp = || saved_user_regs().and_then(regs::leaf_ret_at);
         let dst = (*buf).frames.as_mut_ptr().add(k);
         let header = &raw mut (*buf).header;
         user_frames::<MAX_STACK_DEPTH>(ctx.as_ptr(), walked, sp, header, dst).unwrap_or_else(|| {

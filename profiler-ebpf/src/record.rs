@@ -24,7 +24,7 @@ use profiler_common::{
 };
 
 use crate::{
-    group,
+    group, regs,
     sampler::{CONFIG, REQUESTS, bump, request_cookie, targeted},
     unwind::{
         STACK_BYTES, Walk, Walked, copied_bytes, copy_allowed, copy_user_stack, user_frames,
@@ -120,7 +120,7 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
         let h = &mut (*buf).header;
         h.time_ns = bpf_ktime_get_ns();
         h.cgroup_id = bpf_get_current_cgroup_id();
-        h.ip = (*ctx.ctx).regs.rip;
+        h.ip = regs::pc(&(*ctx.ctx).regs);
         h.leaf_ret = 0;
         h.period = (*ctx.ctx).sample_period;
         h.pid = tgid;
@@ -271,7 +271,7 @@ unsafe fn user_stack<const TABLES: bool>(
         }
         let dst = (*buf).frames.as_mut_ptr().add(k);
         let header = &raw mut (*buf).header;
-        let sp = || user_regs(ctx).map(|(_, sp, _)| sp);
+        let sp = || user_regs(ctx).and_then(regs::leaf_ret_at);
         user_frames::<MAX_WALK_WORDS>(ctx.as_ptr(), walked, sp, header, dst).unwrap_or_else(|| {
             bump(stat::STACK_ERRORS);
             0

@@ -234,7 +234,7 @@ fn on_sample(ctx: &PerfEventContext) -> u32 {
     unsafe {
         (*rec).time_ns = bpf_ktime_get_ns();
         (*rec).cgroup_id = bpf_get_current_cgroup_id();
-        (*rec).ip = (*data).regs.rip;
+        (*rec).ip = crate::regs::pc(&(*data).regs);
         (*rec).period = (*data).sample_period;
         (*rec).value = if counted {
             request.preset.wrapping_add(count.counter)

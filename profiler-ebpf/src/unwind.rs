@@ -6,10 +6,10 @@
 //! pointer, as `bpf_get_stack` would.
 
 use aya_ebpf::{
-    bindings::{BPF_F_USER_STACK, pt_regs},
+    bindings::{BPF_F_USER_STACK, bpf_user_pt_regs_t},
     helpers::{
-        bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_get_stack, bpf_probe_read_kernel,
-        bpf_probe_read_user, bpf_task_pt_regs, generated, generated::bpf_loop,
+        bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_get_stack, bpf_probe_read_user,
+        bpf_task_pt_regs, generated, generated::bpf_loop,
     },
     macros::{map, tracepoint},
     maps::{Array, HashMap, LruHashMap, PerCpuArray},
@@ -29,7 +29,12 @@ use profiler_common::{
     v8::V8Proc,
 };
 
-use crate::{hotspot, python, sampler::kernel_has, v8};
+use crate::{
+    hotspot, python,
+    regs::{self, UserRegs},
+    sampler::kernel_has,
+    v8,
+};
 
 /// Bytes of one stack's frames, the size every copy of one is made with.
 pub(crate) const STACK_BYTES: u32 = (MAX_STACK_DEPTH * 8) as u32;
@@ -139,6 +144,9 @@ pub(crate) struct Walk {
     pub(crate) pc: u64,
     pub(crate) sp: u64,
     pub(crate) bp: u64,
+    /// aarch64's link register while it may still hold this frame's return address (the
+    /// sampled frame, or one a signal interrupted); 0 otherwise, and on x86-64.
+    lr: u64,
     /// Non-zero: `pc` is an interrupted instruction (the first frame, or the frame a signal
     /// interrupted), not a return address, so its row is looked up at `pc`, not `pc - 1`.
     exact: u32,
@@ -248,12 +256,6 @@ struct LoopCtx {
     py: *const PyProc,
 }
 
-/// Byte offsets in the `ucontext` the rt_sigreturn trampoline's rsp points at: 40 to
-/// `uc_mcontext`, then `struct sigcontext`'s rbp, rsp and rip.
-const UC_RBP: u64 = 40 + 80;
-const UC_RSP: u64 = 40 + 120;
-const UC_RIP: u64 = 40 + 128;
-
 /// The outcome of [`walk_user`].
 pub(crate) enum Walked {
     Done(&'static Walk),
@@ -275,15 +277,18 @@ pub(crate) fn walk_user(ctx: &PerfEventContext, tgid: u32) -> Walked {
     // SAFETY: the context is readable.
     let r13 = unsafe {
         let regs = &(*ctx.ctx).regs;
-        if regs.cs & 3 == 3 { regs.r13 } else { 0 }
+        if regs::user_mode(regs) {
+            regs::hotspot_bcp(regs)
+        } else {
+            0
+        }
     };
     walk_user_from(regs, r13, tgid)
 }
 
-/// Walks the current task's user stack from its user `(rip, rsp, rbp)` (and r13, 0 when
-/// unknown).
+/// Walks the current task's user stack from its user registers (and r13, 0 when unknown).
 #[inline(always)]
-pub(crate) fn walk_user_from((pc, sp, bp): (u64, u64, u64), r13: u64, tgid: u32) -> Walked {
+pub(crate) fn walk_user_from(regs: UserRegs, r13: u64, tgid: u32) -> Walked {
     // SAFETY: a plain map lookup; the value is only read.
     let Some(proc_) = (unsafe { UNWIND_PROCS.get(tgid) }) else {
         return Walked::NoProcess;
@@ -293,9 +298,10 @@ pub(crate) fn walk_user_from((pc, sp, bp): (u64, u64, u64), r13: u64, tgid: u32)
     };
     // SAFETY: this CPU's slot; perf_event programs do not nest on one CPU.
     unsafe {
-        (*walk).pc = pc;
-        (*walk).sp = sp;
-        (*walk).bp = bp;
+        (*walk).pc = regs.pc;
+        (*walk).sp = regs.sp;
+        (*walk).bp = regs.bp;
+        (*walk).lr = regs.lr;
         (*walk).stack.len = 0;
         (*walk).exact = 1;
         (*walk).flags = record_flags::UNWIND_TABLES;
@@ -397,14 +403,15 @@ pub(crate) unsafe fn user_frames<const ROOM: usize>(
 /// # Safety
 /// `dst` has room for `STACK_COPY_HEAD_WORDS` words and `STACK_COPY_BYTES` bytes.
 #[inline(always)]
-pub(crate) unsafe fn copy_user_stack((ip, sp, bp): (u64, u64, u64), dst: *mut u64) -> usize {
-    let start = sp & !(STACK_COPY_BLOCK as u64 - 1);
+pub(crate) unsafe fn copy_user_stack(regs: UserRegs, dst: *mut u64) -> usize {
+    let start = regs.sp & !(STACK_COPY_BLOCK as u64 - 1);
     let mut len = 0usize;
     // SAFETY: the caller's room; every read is of one block inside it.
     unsafe {
-        *dst = ip;
-        *dst.add(1) = sp;
-        *dst.add(2) = bp;
+        *dst = regs.pc;
+        *dst.add(1) = regs.sp;
+        *dst.add(2) = regs.bp;
+        *dst.add(3) = regs.lr;
         let bytes = dst.add(STACK_COPY_HEAD_WORDS).cast::<u8>();
         for i in 0..STACK_COPY_BYTES / STACK_COPY_BLOCK {
             let at = i * STACK_COPY_BLOCK;
@@ -418,46 +425,44 @@ pub(crate) unsafe fn copy_user_stack((ip, sp, bp): (u64, u64, u64), dst: *mut u6
             }
             len = at + STACK_COPY_BLOCK;
         }
-        *dst.add(3) = len as u64;
+        *dst.add(4) = len as u64;
     }
     len
 }
 
-/// The user rip, rsp and rbp of the sampled task: from the sample's registers when it was
-/// taken in user mode, else from those saved on kernel entry.
+/// The user registers of the sampled task: from the sample's registers when it was taken
+/// in user mode, else from those saved on kernel entry.
 #[inline(always)]
-pub(crate) fn user_regs(ctx: &PerfEventContext) -> Option<(u64, u64, u64)> {
+pub(crate) fn user_regs(ctx: &PerfEventContext) -> Option<UserRegs> {
     // SAFETY: the context is readable; the saved user registers are read with
     // bpf_probe_read_kernel, which tolerates any pointer.
     unsafe {
         let regs = &(*ctx.ctx).regs;
-        if regs.cs & 3 == 3 {
-            return Some((regs.rip, regs.rsp, regs.rbp));
+        if regs::user_mode(regs) {
+            return Some(regs::user_regs(regs));
         }
     }
     saved_user_regs()
 }
 
-/// The user rip, rsp and rbp the current task saved on kernel entry (`None` for a kernel
+/// The user registers the current task saved on kernel entry (`None` for a kernel
 /// thread, and on kernels without `bpf_task_pt_regs`, before 5.15: the check on the loader's
 /// constant lets the verifier drop the call there).
 #[inline(always)]
-pub(crate) fn saved_user_regs() -> Option<(u64, u64, u64)> {
+pub(crate) fn saved_user_regs() -> Option<UserRegs> {
     if !kernel_has(kernel_features::TASK_PT_REGS) {
         return None;
     }
     // SAFETY: the helpers return the current task and its saved registers, which are read
     // with bpf_probe_read_kernel, which tolerates any pointer.
     unsafe {
-        let user = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs;
+        // The kernel's pt_regs starts with the user-visible registers on both architectures.
+        let user = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const bpf_user_pt_regs_t;
         if user.is_null() {
             return None;
         }
-        let saved: pt_regs = bpf_probe_read_kernel(user).ok()?;
-        if saved.cs & 3 != 3 {
-            return None; // a kernel thread: no user context
-        }
-        Some((saved.rip, saved.rsp, saved.rbp))
+        // None for a kernel thread: no user context.
+        regs::saved(user)
     }
 }
 
@@ -547,7 +552,7 @@ fn native_step(w: &mut Walk, p: &ProcUnwind, py: &PyProc, at: u64) -> i64 {
     let Some(row) = find_row(m.rows_start, m.rows_len, (at - m.bias) as u32) else {
         return frame_pointer_step(w, top);
     };
-    let cfa_addr = match row.cfa {
+    let cfa_addr = match row.cfa & cfa::KIND {
         cfa::RSP => w.sp + u64::from(row.cfa_offset),
         cfa::RBP => w.bp + u64::from(row.cfa_offset),
         cfa::PLT => w.sp + u64::from(row.cfa_offset) + if w.pc & 15 >= 11 { 8 } else { 0 },
@@ -555,17 +560,23 @@ fn native_step(w: &mut Walk, p: &ProcUnwind, py: &PyProc, at: u64) -> i64 {
         cfa::SIGNAL => return signal_step(w),
         _ => return frame_pointer_step(w, top),
     };
-    // The caller's stack is above this frame's: anything else is a corrupt walk.
-    if cfa_addr <= w.sp {
+    // The caller's stack is above this frame's (or, for a frame that pushed nothing and
+    // returns through the link register, at it): anything else is a corrupt walk.
+    let ra_at = row.return_address_at(cfa_addr);
+    if cfa_addr < w.sp || (cfa_addr == w.sp && ra_at.is_some()) {
         w.flags |= record_flags::UNWIND_PARTIAL;
         return 1;
     }
-    let Some(ra) = read(cfa_addr - 8) else {
+    // Only a frame whose registers the walk has can return through the link register.
+    let ra = match ra_at {
+        Some(at) => read(at),
+        None => (w.lr != 0).then_some(w.lr),
+    };
+    let Some(ra) = ra else {
         w.flags |= record_flags::UNWIND_PARTIAL;
         return 1;
     };
-    if row.rbp != 0 {
-        let at = cfa_addr.wrapping_add_signed(i64::from(row.rbp) * 8);
+    if let Some(at) = row.saved_bp_at(cfa_addr) {
         match read(at) {
             Some(bp) => w.bp = bp,
             None => {
@@ -575,21 +586,27 @@ fn native_step(w: &mut Walk, p: &ProcUnwind, py: &PyProc, at: u64) -> i64 {
         }
     }
     w.sp = cfa_addr;
-    w.pc = ra;
+    w.pc = regs::strip_ra(ra);
+    w.lr = 0;
     // A zero return address ends the chain (what `_start`'s caller slot holds).
-    if ra == 0 { 1 } else { 0 }
+    if w.pc == 0 { 1 } else { 0 }
 }
 
 /// The rt_sigreturn trampoline: the interrupted frame's registers are in the ucontext at sp.
 #[inline(always)]
 fn signal_step(w: &mut Walk) -> i64 {
     let (Some(bp), Some(sp), Some(pc)) = (
-        read(w.sp + UC_RBP),
-        read(w.sp + UC_RSP),
-        read(w.sp + UC_RIP),
+        read(w.sp + regs::SIGNAL.bp),
+        read(w.sp + regs::SIGNAL.sp),
+        read(w.sp + regs::SIGNAL.pc),
     ) else {
         w.flags |= record_flags::UNWIND_PARTIAL;
         return 1;
+    };
+    // The interrupted frame's link register, which may hold its return address.
+    w.lr = match regs::SIGNAL.lr {
+        Some(at) => read(w.sp + at).map_or(0, regs::strip_ra),
+        None => 0,
     };
     w.bp = bp;
     w.sp = sp;
@@ -619,8 +636,9 @@ fn frame_pointer_step(w: &mut Walk, top: u32) -> i64 {
     };
     w.sp = w.bp + 16;
     w.bp = next_bp;
-    w.pc = ra;
-    if ra == 0 { 1 } else { 0 }
+    w.pc = regs::strip_ra(ra);
+    w.lr = 0;
+    if w.pc == 0 { 1 } else { 0 }
 }
 
 #[inline(always)]

@@ -101,6 +101,15 @@ pub const TEST: &[Need] = &[
             )
         },
     },
+    Need {
+        what: "the aarch64 cross toolchain (its libc and binutils: the arm64 unwind-table and \
+               PLT tests read Debian's arm64 libc, checked against aarch64 objdump/readelf)",
+        package: "gcc-aarch64-linux-gnu",
+        probe: || {
+            runs("aarch64-linux-gnu-objdump", &["--version"])
+                && std::path::Path::new("/usr/aarch64-linux-gnu/lib/libc.so.6").exists()
+        },
+    },
 ];
 
 /// A statically linked busybox (the guests' shell and tools).

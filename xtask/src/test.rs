@@ -49,34 +49,41 @@ pub fn test(extra: &[String]) -> anyhow::Result<()> {
 }
 
 /// Clippy for the eBPF crate, for its real target, with nightly and build-std as aya-build
-/// compiles it (a separate target directory keeps it from invalidating the host build).
+/// compiles it (a separate target directory keeps it from invalidating the host build), once
+/// per architecture whose registers the programs read (`bpf_target_arch`).
 fn clippy_ebpf() -> anyhow::Result<()> {
     let root = workspace_root();
-    run(Command::new("rustup")
-        .args([
-            "run",
-            "nightly",
-            "cargo",
-            "clippy",
-            "--package",
-            "profiler-ebpf",
-            "--bins",
-        ])
-        .args([
-            "--target",
-            "bpfel-unknown-none",
-            "-Z",
-            "build-std=core",
-            "--release",
-        ])
-        .arg("--target-dir")
-        .arg(root.join("target/ebpf-clippy"))
-        .args(["--", "-D", "warnings"])
-        .env(
-            "CARGO_ENCODED_RUSTFLAGS",
-            "--cfg=bpf_target_arch=\"x86_64\"",
-        )
-        .env_remove("RUSTC")
-        .env_remove("RUSTC_WORKSPACE_WRAPPER")
-        .current_dir(&root))
+    for (arch, dir) in [
+        ("x86_64", "target/ebpf-clippy"),
+        ("aarch64", "target/ebpf-clippy-aarch64"),
+    ] {
+        run(Command::new("rustup")
+            .args([
+                "run",
+                "nightly",
+                "cargo",
+                "clippy",
+                "--package",
+                "profiler-ebpf",
+                "--bins",
+            ])
+            .args([
+                "--target",
+                "bpfel-unknown-none",
+                "-Z",
+                "build-std=core",
+                "--release",
+            ])
+            .arg("--target-dir")
+            .arg(root.join(dir))
+            .args(["--", "-D", "warnings"])
+            .env(
+                "CARGO_ENCODED_RUSTFLAGS",
+                format!("--cfg=bpf_target_arch=\"{arch}\""),
+            )
+            .env_remove("RUSTC")
+            .env_remove("RUSTC_WORKSPACE_WRAPPER")
+            .current_dir(&root))?;
+    }
+    Ok(())
 }

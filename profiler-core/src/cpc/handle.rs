@@ -382,7 +382,7 @@ fn cpuinfo_field(name: &str) -> Option<String> {
 }
 
 fn cpu_model() -> String {
-    cpuinfo_field("model name").unwrap_or_else(|| "unknown processor".into())
+    super::cpumodel::from_cpuinfo(&std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default())
 }
 
 fn cpu_mhz() -> Option<f64> {

@@ -8,6 +8,7 @@ mod bind;
 mod binder;
 mod buf;
 pub mod consts;
+mod cpumodel;
 mod engine;
 mod error;
 /// The event catalogue (`crate::events`), where libcpc's API has always shown it.

@@ -75,8 +75,8 @@ enum Layout<'a> {
     None,
 }
 
-fn raw_layout(pmus: &BTreeMap<String, Pmu>) -> Layout<'_> {
-    match pmus.get("cpu") {
+fn raw_layout<'a>(pmus: &'a BTreeMap<String, Pmu>, cpu_pmu: Option<&str>) -> Layout<'a> {
+    match cpu_pmu.and_then(|name| pmus.get(name)) {
         Some(cpu) if !cpu.formats.is_empty() => Layout::Sysfs(cpu),
         _ if cfg!(any(target_arch = "x86_64", target_arch = "x86")) => Layout::X86,
         _ => Layout::None,
@@ -88,8 +88,8 @@ fn raw_layout(pmus: &BTreeMap<String, Pmu>) -> Layout<'_> {
 /// Without a cpu PMU nothing can count a raw event, so only `picnum` is listed (libcpc's
 /// `cpc_walk_attrs` lists what the counters support). [`apply`] still encodes raw events
 /// with the x86 layout then, so encodings stay testable everywhere.
-pub(crate) fn available(pmus: &BTreeMap<String, Pmu>, has_cpu_pmu: bool) -> Vec<String> {
-    let mut names: Vec<String> = match (has_cpu_pmu, raw_layout(pmus)) {
+pub(crate) fn available(pmus: &BTreeMap<String, Pmu>, cpu_pmu: Option<&str>) -> Vec<String> {
+    let mut names: Vec<String> = match (cpu_pmu.is_some(), raw_layout(pmus, cpu_pmu)) {
         (false, _) | (true, Layout::None) => Vec::new(),
         (true, Layout::X86) => CPC_ATTRS.iter().map(|a| a.name.to_owned()).collect(),
         (true, Layout::Sysfs(cpu)) => CPC_ATTRS
@@ -105,6 +105,7 @@ pub(crate) fn available(pmus: &BTreeMap<String, Pmu>, has_cpu_pmu: bool) -> Vec<
 /// Sets libcpc attribute `attr` to `value` in `event` (see `Catalog::apply_attribute`).
 pub(crate) fn apply(
     pmus: &BTreeMap<String, Pmu>,
+    cpu_pmu: Option<&str>,
     event: &mut Event,
     attr: &str,
     value: u64,
@@ -136,7 +137,7 @@ pub(crate) fn apply(
         ))),
     };
     let field = match event.kind {
-        EventKind::Raw => match raw_layout(pmus) {
+        EventKind::Raw => match raw_layout(pmus, cpu_pmu) {
             Layout::Sysfs(cpu) => sysfs_field(cpu)?,
             Layout::X86 => cpc.x86,
             Layout::None => {

@@ -79,7 +79,13 @@ impl Catalog {
             .collect();
         let root = self.pmu_root.display();
         Some(if hybrid.is_empty() {
-            format!("no hardware PMU on this host (no {root}/{CPU_PMU})")
+            // arm64 names its CPU PMU by the implementation.
+            let arm = if cfg!(target_arch = "aarch64") {
+                " or armv8_*/armv9_*"
+            } else {
+                ""
+            };
+            format!("no hardware PMU on this host (no {root}/{CPU_PMU}{arm})")
         } else {
             format!(
                 "hybrid CPU PMUs ({}) are reachable only as pmu/event/ (no {root}/{CPU_PMU})",

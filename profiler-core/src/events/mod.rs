@@ -50,6 +50,12 @@ const PMU_ROOT: &str = "/sys/bus/event_source/devices";
 /// The core PMU on non-hybrid x86 (and the PMU that PERF_TYPE_HARDWARE/RAW reach).
 const CPU_PMU: &str = "cpu";
 
+/// Whether a PMU of this name counts the CPU's own events: x86's `cpu`; arm64's PMU driver
+/// names it by its implementation (`armv8_pmuv3_0`, `armv8_cortex_a72`, `armv9_neoverse_v2`).
+pub(crate) fn is_cpu_pmu(name: &str) -> bool {
+    name == CPU_PMU || name.starts_with("armv8_") || name.starts_with("armv9_")
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EventKind {
     Software,
@@ -107,7 +113,7 @@ impl Event {
     pub fn needs_cpu_pmu(&self) -> bool {
         match self.kind {
             EventKind::Hardware | EventKind::HwCache | EventKind::Raw => true,
-            EventKind::Pmu => self.pmu.as_deref() == Some(CPU_PMU),
+            EventKind::Pmu => self.pmu.as_deref().is_some_and(is_cpu_pmu),
             EventKind::Software | EventKind::Tracepoint => false,
         }
     }
@@ -182,6 +188,8 @@ pub struct GenericInfo {
 pub struct Catalog {
     pmu_root: PathBuf,
     pmus: BTreeMap<String, Pmu>,
+    /// The CPU PMU's sysfs directory (`cpu`, `armv8_pmuv3_0`), if the host has one.
+    cpu_pmu: Option<String>,
     cpu_pmu_name: Option<String>,
     tracing: Tracing,
     notes: Vec<String>,
@@ -216,22 +224,29 @@ impl Catalog {
             .map(|entry| entry.path())
             .collect();
         dirs.sort();
-        let pmus = dirs
+        let pmus: BTreeMap<String, Pmu> = dirs
             .iter()
             .filter_map(|dir| Pmu::load(dir))
             .map(|pmu| (pmu.name.clone(), pmu))
             .collect();
-        let cpu_dir = pmu_root.join(CPU_PMU);
-        let cpu_pmu_name = cpu_dir.is_dir().then(|| {
-            fs::read_to_string(cpu_dir.join("caps/pmu_name"))
+        // x86's `cpu`, else arm64's first CPU PMU (a big.LITTLE host has one per cluster;
+        // PERF_TYPE_HARDWARE and PERF_TYPE_RAW go to the one of the CPU counted on).
+        let cpu_pmu = pmus
+            .keys()
+            .find(|name| name.as_str() == CPU_PMU)
+            .or_else(|| pmus.keys().find(|name| is_cpu_pmu(name)))
+            .cloned();
+        let cpu_pmu_name = cpu_pmu.as_ref().map(|dir| {
+            fs::read_to_string(pmu_root.join(dir).join("caps/pmu_name"))
                 .map(|name| name.trim().to_owned())
                 .ok()
                 .filter(|name| !name.is_empty())
-                .unwrap_or_else(|| CPU_PMU.to_owned())
+                .unwrap_or_else(|| dir.clone())
         });
         Catalog {
             pmu_root: pmu_root.to_owned(),
             pmus,
+            cpu_pmu,
             cpu_pmu_name,
             tracing,
             notes: Vec::new(),
@@ -313,14 +328,14 @@ impl Catalog {
         attr: &str,
         value: u64,
     ) -> Result<(), EventError> {
-        attribute::apply(&self.pmus, event, attr, value)
+        attribute::apply(&self.pmus, self.cpu_pmu.as_deref(), event, attr, value)
     }
 
     /// libcpc attribute names usable here, ending with `picnum`. Only `picnum` without a
     /// cpu PMU; otherwise those of edge, pc, inv, umask, cmask and anythr that its sysfs
     /// format defines (all of them when it publishes no formats, on x86).
     pub fn attributes(&self) -> Vec<String> {
-        attribute::available(&self.pmus, self.cpu_pmu_name.is_some())
+        attribute::available(&self.pmus, self.cpu_pmu.as_deref())
     }
 
     /// The cpu PMU's name (`caps/pmu_name`, e.g. "skylake"), "cpu" when it publishes none,
@@ -361,7 +376,7 @@ impl Catalog {
         Event {
             name,
             kind,
-            pmu: self.cpu_pmu_name.as_ref().map(|_| CPU_PMU.to_owned()),
+            pmu: self.cpu_pmu.clone(),
             type_,
             config,
             config1: 0,

@@ -7,7 +7,7 @@ use std::{fs::File, io, os::unix::fs::MetadataExt};
 use object::{Object, ObjectSection, ObjectSegment, ReadCache};
 
 use super::{
-    cfi::{CfiSections, Section},
+    cfi::{Arch, CfiSections, Section},
     files::ReadAt,
 };
 
@@ -109,6 +109,13 @@ fn parse_object<'data, O: Object<'data>>(elf: &O) -> ElfInfo {
             debug_frame: section(".debug_frame"),
             text_addr: addr(".text"),
             got_addr: addr(".got"),
+            arch: match elf.architecture() {
+                object::Architecture::Aarch64 => Arch::Aarch64,
+                _ => Arch::X86_64,
+            },
+            plt: elf
+                .section_by_name(".plt")
+                .map(|s| (s.address(), s.address() + s.size())),
         },
     }
 }

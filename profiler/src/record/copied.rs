@@ -8,14 +8,28 @@
 use profiler_common::{
     MAX_STACK_DEPTH, record_flags,
     stack::{STACK_COPY_BLOCK, STACK_HEADER_SIZE, StackCopyHead, StackSampleHeader, stack_copy},
-    unwind::{UnwindMapping, UnwindRow, cfa},
+    unwind::{
+        AARCH64_USER_ADDR_MASK, SIGNAL_FRAME_AARCH64, SIGNAL_FRAME_X86_64, SignalFrame,
+        UnwindMapping, UnwindRow, cfa,
+    },
 };
 
-/// Byte offsets in the `ucontext` the rt_sigreturn trampoline's rsp points at (as the
-/// kernel's walk reads them).
-const UC_RBP: u64 = 40 + 80;
-const UC_RSP: u64 = 40 + 120;
-const UC_RIP: u64 = 40 + 128;
+/// Where the signal trampoline's stack pointer has the interrupted frame's registers, and
+/// what a return address keeps (pointer authentication's bits cleared), on the architecture
+/// the profiler runs on, whose processes it walks (as the kernel's walk does).
+const SIGNAL: SignalFrame = if cfg!(target_arch = "aarch64") {
+    SIGNAL_FRAME_AARCH64
+} else {
+    SIGNAL_FRAME_X86_64
+};
+
+fn strip_ra(ra: u64) -> u64 {
+    if cfg!(target_arch = "aarch64") {
+        ra & AARCH64_USER_ADDR_MASK
+    } else {
+        ra
+    }
+}
 
 /// The copied bytes and the address they start at.
 pub struct Copy<'a> {
@@ -47,6 +61,8 @@ struct Regs {
     pc: u64,
     sp: u64,
     bp: u64,
+    /// The link register while it may hold this frame's return address (0 otherwise).
+    lr: u64,
     exact: bool,
 }
 
@@ -73,6 +89,7 @@ pub fn walk<'r>(
         pc: head.ip,
         sp: head.sp,
         bp: head.bp,
+        lr: strip_ra(head.lr),
         exact: true,
     };
     loop {
@@ -127,7 +144,7 @@ pub fn walk<'r>(
             }
             continue;
         };
-        let cfa_addr = match row.cfa {
+        let cfa_addr = match row.cfa & cfa::KIND {
             cfa::RSP => r.sp.wrapping_add(u64::from(row.cfa_offset)),
             cfa::RBP => r.bp.wrapping_add(u64::from(row.cfa_offset)),
             cfa::PLT => {
@@ -137,17 +154,22 @@ pub fn walk<'r>(
             cfa::END => break,
             cfa::SIGNAL => {
                 let (Some(bp), Some(sp), Some(pc)) = (
-                    copy.read(r.sp.wrapping_add(UC_RBP)),
-                    copy.read(r.sp.wrapping_add(UC_RSP)),
-                    copy.read(r.sp.wrapping_add(UC_RIP)),
+                    copy.read(r.sp.wrapping_add(SIGNAL.bp)),
+                    copy.read(r.sp.wrapping_add(SIGNAL.sp)),
+                    copy.read(r.sp.wrapping_add(SIGNAL.pc)),
                 ) else {
                     flags |= record_flags::UNWIND_PARTIAL;
                     break;
                 };
+                let lr = SIGNAL
+                    .lr
+                    .and_then(|at| copy.read(r.sp.wrapping_add(at)))
+                    .map_or(0, strip_ra);
                 r = Regs {
                     pc,
                     sp,
                     bp,
+                    lr,
                     exact: true,
                 };
                 continue;
@@ -159,16 +181,23 @@ pub fn walk<'r>(
                 continue;
             }
         };
-        if cfa_addr <= r.sp {
+        // Above this frame's stack, or at it for a frame returning through the link
+        // register (as the kernel's walk checks).
+        let ra_at = row.return_address_at(cfa_addr);
+        if cfa_addr < r.sp || (cfa_addr == r.sp && ra_at.is_some()) {
             flags |= record_flags::UNWIND_PARTIAL;
             break;
         }
-        let Some(ra) = copy.read(cfa_addr.wrapping_sub(8)) else {
+        let ra = match ra_at {
+            Some(at) => copy.read(at),
+            None => (r.lr != 0).then_some(r.lr),
+        };
+        let Some(ra) = ra else {
             flags |= record_flags::UNWIND_PARTIAL;
             break;
         };
-        if row.rbp != 0 {
-            match copy.read(cfa_addr.wrapping_add_signed(i64::from(row.rbp) * 8)) {
+        if let Some(at) = row.saved_bp_at(cfa_addr) {
+            match copy.read(at) {
                 Some(bp) => r.bp = bp,
                 None => {
                     flags |= record_flags::UNWIND_PARTIAL;
@@ -177,8 +206,9 @@ pub fn walk<'r>(
             }
         }
         r.sp = cfa_addr;
-        r.pc = ra;
-        if ra == 0 {
+        r.pc = strip_ra(ra);
+        r.lr = 0;
+        if r.pc == 0 {
             break;
         }
     }
@@ -202,8 +232,9 @@ fn frame_pointer_step(r: &mut Regs, copy: &Copy<'_>, flags: &mut u32) -> bool {
     };
     r.sp = r.bp.wrapping_add(16);
     r.bp = next_bp;
-    r.pc = ra;
-    ra != 0
+    r.pc = strip_ra(ra);
+    r.lr = 0;
+    r.pc != 0
 }
 
 /// A record with a stack copy rewritten with `user` frames (innermost first) and `flags`
@@ -295,6 +326,7 @@ mod tests {
             ip: 0x1010,
             sp,
             bp: 0x7000_0240,
+            lr: 0,
             len: 1024,
         };
         let copy = Copy::new(&head, &bytes);
@@ -308,6 +340,82 @@ mod tests {
         );
         assert_eq!(frames, [0x1010, 0x1150, 0x1210]);
         assert_eq!(flags, record_flags::UNWIND_TABLES);
+    }
+
+    /// aarch64's rules: a leaf returning through the link register (CFA = sp), a frame
+    /// record at the CFA's bottom, and one at the bottom of a 2 KiB frame (slots counted
+    /// from sp), to the end row.
+    #[test]
+    fn walks_link_register_and_frame_records() {
+        use profiler_common::unwind::ra;
+        let row = |pc, cfa, cfa_offset, rbp| UnwindRow {
+            pc,
+            cfa,
+            cfa_offset,
+            rbp,
+        };
+        let rows = [
+            row(0x000, cfa::RSP | ra::LR, 0, 0),
+            row(0x100, cfa::RSP | ra::RECORD, 32, -4),
+            row(0x200, cfa::RSP | ra::RECORD | ra::FROM_REGISTER, 2048, 0),
+            row(0x300, cfa::END, 0, 0),
+        ];
+        let maps = [UnwindMapping {
+            start: 0x1000,
+            end: 0x2000,
+            bias: 0x1000,
+            rows_start: 0,
+            rows_len: 4,
+        }];
+        let sp = 0x7000_0200;
+        // f: returns through lr into g. g: CFA sp + 32, its record (x29, x30) at sp.
+        // h: CFA = g's CFA + 2048, its record at g's CFA (the bottom of h's frame).
+        let start = sp & !511;
+        let bytes = stack(
+            start,
+            &[
+                (sp, 0x7000_0220),
+                (sp + 8, 0x1210),
+                (sp + 32, 0),
+                (sp + 40, 0x1310),
+            ],
+            4096,
+        );
+        let head = StackCopyHead {
+            ip: 0x1010,
+            sp,
+            bp: sp,
+            lr: 0x1150,
+            len: 4096,
+        };
+        let copy = Copy::new(&head, &bytes);
+        let (frames, flags) = walk(
+            &maps,
+            |s, l| rows.get(s as usize..(s + l) as usize),
+            &|_, _, _, _| None,
+            false,
+            &head,
+            &copy,
+        );
+        assert_eq!(frames, [0x1010, 0x1150, 0x1210, 0x1310]);
+        assert_eq!(flags, record_flags::UNWIND_TABLES);
+        // The link register holds only the sampled frame's return address: a second frame
+        // returning through it is a corrupt walk.
+        let rows = [row(0x000, cfa::RSP | ra::LR, 0, 0)];
+        let maps = [UnwindMapping {
+            rows_len: 1,
+            ..maps[0]
+        }];
+        let (frames, flags) = walk(
+            &maps,
+            |s, l| rows.get(s as usize..(s + l) as usize),
+            &|_, _, _, _| None,
+            false,
+            &head,
+            &copy,
+        );
+        assert_eq!(frames, [0x1010, 0x1150]);
+        assert_ne!(flags & record_flags::UNWIND_PARTIAL, 0);
     }
 
     #[test]
@@ -329,6 +437,7 @@ mod tests {
             ip: 0x1010,
             sp: 0x7000_0000,
             bp: 0,
+            lr: 0,
             len: 512,
         };
         let bytes = vec![0u8; 512];
@@ -363,6 +472,7 @@ mod tests {
             42,
             0x1010,
             0x7000_0000,
+            0,
             0,
             8,
             7,

@@ -218,13 +218,21 @@ fn with_copy(buf: &OffCpuBuf, copy: &StackCopyBuf, away: u64) -> Vec<u8> {
     let len = usize::try_from(copy.head.len)
         .unwrap_or(usize::MAX)
         .min(copy.bytes.len());
-    let mut out = Vec::with_capacity(STACK_HEADER_SIZE + 8 * (k + 5) + len);
+    let mut out = Vec::with_capacity(
+        STACK_HEADER_SIZE + 8 * (k + 1 + profiler_common::stack::STACK_COPY_HEAD_WORDS) + len,
+    );
     // SAFETY: the header is repr(C) plain integers without padding (its size is asserted in
     // profiler_common::stack); its bytes are read as laid out.
     out.extend_from_slice(unsafe {
         std::slice::from_raw_parts((&raw const header).cast::<u8>(), STACK_HEADER_SIZE)
     });
-    let head = [copy.head.ip, copy.head.sp, copy.head.bp, len as u64];
+    let head = [
+        copy.head.ip,
+        copy.head.sp,
+        copy.head.bp,
+        copy.head.lr,
+        len as u64,
+    ];
     for w in buf.frames[..k].iter().chain([&away]).chain(&head) {
         out.extend_from_slice(&w.to_ne_bytes());
     }

@@ -4,18 +4,22 @@
 //! stubs are in the order of the `.rela.plt` relocations, each naming the dynamic symbol it
 //! jumps to: stub `i` is `name@plt`, as perf names it. `.plt.got` holds stubs for functions
 //! whose GOT slot is also used directly (`__cxa_finalize`): each is a `jmp *slot(%rip)`, and the
-//! `.rela.dyn` relocation of that slot names it.
+//! `.rela.dyn` relocation of that slot names it. aarch64 is laid out the same way, with a
+//! 32-byte header (lazy binding's entry) before 16-byte stubs and its own relocation types.
 
 use std::{fs::File, sync::Arc};
 
 use crate::modules::ReadAt;
 use object::{
     Endianness, ReadCache, ReadRef,
-    elf::{R_X86_64_GLOB_DAT, R_X86_64_IRELATIVE, R_X86_64_JUMP_SLOT, SHT_DYNSYM},
+    elf::{
+        EM_AARCH64, R_AARCH64_IRELATIVE, R_AARCH64_JUMP_SLOT, R_X86_64_GLOB_DAT,
+        R_X86_64_IRELATIVE, R_X86_64_JUMP_SLOT, SHT_DYNSYM,
+    },
     read::elf::{ElfFile64, FileHeader, Rela, SectionHeader, Sym},
 };
 
-/// Size of one PLT stub on x86-64.
+/// Size of one PLT stub (x86-64 and aarch64 alike).
 const STUB: u64 = 16;
 
 /// The PLT sections of one file and the name of each stub, by file offset.
@@ -37,6 +41,12 @@ impl PltStubs {
     fn parse<'d, R: ReadRef<'d>>(data: R) -> Option<Self> {
         let elf = ElfFile64::<Endianness, R>::parse(data).ok()?;
         let endian = elf.endian();
+        // `.plt`'s header, and the relocation types of a stub's slot and of an ifunc's.
+        let (header, jump_slot, irelative) = if elf.elf_header().e_machine(endian) == EM_AARCH64 {
+            (32, R_AARCH64_JUMP_SLOT, R_AARCH64_IRELATIVE)
+        } else {
+            (STUB, R_X86_64_JUMP_SLOT, R_X86_64_IRELATIVE)
+        };
         let sections = elf.elf_section_table();
         let by_name = |want: &str| {
             sections.iter().find(|s| {
@@ -77,7 +87,7 @@ impl PltStubs {
         }
         let first = match (plt_sec, plt) {
             (Some(sec), _) => range(sec).0,
-            (None, Some(plt)) => range(plt).0 + STUB,
+            (None, Some(plt)) => range(plt).0 + header,
             (None, None) => {
                 out.stubs.sort_by_key(|s| s.0);
                 return Some(out);
@@ -98,11 +108,14 @@ impl PltStubs {
             if at + STUB > end {
                 break;
             }
-            let name = match rela.r_type(endian, false) {
-                R_X86_64_JUMP_SLOT => symbol_name(rela.r_sym(endian, false)),
+            let kind = rela.r_type(endian, false);
+            let name = if kind == jump_slot {
+                symbol_name(rela.r_sym(endian, false))
+            } else if kind == irelative {
                 // An ifunc resolved at load time: the stub jumps to whichever was chosen.
-                R_X86_64_IRELATIVE => Some(format!("*ABS*+{:#x}@plt", rela.r_addend(endian))),
-                _ => None,
+                Some(format!("*ABS*+{:#x}@plt", rela.r_addend(endian)))
+            } else {
+                None
             };
             if let Some(name) = name {
                 out.stubs.push((at, Arc::from(name)));
@@ -204,6 +217,45 @@ mod tests {
             assert!(name.ends_with("@plt"), "{name}");
         }
         assert_eq!(stubs.name(0), None);
+    }
+
+    /// Debian's arm64 libc (the cross toolchain's package): every stub objdump names, named
+    /// the same (objdump reads the same relocations; the stub addresses are what is checked).
+    #[test]
+    fn aarch64_stubs_match_objdump() {
+        let path = "/usr/aarch64-linux-gnu/lib/libc.so.6";
+        if !std::path::Path::new(path).exists() {
+            assert_ne!(
+                std::env::var("CI").as_deref(),
+                Ok("true"),
+                "{path} missing under CI=true (cargo xtask setup installs it)"
+            );
+            return;
+        }
+        let out = std::process::Command::new("aarch64-linux-gnu-objdump")
+            .args(["-d", "-j", ".plt", path])
+            .output()
+            .expect("aarch64-linux-gnu-objdump (binutils-aarch64-linux-gnu)");
+        let text = String::from_utf8_lossy(&out.stdout);
+        // `0000000000027260 <realloc@plt>:`; the header is `<realloc@plt-0x20>`.
+        let theirs: Vec<(u64, &str)> = text
+            .lines()
+            .filter_map(|l| {
+                let (addr, rest) = l.split_once(" <")?;
+                let name = rest.strip_suffix(">:")?;
+                (!name.contains("@plt-"))
+                    .then(|| Some((u64::from_str_radix(addr, 16).ok()?, name)))?
+            })
+            .collect();
+        assert!(theirs.len() >= 10, "{theirs:?}");
+        let stubs = PltStubs::read(&File::open(path).unwrap());
+        // The file's .plt is loaded where it lies in the file (offset = address here).
+        for (addr, name) in &theirs {
+            assert_eq!(stubs.name(*addr + 8).as_deref(), Some(*name), "{addr:#x}");
+        }
+        let header = theirs[0].0 - 32;
+        assert!(stubs.contains(header));
+        assert_eq!(stubs.name(header), None);
     }
 
     /// Debian's libm calls `__cxa_finalize` through `.plt.got` (an 8-byte `jmp *slot(%rip)`

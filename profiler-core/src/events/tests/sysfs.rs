@@ -126,3 +126,44 @@ fn tracepoints_through_the_catalog() {
     assert!(matches!(err, EventError::Unavailable { .. }), "{err}");
     assert_eq!(err.libcpc_subcode(), 1);
 }
+
+/// An arm64 host: the CPU PMU is named by the driver (`armv8_pmuv3_0`, type dynamic), its
+/// only format field the 16-bit event number; generic hardware events, raw `rNNNN` codes and
+/// its own events all count there, and libcpc's x86 attributes do not apply.
+#[test]
+fn arm64_cpu_pmu_is_found_by_its_driver_name() {
+    let tree = vm_tree();
+    tree.write("armv8_pmuv3_0/type", "8\n");
+    tree.write("armv8_pmuv3_0/cpus", "0-1\n");
+    tree.write("armv8_pmuv3_0/format/event", "config:0-15\n");
+    tree.write("armv8_pmuv3_0/events/cpu_cycles", "event=0x0011\n");
+    tree.write("armv8_pmuv3_0/events/inst_retired", "event=0x0008\n");
+    let cat = catalog(&tree);
+    assert_eq!(cat.cpu_pmu_name().as_deref(), Some("armv8_pmuv3_0"));
+
+    let cycles = cat.resolve("cycles").unwrap();
+    assert_encoding(&cycles, b::PERF_TYPE_HARDWARE, 0, 0, 0);
+    assert_eq!(cycles.pmu.as_deref(), Some("armv8_pmuv3_0"));
+    assert_eq!(cat.unavailable_reason(&cycles), None);
+
+    let raw = cat.resolve("r11").unwrap();
+    assert_encoding(&raw, b::PERF_TYPE_RAW, 0x11, 0, 0);
+    assert_eq!(cat.unavailable_reason(&raw), None);
+
+    let own = cat.resolve("armv8_pmuv3_0/inst_retired/").unwrap();
+    assert_encoding(&own, 8, 0x8, 0, 0);
+    assert!(own.needs_cpu_pmu());
+    assert_eq!(
+        cat.resolve("armv8_pmuv3_0/event=0x10000/"),
+        Err(EventError::AttributeOutOfRange {
+            name: "event".into(),
+            value: 0x10000,
+            max: 0xffff,
+        })
+    );
+
+    // The x86 attributes (umask, edge, ...) have no field here: only picnum.
+    assert_eq!(cat.attributes(), ["picnum"]);
+    let mut raw = raw;
+    assert!(cat.apply_attribute(&mut raw, "umask", 1).is_err());
+}

@@ -58,6 +58,13 @@ impl V8Walker {
             self.procs.insert(pid, Proc::Native);
             return Published::Native(None);
         };
+        // Its frames' layout (slots, registers) is read for x86-64 only.
+        if cfg!(not(target_arch = "x86_64")) {
+            return Published::Native(Some(format!(
+                "{}: V8 frames are walked on x86-64 only",
+                mapping.name
+            )));
+        }
         // A perf map (node --perf-basic-prof) names the JIT code already: it wins.
         if let Some(map) = crate::symbolize::PerfMap::locate(pid) {
             self.procs.insert(pid, Proc::Native);
