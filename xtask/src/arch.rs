@@ -1,15 +1,10 @@
 //! The architectures the profiler is built for: this machine's (x86_64), natively, and arm64,
-//! cross-built with Debian's aarch64 toolchain (`cargo xtask build --target aarch64`), whose
-//! kernels `cargo xtask kernels` boots under qemu's TCG.
+//! cross-built with Debian's aarch64 toolchain (`release.rs`), whose kernels `cargo xtask
+//! kernels` boots under qemu's TCG. Names and places only: nothing here runs a tool.
 
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::path::{Path, PathBuf};
 
-use anyhow::Context as _;
-
-use crate::util::{run, workspace_root};
+use crate::util::workspace_root;
 
 /// An architecture, by Rust's name on the command line (`--target aarch64`; Debian's
 /// `arm64` and `amd64` are accepted too, as kernels.txt spells them).
@@ -89,49 +84,6 @@ impl Arch {
             target.join(self.triple()).join("release")
         }
     }
-}
-
-/// The packages `cargo xtask install` installs (the profiler, libcpc.so, libperfmon.so).
-pub const INSTALLED: &[&str] = &["profiler", "libcpc", "libperfmon"];
-
-/// A release build of `packages` for `arch` (with cargo's `features`), into
-/// [`Arch::release_dir`]; a cross build first installs what it needs (setup's
-/// [`crate::setup::ensure_cross`]).
-pub fn build_release(arch: Arch, packages: &[&str], features: &[&str]) -> anyhow::Result<PathBuf> {
-    let mut cmd = Command::new(env!("CARGO"));
-    cmd.args(["build", "--release"])
-        .current_dir(workspace_root());
-    for p in packages {
-        cmd.args(["-p", p]);
-    }
-    if !features.is_empty() {
-        cmd.args(["--features", &features.join(",")]);
-    }
-    if !arch.is_host() {
-        crate::setup::ensure_cross(arch)?;
-        cmd.args(["--target", arch.triple()]);
-        // cargo links with the host's `cc` unless told otherwise, and the `cc` crate (libcpc's
-        // C part) looks for `CC_<triple>`; a user's own choice is kept.
-        let triple_env = arch.triple().replace('-', "_");
-        let linker = format!("CARGO_TARGET_{}_LINKER", triple_env.to_uppercase());
-        for var in [linker, format!("CC_{triple_env}")] {
-            if std::env::var_os(&var).is_none() {
-                cmd.env(var, arch.cc());
-            }
-        }
-    }
-    run(&mut cmd).with_context(|| format!("the release build for {}", arch.triple()))?;
-    Ok(arch.release_dir())
-}
-
-/// `cargo xtask build [--target ARCH]`: what `cargo xtask install` installs, built for `arch`.
-pub fn build(arch: Arch) -> anyhow::Result<()> {
-    crate::setup::setup()?;
-    let dir = build_release(arch, INSTALLED, &[])?;
-    for name in ["profiler", "libcpc.so", "libperfmon.so"] {
-        eprintln!("built {}", dir.join(name).display());
-    }
-    Ok(())
 }
 
 #[cfg(test)]

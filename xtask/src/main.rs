@@ -9,6 +9,7 @@ mod install;
 mod kernels;
 mod layers;
 mod packages;
+mod release;
 mod setup;
 mod test;
 mod util;
@@ -121,7 +122,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Setup { target } => setup::setup_for(target),
-        Command::Build { target } => arch::build(target.unwrap_or(arch::Arch::HOST)),
+        Command::Build { target } => release::build(target.unwrap_or(arch::Arch::HOST)),
         Command::Test { args } => test::test(&args),
         Command::Run { args } => run(&args),
         Command::Install { prefix } => install::install(&prefix),

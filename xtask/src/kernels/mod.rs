@@ -163,11 +163,11 @@ fn image_for(
         &[]
     };
     // Laid out as `cargo xtask install` does, so everything it installs is built.
-    let mut packages = crate::arch::INSTALLED.to_vec();
+    let mut packages = crate::release::INSTALLED.to_vec();
     if !arch.is_host() {
         packages.push("xtask");
     }
-    let built = crate::arch::build_release(arch, &packages, features)?;
+    let built = crate::release::build_release(arch, &packages, features)?;
     let parts = if arch.is_host() {
         image::Parts {
             arch,
