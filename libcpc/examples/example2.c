@@ -9,7 +9,8 @@
  * undefined ind1/val1 (now the request's index and PRESET); the global `index` collides
  * with index(3) and is `req`; add_request was tested with `!= 0`, which
  * fails for any index but 0 (now `== -1`); `event` was undefined (EVENT0); gregs[PC] and
- * gregs[SP] are REG_RIP and REG_RSP on x86-64 Linux; _lwp_self() is gettid(); error() and
+ * gregs[SP] are REG_RIP and REG_RSP on x86-64 Linux (the stack pointer is UC_SP below, `sp` on
+ * aarch64); _lwp_self() is gettid(); error() and
  * the computation are supplied. On Linux si_addr is 0 and the overflow PC comes from the
  * ucontext: cpc_overflow_pc() (libcpc.h, difference 2). The computation touches 500 fresh
  * pages per iteration: 10000 faults, so exactly 10 overflows, each with the value 0x0 (the
@@ -53,6 +54,15 @@ static volatile sig_atomic_t overflows;
 
 #define PRESET (UINT64_MAX - 999ull)
 
+/* The interrupted stack pointer: each architecture's mcontext names it differently. */
+#if defined(__x86_64__)
+#define UC_SP(uap) ((void *)(uap)->uc_mcontext.gregs[REG_RSP])
+#elif defined(__aarch64__)
+#define UC_SP(uap) ((void *)(uap)->uc_mcontext.sp)
+#else
+#error "UC_SP: add this architecture's stack pointer in mcontext_t"
+#endif
+
 void
 emt_handler(int sig, siginfo_t *sip, void *arg)
 {
@@ -68,7 +78,7 @@ emt_handler(int sig, siginfo_t *sip, void *arg)
 	(void) printf("lwp%d - si_addr %p ucontext: %%pc %p %%sp %p\n",
 	    (int)gettid(), (void *)sip->si_addr,
 	    cpc_overflow_pc(uap),
-	    (void *)uap->uc_mcontext.gregs[REG_RSP]);
+	    UC_SP(uap));
 
 	if (cpc_set_sample(cpc, set, buf) != 0)
 		error("cannot sample: %s", strerror(errno));

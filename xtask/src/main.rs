@@ -1,5 +1,7 @@
-//! Project automation: `cargo xtask setup | test | run | install | fuzz | bench | layers | kernels`.
+//! Project automation: `cargo xtask setup | build | test | run | install | fuzz | bench | layers |
+//! kernels`.
 
+mod arch;
 mod bench;
 mod deps;
 mod fuzz;
@@ -7,6 +9,7 @@ mod install;
 mod kernels;
 mod layers;
 mod packages;
+mod release;
 mod setup;
 mod test;
 mod util;
@@ -29,7 +32,19 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Install what the eBPF build needs (nightly rust-src, bpf-linker); idempotent.
-    Setup,
+    Setup {
+        /// Also what cross-building for ARCH and booting its kernels need (`aarch64`: the
+        /// Rust target, gcc-aarch64-linux-gnu, libc6-dev-arm64-cross, qemu-system-arm).
+        #[arg(long, value_name = "ARCH")]
+        target: Option<arch::Arch>,
+    },
+    /// Release build of what `install` installs (profiler, libcpc.so, libperfmon.so), for
+    /// this machine or cross-built (`--target aarch64`: into
+    /// target/aarch64-unknown-linux-gnu/release).
+    Build {
+        #[arg(long, value_name = "ARCH")]
+        target: Option<arch::Arch>,
+    },
     /// Format and clippy checks (host and eBPF crates), unit and integration tests.
     Test {
         /// Extra arguments passed to `cargo test` (e.g. a test-name filter).
@@ -70,11 +85,12 @@ enum Command {
         /// Targets to run (default: all).
         targets: Vec<String>,
     },
-    /// Boot Debian's kernels (xtask/kernels.txt: 5.10, 6.1, 6.12, 7.x) under qemu and run the
-    /// guest suite in each, and natively on this machine's (`host`); one line per kernel and
-    /// check, evidence and verifier logs in target/kernels/.
+    /// Boot Debian's kernels (xtask/kernels.txt: 5.10, 6.1, 6.12, 7.x, and 6.1, 6.12, 7.x for
+    /// arm64) under qemu and run the guest suite in each, and natively on this machine's
+    /// (`host`); one line per kernel and check, evidence and verifier logs in target/kernels/.
     Kernels {
-        /// Kernels to run, by label or its start (`5.10`, `7`, `host`); default: all.
+        /// Kernels to run, by label or its start (`5.10`, `7`, `6.1-arm64`, `host`), or
+        /// `arm64` / `amd64` for all of one architecture; default: all.
         labels: Vec<String>,
         /// Re-resolve the newest packages and fetch them again.
         #[arg(long)]
@@ -105,7 +121,8 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Setup => setup::setup().map(|_| ()),
+        Command::Setup { target } => setup::setup_for(target),
+        Command::Build { target } => release::build(target.unwrap_or(arch::Arch::HOST)),
         Command::Test { args } => test::test(&args),
         Command::Run { args } => run(&args),
         Command::Install { prefix } => install::install(&prefix),

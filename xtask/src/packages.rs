@@ -6,7 +6,10 @@ use std::process::Command;
 
 use anyhow::{Context as _, bail};
 
-use crate::util::{output, run};
+use crate::{
+    arch::Arch,
+    util::{output, run},
+};
 
 /// One thing a command needs, the probe that tells whether this machine has it, and the
 /// Debian package that provides it.
@@ -134,7 +137,7 @@ pub const KERNELS_HOST: &[Need] = &[
     },
 ];
 
-/// What `cargo xtask kernels` needs to boot other kernels.
+/// What `cargo xtask kernels` needs to boot other kernels (the host's architecture).
 pub const KERNELS: &[Need] = &[
     KERNELS_HOST[0],
     KERNELS_HOST[1],
@@ -145,6 +148,50 @@ pub const KERNELS: &[Need] = &[
         probe: || runs("qemu-system-x86_64", &["--version"]),
     },
 ];
+
+/// What cross-building for arm64 needs (the Rust target aside, which setup adds with rustup):
+/// the aarch64 compiler (cargo's linker, the fixtures) and arm64 glibc (linked against, and
+/// copied into the guests' image).
+pub const CROSS_ARM64: &[Need] = &[
+    Need {
+        what: "an aarch64 C compiler and linker (the arm64 build, its fixtures)",
+        package: "gcc-aarch64-linux-gnu",
+        probe: || runs("aarch64-linux-gnu-gcc", &["--version"]),
+    },
+    Need {
+        what: "arm64 glibc (linked against; the arm64 guests' shared libraries)",
+        package: "libc6-dev-arm64-cross",
+        probe: || std::path::Path::new("/usr/aarch64-linux-gnu/lib/crt1.o").exists(),
+    },
+];
+
+/// What `cargo xtask kernels` needs to boot arm64 kernels, besides the cross build. The
+/// guests' busybox is Debian's arm64 `busybox-static`, fetched as the kernels are.
+pub const KERNELS_ARM64: &[Need] = &[
+    KERNELS_HOST[2],
+    Need {
+        what: "qemu for aarch64 (boots the arm64 kernels, TCG)",
+        package: "qemu-system-arm",
+        probe: || runs("qemu-system-aarch64", &["--version"]),
+    },
+];
+
+/// What building for `arch` needs when it is not this machine's.
+pub fn cross(arch: Arch) -> &'static [Need] {
+    match arch {
+        Arch::Arm64 => CROSS_ARM64,
+        // The project's machines are x86_64: no amd64 cross build is set up.
+        Arch::Amd64 => &[],
+    }
+}
+
+/// What booting `arch`'s kernels under qemu needs (the image's parts included).
+pub fn kernels(arch: Arch) -> &'static [Need] {
+    match arch {
+        Arch::Amd64 => KERNELS,
+        Arch::Arm64 => KERNELS_ARM64,
+    }
+}
 
 /// Installs the packages of `needs` this machine lacks (one `apt-get install`), printing what
 /// it installed or that everything was present.

@@ -1,15 +1,30 @@
 //! `cargo xtask setup`: installs the eBPF toolchain a fresh machine lacks, following the
 //! verified recipe: nightly's `rust-src`, and `bpf-linker` linked against the nightly
 //! toolchain's own libLLVM (its major read from `rustc +nightly -vV`). Idempotent: it checks
-//! first and only installs what is missing.
+//! first and only installs what is missing. `--target aarch64` also installs what the
+//! cross build and the arm64 guests need ([`ensure_cross`]).
 
 use std::{fs, path::PathBuf, process::Command};
 
 use anyhow::{Context as _, anyhow, bail};
 
-use crate::util::{output, run};
+use crate::{
+    arch::Arch,
+    util::{output, run},
+};
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
+
+/// `cargo xtask setup [--target ARCH]`: [`setup`], and for another architecture what its
+/// cross build and its kernels' guests need too.
+pub fn setup_for(arch: Option<Arch>) -> anyhow::Result<()> {
+    setup()?;
+    if let Some(arch) = arch {
+        ensure_cross(arch)?;
+        crate::packages::ensure_minimal(crate::packages::kernels(arch))?;
+    }
+    Ok(())
+}
 
 /// What setup found or did, one line each.
 pub fn setup() -> anyhow::Result<Vec<String>> {
@@ -28,6 +43,31 @@ pub fn setup() -> anyhow::Result<Vec<String>> {
         }
     }
     Ok(did)
+}
+
+/// What building for `arch` needs on this machine, besides [`setup`]: Rust's standard
+/// library for the target, Debian's cross compiler and C library (the linker, the fixtures,
+/// the guests' shared libraries). Nothing for the host's own.
+pub fn ensure_cross(arch: Arch) -> anyhow::Result<()> {
+    if arch.is_host() {
+        return Ok(());
+    }
+    ensure_rust_target(arch)?;
+    crate::packages::ensure_minimal(crate::packages::cross(arch))
+}
+
+fn ensure_rust_target(arch: Arch) -> anyhow::Result<()> {
+    let list = output(Command::new("rustup").args(["target", "list", "--installed"]))?;
+    if String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .any(|l| l.trim() == arch.triple())
+    {
+        return Ok(());
+    }
+    run(Command::new("rustup").args(["target", "add", arch.triple()]))
+        .with_context(|| format!("installing Rust's standard library for {}", arch.triple()))?;
+    eprintln!("setup: installed the Rust target {}", arch.triple());
+    Ok(())
 }
 
 fn which(tool: &str) -> anyhow::Result<()> {

@@ -11,6 +11,8 @@ use std::{
 
 use anyhow::Context as _;
 
+use crate::arch::Arch;
+
 /// One check's outcome.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CheckOutcome {
@@ -30,6 +32,8 @@ pub struct SuiteOutput {
     /// Seconds from qemu's start to the suite's start (the boot).
     pub boot_secs: Option<f64>,
     pub checks: Vec<CheckOutcome>,
+    /// The checks the image cannot run (`KSKIP NAME WHY`), with why.
+    pub skipped: Vec<(String, String)>,
     /// The suite ran to its end (`KDONE`).
     pub done: bool,
 }
@@ -39,7 +43,7 @@ impl SuiteOutput {
     pub fn line(&mut self, line: &str, elapsed: f64) {
         // The console may put a carriage return or kernel messages before our text.
         let line = line.trim_end_matches('\r');
-        let Some(at) = ["KSTART ", "KCHECK ", "KDETAIL ", "KDONE"]
+        let Some(at) = ["KSTART ", "KCHECK ", "KSKIP ", "KDETAIL ", "KDONE"]
             .iter()
             .filter_map(|m| line.find(m))
             .min()
@@ -62,6 +66,9 @@ impl SuiteOutput {
                 summary: f.next().unwrap_or("").to_string(),
                 detail: Vec::new(),
             });
+        } else if let Some(rest) = line.strip_prefix("KSKIP ") {
+            let (name, why) = rest.split_once(' ').unwrap_or((rest, ""));
+            self.skipped.push((name.to_string(), why.to_string()));
         } else if let Some(rest) = line.strip_prefix("KDETAIL ") {
             let (name, text) = rest.split_once(' ').unwrap_or((rest, ""));
             if let Some(c) = self.checks.iter_mut().rev().find(|c| c.name == name) {
@@ -73,10 +80,59 @@ impl SuiteOutput {
     }
 }
 
+/// The qemu command booting `vmlinuz` with `initrd`, the kernel's command line ending with
+/// `append`; the console on stdout.
+pub fn qemu_command(arch: Arch, vmlinuz: &Path, initrd: &Path, append: &str) -> Command {
+    let mut cmd = Command::new("nice");
+    cmd.args(["-n", "10"]);
+    // profiler.emulated: the suite keeps the bounds only a real CPU holds for the host.
+    // softlockup_panic: a soft lockup (seen once in about 30 runs of 6.1) ends the boot at
+    // once with its stack on the console (a panic prints at every log level), not at the
+    // time limit.
+    let common = "panic=-1 quiet loglevel=3 softlockup_panic=1 profiler.emulated";
+    let cmdline = match arch {
+        Arch::Amd64 => {
+            cmd.args(["qemu-system-x86_64", "-cpu", "max"]);
+            // no_timer_check: a slow TCG vCPU (a loaded host) fails the IO-APIC timer check
+            // and panics ("IO-APIC + timer doesn't work!"), as seen with 7.3.
+            format!("console=ttyS0 {common} no_timer_check {append}")
+        }
+        Arch::Arm64 => {
+            // virt: the generic board (PL011 serial, GIC, PSCI power-off). pauth-impdef: `max`
+            // has pointer authentication, which qemu computes with QARMA (the architected
+            // cipher) unless told to use its own cheaper one; the guest sees PAC either way.
+            cmd.args([
+                "qemu-system-aarch64",
+                "-M",
+                "virt",
+                "-cpu",
+                "max,pauth-impdef=on",
+            ]);
+            format!("console=ttyAMA0 {common} {append}")
+        }
+    };
+    cmd.args(["-accel", "tcg,thread=multi", "-m", "2G", "-smp", "2"])
+        .arg("-kernel")
+        .arg(vmlinuz)
+        .arg("-initrd")
+        .arg(initrd)
+        .arg("-append")
+        .arg(cmdline.trim_end())
+        .args([
+            "-nographic",
+            "-no-reboot",
+            "-nodefaults",
+            "-serial",
+            "stdio",
+        ]);
+    cmd
+}
+
 /// Boots `vmlinuz` with `initrd` and the suite, console to `log`; qemu is killed after
 /// `limit`. Each check's line is echoed to stderr as it arrives, prefixed with `label`.
 pub fn boot(
     label: &str,
+    arch: Arch,
     vmlinuz: &Path,
     initrd: &Path,
     append: &str,
@@ -86,40 +142,8 @@ pub fn boot(
     // More for the guest's command line when diagnosing (e.g. `loglevel=7` to see the
     // stacks a soft lockup or an oops prints, which `loglevel=3` hides).
     let extra = std::env::var("PROFILER_GUEST_APPEND").unwrap_or_default();
-    let mut cmd = Command::new("nice");
-    cmd.args(["-n", "10", "qemu-system-x86_64"])
-        .args([
-            "-accel",
-            "tcg,thread=multi",
-            "-cpu",
-            "max",
-            "-m",
-            "2G",
-            "-smp",
-            "2",
-        ])
-        .arg("-kernel")
-        .arg(vmlinuz)
-        .arg("-initrd")
-        .arg(initrd)
-        .arg("-append")
-        // no_timer_check: a slow TCG vCPU (a loaded host) fails the IO-APIC timer check and
-        // panics ("IO-APIC + timer doesn't work!"), as seen with 7.3. profiler.emulated: the
-        // suite keeps the bounds only a real CPU holds for the host. softlockup_panic: a soft
-        // lockup (seen once in about 30 runs of 6.1) ends the boot at once with its stack on
-        // the console (a panic prints at every log level), not at the time limit.
-        .arg(format!(
-            "console=ttyS0 panic=-1 quiet loglevel=3 no_timer_check softlockup_panic=1 \
-             profiler.emulated {append} {extra}"
-        ))
-        .args([
-            "-nographic",
-            "-no-reboot",
-            "-nodefaults",
-            "-serial",
-            "stdio",
-        ])
-        .stdin(Stdio::null())
+    let mut cmd = qemu_command(arch, vmlinuz, initrd, &format!("{append} {extra}"));
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let start = Instant::now();
@@ -157,7 +181,7 @@ pub fn boot(
             && let Some(c) = suite.checks.last()
         {
             eprintln!(
-                "kernels: {label:<5} {:<17} {} {:>5.1}s  {}",
+                "kernels: {label:<10} {:<22} {} {:>5.1}s  {}",
                 c.name,
                 if c.passed { "PASS" } else { "FAIL" },
                 c.secs,
@@ -189,6 +213,54 @@ pub fn boot(
 mod tests {
     use super::*;
 
+    fn args(cmd: &Command) -> Vec<String> {
+        cmd.get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    /// The value after `flag` in `args`.
+    fn after<'a>(args: &'a [String], flag: &str) -> &'a str {
+        let i = args.iter().position(|a| a == flag).unwrap();
+        &args[i + 1]
+    }
+
+    #[test]
+    fn arm64_boots_the_virt_board_with_its_serial_console() {
+        let cmd = qemu_command(
+            Arch::Arm64,
+            Path::new("/k/vmlinuz"),
+            Path::new("/i.cpio"),
+            "profiler.only=list ",
+        );
+        let a = args(&cmd);
+        assert_eq!(a[..3], ["-n", "10", "qemu-system-aarch64"]);
+        assert_eq!(after(&a, "-M"), "virt");
+        assert_eq!(after(&a, "-cpu"), "max,pauth-impdef=on");
+        assert_eq!(after(&a, "-accel"), "tcg,thread=multi");
+        assert_eq!(after(&a, "-kernel"), "/k/vmlinuz");
+        assert_eq!(after(&a, "-initrd"), "/i.cpio");
+        let cmdline = after(&a, "-append");
+        assert!(cmdline.starts_with("console=ttyAMA0 "), "{cmdline}");
+        assert!(cmdline.ends_with(" profiler.emulated profiler.only=list"));
+        assert!(!cmdline.contains("no_timer_check"), "x86's only");
+        assert_eq!(after(&a, "-serial"), "stdio");
+    }
+
+    #[test]
+    fn amd64_boots_as_before() {
+        let cmd = qemu_command(Arch::Amd64, Path::new("v"), Path::new("i"), "");
+        let a = args(&cmd);
+        assert_eq!(a[2], "qemu-system-x86_64");
+        assert_eq!(after(&a, "-cpu"), "max");
+        assert!(!a.contains(&"-M".to_string()));
+        assert_eq!(
+            after(&a, "-append"),
+            "console=ttyS0 panic=-1 quiet loglevel=3 softlockup_panic=1 profiler.emulated \
+             no_timer_check"
+        );
+    }
+
     #[test]
     fn parses_checks_details_and_console_noise() {
         let mut s = SuiteOutput::default();
@@ -200,6 +272,7 @@ mod tests {
             "KDETAIL record-fp stderr:",
             "KDETAIL record-fp Verifier output: 0: R1=ctx",
             "[   5.000] some message KCHECK track-pf PASS 2.0 workers [5001]",
+            "KSKIP python no CPython in the arm64 image",
             "KDONE failed=1",
         ] {
             s.line(line, 3.5);
@@ -214,5 +287,12 @@ mod tests {
             ["stderr:", "Verifier output: 0: R1=ctx"]
         );
         assert_eq!(s.checks[2].summary, "workers [5001]");
+        assert_eq!(
+            s.skipped,
+            [(
+                "python".to_string(),
+                "no CPython in the arm64 image".to_string()
+            )]
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! Debian kernel images, fetched with apt through a configuration of our own (the host's
-//! mirror, the suites `kernels.txt` names) and cached under `~/.cache/profiler/kernels`.
+//! mirror, the suites `kernels.txt` names; one per architecture) and cached under
+//! `~/.cache/profiler/kernels`; for arm64 guests also Debian's arm64 static busybox.
 
 use std::{
     fs,
@@ -10,11 +11,15 @@ use std::{
 use anyhow::{Context as _, anyhow, bail};
 
 use super::Kernel;
-use crate::util::{output, run};
+use crate::{
+    arch::Arch,
+    util::{output, run},
+};
 
 const KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
 
-/// The cache: `ROOT/apt` (lists, archives), `ROOT/LABEL/{vmlinuz,package}`.
+/// The cache: `ROOT/apt` (lists, archives; `ROOT/apt-arm64` for arm64),
+/// `ROOT/LABEL/{vmlinuz,package}`, `ROOT/busybox-arm64/{busybox,package}`.
 pub fn cache_root() -> anyhow::Result<PathBuf> {
     let home = std::env::var_os("HOME").ok_or_else(|| anyhow!("HOME is not set"))?;
     Ok(PathBuf::from(home).join(".cache/profiler/kernels"))
@@ -45,7 +50,7 @@ pub fn image(kernel: &Kernel, suites: &[&str], refresh: bool) -> anyhow::Result<
             package: package.trim().to_string(),
         });
     }
-    let apt = Apt::new(&root.join("apt"), suites)?;
+    let apt = Apt::new(&root, suites, kernel.arch)?;
     let package = apt.newest(pattern).with_context(|| {
         format!("no package matching {pattern} in {suite} (see xtask/kernels.txt)")
     })?;
@@ -53,20 +58,7 @@ pub fn image(kernel: &Kernel, suites: &[&str], refresh: bool) -> anyhow::Result<
     let debs = root.join("debs");
     fs::create_dir_all(&debs)?;
     apt.download(&package, &debs)?;
-    let deb = fs::read_dir(&debs)?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&format!("{package}_")) && n.ends_with(".deb"))
-        })
-        .ok_or_else(|| {
-            anyhow!(
-                "apt-get download left no {package}_*.deb in {}",
-                debs.display()
-            )
-        })?;
+    let deb = downloaded(&debs, &package)?;
     let unpacked = root.join(format!("unpack-{}", kernel.label));
     let _ = fs::remove_dir_all(&unpacked);
     run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacked))?;
@@ -79,6 +71,60 @@ pub fn image(kernel: &Kernel, suites: &[&str], refresh: bool) -> anyhow::Result<
     fs::remove_dir_all(&unpacked)?;
     fs::remove_file(&deb)?;
     Ok(Image { vmlinuz, package })
+}
+
+/// The `PACKAGE_*.deb` apt-get download left in `debs` (the version's epoch is escaped in
+/// the name: `busybox-static_1%3a1.35.0-4_arm64.deb`).
+fn downloaded(debs: &Path, package: &str) -> anyhow::Result<PathBuf> {
+    fs::read_dir(debs)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{package}_")) && n.ends_with(".deb"))
+        })
+        .ok_or_else(|| {
+            anyhow!(
+                "apt-get download left no {package}_*.deb in {}",
+                debs.display()
+            )
+        })
+}
+
+/// The suite an arm64 guest's busybox comes from: this machine's own Debian release (its
+/// busybox is the one the amd64 guests run), bookworm when its sources do not say.
+pub fn busybox_suite() -> String {
+    host_sources().main_suite
+}
+
+/// Debian's static busybox for `arch` (`busybox-static`, from [`busybox_suite`] among
+/// `suites`), fetched with the kernels' apt configuration and cached.
+pub fn busybox(arch: Arch, suites: &[&str], refresh: bool) -> anyhow::Result<PathBuf> {
+    const PACKAGE: &str = "busybox-static";
+    let root = cache_root()?;
+    let dir = root.join(format!("busybox-{}", arch.debian()));
+    let binary = dir.join("busybox");
+    if !refresh && binary.exists() {
+        return Ok(binary);
+    }
+    let apt = Apt::new(&root, suites, arch)?;
+    eprintln!("kernels: fetching {PACKAGE} for {}", arch.debian());
+    let debs = root.join("debs");
+    fs::create_dir_all(&debs)?;
+    apt.download(PACKAGE, &debs)?;
+    let deb = downloaded(&debs, PACKAGE)?;
+    let unpacked = root.join(format!("unpack-busybox-{}", arch.debian()));
+    let _ = fs::remove_dir_all(&unpacked);
+    run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacked))?;
+    fs::create_dir_all(&dir)?;
+    fs::copy(unpacked.join("bin/busybox"), &binary)
+        .with_context(|| format!("{PACKAGE} for {} holds no bin/busybox", arch.debian()))?;
+    let name = deb.file_name().unwrap_or_default().to_string_lossy();
+    fs::write(dir.join("package"), format!("{name}\n"))?;
+    fs::remove_dir_all(&unpacked)?;
+    fs::remove_file(&deb)?;
+    Ok(binary)
 }
 
 /// `boot/vmlinuz-*` (linux-image packages) or `usr/lib/modules/*/vmlinuz` (linux-binary).
@@ -140,18 +186,29 @@ pub fn newest<'a>(pattern: &str, names: impl IntoIterator<Item = &'a str>) -> Op
         .max_by_key(|n| version_key(pattern, n))
 }
 
-/// apt with a private sources list, lists and archive cache.
+/// apt with a private sources list, lists and archive cache, for one architecture.
 struct Apt {
     dir: PathBuf,
+    arch: Arch,
+}
+
+/// The directory of `arch`'s apt configuration under the cache `root`: `apt` for amd64, as
+/// it always was, `apt-ARCH` for another (its own lists: apt knows one architecture here).
+fn apt_dir(root: &Path, arch: Arch) -> PathBuf {
+    match arch {
+        Arch::Amd64 => root.join("apt"),
+        other => root.join(format!("apt-{}", other.debian())),
+    }
 }
 
 impl Apt {
     /// Writes the sources for `suites` (the host's Debian mirrors) and runs `apt-get update`.
-    fn new(dir: &Path, suites: &[&str]) -> anyhow::Result<Self> {
+    fn new(root: &Path, suites: &[&str], arch: Arch) -> anyhow::Result<Self> {
+        let dir = apt_dir(root, arch);
         for d in ["lists/partial", "cache/archives/partial"] {
             fs::create_dir_all(dir.join(d))?;
         }
-        let (main, security) = host_mirrors();
+        let HostSources { main, security, .. } = host_sources();
         let mut sources = String::new();
         for suite in suites {
             let uri = if suite.ends_with("-security") {
@@ -162,29 +219,15 @@ impl Apt {
             sources.push_str(&format!("deb [signed-by={KEYRING}] {uri} {suite} main\n"));
         }
         fs::write(dir.join("sources.list"), sources)?;
-        let apt = Apt {
-            dir: dir.to_path_buf(),
-        };
+        let apt = Apt { dir, arch };
         run(apt.command("apt-get").args(["update", "-q"]))
-            .context("apt-get update for the kernel suites")?;
+            .with_context(|| format!("apt-get update for the {} kernel suites", arch.debian()))?;
         Ok(apt)
     }
 
     fn command(&self, program: &str) -> Command {
         let mut c = Command::new(program);
-        let d = self.dir.display();
-        c.args([
-            "-o".into(),
-            format!("Dir::Etc::SourceList={d}/sources.list"),
-            "-o".into(),
-            "Dir::Etc::SourceParts=/nonexistent".into(),
-            "-o".into(),
-            format!("Dir::State::Lists={d}/lists"),
-            "-o".into(),
-            format!("Dir::Cache={d}/cache"),
-            "-o".into(),
-            "APT::Architecture=amd64".into(),
-        ]);
+        c.args(apt_options(&self.dir, self.arch));
         c
     }
 
@@ -206,12 +249,40 @@ impl Apt {
     }
 }
 
-/// The host's Debian and Debian security mirrors (from its deb822 sources), or
-/// deb.debian.org.
-fn host_mirrors() -> (String, String) {
+/// apt's options for the configuration in `dir`, fetching `arch`'s packages. Setting
+/// `APT::Architectures` too keeps out the host's foreign architectures (dpkg's), whose lists
+/// would otherwise be fetched as well.
+fn apt_options(dir: &Path, arch: Arch) -> Vec<String> {
+    let d = dir.display();
+    [
+        format!("Dir::Etc::SourceList={d}/sources.list"),
+        "Dir::Etc::SourceParts=/nonexistent".into(),
+        format!("Dir::State::Lists={d}/lists"),
+        format!("Dir::Cache={d}/cache"),
+        format!("APT::Architecture={}", arch.debian()),
+        format!("APT::Architectures={}", arch.debian()),
+    ]
+    .into_iter()
+    .flat_map(|o| ["-o".to_string(), o])
+    .collect()
+}
+
+/// What the host's deb822 sources say: its Debian and Debian security mirrors and its main
+/// suite (deb.debian.org and bookworm when they do not say).
+struct HostSources {
+    main: String,
+    security: String,
+    main_suite: String,
+}
+
+fn host_sources() -> HostSources {
+    parse_sources(&fs::read_to_string("/etc/apt/sources.list.d/debian.sources").unwrap_or_default())
+}
+
+fn parse_sources(text: &str) -> HostSources {
     let mut main = None;
     let mut security = None;
-    let text = fs::read_to_string("/etc/apt/sources.list.d/debian.sources").unwrap_or_default();
+    let mut main_suite = None;
     for stanza in text.split("\n\n") {
         let field = |name: &str| {
             stanza
@@ -230,12 +301,14 @@ fn host_mirrors() -> (String, String) {
             security.get_or_insert(uri);
         } else {
             main.get_or_insert(uri);
+            main_suite = main_suite.or_else(|| suites.split_whitespace().next().map(String::from));
         }
     }
-    (
-        main.unwrap_or_else(|| "http://deb.debian.org/debian".into()),
-        security.unwrap_or_else(|| "http://deb.debian.org/debian-security".into()),
-    )
+    HostSources {
+        main: main.unwrap_or_else(|| "http://deb.debian.org/debian".into()),
+        security: security.unwrap_or_else(|| "http://deb.debian.org/debian-security".into()),
+        main_suite: main_suite.unwrap_or_else(|| "bookworm".into()),
+    }
 }
 
 #[cfg(test)]
@@ -256,6 +329,44 @@ mod tests {
             "linux-image-6.12.*+deb12-amd64",
             "linux-image-6.12.117+deb12-amd64"
         ));
+    }
+
+    #[test]
+    fn arm64_patterns_skip_the_16k_cloud_and_rt_flavours() {
+        let names = [
+            "linux-binary-7.3.4+deb13-arm64",
+            "linux-binary-7.3.4+deb13-arm64-16k",
+            "linux-binary-7.3.4+deb13-cloud-arm64",
+            "linux-binary-7.2.9+deb13-arm64",
+        ];
+        assert_eq!(
+            newest("linux-binary-7.*+deb13-arm64", names),
+            Some("linux-binary-7.3.4+deb13-arm64")
+        );
+    }
+
+    #[test]
+    fn each_architecture_has_its_own_apt_lists() {
+        let root = Path::new("/c");
+        assert_eq!(apt_dir(root, Arch::Amd64), Path::new("/c/apt"));
+        assert_eq!(apt_dir(root, Arch::Arm64), Path::new("/c/apt-arm64"));
+        let o = apt_options(&apt_dir(root, Arch::Arm64), Arch::Arm64);
+        assert!(o.contains(&"Dir::State::Lists=/c/apt-arm64/lists".to_string()));
+        assert!(o.contains(&"APT::Architecture=arm64".to_string()));
+        assert!(o.contains(&"APT::Architectures=arm64".to_string()));
+        assert_eq!(o.iter().filter(|a| *a == "-o").count(), o.len() / 2);
+    }
+
+    #[test]
+    fn the_host_sources_give_mirrors_and_suite() {
+        let text = "Types: deb\nURIs: http://m/debian\nSuites: bookworm bookworm-updates\n\n\
+                    Types: deb\nURIs: http://m/debian-security\nSuites: bookworm-security\n";
+        let s = parse_sources(text);
+        assert_eq!(
+            (s.main.as_str(), s.security.as_str(), s.main_suite.as_str()),
+            ("http://m/debian", "http://m/debian-security", "bookworm")
+        );
+        assert_eq!(parse_sources("").main_suite, "bookworm");
     }
 
     #[test]

@@ -32,9 +32,27 @@ pub fn check_names() -> Vec<&'static str> {
     SCENARIOS.iter().map(|s| s.name).collect()
 }
 
-/// Runs every check (or those whose name contains `only`), printing one `KCHECK` line each;
-/// returns how many failed.
-pub fn run_suite(env: &mut Env, only: Option<&str>) -> usize {
+/// The file under the install prefix naming the checks an image cannot run, `NAME WHY` a
+/// line (image.rs writes it: the arm64 image has no CPython).
+pub const SKIP_FILE: &str = "skip";
+
+/// The checks `root`'s image cannot run, with why (none when it has no [`SKIP_FILE`]).
+pub fn read_skips(root: &Path) -> Vec<(String, String)> {
+    parse_skips(&std::fs::read_to_string(root.join(SKIP_FILE)).unwrap_or_default())
+}
+
+fn parse_skips(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let (name, why) = l.trim().split_once(' ')?;
+            Some((name.to_string(), why.trim().to_string()))
+        })
+        .collect()
+}
+
+/// Runs every check (or those whose name contains `only`), printing one `KCHECK` line each
+/// (`KSKIP NAME WHY` for those of `skip`); returns how many failed.
+pub fn run_suite(env: &mut Env, only: Option<&str>, skip: &[(String, String)]) -> usize {
     // What the profiler says this kernel offers.
     env.probe_kernel();
     let env = &*env;
@@ -44,6 +62,10 @@ pub fn run_suite(env: &mut Env, only: Option<&str>) -> usize {
     let mut failed = 0;
     for check in SCENARIOS {
         if only.is_some_and(|o| !check.name.contains(o)) {
+            continue;
+        }
+        if let Some((_, why)) = skip.iter().find(|(n, _)| n == check.name) {
+            println!("KSKIP {} {why}", check.name);
             continue;
         }
         let start = Instant::now();
@@ -69,4 +91,20 @@ fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skips_are_a_name_and_why_a_line() {
+        assert_eq!(
+            parse_skips("python no CPython in the arm64 image\n\nbad\n"),
+            [(
+                "python".to_string(),
+                "no CPython in the arm64 image".to_string()
+            )]
+        );
+    }
 }

@@ -2,7 +2,10 @@
 //! (installed under /opt/profiler as `cargo xtask install` lays them out), the fixtures and
 //! libcpc's C examples compiled against it, a CPython with the start-up part of its library
 //! (the `python` check), this xtask binary (the guest suite), their shared libraries, and an
-//! /init that mounts what the profiler needs and runs the suite.
+//! /init that mounts what the profiler needs and runs the suite. An arm64 image holds the
+//! same parts cross-built (the guest suite too), Debian's arm64 busybox, and the libraries of
+//! Debian's arm64 cross glibc, found by their `NEEDED` entries (ldd cannot run aarch64
+//! programs); no CPython (its `python` check is skipped, saying so).
 
 use std::{
     fs,
@@ -17,12 +20,16 @@ use anyhow::{Context as _, anyhow, bail, ensure};
 use profiler_scenarios::{C_FIXTURES, LIBCPC_EXAMPLES};
 
 use super::guest;
-use crate::util::{output, run, show, workspace_root};
+use crate::{
+    arch::Arch,
+    util::{output, run, show, workspace_root},
+};
 
 /// Where the profiler is installed inside the guest.
 pub const PREFIX: &str = "/opt/profiler";
 
-/// PID 1: mounts, the suite, power off. The suite's output goes to the console (ttyS0).
+/// PID 1: mounts, the suite, power off. The suite's output goes to the console (ttyS0, or
+/// ttyAMA0 on arm64's virt board).
 const INIT: &str = r#"#!/bin/busybox sh
 /bin/busybox --install -s /bin
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
@@ -53,13 +60,33 @@ pub struct Initramfs {
     pub prefix: PathBuf,
 }
 
-/// Builds the image from the release build in `built` into `dir`.
-pub fn build(built: &Path, dir: &Path) -> anyhow::Result<Initramfs> {
+/// What goes into an image for one architecture.
+pub struct Parts {
+    pub arch: Arch,
+    /// The release build (profiler, libcpc.so, libperfmon.so).
+    pub built: PathBuf,
+    /// The guest suite: an xtask binary for `arch`.
+    pub suite: PathBuf,
+    /// A statically linked busybox for `arch`.
+    pub busybox: PathBuf,
+}
+
+/// Why an image without CPython skips the `python` check (another architecture's).
+fn no_python(arch: Arch) -> String {
+    format!(
+        "no CPython in the {} image (only this machine's own is copied in)",
+        arch.debian()
+    )
+}
+
+/// Builds the image from `parts` into `dir`.
+pub fn build(parts: &Parts, dir: &Path) -> anyhow::Result<Initramfs> {
+    let arch = parts.arch;
     let root = dir.join("root");
     let _ = fs::remove_dir_all(&root);
     let prefix = root.join(PREFIX.trim_start_matches('/'));
     let ws = workspace_root();
-    crate::install::install_files(built, &ws, &prefix)?;
+    crate::install::install_files(&parts.built, &ws, &prefix)?;
     let fixtures = prefix.join("fixtures");
     fs::create_dir_all(&fixtures)?;
     for name in C_FIXTURES {
@@ -68,15 +95,15 @@ pub fn build(built: &Path, dir: &Path) -> anyhow::Result<Initramfs> {
             fs::read_to_string(&src).with_context(|| format!("reading {}", src.display()))?;
         let flags = header_flags(&text)
             .ok_or_else(|| anyhow!("{} has no `/* cc FLAGS -o NAME` first line", src.display()))?;
-        run(Command::new("cc")
-            .args(&flags)
+        run(Command::new(arch.cc())
+            .args(arch_flags(arch, flags))
             .arg("-o")
             .arg(fixtures.join(name))
             .arg(&src))?;
     }
     let lib = prefix.join("lib");
     for name in LIBCPC_EXAMPLES {
-        run(Command::new("cc")
+        run(Command::new(arch.cc())
             .args(["-Wall", "-Wextra", "-Werror", "-O1", "-g", "-pthread", "-I"])
             .arg(ws.join("libcpc/include"))
             .arg("-o")
@@ -87,16 +114,23 @@ pub fn build(built: &Path, dir: &Path) -> anyhow::Result<Initramfs> {
             .arg(format!("-Wl,-rpath,{PREFIX}/lib"))
             .arg("-lcpc"))?;
     }
-    let python = add_python(&prefix)?;
-    let xtask = std::env::current_exe().context("locating the xtask binary")?;
-    fs::copy(&xtask, prefix.join("bin/xtask")).context("copying the xtask binary")?;
-    let busybox = busybox()?;
+    let python = if arch.is_host() {
+        add_python(&prefix)?
+    } else {
+        // The guest reads the checks to skip from this file (guest::read_skips).
+        let skip = format!("python {}\n", no_python(arch));
+        fs::write(prefix.join(guest::SKIP_FILE), skip)?;
+        None
+    };
+    fs::copy(&parts.suite, prefix.join("bin/xtask"))
+        .with_context(|| format!("copying the guest suite {}", parts.suite.display()))?;
     for d in [
         "bin", "sbin", "usr/bin", "usr/sbin", "proc", "sys", "dev", "tmp", "run", "etc", "root",
     ] {
         fs::create_dir_all(root.join(d))?;
     }
-    fs::copy(&busybox, root.join("bin/busybox"))?;
+    fs::copy(&parts.busybox, root.join("bin/busybox"))
+        .with_context(|| format!("copying {}", parts.busybox.display()))?;
     // Shared libraries of every ELF file in the tree, at their host paths.
     let mut elves = vec![
         prefix.join("bin/profiler"),
@@ -110,13 +144,15 @@ pub fn build(built: &Path, dir: &Path) -> anyhow::Result<Initramfs> {
             .chain(LIBCPC_EXAMPLES)
             .map(|n| fixtures.join(n)),
     );
-    for elf in &elves {
-        for dep in shared_libraries(elf)? {
-            let to = root.join(dep.strip_prefix("/").unwrap_or(&dep));
-            if !to.exists() {
-                fs::create_dir_all(to.parent().unwrap_or(&root))?;
-                fs::copy(&dep, &to).with_context(|| format!("copying {}", dep.display()))?;
-            }
+    let libraries = match arch.cross_libs() {
+        None => host_libraries(&elves)?,
+        Some(dir) => cross_libraries(&elves, dir, &lib)?,
+    };
+    for (from, to) in libraries {
+        let to = root.join(to.strip_prefix("/").unwrap_or(&to));
+        if !to.exists() {
+            fs::create_dir_all(to.parent().unwrap_or(&root))?;
+            fs::copy(&from, &to).with_context(|| format!("copying {}", from.display()))?;
         }
     }
     write_executable(&root.join("init"), INIT)?;
@@ -201,8 +237,21 @@ pub fn header_flags(source: &str) -> Option<Vec<String>> {
     Some(flags.split_whitespace().map(str::to_string).collect())
 }
 
-/// A statically linked busybox (Debian's busybox-static).
-fn busybox() -> anyhow::Result<PathBuf> {
+/// A fixture's flags for `arch`. On aarch64 GCC leaves leaf functions without a frame
+/// record even with `-fno-omit-frame-pointer` (`-momit-leaf-frame-pointer` is its default
+/// there, not on x86-64): chain's `leaf` then keeps its caller only in the link register,
+/// and a frame-pointer walk goes from leaf to outer, as perf's does. A frame-pointer build
+/// on arm64 is `-fno-omit-frame-pointer -mno-omit-leaf-frame-pointer` (Fedora's and
+/// Ubuntu's), so the fixtures built with frame pointers get the second flag too.
+fn arch_flags(arch: Arch, mut flags: Vec<String>) -> Vec<String> {
+    if arch == Arch::Arm64 && flags.iter().any(|f| f == "-fno-omit-frame-pointer") {
+        flags.push("-mno-omit-leaf-frame-pointer".into());
+    }
+    flags
+}
+
+/// This machine's statically linked busybox (Debian's busybox-static).
+pub fn host_busybox() -> anyhow::Result<PathBuf> {
     for p in ["/bin/busybox", "/usr/bin/busybox"] {
         let p = PathBuf::from(p);
         if p.exists() && shared_libraries(&p)?.is_empty() {
@@ -210,6 +259,117 @@ fn busybox() -> anyhow::Result<PathBuf> {
         }
     }
     bail!("no static busybox (/bin/busybox from busybox-static)")
+}
+
+/// The shared libraries of `elves` on this machine, each at its own path in the guest.
+fn host_libraries(elves: &[PathBuf]) -> anyhow::Result<Vec<(PathBuf, PathBuf)>> {
+    let mut out = Vec::new();
+    for elf in elves {
+        for dep in shared_libraries(elf)? {
+            out.push((dep.clone(), dep));
+        }
+    }
+    Ok(out)
+}
+
+/// What the dynamic section and program headers of an ELF file ask for.
+#[derive(Debug, Default, PartialEq)]
+struct Dynamic {
+    /// `PT_INTERP`: the dynamic loader's path (`/lib/ld-linux-aarch64.so.1`).
+    interpreter: Option<String>,
+    /// `DT_NEEDED`: library names (`libc.so.6`).
+    needed: Vec<String>,
+}
+
+/// Reads `readelf -W -l -d` (binutils' readelf reads every architecture's ELF).
+fn dynamic(elf: &Path) -> anyhow::Result<Dynamic> {
+    let out = output(Command::new("readelf").args(["-W", "-l", "-d"]).arg(elf))?;
+    ensure!(
+        out.status.success(),
+        "readelf {}: {}",
+        elf.display(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(parse_readelf(&String::from_utf8_lossy(&out.stdout)))
+}
+
+fn parse_readelf(text: &str) -> Dynamic {
+    let bracketed = |l: &str, after: &str| {
+        let rest = &l[l.find(after)? + after.len()..];
+        Some(rest[..rest.find(']')?].trim().to_string())
+    };
+    let mut d = Dynamic::default();
+    for l in text.lines() {
+        if let Some(interp) = bracketed(l, "[Requesting program interpreter:") {
+            d.interpreter = Some(interp);
+        } else if l.contains("(NEEDED)")
+            && let Some(name) = bracketed(l, "Shared library: [")
+        {
+            d.needed.push(name);
+        }
+    }
+    d
+}
+
+/// Every library `elves` need, transitively (`read` gives a file's [`Dynamic`]), found by
+/// name in `libdir`: (where it is here, where the guest's loader finds it). The loader goes
+/// where `PT_INTERP` says, the others in `/lib/<multiarch>/` (the first directory glibc's
+/// loader searches, `aarch64-linux-gnu` for Debian's arm64). Names found in `own` (the
+/// image's lib/, reached by the fixtures' rpath) are skipped; a name found nowhere is an
+/// error.
+fn needed_closure(
+    elves: &[PathBuf],
+    libdir: &Path,
+    own: &Path,
+    read: impl Fn(&Path) -> anyhow::Result<Dynamic>,
+) -> anyhow::Result<Vec<(PathBuf, PathBuf)>> {
+    let multiarch = libdir
+        .parent()
+        .and_then(Path::file_name)
+        .ok_or_else(|| anyhow!("{}: expected /usr/<multiarch>/lib", libdir.display()))?;
+    let guest_libdir = Path::new("/lib").join(multiarch);
+    let mut out: Vec<(PathBuf, PathBuf)> = Vec::new();
+    let mut seen: Vec<String> = Vec::new();
+    let mut todo: Vec<(PathBuf, String)> = elves
+        .iter()
+        .map(|e| (e.clone(), e.display().to_string()))
+        .collect();
+    while let Some((file, who)) = todo.pop() {
+        let d = read(&file).with_context(|| format!("reading {}", file.display()))?;
+        if let Some(interp) = d.interpreter {
+            let name = Path::new(&interp)
+                .file_name()
+                .ok_or_else(|| anyhow!("{who}: interpreter {interp}"))?;
+            if !out.iter().any(|(_, to)| to == Path::new(&interp)) {
+                out.push((libdir.join(name), PathBuf::from(&interp)));
+            }
+        }
+        for name in d.needed {
+            if seen.contains(&name) || own.join(&name).exists() {
+                continue;
+            }
+            let here = libdir.join(&name);
+            ensure!(
+                here.exists(),
+                "{who} needs {name}, which is not in {}",
+                libdir.display()
+            );
+            seen.push(name.clone());
+            out.push((here.clone(), guest_libdir.join(&name)));
+            todo.push((here, name));
+        }
+    }
+    Ok(out)
+}
+
+/// The shared libraries of `elves` (built for another architecture) from `libdir`, Debian's
+/// cross glibc; the libraries in `own` (libcpc.so) are the image's already.
+fn cross_libraries(
+    elves: &[PathBuf],
+    libdir: &Path,
+    own: &Path,
+) -> anyhow::Result<Vec<(PathBuf, PathBuf)>> {
+    needed_closure(elves, libdir, own, dynamic)
 }
 
 /// The absolute paths `ldd` resolves for `elf` (none for a static binary).
@@ -288,5 +448,179 @@ mod tests {
             assert_eq!(header_flags(&text).unwrap(), expected, "{name}");
         }
         assert_eq!(header_flags("int main;"), None);
+    }
+
+    #[test]
+    fn arm64_frame_pointer_builds_keep_leaf_frames() {
+        let flags = |f: &[&str]| f.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let fp = flags(&["-O1", "-g", "-fno-omit-frame-pointer"]);
+        assert_eq!(arch_flags(Arch::Amd64, fp.clone()), fp);
+        assert_eq!(
+            arch_flags(Arch::Arm64, fp),
+            [
+                "-O1",
+                "-g",
+                "-fno-omit-frame-pointer",
+                "-mno-omit-leaf-frame-pointer"
+            ]
+        );
+        let nofp = flags(&["-O2", "-g", "-fomit-frame-pointer"]);
+        assert_eq!(arch_flags(Arch::Arm64, nofp.clone()), nofp);
+    }
+
+    #[test]
+    fn readelf_gives_the_interpreter_and_needed_names() {
+        let text = "Program Headers:\n  INTERP 0x000238 0x0000000000000238\n      \
+                    [Requesting program interpreter: /lib/ld-linux-aarch64.so.1]\n\n\
+                    Dynamic section at offset 0x1d8 contains 30 entries:\n\
+                    \x20 Tag        Type       Name/Value\n\
+                    \x20 0x0000000000000001 (NEEDED)  Shared library: [libgcc_s.so.1]\n\
+                    \x20 0x0000000000000001 (NEEDED)  Shared library: [libc.so.6]\n\
+                    \x20 0x000000000000000e (SONAME)  Library soname: [libcpc.so.1]\n";
+        assert_eq!(
+            parse_readelf(text),
+            Dynamic {
+                interpreter: Some("/lib/ld-linux-aarch64.so.1".into()),
+                needed: vec!["libgcc_s.so.1".into(), "libc.so.6".into()],
+            }
+        );
+        assert_eq!(
+            parse_readelf("There is no dynamic section in this file.\n"),
+            Dynamic::default()
+        );
+    }
+
+    /// A scratch directory of empty files standing for the cross glibc's libraries.
+    fn fake_libdir(tag: &str, names: &[&str]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "xtask-needed-{tag}-{}/usr/aarch64-linux-gnu/lib",
+            std::process::id()
+        ));
+        fs::create_dir_all(&dir).unwrap();
+        for n in names {
+            fs::write(dir.join(n), b"").unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn the_needed_walk_takes_each_library_once_and_the_loader_where_asked() {
+        let libdir = fake_libdir(
+            "walk",
+            &[
+                "ld-linux-aarch64.so.1",
+                "libc.so.6",
+                "libgcc_s.so.1",
+                "libm.so.6",
+            ],
+        );
+        let own = libdir.join("../../../own");
+        fs::create_dir_all(&own).unwrap();
+        fs::write(own.join("libcpc.so.1"), b"").unwrap();
+        let read = |p: &Path| -> anyhow::Result<Dynamic> {
+            let name = p.file_name().unwrap().to_str().unwrap();
+            let interp = Some("/lib/ld-linux-aarch64.so.1".to_string());
+            let needed = |n: &[&str]| n.iter().map(|s| s.to_string()).collect();
+            Ok(match name {
+                "profiler" => Dynamic {
+                    interpreter: interp,
+                    needed: needed(&["libgcc_s.so.1", "libm.so.6", "libc.so.6"]),
+                },
+                "example1" => Dynamic {
+                    interpreter: interp,
+                    needed: needed(&["libcpc.so.1", "libc.so.6"]),
+                },
+                "libgcc_s.so.1" | "libm.so.6" => Dynamic {
+                    interpreter: None,
+                    needed: needed(&["libc.so.6"]),
+                },
+                "libc.so.6" => Dynamic {
+                    interpreter: None,
+                    needed: needed(&["ld-linux-aarch64.so.1"]),
+                },
+                _ => Dynamic::default(),
+            })
+        };
+        let elves = [PathBuf::from("/b/profiler"), PathBuf::from("/b/example1")];
+        let mut got: Vec<(String, String)> = needed_closure(&elves, &libdir, &own, read)
+            .unwrap()
+            .into_iter()
+            .map(|(from, to)| {
+                let from = from.file_name().unwrap().to_string_lossy().into_owned();
+                (from, to.display().to_string())
+            })
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                (
+                    "ld-linux-aarch64.so.1",
+                    "/lib/aarch64-linux-gnu/ld-linux-aarch64.so.1"
+                ),
+                ("ld-linux-aarch64.so.1", "/lib/ld-linux-aarch64.so.1"),
+                ("libc.so.6", "/lib/aarch64-linux-gnu/libc.so.6"),
+                ("libgcc_s.so.1", "/lib/aarch64-linux-gnu/libgcc_s.so.1"),
+                ("libm.so.6", "/lib/aarch64-linux-gnu/libm.so.6"),
+            ]
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+        );
+        // A library the sysroot lacks is named with who needs it.
+        let missing = |_: &Path| -> anyhow::Result<Dynamic> {
+            Ok(Dynamic {
+                interpreter: None,
+                needed: vec!["libpython3.11.so.1.0".into()],
+            })
+        };
+        let err = needed_closure(&elves[..1], &libdir, &own, missing).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("/b/profiler needs libpython3.11.so.1.0"),
+            "{err}"
+        );
+        fs::remove_dir_all(libdir.join("../../..")).unwrap();
+    }
+
+    /// The walk on a real aarch64 program, where the cross compiler is installed.
+    #[test]
+    fn a_cross_compiled_program_needs_libc_and_the_loader() {
+        let Some(libdir) = Arch::Arm64.cross_libs().filter(|d| d.exists()) else {
+            return;
+        };
+        let tmp = std::env::temp_dir().join(format!("xtask-cross-{}", std::process::id()));
+        fs::create_dir_all(&tmp).unwrap();
+        let src = tmp.join("hello.c");
+        fs::write(
+            &src,
+            "#include <math.h>\nint main(int c, char **v) { return (int)sqrt(c); }\n",
+        )
+        .unwrap();
+        let bin = tmp.join("hello");
+        let ok = Command::new(Arch::Arm64.cc())
+            .arg("-o")
+            .arg(&bin)
+            .arg(&src)
+            .arg("-lm")
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            return;
+        }
+        let mut got: Vec<String> = cross_libraries(&[bin], libdir, &tmp)
+            .unwrap()
+            .into_iter()
+            .map(|(_, to)| to.display().to_string())
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                "/lib/aarch64-linux-gnu/ld-linux-aarch64.so.1",
+                "/lib/aarch64-linux-gnu/libc.so.6",
+                "/lib/aarch64-linux-gnu/libm.so.6",
+                "/lib/ld-linux-aarch64.so.1",
+            ]
+        );
+        fs::remove_dir_all(&tmp).unwrap();
     }
 }

@@ -2,7 +2,8 @@
 //! of `xtask/kernels.txt` (Debian's images, fetched and cached) boots under qemu with an
 //! initramfs holding the release profiler, libcpc.so and the compiled fixtures, and runs the
 //! guest suite (`guest.rs`, running the scenarios of `profiler-scenarios`, which the host tests
-//! run too); `host` runs the same suite natively on this machine's kernel.
+//! run too); `host` runs the same suite natively on this machine's kernel. arm64 kernels boot
+//! under qemu-system-aarch64 with an image of the same parts cross-built for aarch64.
 //! One line per kernel and check; the consoles, failure evidence and verifier logs go to
 //! target/kernels/, with results.md (the table in docs/kernels.md) and results.json.
 
@@ -22,7 +23,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use crate::util::{cargo, workspace_root};
+use crate::{arch::Arch, util::workspace_root};
 use boot::{CheckOutcome, SuiteOutput};
 
 /// One line of `kernels.txt`.
@@ -32,6 +33,8 @@ pub struct Kernel {
     /// The Debian suite and package pattern; none for `host`.
     pub suite: Option<String>,
     pub package: Option<String>,
+    /// What the image is built for and qemu emulates (`host`: this machine's).
+    pub arch: Arch,
 }
 
 impl Kernel {
@@ -54,14 +57,27 @@ pub fn parse_list(text: &str) -> anyhow::Result<Vec<Kernel>> {
                 label: "host".into(),
                 suite: None,
                 package: None,
+                arch: Arch::HOST,
             },
-            [label, suite, package] => Kernel {
-                label: label.into(),
-                suite: Some(suite.into()),
-                package: Some(package.into()),
-            },
+            [label, suite, package, ref arch @ ..] if arch.len() <= 1 => {
+                let arch = match arch.first() {
+                    None => Arch::Amd64,
+                    Some(name) => Arch::from_debian(name).with_context(|| {
+                        format!(
+                            "kernels.txt line {}: unknown architecture {name} (amd64, arm64)",
+                            n + 1
+                        )
+                    })?,
+                };
+                Kernel {
+                    label: label.into(),
+                    suite: Some(suite.into()),
+                    package: Some(package.into()),
+                    arch,
+                }
+            }
             _ => bail!(
-                "kernels.txt line {}: expected `LABEL SUITE PACKAGE` or `host`",
+                "kernels.txt line {}: expected `LABEL SUITE PACKAGE [ARCH]` or `host`",
                 n + 1
             ),
         };
@@ -90,54 +106,123 @@ pub struct Options {
 /// verifier since the Python walker joined it (about 6 minutes in all).
 pub const DEFAULT_LIMIT_SECS: u64 = 600;
 
+/// The kernels `labels` name (all when empty): each by its label, else the first whose
+/// label starts with it, or `amd64` / `arm64` for every Debian kernel of that architecture.
+fn select(all: &[Kernel], labels: &[String]) -> anyhow::Result<Vec<Kernel>> {
+    if labels.is_empty() {
+        return Ok(all.to_vec());
+    }
+    let mut out = Vec::new();
+    for want in labels {
+        if let Some(arch) = Arch::from_debian(want) {
+            out.extend(
+                all.iter()
+                    .filter(|k| !k.is_host() && k.arch == arch)
+                    .cloned(),
+            );
+            continue;
+        }
+        let k = all
+            .iter()
+            .find(|k| &k.label == want)
+            .or_else(|| all.iter().find(|k| k.label.starts_with(want.as_str())))
+            .with_context(|| format!("no kernel {want} in xtask/kernels.txt"))?;
+        out.push(k.clone());
+    }
+    Ok(out)
+}
+
+/// The suites `all` names for `arch`'s kernels (the private apt sources, one set per
+/// architecture), and for another architecture than this machine's the suite its busybox
+/// comes from.
+fn suites_for(all: &[Kernel], arch: Arch) -> Vec<String> {
+    let mut suites: Vec<String> = all
+        .iter()
+        .filter(|k| k.arch == arch)
+        .filter_map(|k| k.suite.clone())
+        .collect();
+    if !arch.is_host() {
+        suites.push(fetch::busybox_suite());
+    }
+    suites.sort_unstable();
+    suites.dedup();
+    suites
+}
+
+/// The initramfs for `arch`: its release build (and, for another architecture, the guest
+/// suite's binary, cross-built too), the fixtures compiled for it, its busybox.
+fn image_for(
+    arch: Arch,
+    all: &[Kernel],
+    opts: &Options,
+    out: &Path,
+) -> anyhow::Result<image::Initramfs> {
+    let features: &[&str] = if opts.broken {
+        &["profiler/broken-ebpf"]
+    } else {
+        &[]
+    };
+    // Laid out as `cargo xtask install` does, so everything it installs is built.
+    let mut packages = crate::release::INSTALLED.to_vec();
+    if !arch.is_host() {
+        packages.push("xtask");
+    }
+    let built = crate::release::build_release(arch, &packages, features)?;
+    let parts = if arch.is_host() {
+        image::Parts {
+            arch,
+            suite: std::env::current_exe().context("locating the xtask binary")?,
+            busybox: image::host_busybox()?,
+            built,
+        }
+    } else {
+        let suites = suites_for(all, arch);
+        let suites: Vec<&str> = suites.iter().map(String::as_str).collect();
+        image::Parts {
+            arch,
+            suite: built.join("xtask"),
+            busybox: fetch::busybox(arch, &suites, opts.refresh)?,
+            built,
+        }
+    };
+    // This machine's image where it always was (target/kernels/root), others beside it.
+    let dir = if arch.is_host() {
+        out.to_path_buf()
+    } else {
+        out.join(format!("image-{}", arch.debian()))
+    };
+    fs::create_dir_all(&dir)?;
+    image::build(&parts, &dir)
+}
+
 pub fn kernels(opts: &Options) -> anyhow::Result<()> {
     let root = workspace_root();
     let all = parse_list(&fs::read_to_string(root.join("xtask/kernels.txt"))?)?;
-    let selected: Vec<Kernel> = if opts.labels.is_empty() {
-        all.clone()
-    } else {
-        opts.labels
-            .iter()
-            .map(|want| {
-                all.iter()
-                    .find(|k| &k.label == want)
-                    .or_else(|| all.iter().find(|k| k.label.starts_with(want.as_str())))
-                    .cloned()
-                    .with_context(|| format!("no kernel {want} in xtask/kernels.txt"))
-            })
-            .collect::<anyhow::Result<_>>()?
-    };
+    let selected = select(&all, &opts.labels)?;
     crate::setup::setup()?;
-    let needs_qemu = selected.iter().any(|k| !k.is_host());
-    crate::packages::ensure_minimal(if needs_qemu {
-        crate::packages::KERNELS
-    } else {
-        crate::packages::KERNELS_HOST
-    })?;
-    // Laid out as `cargo xtask install` does, so everything it installs is built.
-    let mut build = vec![
-        "build",
-        "--release",
-        "-p",
-        "profiler",
-        "-p",
-        "libcpc",
-        "-p",
-        "libperfmon",
-    ];
-    if opts.broken {
-        build.extend(["--features", "profiler/broken-ebpf"]);
+    let mut archs: Vec<Arch> = Vec::new();
+    for k in &selected {
+        if !archs.contains(&k.arch) {
+            archs.push(k.arch);
+        }
     }
-    cargo(&build)?;
+    for &arch in &archs {
+        let needs_qemu = selected.iter().any(|k| !k.is_host() && k.arch == arch);
+        crate::packages::ensure_minimal(if needs_qemu {
+            crate::packages::kernels(arch)
+        } else {
+            crate::packages::KERNELS_HOST
+        })?;
+    }
     let out = root.join("target/kernels");
     fs::create_dir_all(&out)?;
-    let initramfs = image::build(&root.join("target/release"), &out)?;
-    // The suites the list names, for the private apt sources.
-    let mut suites: Vec<&str> = all.iter().filter_map(|k| k.suite.as_deref()).collect();
-    suites.sort_unstable();
-    suites.dedup();
+    let mut images = std::collections::HashMap::new();
+    for &arch in &archs {
+        images.insert(arch, image_for(arch, &all, opts, &out)?);
+    }
     let mut results = Vec::new();
     for k in &selected {
+        let initramfs = &images[&k.arch];
         let dir = out.join(&k.label);
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir)?;
@@ -151,6 +236,8 @@ pub fn kernels(opts: &Options) -> anyhow::Result<()> {
                 run_native(&initramfs.prefix, &dir, opts)?,
             )
         } else {
+            let suites = suites_for(&all, k.arch);
+            let suites: Vec<&str> = suites.iter().map(String::as_str).collect();
             let img = fetch::image(k, &suites, opts.refresh)?;
             // The guest reads `--only` from its command line.
             let append = opts
@@ -161,6 +248,7 @@ pub fn kernels(opts: &Options) -> anyhow::Result<()> {
             let boot = |log: &str| {
                 boot::boot(
                     &k.label,
+                    k.arch,
                     &img.vmlinuz,
                     &initramfs.cpio,
                     &append,
@@ -308,7 +396,7 @@ struct KernelResult {
 impl KernelResult {
     fn ok(&self, expected: usize) -> bool {
         self.suite.done
-            && self.suite.checks.len() == expected
+            && self.suite.checks.len() + self.suite.skipped.len() == expected
             && self.suite.checks.iter().all(|c| c.passed)
     }
 }
@@ -362,7 +450,7 @@ fn summary(results: &[KernelResult], out: &Path, expected: usize) -> String {
             .unwrap_or_default();
         let _ = writeln!(
             s,
-            "{:<5} {release} ({}){boot}, {:.0} s in all: {}",
+            "{:<10} {release} ({}){boot}, {:.0} s in all: {}",
             r.kernel.label,
             r.source,
             r.wall,
@@ -371,7 +459,7 @@ fn summary(results: &[KernelResult], out: &Path, expected: usize) -> String {
         for c in &r.suite.checks {
             let verdict = if c.passed { "ok  " } else { "FAIL" };
             let mut line = format!(
-                "  {:<5} {:<17} {verdict} {:>5.1} s  {}",
+                "  {:<10} {:<22} {verdict} {:>5.1} s  {}",
                 r.kernel.label, c.name, c.secs, c.summary
             );
             if let Some(v) = verifier_log(&c.detail)
@@ -388,10 +476,17 @@ fn summary(results: &[KernelResult], out: &Path, expected: usize) -> String {
             }
             let _ = writeln!(s, "{line}");
         }
+        for (name, why) in &r.suite.skipped {
+            let _ = writeln!(
+                s,
+                "  {:<10} {name:<22} skip           {why}",
+                r.kernel.label
+            );
+        }
         if !r.suite.done {
             let _ = writeln!(
                 s,
-                "  {:<5} the suite did not finish: see {}",
+                "  {:<10} the suite did not finish: see {}",
                 r.kernel.label,
                 out.join(&r.kernel.label).join("console.log").display()
             );
@@ -411,10 +506,10 @@ fn markdown(results: &[KernelResult]) -> String {
     s.push_str(&"---|".repeat(results.len()));
     s.push('\n');
     for name in guest::check_names() {
-        if results
-            .iter()
-            .all(|r| r.suite.checks.iter().all(|c| c.name != name))
-        {
+        if results.iter().all(|r| {
+            r.suite.checks.iter().all(|c| c.name != name)
+                && r.suite.skipped.iter().all(|(n, _)| n != name)
+        }) {
             continue;
         }
         let _ = write!(s, "| {name} |");
@@ -428,6 +523,9 @@ fn markdown(results: &[KernelResult]) -> String {
                 }
                 Some(c) => {
                     let _ = write!(s, " **FAIL** ({:.1} s) |", c.secs);
+                }
+                None if r.suite.skipped.iter().any(|(n, _)| n == name) => {
+                    s.push_str(" skipped |");
                 }
                 None => s.push_str(" not run |"),
             }
@@ -461,6 +559,10 @@ fn json(results: &[KernelResult]) -> serde_json::Value {
                     "boot_secs": r.suite.boot_secs,
                     "wall_secs": r.wall,
                     "finished": r.suite.done,
+                    "skipped": r.suite.skipped.iter().map(|(name, why)| serde_json::json!({
+                        "name": name,
+                        "why": why,
+                    })).collect::<Vec<_>>(),
                     "checks": r.suite.checks.iter().map(|c| serde_json::json!({
                         "name": c.name,
                         "passed": c.passed,
@@ -488,7 +590,8 @@ pub fn guest(root: &Path, scratch: &Path, only: Option<&str>) -> anyhow::Result<
     env.check()?;
     let from_cmdline = words.iter().find_map(|w| w.strip_prefix("profiler.only="));
     let only = only.or(from_cmdline);
-    let failed = guest::run_suite(&mut env, only);
+    let skip = guest::read_skips(root);
+    let failed = guest::run_suite(&mut env, only, &skip);
     if failed > 0 {
         bail!("{failed} checks failed");
     }
@@ -504,10 +607,61 @@ mod tests {
         let text = fs::read_to_string(workspace_root().join("xtask/kernels.txt")).unwrap();
         let list = parse_list(&text).unwrap();
         let labels: Vec<&str> = list.iter().map(|k| k.label.as_str()).collect();
-        assert_eq!(labels, ["5.10", "6.1", "6.12", "7.x", "host"]);
-        assert!(list[4].is_host());
+        assert_eq!(
+            labels,
+            [
+                "5.10",
+                "6.1",
+                "6.12",
+                "7.x",
+                "6.1-arm64",
+                "6.12-arm64",
+                "7.x-arm64",
+                "host"
+            ]
+        );
+        assert!(list[7].is_host());
         assert_eq!(list[0].suite.as_deref(), Some("bullseye-security"));
+        assert_eq!(list[0].arch, Arch::Amd64);
+        assert_eq!(list[4].arch, Arch::Arm64);
+        assert_eq!(
+            list[4].package.as_deref(),
+            Some("linux-image-6.1.0-*-arm64")
+        );
         assert!(parse_list("6.1 bookworm").is_err());
+    }
+
+    #[test]
+    fn the_architecture_is_an_optional_fourth_field() {
+        let list = parse_list("a s p\nb s p arm64 # comment\nhost").unwrap();
+        assert_eq!(
+            list.iter().map(|k| k.arch).collect::<Vec<_>>(),
+            [Arch::Amd64, Arch::Arm64, Arch::HOST]
+        );
+        let err = parse_list("x s p mips").unwrap_err().to_string();
+        assert!(err.contains("line 1: unknown architecture mips"), "{err}");
+        assert!(parse_list("x s p arm64 extra").is_err());
+    }
+
+    #[test]
+    fn kernels_are_chosen_by_label_start_or_architecture() {
+        let all = parse_list("6.1 s p\n6.12 s p\n6.1-arm64 s p arm64\n6.12-arm64 s p arm64\nhost")
+            .unwrap();
+        let labels = |want: &[&str]| -> Vec<String> {
+            let want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+            select(&all, &want)
+                .unwrap()
+                .into_iter()
+                .map(|k| k.label)
+                .collect()
+        };
+        assert_eq!(labels(&[]).len(), 5);
+        assert_eq!(labels(&["6.1"]), ["6.1"]);
+        assert_eq!(labels(&["6.1-arm64", "host"]), ["6.1-arm64", "host"]);
+        assert_eq!(labels(&["6.12-a"]), ["6.12-arm64"]);
+        assert_eq!(labels(&["arm64"]), ["6.1-arm64", "6.12-arm64"]);
+        assert_eq!(labels(&["amd64"]), ["6.1", "6.12"]);
+        assert!(select(&all, &["5.4".to_string()]).is_err());
     }
 
     #[test]
