@@ -53,6 +53,16 @@ pub fn classify_prologue_aarch64(bytes: &[u8; 32]) -> Prologue {
         })
 }
 
+/// True if an aarch64 instruction is a function's return, or the authentication of its
+/// return address just before it (`ret`, `retaa`, `retab`, `autiasp`, `autibsp`): the
+/// frame record is unlinked by then.
+pub fn returns_aarch64(insn: &[u8; 4]) -> bool {
+    matches!(
+        u32::from_le_bytes(*insn),
+        0xd65f_03c0 | 0xd65f_0bff | 0xd65f_0fff | 0xd503_23bf | 0xd503_23ff
+    )
+}
+
 /// True if the aarch64 instruction before a return address is a call: `bl`, or `blr`
 /// (with or without pointer authentication: `blraa`, `blrab`, `blraaz`, `blrabz`).
 pub fn preceded_by_call_aarch64(before: &[u8; 4]) -> bool {
@@ -123,6 +133,11 @@ mod tests {
                 "{other:#x}"
             );
         }
+        // ret, retaa, autiasp; not: ldp x29, x30, [sp], #16
+        for ret in [0xd65f_03c0u32, 0xd65f_0bff, 0xd503_23bf] {
+            assert!(returns_aarch64(&ret.to_le_bytes()), "{ret:#x}");
+        }
+        assert!(!returns_aarch64(&0xa8c1_7bfdu32.to_le_bytes()));
     }
 
     #[test]

@@ -488,8 +488,17 @@ impl Normalizer {
                     Ok(Symbolized::Sym(sym)) => {
                         let start = offset - sym.offset as u64;
                         let prologue = if AARCH64 {
-                            leaf::read_bytes::<32>(&file.file, start)
-                                .map(|b| leaf::classify_prologue_aarch64(&b))
+                            // At its return (x29 restored already) a function's return
+                            // address is in x30, as before its record was linked.
+                            let returning = leaf::read_bytes::<4>(&file.file, offset)
+                                .is_some_and(|b| leaf::returns_aarch64(&b));
+                            leaf::read_bytes::<32>(&file.file, start).map(|b| {
+                                if returning {
+                                    leaf::Prologue::Frameless
+                                } else {
+                                    leaf::classify_prologue_aarch64(&b)
+                                }
+                            })
                         } else {
                             leaf::read_bytes::<8>(&file.file, start)
                                 .map(|b| leaf::classify_prologue(&b))
