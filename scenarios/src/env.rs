@@ -8,6 +8,10 @@ use crate::run::{Failure, program_streams};
 /// first line), in [`Env::fixtures`].
 pub const C_FIXTURES: &[&str] = &["chain", "nofp", "touch", "waits", "group"];
 
+/// The Rust fixtures of `tests/fixtures` (`NAME.rs`, built with rustc and the flags of its
+/// first line: a release build, no frame pointers), in [`Env::fixtures`].
+pub const RUST_FIXTURES: &[&str] = &["chain_rs"];
+
 /// libcpc's C examples (`libcpc/examples/NAME.c`) the scenarios run, linked against the
 /// libcpc.so under test, in [`Env::fixtures`] too.
 pub const LIBCPC_EXAMPLES: &[&str] = &["example1", "example2"];
@@ -56,7 +60,8 @@ pub enum Cpu {
 pub struct Env {
     /// The `profiler` binary under test.
     pub profiler: PathBuf,
-    /// A directory with every program of [`C_FIXTURES`] and [`LIBCPC_EXAMPLES`].
+    /// A directory with every program of [`C_FIXTURES`], [`RUST_FIXTURES`] and
+    /// [`LIBCPC_EXAMPLES`].
     pub fixtures: PathBuf,
     /// Scratch space, also the working directory of every program a scenario runs.
     pub scratch: PathBuf,
@@ -82,7 +87,10 @@ impl Env {
     /// Checks that the binaries exist and creates the scratch directory (a clear error for a
     /// bad image or an unbuilt tree).
     pub fn check(&self) -> Result<(), Failure> {
-        let fixtures = C_FIXTURES.iter().chain(LIBCPC_EXAMPLES);
+        let fixtures = C_FIXTURES
+            .iter()
+            .chain(RUST_FIXTURES)
+            .chain(LIBCPC_EXAMPLES);
         let missing: Vec<String> = std::iter::once(self.profiler.clone())
             .chain(fixtures.map(|f| self.fixtures.join(f)))
             .filter(|p| !p.exists())

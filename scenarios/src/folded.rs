@@ -108,16 +108,26 @@ pub struct ChainProfile {
 
 /// [`ChainProfile`] of the process named `comm`.
 pub fn chain_profile(comm: &str, stacks: &[Stack]) -> ChainProfile {
+    chain_profile_named(comm, "", stacks)
+}
+
+/// [`chain_profile`] of functions named with `prefix` (`chain_rs::` for the Rust fixture).
+pub fn chain_profile_named(comm: &str, prefix: &str, stacks: &[Stack]) -> ChainProfile {
+    let name = |f: &str| format!("{prefix}{f}");
+    let chain = ["main", "outer", "middle", "leaf"].map(name);
     let mine: Vec<_> = stacks.iter().filter(|(f, _)| f[0] == comm).collect();
     let total = mine.iter().map(|(_, n)| n).sum();
     let in_leaf: Vec<_> = mine
         .iter()
-        .filter(|(f, _)| innermost_user(f) == Some("leaf"))
+        .filter(|(f, _)| innermost_user(f) == Some(chain[3].as_str()))
         .collect();
     let leaf = in_leaf.iter().map(|(_, n)| n).sum();
     let whole = in_leaf
         .iter()
-        .filter(|(f, _)| user_frames(f).ends_with(&["main", "outer", "middle", "leaf"]))
+        .filter(|(f, _)| {
+            let user = user_frames(f);
+            user.len() >= 4 && user[user.len() - 4..] == chain
+        })
         .map(|(_, n)| n)
         .sum();
     ChainProfile { total, leaf, whole }

@@ -14,7 +14,7 @@ mod python;
 mod record;
 mod run;
 
-pub use env::{C_FIXTURES, Cpu, Env, Kernel, LIBCPC_EXAMPLES};
+pub use env::{C_FIXTURES, Cpu, Env, Kernel, LIBCPC_EXAMPLES, RUST_FIXTURES};
 pub use python::host_python;
 pub use run::{Failure, Outcome};
 
@@ -58,6 +58,10 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "record-aggregate-nofp",
         run: record::record_aggregate_nofp,
+    },
+    Scenario {
+        name: "record-rust",
+        run: record::record_rust,
     },
     Scenario {
         name: "record-offcpu",

@@ -5,7 +5,10 @@ use std::process::{Command, Stdio};
 
 use crate::{
     env::{Cpu, Env},
-    folded::{self, chain_profile, innermost_user, kernel_mode_at_entry, reported_samples},
+    folded::{
+        self, chain_profile, chain_profile_named, innermost_user, kernel_mode_at_entry,
+        reported_samples,
+    },
     run::{Failure, Outcome, output_within},
 };
 
@@ -286,6 +289,36 @@ pub fn record_aggregate(env: &Env) -> Outcome {
     Ok(format!(
         "{samples} samples, leaf {}%",
         p.leaf * 100 / p.total
+    ))
+}
+
+/// `record -- chain_rs 1.5`: a Rust release build (no frame pointers), its chain walked with
+/// the unwind tables: at least 99 % of leaf's samples whole to `main`, the bound the C
+/// fixture built without frame pointers has too. Without `bpf_loop` (before 5.17) only frame
+/// pointers walk stacks, and a release build has none: passed there with the reason.
+pub fn record_rust(env: &Env) -> Outcome {
+    if !env.kernel.unwind_tables {
+        return Ok("no bpf_loop: frame pointers only, which a release build has none of".into());
+    }
+    let folded = env.out("chain-rs.folded");
+    let chain = env.fixture("chain_rs");
+    env.run_profiler(&["record", "-F", "999", "-o", &folded, "--", &chain, "1.5"])?;
+    let p = chain_profile_named("chain_rs", "chain_rs::", &folded::read(&folded)?);
+    if p.total < 300 || p.leaf * 100 < p.total * env.leaf_share() || p.whole * 100 < p.leaf * 99 {
+        return Err(Failure::with(
+            format!(
+                "{} samples of chain_rs, {} in leaf, {} whole to main",
+                p.total, p.leaf, p.whole
+            ),
+            &std::fs::read_to_string(&folded).unwrap_or_default(),
+        ));
+    }
+    Ok(format!(
+        "{} samples, leaf {}%, {} of {} leaf stacks whole",
+        p.total,
+        p.leaf * 100 / p.total,
+        p.whole,
+        p.leaf
     ))
 }
 

@@ -4,7 +4,7 @@
 
 use std::{path::PathBuf, sync::OnceLock};
 
-use profiler_scenarios::{C_FIXTURES, Cpu, Env, LIBCPC_EXAMPLES, SCENARIOS};
+use profiler_scenarios::{C_FIXTURES, Cpu, Env, LIBCPC_EXAMPLES, RUST_FIXTURES, SCENARIOS};
 use profiler_tests::*;
 
 /// The fixtures directory the scenarios expect: the C fixtures this crate's build compiled
@@ -13,7 +13,7 @@ fn fixtures() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let dir = scratch("scenario-fixtures");
-        for name in C_FIXTURES {
+        for name in C_FIXTURES.iter().chain(RUST_FIXTURES) {
             std::os::unix::fs::symlink(fixture(name), dir.join(name)).expect("linking a fixture");
         }
         for name in LIBCPC_EXAMPLES {
@@ -74,6 +74,7 @@ host_tests! {
     record_a => "record-a",
     record_aggregate => "record-aggregate",
     record_aggregate_nofp => "record-aggregate-nofp",
+    record_rust => "record-rust",
     record_offcpu => "record-offcpu",
     record_group => "record-group",
     record_group_aggregate => "record-group-aggregate",

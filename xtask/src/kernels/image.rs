@@ -17,7 +17,7 @@ use std::{
 use anyhow::{Context as _, anyhow, bail, ensure};
 
 // The fixtures (their flags in each file's first line) and libcpc's C examples the scenarios run.
-use profiler_scenarios::{C_FIXTURES, LIBCPC_EXAMPLES};
+use profiler_scenarios::{C_FIXTURES, LIBCPC_EXAMPLES, RUST_FIXTURES};
 
 use super::guest;
 use crate::{
@@ -101,6 +101,23 @@ pub fn build(parts: &Parts, dir: &Path) -> anyhow::Result<Initramfs> {
             .arg(fixtures.join(name))
             .arg(&src))?;
     }
+    for name in RUST_FIXTURES {
+        let src = ws.join(format!("tests/fixtures/{name}.rs"));
+        let text =
+            fs::read_to_string(&src).with_context(|| format!("reading {}", src.display()))?;
+        let flags = rust_header_flags(&text).ok_or_else(|| {
+            anyhow!(
+                "{} has no `// rustc FLAGS -o NAME` first line",
+                src.display()
+            )
+        })?;
+        let mut rustc = Command::new("rustc");
+        rustc.args(&flags).arg("--target").arg(arch.triple());
+        if !arch.is_host() {
+            rustc.arg("-C").arg(format!("linker={}", arch.cc()));
+        }
+        run(rustc.arg("-o").arg(fixtures.join(name)).arg(&src))?;
+    }
     let lib = prefix.join("lib");
     for name in LIBCPC_EXAMPLES {
         run(Command::new(arch.cc())
@@ -141,6 +158,7 @@ pub fn build(parts: &Parts, dir: &Path) -> anyhow::Result<Initramfs> {
     elves.extend(
         C_FIXTURES
             .iter()
+            .chain(RUST_FIXTURES)
             .chain(LIBCPC_EXAMPLES)
             .map(|n| fixtures.join(n)),
     );
@@ -233,6 +251,13 @@ fn add_python(prefix: &Path) -> anyhow::Result<Option<PathBuf>> {
 /// The compiler flags of a fixture's first line, `/* cc FLAGS -o NAME NAME.c`.
 pub fn header_flags(source: &str) -> Option<Vec<String>> {
     let first = source.lines().next()?.strip_prefix("/* cc ")?;
+    let (flags, _) = first.split_once(" -o ")?;
+    Some(flags.split_whitespace().map(str::to_string).collect())
+}
+
+/// A Rust fixture's rustc flags, from its first line: `// rustc FLAGS -o NAME NAME.rs`.
+pub fn rust_header_flags(source: &str) -> Option<Vec<String>> {
+    let first = source.lines().next()?.strip_prefix("// rustc ")?;
     let (flags, _) = first.split_once(" -o ")?;
     Some(flags.split_whitespace().map(str::to_string).collect())
 }
@@ -448,6 +473,11 @@ mod tests {
             assert_eq!(header_flags(&text).unwrap(), expected, "{name}");
         }
         assert_eq!(header_flags("int main;"), None);
+        assert_eq!(
+            rust_header_flags("// rustc -O -o chain_rs chain_rs.rs (release)\nfn main() {}"),
+            Some(vec!["-O".to_string()])
+        );
+        assert_eq!(rust_header_flags("fn main() {}"), None);
     }
 
     #[test]
