@@ -96,7 +96,7 @@ pub fn build(parts: &Parts, dir: &Path) -> anyhow::Result<Initramfs> {
         let flags = header_flags(&text)
             .ok_or_else(|| anyhow!("{} has no `/* cc FLAGS -o NAME` first line", src.display()))?;
         run(Command::new(arch.cc())
-            .args(arch_flags(arch, flags))
+            .args(&flags)
             .arg("-o")
             .arg(fixtures.join(name))
             .arg(&src))?;
@@ -260,19 +260,6 @@ pub fn rust_header_flags(source: &str) -> Option<Vec<String>> {
     let first = source.lines().next()?.strip_prefix("// rustc ")?;
     let (flags, _) = first.split_once(" -o ")?;
     Some(flags.split_whitespace().map(str::to_string).collect())
-}
-
-/// A fixture's flags for `arch`. On aarch64 GCC leaves leaf functions without a frame
-/// record even with `-fno-omit-frame-pointer` (`-momit-leaf-frame-pointer` is its default
-/// there, not on x86-64): chain's `leaf` then keeps its caller only in the link register,
-/// and a frame-pointer walk goes from leaf to outer, as perf's does. A frame-pointer build
-/// on arm64 is `-fno-omit-frame-pointer -mno-omit-leaf-frame-pointer` (Fedora's and
-/// Ubuntu's), so the fixtures built with frame pointers get the second flag too.
-fn arch_flags(arch: Arch, mut flags: Vec<String>) -> Vec<String> {
-    if arch == Arch::Arm64 && flags.iter().any(|f| f == "-fno-omit-frame-pointer") {
-        flags.push("-mno-omit-leaf-frame-pointer".into());
-    }
-    flags
 }
 
 /// This machine's statically linked busybox (Debian's busybox-static).
@@ -478,24 +465,6 @@ mod tests {
             Some(vec!["-O".to_string()])
         );
         assert_eq!(rust_header_flags("fn main() {}"), None);
-    }
-
-    #[test]
-    fn arm64_frame_pointer_builds_keep_leaf_frames() {
-        let flags = |f: &[&str]| f.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let fp = flags(&["-O1", "-g", "-fno-omit-frame-pointer"]);
-        assert_eq!(arch_flags(Arch::Amd64, fp.clone()), fp);
-        assert_eq!(
-            arch_flags(Arch::Arm64, fp),
-            [
-                "-O1",
-                "-g",
-                "-fno-omit-frame-pointer",
-                "-mno-omit-leaf-frame-pointer"
-            ]
-        );
-        let nofp = flags(&["-O2", "-g", "-fomit-frame-pointer"]);
-        assert_eq!(arch_flags(Arch::Arm64, nofp.clone()), nofp);
     }
 
     #[test]
