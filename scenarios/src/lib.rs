@@ -64,6 +64,10 @@ pub const SCENARIOS: &[Scenario] = &[
         run: record::record_rust,
     },
     Scenario {
+        name: "record-signal",
+        run: record::record_signal,
+    },
+    Scenario {
         name: "record-offcpu",
         run: record::record_off_cpu,
     },

@@ -322,6 +322,49 @@ pub fn record_rust(env: &Env) -> Outcome {
     ))
 }
 
+/// `record -- nofp 1.5 signal`: the chain runs only inside a SIGALRM handler, so every walk
+/// to `main` goes through the kernel's signal frame (x86-64's `__restore_rt` in libc,
+/// arm64's `__kernel_rt_sigreturn` in the vDSO, whose saved registers resume the walk at the
+/// interrupted instruction): with the unwind-table walker, at least 95 % of leaf's samples
+/// read `main > ... > on_signal > outer > middle > leaf`. Before 5.17 frame pointers cannot
+/// walk the fixture (built without them): passed there with the reason.
+pub fn record_signal(env: &Env) -> Outcome {
+    if !env.kernel.unwind_tables {
+        return Ok("no bpf_loop: frame pointers only, which nofp has none of".into());
+    }
+    let folded = env.out("signal.folded");
+    let nofp = env.fixture("nofp");
+    env.run_profiler(&[
+        "record", "-F", "999", "-o", &folded, "--", &nofp, "1.5", "signal",
+    ])?;
+    let stacks = folded::read(&folded)?;
+    let (mut leaf, mut whole) = (0, 0);
+    for (frames, n) in stacks.iter().filter(|(f, _)| f[0] == "nofp") {
+        let user = folded::user_frames(frames);
+        if user.last() != Some(&"leaf") {
+            continue;
+        }
+        leaf += n;
+        let handler = user.iter().position(|f| *f == "on_signal");
+        let main = user.iter().position(|f| *f == "main");
+        if let (Some(h), Some(m)) = (handler, main)
+            && m < h
+            && user[h..] == ["on_signal", "outer", "middle", "leaf"]
+        {
+            whole += n;
+        }
+    }
+    if leaf < 100 || whole * 100 < leaf * 95 {
+        return Err(Failure::with(
+            format!("{whole} of {leaf} leaf samples through the signal frame to main"),
+            &std::fs::read_to_string(&folded).unwrap_or_default(),
+        ));
+    }
+    Ok(format!(
+        "{whole} of {leaf} leaf samples through the signal frame to main"
+    ))
+}
+
 /// `record --aggregate -- nofp 1.5`: code built without frame pointers, aggregated in the
 /// kernel with the unwind-table walker, whole to `main` as the default mode has it. Without
 /// `bpf_loop` (before 5.17) the run walks frame pointers and says so at the start and the end.

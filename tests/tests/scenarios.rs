@@ -75,6 +75,7 @@ host_tests! {
     record_aggregate => "record-aggregate",
     record_aggregate_nofp => "record-aggregate-nofp",
     record_rust => "record-rust",
+    record_signal => "record-signal",
     record_offcpu => "record-offcpu",
     record_group => "record-group",
     record_group_aggregate => "record-group-aggregate",

@@ -45,6 +45,10 @@ pub struct CfiSections {
     /// `.plt`'s address range: aarch64 linkers give its stubs no FDE (they touch neither
     /// sp nor x30), so their rows are made here.
     pub plt: Option<(u64, u64)>,
+    /// aarch64's signal trampoline (the vDSO's `__kernel_rt_sigreturn` and the `nop` before
+    /// it, where a handler's return address minus one falls): Debian's arm64 vDSOs have no
+    /// CFI at all, so its signal-frame row is made here.
+    pub signal_trampoline: Option<(u64, u64)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -122,25 +126,45 @@ pub fn rows(sections: &CfiSections) -> Result<Rows, CfiError> {
             section.set_vendor(vendor);
             evaluate_all(&section, &bases, sections.arch, &extra)
         }
+        // No CFI, but rows of our own (the arm64 vDSO's signal trampoline).
+        _ if !extra.is_empty() => {
+            let mut table = Table::default();
+            for &(from, to, rule) in &extra {
+                table.push(from, to, rule)?;
+            }
+            table.finish()
+        }
         _ => Err(CfiError::Missing),
     }
 }
 
-/// Spans with no FDE whose rule is known: aarch64's PLT stubs after the first (lazy
-/// binding's resolver entry, which pushes x16 and x30: left to the frame pointer) return
-/// through x30 with sp untouched.
+/// Spans with no FDE whose rule is known, in address order: aarch64's PLT stubs after the
+/// first (lazy binding's resolver entry, which pushes x16 and x30: left to the frame
+/// pointer) return through x30 with sp untouched; its signal trampoline.
 fn synthetic_spans(sections: &CfiSections) -> Vec<(u64, u64, Rule)> {
     const PLT0_BYTES: u64 = 32;
-    match (sections.arch, sections.plt) {
-        (Arch::Aarch64, Some((start, end))) if end > start + PLT0_BYTES => {
-            let rule = Rule {
-                cfa: cfa::RSP | ra::LR,
-                ..NONE
-            };
-            vec![(start + PLT0_BYTES, end, rule)]
-        }
-        _ => Vec::new(),
+    let mut spans = Vec::new();
+    if sections.arch != Arch::Aarch64 {
+        return spans;
     }
+    if let Some((start, end)) = sections.plt
+        && end > start + PLT0_BYTES
+    {
+        let rule = Rule {
+            cfa: cfa::RSP | ra::LR,
+            ..NONE
+        };
+        spans.push((start + PLT0_BYTES, end, rule));
+    }
+    if let Some((start, end)) = sections.signal_trampoline {
+        let rule = Rule {
+            cfa: cfa::SIGNAL,
+            ..NONE
+        };
+        spans.push((start, end, rule));
+    }
+    spans.sort_by_key(|s| s.0);
+    spans
 }
 
 fn evaluate_all<'a, S>(
@@ -404,6 +428,29 @@ mod tests {
         let rows = table(spans).rows;
         assert_eq!(rows.len(), 2);
         assert_eq!((rows[1].pc, rows[1].cfa), (0x100, cfa::NONE));
+    }
+
+    /// Debian's arm64 vDSOs have no CFI: the signal trampoline still gets its row (the
+    /// `nop` before `__kernel_rt_sigreturn` included), the rest is left to frame pointers.
+    #[test]
+    fn an_arm64_vdso_without_cfi_has_its_signal_row() {
+        let sections = CfiSections {
+            arch: Arch::Aarch64,
+            signal_trampoline: Some((0x7b8, 0x7c4)),
+            ..Default::default()
+        };
+        let table = rows(&sections).unwrap();
+        let got: Vec<(u64, u8)> = table
+            .rows
+            .iter()
+            .map(|r| (table.base + u64::from(r.pc), r.cfa))
+            .collect();
+        assert_eq!(got, [(0x7b8, cfa::SIGNAL), (0x7c4, cfa::NONE)]);
+        let x86 = CfiSections {
+            signal_trampoline: Some((0x7b8, 0x7c4)),
+            ..Default::default()
+        };
+        assert!(matches!(rows(&x86), Err(CfiError::Missing)));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::{fs::File, io, os::unix::fs::MetadataExt};
 
-use object::{Object, ObjectSection, ObjectSegment, ReadCache};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ReadCache};
 
 use super::{
     cfi::{Arch, CfiSections, Section},
@@ -116,8 +116,22 @@ fn parse_object<'data, O: Object<'data>>(elf: &O) -> ElfInfo {
             plt: elf
                 .section_by_name(".plt")
                 .map(|s| (s.address(), s.address() + s.size())),
+            signal_trampoline: aarch64_sigreturn(elf),
         },
     }
+}
+
+/// The arm64 vDSO's `__kernel_rt_sigreturn` (`mov x8, #139; svc #0`) with the `nop` before
+/// it, which the kernel's CFI (where there is any) covers too.
+fn aarch64_sigreturn<'data, O: Object<'data>>(elf: &O) -> Option<(u64, u64)> {
+    if elf.architecture() != object::Architecture::Aarch64 {
+        return None;
+    }
+    let sym = elf
+        .dynamic_symbols()
+        .chain(elf.symbols())
+        .find(|s| s.name() == Ok("__kernel_rt_sigreturn"))?;
+    Some((sym.address().checked_sub(4)?, sym.address() + 8))
 }
 
 impl ElfInfo {
