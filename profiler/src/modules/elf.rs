@@ -96,6 +96,10 @@ fn parse_object<'data, O: Object<'data>>(elf: &O) -> ElfInfo {
         })
     };
     let addr = |name: &str| elf.section_by_name(name).map_or(0, |s| s.address());
+    let arch = match elf.architecture() {
+        object::Architecture::Aarch64 => Arch::Aarch64,
+        _ => Arch::X86_64,
+    };
     ElfInfo {
         build_id: elf.build_id().ok().flatten().map(<[u8]>::to_vec),
         dev: 0,
@@ -109,14 +113,13 @@ fn parse_object<'data, O: Object<'data>>(elf: &O) -> ElfInfo {
             debug_frame: section(".debug_frame"),
             text_addr: addr(".text"),
             got_addr: addr(".got"),
-            arch: match elf.architecture() {
-                object::Architecture::Aarch64 => Arch::Aarch64,
-                _ => Arch::X86_64,
-            },
+            arch,
             plt: elf
                 .section_by_name(".plt")
                 .map(|s| (s.address(), s.address() + s.size())),
-            signal_trampoline: aarch64_sigreturn(elf),
+            signal_trampoline: (arch == Arch::Aarch64)
+                .then(|| aarch64_sigreturn(elf))
+                .flatten(),
         },
     }
 }
@@ -124,9 +127,6 @@ fn parse_object<'data, O: Object<'data>>(elf: &O) -> ElfInfo {
 /// The arm64 vDSO's `__kernel_rt_sigreturn` (`mov x8, #139; svc #0`) with the `nop` before
 /// it, which the kernel's CFI (where there is any) covers too.
 fn aarch64_sigreturn<'data, O: Object<'data>>(elf: &O) -> Option<(u64, u64)> {
-    if elf.architecture() != object::Architecture::Aarch64 {
-        return None;
-    }
     let sym = elf
         .dynamic_symbols()
         .chain(elf.symbols())

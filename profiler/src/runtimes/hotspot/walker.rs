@@ -68,21 +68,9 @@ impl HotspotWalker {
             self.procs.remove(&pid);
             return Published::Native(None);
         };
-        // Its frames' layout (slots, registers) is read for x86-64 only.
-        if cfg!(not(target_arch = "x86_64")) {
-            return Published::Native(Some(format!(
-                "{}: HotSpot frames are walked on x86-64 only",
-                mapping.name
-            )));
-        }
-        // A perf map (`jcmd PID Compiler.perfmap`, an agent) names the JIT code already: it
-        // wins, as the user asked for it.
-        if let Some(map) = crate::symbolize::PerfMap::locate(pid) {
+        if let Some(why) = super::super::jit_walk_refused(pid, &mapping.name, "HotSpot") {
             self.procs.remove(&pid);
-            return Published::Native(Some(format!(
-                "{}: it has a perf map ({map}), whose names are used",
-                mapping.name
-            )));
+            return Published::Native(Some(why));
         }
         if let Some(jvm) = self.procs.get(&pid)
             && *jvm.path == *mapping.name

@@ -58,20 +58,9 @@ impl V8Walker {
             self.procs.insert(pid, Proc::Native);
             return Published::Native(None);
         };
-        // Its frames' layout (slots, registers) is read for x86-64 only.
-        if cfg!(not(target_arch = "x86_64")) {
-            return Published::Native(Some(format!(
-                "{}: V8 frames are walked on x86-64 only",
-                mapping.name
-            )));
-        }
-        // A perf map (node --perf-basic-prof) names the JIT code already: it wins.
-        if let Some(map) = crate::symbolize::PerfMap::locate(pid) {
+        if let Some(why) = super::super::jit_walk_refused(pid, &mapping.name, "V8") {
             self.procs.insert(pid, Proc::Native);
-            return Published::Native(Some(format!(
-                "{}: it writes a perf map ({map}), whose names are used",
-                mapping.name
-            )));
+            return Published::Native(Some(why));
         }
         if let Some(Proc::V8 { path, layout, .. }) = self.procs.get(&pid)
             && *path == mapping.name
