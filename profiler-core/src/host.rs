@@ -1,6 +1,6 @@
 //! Facts about this host the whole crate reads the same way: online CPUs, a process's
-//! threads and status fields, perf's sample-rate limit, the calling thread's id, and the
-//! monotonic clock (libcpc's `gethrtime`).
+//! threads, status fields and start time, perf's sample-rate limit, the calling thread's id,
+//! and the monotonic clock (libcpc's `gethrtime`).
 
 use std::{cell::Cell, io, sync::Once};
 
@@ -41,6 +41,33 @@ pub fn threads(pid: i32) -> io::Result<Vec<i32>> {
         .collect();
     tids.sort_unstable();
     Ok(tids)
+}
+
+/// When process `pid` started, on the wall clock: `starttime` of /proc/PID/stat (clock ticks
+/// since boot, CLOCK_BOOTTIME) after the boot's wall time (now less CLOCK_BOOTTIME). Good to
+/// a tick and to any step of the wall clock since boot; `None` once the process is gone.
+pub fn process_started(pid: u32) -> Option<std::time::SystemTime> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    started_from_stat(&stat)
+}
+
+fn started_from_stat(stat: &str) -> Option<std::time::SystemTime> {
+    use nix::{time::ClockId, unistd::SysconfVar};
+    // The command name may hold spaces and parentheses: fields count from its last ')'.
+    // After it come field 3 (state) onwards; starttime is field 22.
+    let ticks: u64 = stat
+        .get(stat.rfind(')')? + 1..)?
+        .split_ascii_whitespace()
+        .nth(22 - 3)?
+        .parse()
+        .ok()?;
+    let hz = nix::unistd::sysconf(SysconfVar::CLK_TCK).ok()??;
+    let hz = u64::try_from(hz).ok().filter(|&h| h > 0)?;
+    let since_boot = std::time::Duration::from(ClockId::CLOCK_BOOTTIME.now().ok()?);
+    let boot = std::time::SystemTime::now().checked_sub(since_boot)?;
+    boot.checked_add(std::time::Duration::from_nanos(
+        ticks.checked_mul(1_000_000_000 / hz)?,
+    ))
 }
 
 /// `kernel.perf_event_max_sample_rate`: the highest sampling frequency perf accepts (it
@@ -123,6 +150,21 @@ mod tests {
         assert!(!cpus.is_empty() && cpus.windows(2).all(|w| w[0] < w[1]));
         let (a, b) = (hrtime(), hrtime());
         assert!(a > 0 && b >= a);
+    }
+
+    #[test]
+    fn this_process_started_before_now_and_after_boot() {
+        let started = process_started(std::process::id()).expect("our own start");
+        let now = std::time::SystemTime::now();
+        // The test binary has been running a little while, and not for days.
+        let age = now.duration_since(started).expect("started before now");
+        assert!(age < std::time::Duration::from_secs(24 * 3600), "{age:?}");
+        assert_eq!(process_started(u32::MAX - 7), None);
+        // A command name with spaces and parentheses does not shift the fields.
+        let stat = "42 (a) b (c) R 1 42 42 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 0 1000 50";
+        let boot = started_from_stat(stat).unwrap();
+        let one_tick_later = started_from_stat(&stat.replace(" 0 1000 50", " 1 1000 50"));
+        assert!(one_tick_later.unwrap() > boot);
     }
 
     #[test]

@@ -536,6 +536,44 @@ pub fn watch(mut child: std::process::Child, every: std::time::Duration) -> (Out
     (child.wait_with_output().expect("output"), samples)
 }
 
+/// Removes, when dropped, the perf maps (`/tmp/perf-PID.map`) written since it was made by
+/// processes gone by then (`python -X perf` leaves its map behind): a later process given
+/// the same pid would otherwise be taken for their writer.
+pub struct PerfMapsLeftBehind(std::collections::HashSet<std::path::PathBuf>);
+
+impl PerfMapsLeftBehind {
+    pub fn watch() -> Self {
+        Self(Self::maps().map(|(path, _)| path).collect())
+    }
+
+    fn maps() -> impl Iterator<Item = (std::path::PathBuf, u32)> {
+        std::fs::read_dir("/tmp")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let pid = name
+                    .strip_prefix("perf-")?
+                    .strip_suffix(".map")?
+                    .parse()
+                    .ok()?;
+                Some((e.path(), pid))
+            })
+    }
+}
+
+impl Drop for PerfMapsLeftBehind {
+    fn drop(&mut self) {
+        for (path, pid) in Self::maps() {
+            let gone = !std::path::Path::new(&format!("/proc/{pid}")).exists();
+            if gone && !self.0.contains(&path) {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+}
+
 /// A child killed and reaped when dropped, so a test that fails midway leaves no busy
 /// process behind (a leaked spinner starves every later test of CPU).
 pub struct KillOnDrop(pub std::process::Child);

@@ -485,6 +485,7 @@ fn python_functions_match_py_spy_on_standard_library_work() {
 #[test]
 fn perf_trampolines_of_x_perf_keep_stacks_whole() {
     let _serial = serial();
+    let _maps = PerfMapsLeftBehind::watch();
     let dir = scratch("python_x_perf");
     let script = dir.join("xperf.py");
     std::fs::write(

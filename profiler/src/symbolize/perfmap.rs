@@ -50,8 +50,13 @@ impl PerfMap {
     /// Where `pid`'s map is, if anywhere: in our /tmp (a process in our pid namespace, or
     /// one that exited), else in its own /tmp seen through its root (a container). Only an
     /// lstat, which neither follows nor opens anything; [`PerfMap::read`] checks the file.
+    /// A map last written before the live process started is another's that had its pid (a
+    /// process that exited without removing its map, the pid since reused): not found.
     pub fn locate(pid: u32) -> Option<String> {
-        let exists = |p: &str| std::fs::symlink_metadata(p).is_ok();
+        let started = profiler_core::host::process_started(pid);
+        let exists = |p: &str| {
+            std::fs::symlink_metadata(p).is_ok_and(|m| !written_before(m.modified().ok(), started))
+        };
         let nspid = namespace_pid(pid);
         let ours = format!("/tmp/perf-{pid}.map");
         if nspid.is_none_or(|n| n == pid) && exists(&ours) {
@@ -136,6 +141,18 @@ fn read_checked(pid: u32, rules: &Rules) -> Result<Option<PerfMap>, Refusal> {
     Ok(Some(PerfMap::parse(&String::from_utf8_lossy(&bytes))))
 }
 
+/// Whether a file last written at `written` predates a process started at `started`: by more
+/// than a second, the slack of the start time's clocks (ticks, the wall clock's steps).
+fn written_before(
+    written: Option<std::time::SystemTime>,
+    started: Option<std::time::SystemTime>,
+) -> bool {
+    match (written, started) {
+        (Some(w), Some(s)) => w + std::time::Duration::from_secs(1) < s,
+        _ => false,
+    }
+}
+
 /// The pid of `pid` inside its own pid namespace (the last NSpid field).
 fn namespace_pid(pid: u32) -> Option<u32> {
     let status = profiler_core::host::TaskStatus::read(pid).ok()?;
@@ -178,6 +195,27 @@ mod tests {
         assert_eq!(map.find(0x7f0000002010), None);
         assert_eq!(map.find(0x10), None);
         assert_eq!(map.find(0x7f0000003000), None);
+    }
+
+    #[test]
+    fn a_map_older_than_its_process_is_another_process_s() {
+        let pid = std::process::id();
+        let path = format!("/tmp/perf-{pid}.map");
+        std::fs::write(&path, "7f0000001000 40 stale\n").unwrap();
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        let started = profiler_core::host::process_started(pid).unwrap();
+        // Written by a process that had our pid before us.
+        file.set_modified(started - std::time::Duration::from_secs(5))
+            .unwrap();
+        let stale = PerfMap::locate(pid);
+        // Written while we run.
+        file.set_modified(std::time::SystemTime::now()).unwrap();
+        let ours = PerfMap::locate(pid);
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(stale, None);
+        assert_eq!(ours, Some(path));
+        assert!(!written_before(None, Some(started)), "unknown: kept");
+        assert!(!written_before(Some(started), None), "gone: kept");
     }
 
     #[test]
