@@ -949,7 +949,7 @@ pub fn record_to(args: &[&str], out: &std::path::Path) {
 }
 
 /// `profiler record` with `args`, `-q -o out` and, unless empty, `--` and `command`; it must
-/// succeed.
+/// succeed. Its stderr is echoed for the test's output.
 pub fn record_command(args: &[&str], out: &std::path::Path, command: &[&str]) {
     let mut all = vec!["record"];
     all.extend(args);
@@ -959,12 +959,12 @@ pub fn record_command(args: &[&str], out: &std::path::Path, command: &[&str]) {
         all.extend(command);
     }
     let o = profiler(&all);
-    assert!(
-        o.status.success(),
-        "{}: {}",
-        all.join(" "),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{}: {stderr}", all.join(" "));
+    // Its notes (a runtime it left unwalked, and why), shown should a later check fail.
+    if !stderr.is_empty() {
+        eprintln!("{}:\n{stderr}", all.join(" "));
+    }
     assert!(out.exists(), "{}: no {}", all.join(" "), out.display());
 }
 
