@@ -142,6 +142,8 @@ fn switch_in(tid: u32, now: u64, oc: &OffCpuConfig, config: &SamplerConfig) {
     unsafe {
         let away = now.saturating_sub((*buf).header.time_ns);
         let copied = (*buf).header.flags & record_flags::STACK_COPY != 0;
+        // A runtime's frames are named while the process lives: never summed in the totals.
+        let runtime = (*buf).header.flags & record_flags::RUNTIME_FRAMES != 0;
         if away < oc.min_block_ns {
             add(stat::SHORT, 1);
             add(stat::SHORT_NS, away);
@@ -149,7 +151,7 @@ fn switch_in(tid: u32, now: u64, oc: &OffCpuConfig, config: &SamplerConfig) {
             // Its user stack is a copy to walk in user space: a record of its own, never
             // summed in the totals (whose key is the walked frames).
             with_copy(tid, buf, away, config, now);
-        } else if (*buf).header.flags & record_flags::RUNTIME_FRAMES == 0 && total(tid, buf, away) {
+        } else if !runtime && total(tid, buf, away) {
             add(stat::TOTALLED, 1);
         } else {
             let n = (usize::from((*buf).header.kernel_frames)
@@ -173,7 +175,7 @@ fn switch_in(tid: u32, now: u64, oc: &OffCpuConfig, config: &SamplerConfig) {
                 size,
                 wake as u64,
             );
-            let written = if (*buf).header.flags & record_flags::RUNTIME_FRAMES != 0 {
+            let written = if runtime {
                 stat::RUNTIME
             } else {
                 stat::WRITTEN

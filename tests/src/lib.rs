@@ -825,6 +825,60 @@ pub struct StackSample {
     pub frames: Vec<(String, String, i64, String)>,
 }
 
+/// `record -F 499 -p PID -d 2 -o out` of process `pid`, which wrote the perf map
+/// `/tmp/perf-PID.map` (removed afterwards): it must succeed, say in one line that the map's
+/// names are used, and name from the map at least 80 % of the (at least 200) samples of
+/// thread `tid`: those with a frame from the map whose function `named` accepts. Returns that
+/// thread's samples, for the caller's own checks.
+pub fn record_beside_perf_map(
+    what: &str,
+    pid: u32,
+    tid: u64,
+    out: &std::path::Path,
+    named: impl Fn(&str) -> bool,
+) -> Vec<StackSample> {
+    let map = format!("/tmp/perf-{pid}.map");
+    let o = profiler(&[
+        "record",
+        "-F",
+        "499",
+        "-p",
+        &pid.to_string(),
+        "-d",
+        "2",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let _ = std::fs::remove_file(&map);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{what}: {stderr}");
+    assert!(
+        stderr.contains(&format!("({map}), whose names are used")),
+        "{what}: {stderr}"
+    );
+    let main: Vec<StackSample> = stack_samples(out)
+        .into_iter()
+        .filter(|s| s.tid == tid)
+        .collect();
+    let all: u64 = main.iter().map(|s| s.n).sum();
+    let mapped: u64 = main
+        .iter()
+        .filter(|s| {
+            s.frames
+                .iter()
+                .any(|f| f.3.ends_with(".map") && named(&f.0))
+        })
+        .map(|s| s.n)
+        .sum();
+    eprintln!("{what}: {mapped}/{all} samples of thread {tid} named from its perf map");
+    assert!(all >= 200, "{what}: {all} samples of thread {tid}");
+    assert!(
+        mapped * 100 >= all * 80,
+        "{what}: {mapped}/{all} named from the map"
+    );
+    main
+}
+
 /// Every sample of `pprof`, read by the independent decoder.
 pub fn stack_samples(pprof: &std::path::Path) -> Vec<StackSample> {
     let v = python_decode_with(pprof, &["--stacks"]);

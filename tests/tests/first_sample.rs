@@ -278,9 +278,16 @@ fn short_ls_processes_keep_their_modules_like_perf() {
         total >= 300 && perf_total >= 300,
         "{total} and {perf_total} samples"
     );
+    let unnamed: Vec<String> = ours
+        .iter()
+        .filter(|(f, _)| f.last().is_none_or(|leaf| leaf.starts_with("[unknown]")))
+        .take(8)
+        .map(|(f, n)| format!("{n} x {}", f.join(";")))
+        .collect();
     assert!(
         ours_pct >= 99.0 && ours_pct >= perf_pct - 1.0,
-        "profiler {ours_pct:.2} % vs perf {perf_pct:.2} %"
+        "profiler {ours_pct:.2} % vs perf {perf_pct:.2} %; unnamed:\n{}",
+        unnamed.join("\n")
     );
 }
 

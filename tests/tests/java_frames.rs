@@ -245,46 +245,10 @@ fn a_perf_map_wins() {
         .output()
         .expect("jcmd");
     assert!(o.status.success() && map.exists(), "jcmd Compiler.perfmap");
-    let pprof = dir.join("perfmap.pb.gz");
-    let o = profiler(&[
-        "record",
-        "-F",
-        "499",
-        "-p",
-        &pid.to_string(),
-        "-d",
-        "2",
-        "-o",
-        pprof.to_str().unwrap(),
-    ]);
-    let _ = std::fs::remove_file(&map);
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{stderr}");
-    assert!(
-        stderr.contains(&format!("/tmp/perf-{pid}.map), whose names are used")),
-        "{stderr}"
-    );
     let tid = u64::from(java::main_thread(pid));
-    let main: Vec<StackSample> = stack_samples(&pprof)
-        .into_iter()
-        .filter(|s| s.tid == tid)
-        .collect();
-    let all: u64 = main.iter().map(|s| s.n).sum();
-    let mapped: u64 = main
-        .iter()
-        .filter(|s| {
-            s.frames
-                .iter()
-                .any(|f| f.0.contains("fixture.Chain.") && f.3.ends_with(".map"))
-        })
-        .map(|s| s.n)
-        .sum();
-    eprintln!("perf map: {mapped}/{all} main-thread samples named from it");
-    assert!(all >= 200, "{all} main-thread samples");
-    assert!(
-        mapped * 100 >= all * 80,
-        "{mapped}/{all} named from the map"
-    );
+    let main = record_beside_perf_map("JDK perf map", pid, tid, &dir.join("perfmap.pb.gz"), |f| {
+        f.contains("fixture.Chain.")
+    });
     assert!(
         main.iter()
             .all(|s| s.frames.iter().all(|f| f.1 != "Chain.java")),

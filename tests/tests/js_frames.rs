@@ -248,49 +248,14 @@ fn a_perf_map_wins() {
     };
     let js = start_with(&node, &["--perf-basic-prof"], &script_path(), 30);
     let pid = js.0.id();
-    let map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
-    let pprof = dir.join("perfmap.pb.gz");
-    let o = profiler(&[
-        "record",
-        "-F",
-        "499",
-        "-p",
-        &pid.to_string(),
-        "-d",
-        "2",
-        "-o",
-        pprof.to_str().unwrap(),
-    ]);
+    let main = record_beside_perf_map(
+        &format!("Node {major} perf map"),
+        pid,
+        u64::from(pid),
+        &dir.join("perfmap.pb.gz"),
+        |f| ["inner", "outer"].iter().any(|n| f.contains(n)),
+    );
     drop(js);
-    let _ = std::fs::remove_file(&map);
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{stderr}");
-    assert!(
-        stderr.contains(&format!("({}), whose names are used", map.display())),
-        "Node {major}: {stderr}"
-    );
-    let main: Vec<Sample> = samples(&pprof)
-        .into_iter()
-        .filter(|s| s.tid == u64::from(pid))
-        .collect();
-    let all: u64 = main.iter().map(|s| s.n).sum();
-    let mapped: u64 = main
-        .iter()
-        .filter(|s| {
-            s.frames.iter().any(|f| {
-                f.3.ends_with(".map") && ["inner", "outer"].iter().any(|n| f.0.contains(n))
-            })
-        })
-        .map(|s| s.n)
-        .sum();
-    eprintln!(
-        "Node {major} perf map: {mapped}/{all} main-thread samples with inner or outer from it"
-    );
-    assert!(all >= 200, "{all} main-thread samples");
-    assert!(
-        mapped * 100 >= all * 80,
-        "{mapped}/{all} named from the map"
-    );
     let script = script_path();
     assert!(
         main.iter()

@@ -76,7 +76,9 @@ impl MapHistory {
                         offset: *pgoff,
                         dev: *dev,
                         ino: *ino,
-                        name: Arc::from(path.as_str()),
+                        // The kernel names anonymous memory `//anon`; /proc leaves it
+                        // unnamed, and so does every reader of mappings here.
+                        name: Arc::from(if path == "//anon" { "" } else { path.as_str() }),
                     },
                 );
             }
@@ -210,14 +212,19 @@ mod tests {
         });
         h.apply(&mmap(11, 0x5000, "/bin/ls"));
         h.apply(&mmap(11, 0x9000, "/lib/libc.so.6"));
+        h.apply(&mmap(11, 0xd000, "//anon"));
         h.apply(&SideRecord::Exit {
             pid: 11,
             tid: 11,
             time: 0,
         });
         let ls = h.mappings(11, Some(&comm("ls"))).unwrap();
-        assert_eq!(ls.len(), 2);
+        assert_eq!(ls.len(), 3);
         assert_eq!(&*ls[0].name, "/bin/ls");
+        assert_eq!(
+            &*ls[2].name, "",
+            "anonymous memory, unnamed as /proc has it"
+        );
         // Before its exec, the child ran its parent's image.
         let before = h.mappings(11, Some(&comm("sh"))).unwrap();
         assert_eq!(&*before[0].name, "/bin/sh");

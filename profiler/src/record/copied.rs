@@ -278,37 +278,45 @@ mod tests {
         bytes
     }
 
-    #[test]
-    fn walks_rsp_and_rbp_rules_to_the_end_row() {
-        // One module at 0x1000..0x2000 (bias 0x1000): f at pc 0x000 (CFA rsp+16), g at
-        // 0x100 (CFA rbp+16, rbp saved at CFA-16), _start at 0x200 (END).
-        let rows = [
-            UnwindRow {
-                pc: 0x000,
-                cfa: cfa::RSP,
-                cfa_offset: 16,
-                rbp: 0,
-            },
-            UnwindRow {
-                pc: 0x100,
-                cfa: cfa::RBP,
-                cfa_offset: 16,
-                rbp: -2,
-            },
-            UnwindRow {
-                pc: 0x200,
-                cfa: cfa::END,
-                cfa_offset: 0,
-                rbp: 0,
-            },
-        ];
+    fn row(pc: u32, cfa: u8, cfa_offset: u16, rbp: i8) -> UnwindRow {
+        UnwindRow {
+            pc,
+            cfa,
+            cfa_offset,
+            rbp,
+        }
+    }
+
+    /// Walks the copy `bytes` of `head`'s stack with one module at 0x1000..0x2000 (bias
+    /// 0x1000) whose rows are `rows`, no runtime's frames.
+    fn walk_rows(rows: &[UnwindRow], head: &StackCopyHead, bytes: &[u8]) -> (Vec<u64>, u32) {
         let maps = [UnwindMapping {
             start: 0x1000,
             end: 0x2000,
             bias: 0x1000,
             rows_start: 0,
-            rows_len: 3,
+            rows_len: rows.len() as u32,
         }];
+        let copy = Copy::new(head, bytes);
+        walk(
+            &maps,
+            |s, l| rows.get(s as usize..(s + l) as usize),
+            &|_, _, _, _| None,
+            false,
+            head,
+            &copy,
+        )
+    }
+
+    #[test]
+    fn walks_rsp_and_rbp_rules_to_the_end_row() {
+        // One module at 0x1000..0x2000 (bias 0x1000): f at pc 0x000 (CFA rsp+16), g at
+        // 0x100 (CFA rbp+16, rbp saved at CFA-16), _start at 0x200 (END).
+        let rows = [
+            row(0x000, cfa::RSP, 16, 0),
+            row(0x100, cfa::RBP, 16, -2),
+            row(0x200, cfa::END, 0, 0),
+        ];
         let sp = 0x7000_0208;
         // f: CFA = sp + 16 = 0x218, return into g at 0x1150.
         // g: rbp = 0x7000_0240 -> CFA 0x250, return into _start at 0x1210; saved rbp 0.
@@ -329,15 +337,7 @@ mod tests {
             lr: 0,
             len: 1024,
         };
-        let copy = Copy::new(&head, &bytes);
-        let (frames, flags) = walk(
-            &maps,
-            |s, l| rows.get(s as usize..(s + l) as usize),
-            &|_, _, _, _| None,
-            false,
-            &head,
-            &copy,
-        );
+        let (frames, flags) = walk_rows(&rows, &head, &bytes);
         assert_eq!(frames, [0x1010, 0x1150, 0x1210]);
         assert_eq!(flags, record_flags::UNWIND_TABLES);
     }
@@ -348,25 +348,12 @@ mod tests {
     #[test]
     fn walks_link_register_and_frame_records() {
         use profiler_common::unwind::ra;
-        let row = |pc, cfa, cfa_offset, rbp| UnwindRow {
-            pc,
-            cfa,
-            cfa_offset,
-            rbp,
-        };
         let rows = [
             row(0x000, cfa::RSP | ra::LR, 0, 0),
             row(0x100, cfa::RSP | ra::RECORD, 32, -4),
             row(0x200, cfa::RSP | ra::RECORD | ra::FROM_REGISTER, 2048, 0),
             row(0x300, cfa::END, 0, 0),
         ];
-        let maps = [UnwindMapping {
-            start: 0x1000,
-            end: 0x2000,
-            bias: 0x1000,
-            rows_start: 0,
-            rows_len: 4,
-        }];
         let sp = 0x7000_0200;
         // f: returns through lr into g. g: CFA sp + 32, its record (x29, x30) at sp.
         // h: CFA = g's CFA + 2048, its record at g's CFA (the bottom of h's frame).
@@ -388,51 +375,20 @@ mod tests {
             lr: 0x1150,
             len: 4096,
         };
-        let copy = Copy::new(&head, &bytes);
-        let (frames, flags) = walk(
-            &maps,
-            |s, l| rows.get(s as usize..(s + l) as usize),
-            &|_, _, _, _| None,
-            false,
-            &head,
-            &copy,
-        );
+        let (frames, flags) = walk_rows(&rows, &head, &bytes);
         assert_eq!(frames, [0x1010, 0x1150, 0x1210, 0x1310]);
         assert_eq!(flags, record_flags::UNWIND_TABLES);
         // The link register holds only the sampled frame's return address: a second frame
         // returning through it is a corrupt walk.
         let rows = [row(0x000, cfa::RSP | ra::LR, 0, 0)];
-        let maps = [UnwindMapping {
-            rows_len: 1,
-            ..maps[0]
-        }];
-        let (frames, flags) = walk(
-            &maps,
-            |s, l| rows.get(s as usize..(s + l) as usize),
-            &|_, _, _, _| None,
-            false,
-            &head,
-            &copy,
-        );
+        let (frames, flags) = walk_rows(&rows, &head, &bytes);
         assert_eq!(frames, [0x1010, 0x1150]);
         assert_ne!(flags & record_flags::UNWIND_PARTIAL, 0);
     }
 
     #[test]
     fn a_read_outside_the_copy_stops_the_walk_as_partial() {
-        let rows = [UnwindRow {
-            pc: 0,
-            cfa: cfa::RSP,
-            cfa_offset: 4096,
-            rbp: 0,
-        }];
-        let maps = [UnwindMapping {
-            start: 0x1000,
-            end: 0x2000,
-            bias: 0x1000,
-            rows_start: 0,
-            rows_len: 1,
-        }];
+        let rows = [row(0, cfa::RSP, 4096, 0)];
         let head = StackCopyHead {
             ip: 0x1010,
             sp: 0x7000_0000,
@@ -441,15 +397,7 @@ mod tests {
             len: 512,
         };
         let bytes = vec![0u8; 512];
-        let copy = Copy::new(&head, &bytes);
-        let (frames, flags) = walk(
-            &maps,
-            |s, l| rows.get(s as usize..(s + l) as usize),
-            &|_, _, _, _| None,
-            false,
-            &head,
-            &copy,
-        );
+        let (frames, flags) = walk_rows(&rows, &head, &bytes);
         assert_eq!(frames, [0x1010]);
         assert_ne!(flags & record_flags::UNWIND_PARTIAL, 0);
     }

@@ -221,11 +221,23 @@ impl Normalizer {
                 .reported_maps(pid, comm.as_ref())
                 .or(last)
                 .unwrap_or_default(),
-            // Threads with their own names share one snapshot when nothing changed.
-            Ok(m) => match last {
-                Some(last) if *last == m => last,
-                _ => Arc::new(m),
-            },
+            // A process whose exec the sideband saw: what it reported, /proc's mappings over
+            // it (a read that races the process's exit can end early: the file is made a
+            // page at a time, the process's memory unlocked between pages).
+            Ok(m) => {
+                let m = match reported
+                    .filter(|&latest| latest)
+                    .and_then(|_| self.reported_maps(pid, comm.as_ref()))
+                {
+                    Some(r) => r.merged(&m),
+                    None => m,
+                };
+                // Threads with their own names share one snapshot when nothing changed.
+                match last {
+                    Some(last) if *last == m => last,
+                    _ => Arc::new(m),
+                }
+            }
             // Gone: never /proc (its pid may be another process's by now).
             Err(_) => self
                 .reported_maps(pid, comm.as_ref())
@@ -595,5 +607,43 @@ mod tests {
         if snaps[0].1 == snaps[1].1 {
             assert!(Arc::ptr_eq(&snaps[0].1, &snaps[1].1));
         }
+    }
+
+    /// A process whose exec the sideband reported keeps what it reported beside what /proc
+    /// says now: a /proc read cut short (by the process's exit) loses none of its mappings.
+    #[test]
+    fn what_the_sideband_reported_fills_in_proc_s_maps() {
+        use crate::perf::SideRecord;
+        let mut s = Normalizer::new();
+        let pid = std::process::id();
+        let h = s.history_mut();
+        h.apply(&SideRecord::Comm {
+            pid,
+            tid: pid,
+            comm: name("tests"),
+            exec: true,
+            time: 0,
+        });
+        // A mapping /proc cannot have (the top of the user address space is the stack's).
+        h.apply(&SideRecord::Mmap {
+            pid,
+            addr: 0x7fff_ffff_0000,
+            len: 0x1000,
+            pgoff: 0,
+            dev: 1,
+            ino: 2,
+            path: "/lib/ld-linux.so".into(),
+            time: 1,
+        });
+        s.observe(pid, Some(name("tests")));
+        let maps = s.maps_of(pid, Some(&name("tests"))).unwrap();
+        let proc = ProcessMaps::read(pid).unwrap();
+        assert_eq!(maps.entries().len(), proc.entries().len() + 1);
+        assert_eq!(
+            maps.find(0x7fff_ffff_0010).map(|e| e.name.as_ref()),
+            Some("ld-linux.so")
+        );
+        let text = proc.entries()[0].start;
+        assert_eq!(maps.find(text), proc.find(text), "/proc's own entries kept");
     }
 }
