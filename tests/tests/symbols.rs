@@ -117,20 +117,68 @@ fn our_plt_share(folded: &str) -> (f64, u64) {
     (plt as f64 * 100.0 / all as f64, all)
 }
 
+/// The leaf functions of a folded profile with the most weight, and their shares (printed
+/// beside perf's own list: where a difference between the two samplers goes).
+fn our_top_leaves(folded: &str, n: usize) -> Vec<(String, f64)> {
+    let mut by: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+    let mut all = 0;
+    for line in folded.lines().filter(|l| !l.starts_with('#')) {
+        let Some((stack, w)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let w: u64 = w.parse().unwrap();
+        all += w;
+        *by.entry(stack.rsplit(';').next().unwrap_or(""))
+            .or_default() += w;
+    }
+    let mut v: Vec<(String, f64)> = by
+        .into_iter()
+        .map(|(k, w)| (k.to_string(), w as f64 * 100.0 / all.max(1) as f64))
+        .collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1));
+    v.truncate(n);
+    v
+}
+
 /// perf's share of samples in the `plt` fixture's PLT stubs. perf names a stub `tiny@plt`,
 /// or, on files with `.plt.sec`, after the symbol before the section (`_init`, never run
 /// in this loop).
-fn perf_plt_share(data: &Path) -> f64 {
+fn perf_plt_share(data: &Path) -> (f64, String) {
     let out = Command::new("perf")
         .args(["report", "--stdio", "-q", "--sort", "dso,sym", "-i"])
         .arg(data)
         .output()
         .expect("perf report");
     let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
+    let share = text
+        .lines()
         .filter(|l| l.contains(" plt ") && (l.contains("@plt") || l.ends_with("] _init")))
         .filter_map(|l| l.trim().split('%').next()?.trim().parse::<f64>().ok())
-        .sum()
+        .sum();
+    let top = text.lines().take(6).collect::<Vec<_>>().join("\n");
+    (share, top)
+}
+
+/// CLOCK_MONOTONIC in seconds, the clock `perf script` prints samples' times in.
+fn monotonic_secs() -> f64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
+    t.tv_sec() as f64 + t.tv_nsec() as f64 / 1e9
+}
+
+/// perf's sample count and the span of its samples' times (`perf script`), in seconds.
+fn perf_window(data: &Path) -> (usize, f64, f64) {
+    let out = Command::new("perf")
+        .args(["script", "-F", "time", "-i"])
+        .arg(data)
+        .output()
+        .expect("perf script");
+    let times: Vec<f64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().trim_end_matches(':').parse().ok())
+        .collect();
+    let first = times.first().copied().unwrap_or(0.0);
+    let last = times.last().copied().unwrap_or(0.0);
+    (times.len(), first, last)
 }
 
 #[test]
@@ -168,11 +216,11 @@ fn plt_stubs_are_named_and_counted_as_perf_counts_them() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    let began = monotonic_secs();
     let ours = profiler(&[
         "record",
         "-F",
         "3989",
-        "-q",
         "-p",
         &pid,
         "-d",
@@ -191,8 +239,26 @@ fn plt_stubs_are_named_and_counted_as_perf_counts_them() {
     let text = std::fs::read_to_string(&folded).unwrap();
     assert!(text.contains("tiny@plt"), "named after its relocation");
     let (share, samples) = our_plt_share(&text);
-    let theirs = perf_plt_share(&data);
+    let (theirs, perf_top) = perf_plt_share(&data);
     eprintln!("plt stub share: profiler {share:.2} % of {samples}, perf {theirs:.2} %");
+    // Where a difference goes, for the next failure to show: both tools' windows and
+    // counts (ours: its summary line, started at `began`) and their hottest leaves.
+    let (n, first, last) = perf_window(&data);
+    eprintln!(
+        "perf: {n} samples from {first:.3} to {last:.3} s (CLOCK_MONOTONIC), {:.0}/s; \
+         profiler started at {began:.3} s: {}",
+        n as f64 / (last - first).max(1e-9),
+        [&ours.stdout, &ours.stderr]
+            .iter()
+            .flat_map(|o| String::from_utf8_lossy(o)
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>())
+            .find(|l| l.contains(" samples of "))
+            .unwrap_or_else(|| "(no summary)".into())
+    );
+    eprintln!("profiler's leaves: {:?}", our_top_leaves(&text, 6));
+    eprintln!("perf's:\n{perf_top}");
     assert!(samples > 2000, "{samples} samples");
     // The stub's share depends on the CPU and the load (3.6 to 10.8 % measured on these
     // machines, 37 % in one CI run on an EPYC): at 2 % of these samples, thousands of them
