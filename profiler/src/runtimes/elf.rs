@@ -30,7 +30,10 @@ pub enum ElfError {
 pub fn with_elf<T>(
     pid: u32,
     mapping: &Mapping,
-    inspect: impl for<'a> FnOnce(&object::File<'a, &'a ReadCache<ReadAt<'a>>>) -> T,
+    inspect: impl for<'a> FnOnce(
+        &object::File<'a, &'a ReadCache<ReadAt<'a>>>,
+        &'a ReadCache<ReadAt<'a>>,
+    ) -> T,
 ) -> Result<T, ElfError> {
     let path = mapping.name.to_string();
     let mut files = ElfFiles::default();
@@ -40,7 +43,7 @@ pub fn with_elf<T>(
             path: path.clone(),
             source,
         })?;
-        Ok(inspect(&obj))
+        Ok(inspect(&obj, &cache))
     });
     read.unwrap_or_else(|| {
         let why = files.take_refusals().join("; ");

@@ -75,7 +75,7 @@ pub fn detect_in<M: Memory + ?Sized>(
         return Ok(Detection::NotJvm);
     };
     let path = mapping.name.to_string();
-    let exports = with_elf(pid, &mapping, |obj| exports(obj, &mapping))?.ok_or_else(|| {
+    let exports = with_elf(pid, &mapping, |obj, _| exports(obj, &mapping))?.ok_or_else(|| {
         ElfError::NoSegment {
             path: path.clone(),
             offset: mapping.offset,

@@ -106,7 +106,7 @@ pub fn detect(pid: u32) -> Result<Detection, DetectError> {
         return Ok(Detection::NotPython);
     };
     let path = mapping.name.to_string();
-    let found = with_elf(pid, &mapping, |obj| inspect(obj, &path, &mapping))??;
+    let found = with_elf(pid, &mapping, |obj, _| inspect(obj, &path, &mapping))??;
     Ok(match found {
         Ok((version, build_id, bias, symbols)) => match offsets::for_version(version) {
             Ok(offsets) => {

@@ -40,7 +40,7 @@ pub fn detect_in(pid: u32, maps: &[Mapping]) -> Result<Detection, DetectError> {
     // A closure, not the path: `with_elf` takes a callback for every file lifetime, which the
     // generic function's own lifetime parameter cannot name.
     #[allow(clippy::redundant_closure)]
-    let read = with_elf(pid, &mapping, |obj| Layout::from_elf(obj))?;
+    let read = with_elf(pid, &mapping, |obj, data| Layout::from_elf(obj, data))?;
     Ok(match read {
         Ok(layout) => Detection::Found {
             path,

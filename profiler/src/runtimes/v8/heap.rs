@@ -100,17 +100,25 @@ impl<'a, M: Memory + ?Sized> Heap<'a, M> {
 
     /// The bytes of a ByteArray (same header as a FixedArray: map, length).
     pub fn byte_array(&self, tagged: u64) -> Result<Vec<u8>, ReadError> {
-        let f = &self.layout.fields;
-        let len = self.smi_field(tagged, f.fixed_array_length)?;
+        self.bytes_from(tagged, self.layout.fields.fixed_array_data)
+    }
+
+    /// The bytecodes of the BytecodeArray `tagged`.
+    pub fn bytecodes(&self, tagged: u64) -> Result<Vec<u8>, ReadError> {
+        self.bytes_from(tagged, self.layout.fields.bytecode_array_header)
+    }
+
+    /// The bytes of an array whose length is its FixedArrayBase length and whose data
+    /// starts at `data`.
+    fn bytes_from(&self, tagged: u64, data: u16) -> Result<Vec<u8>, ReadError> {
+        let len = self.smi_field(tagged, self.layout.fields.fixed_array_length)?;
         let len = usize::try_from(len)
             .ok()
             .filter(|&n| n <= MAX_ARRAY_LEN)
             .ok_or_else(|| ReadError::invalid("byte array", tagged, format!("length {len}")))?;
         let mut bytes = vec![0u8; len];
-        self.mem.read(
-            self.layout.untag(tagged) + u64::from(f.fixed_array_data),
-            &mut bytes,
-        )?;
+        self.mem
+            .read(self.layout.untag(tagged) + u64::from(data), &mut bytes)?;
         Ok(bytes)
     }
 

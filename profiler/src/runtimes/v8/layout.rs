@@ -10,6 +10,8 @@ use std::collections::HashMap;
 
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind};
 
+use super::baseline::{self, BytecodeSizes};
+
 /// V8's version, as `v8::internal::Version` holds it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct V8Version {
@@ -209,6 +211,10 @@ pub struct Layout {
     /// `None` when the build does not export them: inlined JS functions are then shown as
     /// the function they were inlined into.
     pub deopt: Option<DeoptSlots>,
+    /// The sizes of this build's bytecodes (from its `Bytecodes::kBytecodeSizes`); `None`
+    /// when it does not export them: baseline (Sparkplug) frames then get their function's
+    /// first line.
+    pub bytecode_sizes: Option<BytecodeSizes>,
     /// Names of the entries derived rather than exported.
     pub derived: Vec<&'static str>,
 }
@@ -238,11 +244,13 @@ impl Layout {
         (word & 1 == 0).then_some(word >> 1)
     }
 
-    /// Reads the layout from an ELF file's `v8dbg_*` symbols.
+    /// Reads the layout from an ELF file's `v8dbg_*` symbols (`data`: the file's bytes, as
+    /// `obj` was parsed from).
     pub fn from_elf<'d, R: object::ReadRef<'d>>(
         obj: &object::File<'d, R>,
+        data: R,
     ) -> Result<Layout, Unsupported> {
-        let consts = Constants::read(obj);
+        let consts = Constants::read(obj, data);
         if consts.values.is_empty() {
             return Err(Unsupported::NoMetadata);
         }
@@ -256,6 +264,8 @@ impl Layout {
 pub struct Constants {
     pub values: HashMap<String, i64>,
     pub version: Option<V8Version>,
+    /// The bytes of `Bytecodes::kBytecodeSizes`.
+    pub bytecode_sizes: Option<Vec<u8>>,
 }
 
 const VERSION_SYMBOLS: [&str; 4] = [
@@ -266,9 +276,10 @@ const VERSION_SYMBOLS: [&str; 4] = [
 ];
 
 impl Constants {
-    pub fn read<'d, R: object::ReadRef<'d>>(obj: &object::File<'d, R>) -> Constants {
+    pub fn read<'d, R: object::ReadRef<'d>>(obj: &object::File<'d, R>, data: R) -> Constants {
         let mut values = HashMap::new();
         let mut version = [None; 4];
+        let mut bytecode_sizes = None;
         // .symtab when present (it holds all of them), .dynsym too: a stripped build keeps
         // the exported ones there.
         for sym in obj.symbols().chain(obj.dynamic_symbols()) {
@@ -283,6 +294,8 @@ impl Constants {
                 }
             } else if let Some(i) = VERSION_SYMBOLS.iter().position(|v| *v == name) {
                 version[i] = read_int(obj, sym.address(), size);
+            } else if name == baseline::SIZES_SYMBOL && bytecode_sizes.is_none() {
+                bytecode_sizes = read_bytes(obj, data, sym.address(), sym.size());
             }
         }
         let version = match version {
@@ -294,7 +307,11 @@ impl Constants {
             }),
             _ => None,
         };
-        Constants { values, version }
+        Constants {
+            values,
+            version,
+            bytecode_sizes,
+        }
     }
 
     fn get(&self, version: V8Version, name: &'static str) -> Result<i64, Unsupported> {
@@ -513,9 +530,28 @@ impl Constants {
             fields,
             code_kinds,
             deopt,
+            bytecode_sizes: self.bytecode_sizes.clone().and_then(BytecodeSizes::new),
             derived,
         })
     }
+}
+
+/// The `size` bytes at virtual address `addr` of the file, from a section with file bytes,
+/// read alone (not the whole section: node's `.rodata` is tens of MiB).
+fn read_bytes<'d, R: object::ReadRef<'d>>(
+    obj: &object::File<'d, R>,
+    data: R,
+    addr: u64,
+    size: u64,
+) -> Option<Vec<u8>> {
+    let section = obj
+        .sections()
+        .find(|s| s.address() <= addr && addr + size <= s.address() + s.size())?;
+    let (offset, _) = section.file_range()?;
+    let bytes = data
+        .read_bytes_at(offset + (addr - section.address()), size)
+        .ok()?;
+    Some(bytes.to_vec())
 }
 
 /// The little-endian signed integer of `size` bytes at virtual address `addr` of the file:
@@ -549,7 +585,7 @@ mod tests {
         let file = std::fs::File::open("/usr/bin/node").ok()?;
         let cache = ReadCache::new(&file);
         let obj = object::File::parse(&cache).expect("node is an ELF file");
-        Some(Layout::from_elf(&obj).expect("Node 20's V8 is read"))
+        Some(Layout::from_elf(&obj, &cache).expect("Node 20's V8 is read"))
     }
 
     /// Node 20.20.2 (Debian's /usr/bin/node, V8 11.3.244.8-node.38). Checked on the file
@@ -606,6 +642,16 @@ mod tests {
         assert_eq!(l.strings.one_byte_tag, 8);
         assert_eq!(l.strings.seq_one_byte_chars, 16);
         assert_eq!((l.code_kinds.interpreted, l.code_kinds.baseline), (10, 11));
+        // 198 bytecodes, the first four (Wide, ExtraWide and their DebugBreak twins) a byte
+        // at every scale; the listing check is tests/tests/v8_layout.rs's.
+        let sizes = l.bytecode_sizes.clone().expect("kBytecodeSizes exported");
+        assert_eq!(sizes.size_at(&[0, 0x0c], 0), Some(2), "Wide LdaZero");
+        assert_eq!(sizes.size_at(&[0x0b, 0x03], 0), Some(2), "Ldar a0");
+        // The synthetic layout the unit tests use is this file's, its sizes aside.
+        let l = Layout {
+            bytecode_sizes: None,
+            ..l
+        };
         assert_eq!(l, tests_support::layout_11_3());
     }
 

@@ -72,6 +72,7 @@
 //! after the sample, cached by (JSFunction, position) and checked against the function's
 //! SharedFunctionInfo at each use (a moving GC reuses addresses).
 
+pub mod baseline;
 pub mod code;
 pub mod detect;
 pub mod heap;

@@ -2,7 +2,8 @@
 //! function it was: function name, script name, line.
 
 use super::{
-    code::{code_of, position_of_pc, positions_of_pc},
+    baseline::bytecode_offset,
+    code::{CodeInfo, code_of, position_of_pc, positions_of_pc},
     heap::Heap,
     layout::Layout,
     positions::{count_line_ends, decode_source_positions, line_of, position_at},
@@ -101,11 +102,44 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
             .field(function, self.layout().fields.js_function_shared)?;
         if let Position::Pc { pc, top } = position
             && let Ok(code) = code_of(&self.heap, function)
-            && let Some(at) = position_of_pc(&self.heap, &code, pc, top)
         {
-            return self.frame_of_shared(sfi, Position::ScriptOffset(at));
+            if let Some(at) = position_of_pc(&self.heap, &code, pc, top) {
+                return self.frame_of_shared(sfi, Position::ScriptOffset(at));
+            }
+            if let Some(offset) = self.baseline_offset(sfi, &code, pc, top) {
+                return self.frame_of_shared(sfi, offset);
+            }
         }
         self.frame_of_shared(sfi, position)
+    }
+
+    /// Where `pc` is in baseline (Sparkplug) `code` of the function `sfi`: the bytecode it
+    /// runs, or `Unknown` in its prologue; `None` when `code` is not baseline code holding
+    /// `pc`, or its tables cannot be read.
+    fn baseline_offset(&self, sfi: u64, code: &CodeInfo, pc: u64, top: bool) -> Option<Position> {
+        let l = self.layout();
+        let sizes = l.bytecode_sizes.as_ref()?;
+        // A return address is looked up as it is (V8 counts a bytecode's code as the range
+        // (start, end]); the stopped instruction one byte on.
+        let inside = if top { pc } else { pc.checked_sub(1)? };
+        if code.kind != l.code_kinds.baseline || !code.contains(inside) {
+            return None;
+        }
+        // Baseline code keeps its bytecode offset table where optimized code keeps its
+        // source positions.
+        let table = self
+            .heap
+            .field(code.code, l.fields.code_source_positions)
+            .ok()?;
+        if self.heap.instance_type(table).ok()? != l.types.byte_array {
+            return None;
+        }
+        let table = self.heap.byte_array(table).ok()?;
+        let bytecodes = self.heap.bytecodes(self.bytecode_array(sfi)?).ok()?;
+        match bytecode_offset(&table, &bytecodes, sizes, pc - code.start + u64::from(top))? {
+            -1 => Some(Position::Unknown),
+            o => Some(Position::BytecodeOffset(u32::try_from(o).ok()?)),
+        }
     }
 
     /// The frames of the JSFunction `function` at `position`, outermost first: with a PC in

@@ -94,5 +94,6 @@ pub fn constants_11_3() -> Constants {
             build: 244,
             patch: 8,
         }),
+        bytecode_sizes: None,
     }
 }
