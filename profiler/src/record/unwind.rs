@@ -363,9 +363,8 @@ impl TableLoader {
             .procs
             .get(&pid)
             .is_some_and(|p| !p.mappings.is_empty() && p.mappings != mappings);
-        // A process a runtime walks (CPython) has its modules built now, big ones too: its
-        // runtime's frames come only through the kernel's walk, which needs the eval loop's
-        // module (libpython) to reach them.
+        // A process whose runtime's frames come only through the kernel's walk (CPython) has
+        // its modules built now, big ones too (see `Runtimes::walks`).
         let was = self.build_now;
         self.build_now |= self
             .runtimes

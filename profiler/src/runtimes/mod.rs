@@ -138,12 +138,17 @@ impl Runtimes {
         }
     }
 
-    /// Whether some runtime may walk this process (cheap: its mappings' names), so that
-    /// its native tables are worth building at once.
+    /// Whether this process's native tables must be built at once, big modules too (cheap:
+    /// its mappings' names): CPython's frames come only through the kernel's walk, which
+    /// needs the eval loop's module (libpython) to reach them. JVMs and node are not held
+    /// for theirs (libjvm's and node's CFI, 1.5 and 2.7 MiB, took 60 to 160 ms on the
+    /// reader): published at once, their Java and JS frames are walked in the kernel from
+    /// the first moments, a stack that reaches a module still being built is copied there
+    /// and finished when it is (JS frames are found in copies too), and the reader goes on
+    /// draining the ring meanwhile (a JVM started under `record` had 30 to 110 ms of its
+    /// first Java unnamed; node's first waits under --off-cpu filled the ring).
     pub fn walks(&self, pid: u32, mappings: &[Mapping]) -> bool {
-        (self.python.is_some() && python::detect::is_candidate(pid, mappings))
-            || (self.v8.is_some() && v8::detect::v8_mapping(mappings).is_some())
-            || (self.hotspot.is_some() && hotspot::detect::libjvm_mapping(mappings).is_some())
+        self.python.is_some() && python::detect::is_candidate(pid, mappings)
     }
 
     /// Whether some runtime looked at process `pid` too early to read it (a starting JVM),
