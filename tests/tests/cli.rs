@@ -154,3 +154,37 @@ fn report_and_flamegraph_take_the_file_as_an_argument_or_with_i() {
         "--diff with FILE",
     );
 }
+
+/// Every usage error names what is wrong or missing, on its one line, and exits 2.
+#[test]
+fn usage_errors_name_the_missing_arguments() {
+    for (args, needles) in [
+        // An interval goes to a directory or a store: neither is given.
+        (
+            &["record", "-a", "--interval", "10"][..],
+            &["not provided", "--output <FILE|DIR>", "--export <URL>"][..],
+        ),
+        (
+            &["record"],
+            &["not provided", "--pid <PID", "--all-cpus", "CMD"],
+        ),
+        (
+            &["record", "-a", "--export-header", "A=b"],
+            &["not provided", "--export <URL>"],
+        ),
+        (
+            &["symbolize", "-i", "x.pb.gz"],
+            &["not provided", "--output <FILE>"],
+        ),
+        (&["stat", "-c"], &["'-c <SPEC>'"]),
+        (
+            &["record", "-a", "-p", "1"],
+            &["'--all-cpus'", "'--pid <PID[,PID..]>'"],
+        ),
+    ] {
+        let out = profiler(args);
+        assert_fails(&out, 2, needles, &format!("{args:?}"));
+        let line = one_error_line(&out);
+        assert!(!line.contains("provided: (see"), "{args:?}: {line}");
+    }
+}

@@ -669,6 +669,62 @@ fn a_file_that_cannot_be_written_costs_the_store_nothing() {
     receiver.stop();
 }
 
+/// A continuous agent that only ships to stores needs no directory: `--interval` with
+/// `--export` and no `-o` sends every interval and writes no file (not even the one-shot
+/// default, `profile.pb.gz`).
+#[test]
+fn intervals_go_to_the_stores_without_a_directory() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("export-no-output");
+    let cwd = dir.join("cwd");
+    std::fs::create_dir(&cwd).unwrap();
+    let log = dir.join("requests.jsonl");
+    let receiver = Receiver::start(&log, [0; 3], None);
+    let mut args: Vec<String> = ["record", "-F", "99", "-q", "--interval", "1"]
+        .map(String::from)
+        .to_vec();
+    args.extend(receiver.exports(&["grpc", "http"]));
+    args.extend(["--", &path("chain"), "3.5"].map(String::from));
+    let out = Command::new(profiler_bin())
+        .args(&args)
+        .current_dir(&cwd)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(dir_entries(&cwd).is_empty(), "{:?}", dir_entries(&cwd));
+    assert!(!stderr.contains("wrote "), "{stderr}");
+    // 3.5 s in intervals of 1 s: three whole ones and the last half.
+    let grpc = accepted(&log, "grpc");
+    assert!(
+        (4..=5).contains(&grpc.len()),
+        "{} intervals: {stderr}",
+        grpc.len()
+    );
+    assert_eq!(
+        grpc.iter().map(samples).collect::<Vec<_>>(),
+        accepted(&log, "http")
+            .iter()
+            .map(samples)
+            .collect::<Vec<_>>(),
+        "both stores got the same intervals"
+    );
+    let leafs: u64 = grpc
+        .iter()
+        .flat_map(|s| s["rows"].as_array().cloned().unwrap_or_default())
+        .filter(|r| r["type"] == "samples" && r["stack"][0] == "leaf")
+        .map(|r| r["value"].as_u64().unwrap())
+        .sum();
+    assert!(leafs >= 200, "the chain's leaf: {leafs} samples");
+    for (url, n) in totals(&stderr) {
+        assert_eq!(n, [grpc.len() as u64, 0, 0], "{url}: {stderr}");
+    }
+    receiver.stop();
+}
+
 /// `record -F RATE -q --interval 1 -o DIR/profiles` (the directory made first: --interval
 /// writes into an existing one), and that directory.
 fn interval_args(dir: &Path, rate: &str) -> (PathBuf, Vec<String>) {

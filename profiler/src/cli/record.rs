@@ -41,13 +41,19 @@ pub enum SymbolizeArg {
 }
 
 /// One target is required: processes, threads, a cgroup, or the whole system (`-a`, or the
-/// CPUs of `-C`), which a command may bound (as in perf: `record -a -- sleep 5`).
+/// CPUs of `-C`), which a command may bound (as in perf: `record -a -- sleep 5`). An
+/// --interval run needs somewhere to send its intervals: a directory, a store, or both.
 #[derive(Debug, Args)]
 #[command(group(
     clap::ArgGroup::new("target")
         .required(true)
         .multiple(true)
         .args(["pid", "tid", "all_cpus", "cpus", "cgroup", "command"])
+))]
+#[command(group(
+    clap::ArgGroup::new("destination")
+        .multiple(true)
+        .args(["output", "export"])
 ))]
 pub struct RecordArgs {
     /// Sampling frequency in Hz (per CPU).
@@ -121,14 +127,16 @@ pub struct RecordArgs {
     /// Write the profile to FILE (default `profile.pb.gz`, or `profile.svg`.. with --format;
     /// the previous one kept as `profile.pb.gz.old`): pprof, or by extension `.svg` (flame graph), `.folded`/`.txt`
     /// (folded stacks), `.json` (speedscope). `-` is standard output (the table then goes to
-    /// stderr). With --interval: an existing directory.
+    /// stderr). With --interval: an existing directory (optional with --export: the
+    /// intervals then go to the stores only).
     #[arg(short, long, value_name = "FILE|DIR")]
     pub output: Option<PathBuf>,
     /// The output's format, whatever its name.
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub format: Option<Format>,
-    /// Continuous mode: write one profile per interval into the -o directory.
-    #[arg(long, value_name = "SECS", requires = "output")]
+    /// Continuous mode: one profile per interval, written into the -o directory and/or
+    /// sent to the --export stores (one of them is required).
+    #[arg(long, value_name = "SECS", requires = "destination")]
     pub interval: Option<f64>,
     /// Rows of the printed table: function, module, pid, tid, comm, cpu, cgroup, event.
     #[arg(long, value_enum, default_value = "function")]
@@ -500,6 +508,8 @@ fn sinks(
     let mut file = None;
     let mut series = None;
     match args.interval {
+        // Only to the stores (clap let --interval through without -o because of --export).
+        Some(_) if args.output.is_none() => {}
         Some(_) if Series::looks_like_a_file(path) => {
             eprintln!(
                 "profiler: --interval writes one file per interval into a directory, and -o {} \
