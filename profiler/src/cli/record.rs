@@ -238,10 +238,12 @@ pub struct RecordArgs {
     /// Trust the CA certificates of this PEM file instead of the system's (TLS exports).
     #[arg(long = "export-ca", value_name = "FILE", requires = "export")]
     pub export_ca: Option<PathBuf>,
-    /// `service.name` of processes whose environment has no OTEL_SERVICE_NAME, and the
-    /// Pyroscope application name.
-    #[arg(long = "service-name", value_name = "NAME", default_value = "profiler")]
-    pub service_name: String,
+    /// One `service.name` (OTLP) and application name (Pyroscope) for every process.
+    /// Without it each process has its own: OTEL_SERVICE_NAME, or `service.name` in
+    /// OTEL_RESOURCE_ATTRIBUTES, from its environment; else `unknown_service:EXE` (OTLP)
+    /// or EXE (Pyroscope), EXE its executable's name.
+    #[arg(long = "service-name", value_name = "NAME", requires = "export")]
+    pub service_name: Option<String>,
     /// Keep intervals the store cannot take in DIR (sent in order when it is back, or by the
     /// next run); without it they wait in memory (8 intervals per store at most).
     #[arg(long = "spool", value_name = "DIR", requires = "export")]
