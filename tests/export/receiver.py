@@ -15,7 +15,8 @@ grafana/pyroscope's push.proto), whose pprof files are decoded with Google's pro
         closes or after --max-seconds. --fail: answer the first COUNT requests of each
         protocol (all, without COUNT) with HTTP CODE (gRPC: the code OTLP maps it to; the
         Push API: Connect's JSON error with the code Connect maps it to). The Push API is
-        served on the Pyroscope port and logged as protocol "push".
+        served on the Pyroscope port and logged as protocol "push", with its series (labels,
+        ID, rows) and, as its summary, all their rows together.
     receiver.py decode FILE
         Prints the normal form of a pprof file, to compare with what was received.
 
@@ -326,14 +327,22 @@ def serve(args):
                 return self.reply(415, json.dumps(error).encode(), "application/json")
             req = push_request_class()()
             req.ParseFromString(body)
-            # One series of one sample per interval: more would be two intervals in one.
-            (series,) = req.series
-            (sample,) = series.samples
-            labels = {l.name: l.value for l in series.labels}
-            extra = {"labels": labels, "id": sample.ID, "bytes": len(body),
+            # A series per application, of one sample each: more would be two intervals in
+            # one. The summary is the interval's: the series' rows together.
+            rows, counters, series = [], None, []
+            for s in req.series:
+                (sample,) = s.samples
+                summary = pprof_rows(sample.raw_profile)
+                rows.extend(summary["rows"])
+                counters = counters or summary["counters"]
+                series.append({"labels": {l.name: l.value for l in s.labels}, "id": sample.ID,
+                               "sha256": summary["sha256"], "rows": summary["rows"]})
+            summary = normal(rows, counters)
+            summary["sha256"] = series[0]["sha256"] if len(series) == 1 else None
+            extra = {"series": series, "bytes": len(body),
                      "connect_version": self.headers.get("Connect-Protocol-Version")}
             self.reply(200, b"", "application/proto")
-            log.write("push", 200, headers, pprof_rows(sample.raw_profile), extra)
+            log.write("push", 200, headers, summary, extra)
 
     def http_server(port, protocol):
         srv = ThreadingHTTPServer(("127.0.0.1", port), Handler)

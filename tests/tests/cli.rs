@@ -109,3 +109,82 @@ fn a_closed_stdout_is_a_normal_end_not_a_panic() {
         assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
     }
 }
+
+/// `report FILE` and `flamegraph FILE` read FILE as `-i FILE` does; both spellings at once
+/// are a usage error that names them.
+#[test]
+fn report_and_flamegraph_take_the_file_as_an_argument_or_with_i() {
+    let dir = scratch("cli-input-file");
+    let folded = dir.join("in.folded");
+    std::fs::write(&folded, "main;outer;leaf 30\nmain;other 10\n").unwrap();
+    let f = folded.to_str().unwrap();
+    let positional = run_ok(&["report", f]);
+    assert!(positional.contains("leaf"), "{positional}");
+    assert_eq!(positional, run_ok(&["report", "-i", f]));
+    assert_eq!(positional, run_ok(&["report", "--by", "function", f]));
+    // Not the default input: a FILE that does not exist is named in the error.
+    let missing = dir.join("missing.pb.gz");
+    let out = profiler(&["report", missing.to_str().unwrap()]);
+    assert_fails(&out, 1, &[missing.to_str().unwrap()], "report MISSING");
+
+    let (a, b) = (dir.join("a.svg"), dir.join("b.svg"));
+    run_ok(&["flamegraph", f, "-o", a.to_str().unwrap()]);
+    run_ok(&["flamegraph", "-i", f, "-o", b.to_str().unwrap()]);
+    let svg = std::fs::read_to_string(&a).unwrap();
+    assert!(svg.starts_with("<?xml") && svg.contains("leaf"), "{svg}");
+    assert_eq!(svg, std::fs::read_to_string(&b).unwrap());
+
+    for args in [
+        &["report", f, "-i", f][..],
+        &["flamegraph", "-i", f, f, "-o", "-"],
+    ] {
+        let out = profiler(args);
+        assert_fails(
+            &out,
+            2,
+            &["'[FILE]'", "'--input <FILE>'"],
+            &format!("{args:?}"),
+        );
+    }
+    let out = profiler(&["flamegraph", "--diff", f, f, f]);
+    assert_fails(
+        &out,
+        2,
+        &["'--diff <BEFORE> <AFTER>'", "'[FILE]'"],
+        "--diff with FILE",
+    );
+}
+
+/// Every usage error names what is wrong or missing, on its one line, and exits 2.
+#[test]
+fn usage_errors_name_the_missing_arguments() {
+    for (args, needles) in [
+        // An interval goes to a directory or a store: neither is given.
+        (
+            &["record", "-a", "--interval", "10"][..],
+            &["not provided", "--output <FILE|DIR>", "--export <URL>"][..],
+        ),
+        (
+            &["record"],
+            &["not provided", "--pid <PID", "--all-cpus", "CMD"],
+        ),
+        (
+            &["record", "-a", "--export-header", "A=b"],
+            &["not provided", "--export <URL>"],
+        ),
+        (
+            &["symbolize", "-i", "x.pb.gz"],
+            &["not provided", "--output <FILE>"],
+        ),
+        (&["stat", "-c"], &["'-c <SPEC>'"]),
+        (
+            &["record", "-a", "-p", "1"],
+            &["'--all-cpus'", "'--pid <PID[,PID..]>'"],
+        ),
+    ] {
+        let out = profiler(args);
+        assert_fails(&out, 2, needles, &format!("{args:?}"));
+        let line = one_error_line(&out);
+        assert!(!line.contains("provided: (see"), "{args:?}: {line}");
+    }
+}

@@ -1,6 +1,7 @@
 //! The man pages and completions `cargo xtask install` installs, as `profiler __docs` writes
 //! them: every page renders with man-db's `man -l` without a warning; every exported C
-//! symbol of libcpc.so is found by `man` and named in the NAME line of the page it finds;
+//! symbol of libcpc.so, and every function libcpc.h declares, is found by `man` and named in
+//! the NAME line of the page it finds (its own, or the one its `.so` link page points at);
 //! every subcommand `profiler --help` lists has its page; perfmon(4) documents every request
 //! and flag of perfmon.h and the P6 table `profiler list` prints; the completions load.
 
@@ -181,6 +182,112 @@ fn every_page_renders_and_every_libcpc_symbol_has_one() {
             "{path}"
         );
     }
+}
+
+/// The functions a C header declares: each `extern` declaration with a parameter list, by
+/// the name before its `(` (`extern const char *cpc_cciname(cpc_t *cpc);` gives
+/// `cpc_cciname`; a declaration may go on over several lines).
+fn declared_functions(header: &str) -> Vec<String> {
+    header
+        .lines()
+        .filter_map(|l| l.strip_prefix("extern "))
+        .filter_map(|l| l.split_once('(').map(|(before, _)| before))
+        .filter_map(|before| before.split_whitespace().last())
+        .map(|name| name.trim_start_matches('*').to_owned())
+        .collect()
+}
+
+/// The workspace file `rel`.
+fn workspace_file(rel: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel);
+    fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// What a C programmer reads in the installed headers: every function libcpc.h declares has
+/// its 3CPC page, its own or a `.so` link page to the page that documents it (Solaris
+/// documents several functions on one page: cpc_set_sample on cpc_buf_create's), and
+/// `man FUNCTION` (from any directory) shows that page, with FUNCTION on its NAME line.
+/// libperfmon's headers declare no function: perfmon(4) is ioctls on /dev/perfmon.
+#[test]
+fn every_function_of_the_headers_has_a_page_or_a_link_to_one() {
+    let share = share("docs-header");
+    let man_dir = share.join("man");
+    let functions = declared_functions(&workspace_file("libcpc/include/libcpc.h"));
+    for f in [
+        "cpc_open",
+        "cpc_cciname",
+        "cpc_set_sample",
+        "cpc_request_preset",
+    ] {
+        assert!(functions.iter().any(|g| g == f), "{f} in {functions:?}");
+    }
+    assert_eq!(functions.len(), 38, "{functions:?}");
+    for header in [
+        "libperfmon/include/perfmon.h",
+        "libperfmon/include/machine/perfmon.h",
+        "libperfmon/include/machine/cpu.h",
+    ] {
+        let text = workspace_file(header);
+        assert!(
+            declared_functions(&text).is_empty() && !text.contains("extern "),
+            "{header} declares functions: give them pages, and check them here"
+        );
+    }
+    let mut links = 0;
+    for f in &functions {
+        let rel = format!("man3/{f}.3cpc");
+        let roff = fs::read_to_string(man_dir.join(&rel))
+            .unwrap_or_else(|e| panic!("{f}: no page or link page {rel}: {e}"));
+        // A link page is one `.so man3/PAGE.3cpc` line, to a page (not another link).
+        let page = match roff.strip_prefix(".so ") {
+            Some(target) => {
+                links += 1;
+                let target = target.trim_end();
+                assert!(
+                    !target.contains('\n') && target.starts_with("man3/"),
+                    "{rel}: {roff:?}"
+                );
+                let text = fs::read_to_string(man_dir.join(target))
+                    .unwrap_or_else(|e| panic!("{rel} links to {target}: {e}"));
+                assert!(
+                    text.starts_with(".TH "),
+                    "{rel} links to {target}, not a page"
+                );
+                man_dir.join(target)
+            }
+            None => {
+                assert!(roff.starts_with(".TH "), "{rel}");
+                man_dir.join(&rel)
+            }
+        };
+        // man-db's lookup from elsewhere follows the link to the page.
+        let o = Command::new("man")
+            .current_dir("/")
+            .env("MANWIDTH", "80")
+            .env("LC_ALL", "C.UTF-8")
+            .env_remove("MANPATH")
+            .arg("-M")
+            .arg(&man_dir)
+            .args(["-w", f])
+            .output()
+            .expect("man");
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout).trim(),
+            page.to_str().unwrap(),
+            "man -w {f}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        // The link page itself renders as the page, which names the function.
+        let (text, warnings) = man(&man_dir, &["-l", &rel]);
+        assert_eq!(warnings, "", "{rel}");
+        assert!(
+            rendered_names(&text).contains(f.as_str()),
+            "{rel} renders a page whose NAME line lacks {f}: {:?}",
+            rendered_names(&text)
+        );
+    }
+    // Both kinds were checked (29 of the 38 are documented on another function's page).
+    assert!(links > 0 && links < functions.len(), "{links} link pages");
 }
 
 #[test]

@@ -29,8 +29,8 @@ fn every_interval_reaches_four_stores_as_its_file_says() {
     let (series, mut args) = interval_args(&dir, "199");
     args.extend(receiver.exports(&PROTOCOLS));
     args.extend(["--export-header", "Authorization=Bearer t0ken"].map(String::from));
-    args.extend(["--service-name", "fallback"].map(String::from));
-    // A minute of intervals, as a continuous recording runs.
+    // A minute of intervals, as a continuous recording runs. The chain inherits the
+    // profiler's OTEL_SERVICE_NAME: its own service name, for every store.
     args.extend(["--", &path("chain"), "60.5"].map(String::from));
     let out = Command::new(profiler_bin())
         .args(&args)
@@ -100,7 +100,7 @@ fn every_interval_reaches_four_stores_as_its_file_says() {
                 q["name"]
                     .as_str()
                     .unwrap()
-                    .starts_with("fallback{hostname="),
+                    .starts_with("chain-service{hostname="),
                 "{q}"
             );
             assert_eq!(
@@ -125,17 +125,28 @@ fn every_interval_reaches_four_stores_as_its_file_says() {
     let pushes: Vec<&Value> = reqs.iter().filter(|r| r["protocol"] == "push").collect();
     let mut ids = std::collections::BTreeSet::new();
     for r in &pushes {
-        let l = &r["labels"];
+        // One application, one series.
+        let series = r["series"].as_array().unwrap();
+        assert_eq!(series.len(), 1, "{r}");
+        let l = &series[0]["labels"];
         let host = l["hostname"].as_str().unwrap();
-        assert_eq!(ingest_name, format!("fallback{{hostname={host}}}"), "{l}");
+        assert_eq!(
+            ingest_name,
+            format!("chain-service{{hostname={host}}}"),
+            "{l}"
+        );
         assert_eq!(
             (&l["__name__"], &l["__delta__"], &l["service_name"]),
-            (&"process_cpu".into(), &"false".into(), &"fallback".into()),
+            (
+                &"process_cpu".into(),
+                &"false".into(),
+                &"chain-service".into()
+            ),
             "{l}"
         );
         assert_eq!(l.as_object().unwrap().len(), 4, "{l}");
         assert_eq!(r["connect_version"], "1", "{r}");
-        let id = r["id"].as_str().unwrap();
+        let id = series[0]["id"].as_str().unwrap();
         assert_eq!(id.len(), 36, "{id}");
         ids.insert(id.to_string());
     }
@@ -666,6 +677,265 @@ fn a_file_that_cannot_be_written_costs_the_store_nothing() {
     }
     assert_eq!(accepted(&log, "http").len(), 1, "{stderr}");
     assert!(stdout.contains(" samples of cpu-clock"), "{stdout}");
+    receiver.stop();
+}
+
+/// Each process is its own service in the stores, as it names itself (OTEL_SERVICE_NAME, or
+/// service.name in OTEL_RESOURCE_ATTRIBUTES, in its environment), else by its executable
+/// (OTLP's `unknown_service:chain`, Pyroscope's `chain`), also once it has exited; Pyroscope
+/// gets a series (an `/ingest` upload) per application, together the file. `--service-name`
+/// names them all one service, and Pyroscope gets the file itself again.
+#[test]
+fn each_process_is_its_own_service_unless_one_is_forced() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("export-services");
+    let log = dir.join("requests.jsonl");
+    let receiver = Receiver::start(&log, [0; 3], None);
+    let spawn = |env: &[(&str, &str)]| {
+        let mut cmd = Command::new(fixture("chain"));
+        cmd.arg("60")
+            .stdout(Stdio::null())
+            .env_remove("OTEL_SERVICE_NAME")
+            .env_remove("OTEL_RESOURCE_ATTRIBUTES")
+            .envs(env.iter().copied());
+        KillOnDrop(cmd.spawn().unwrap())
+    };
+    let named = spawn(&[("OTEL_SERVICE_NAME", "checkout")]);
+    let attributed = spawn(&[(
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "deployment.environment=test,service.name=bill%20ing",
+    )]);
+    let unnamed = spawn(&[]);
+    let mut brief = spawn(&[("OTEL_SERVICE_NAME", "brief")]);
+    let pid = |c: &KillOnDrop| c.id() as i64;
+    let (named_pid, attributed_pid, unnamed_pid, brief_pid) =
+        (pid(&named), pid(&attributed), pid(&unnamed), pid(&brief));
+    let live = format!("{named_pid},{attributed_pid},{unnamed_pid}");
+    let record = |name: &str, pids: &str, extra: &[&str]| {
+        let file = dir.join(format!("{name}.pb.gz"));
+        // Not -q: wait_recording waits for the start line.
+        let mut args: Vec<String> = ["record", "-F", "199", "-d", "4", "-p", pids, "-o"]
+            .map(String::from)
+            .to_vec();
+        args.push(file.display().to_string());
+        args.extend(receiver.exports(&PROTOCOLS));
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let child = Command::new(profiler_bin())
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        (KillOnDrop(child), file)
+    };
+    let sorted = |rows: Vec<Value>| {
+        let mut rows: Vec<String> = rows.iter().map(Value::to_string).collect();
+        rows.sort();
+        rows
+    };
+    let rows = |v: &Value| v["rows"].as_array().cloned().unwrap_or_default();
+
+    // Four processes, the last killed (and reaped) a while into the run: gone by the end.
+    let (mut child, file) = record("own", &format!("{live},{brief_pid}"), &[]);
+    let lines = wait_recording(&mut child);
+    let cpu = cpu_seconds(brief.id());
+    wait_for("the brief process to run under the recording", 30, || {
+        (cpu_seconds(brief.id()) > cpu + 0.5).then_some(())
+    });
+    brief.kill().unwrap();
+    brief.wait().unwrap();
+    let status = child.wait().unwrap();
+    let stderr = lines.finish();
+    assert!(status.success(), "{stderr}");
+    // OTLP's two requests, /ingest's three uploads and the Push API's one request, logged
+    // (a gRPC request is, once its answer is out).
+    wait_for("every request in the log", 10, || {
+        (requests(&log).len() >= 6).then_some(())
+    });
+    let want = decode(&file);
+    let pids_of = |rows: &[Value]| -> std::collections::BTreeSet<i64> {
+        rows.iter()
+            .map(|r| r["labels"]["pid"].as_i64().unwrap())
+            .collect()
+    };
+    assert_eq!(
+        pids_of(&rows(&want)),
+        [named_pid, attributed_pid, unnamed_pid, brief_pid].into(),
+        "every process was sampled"
+    );
+    // OTLP: a resource per process, with its service.
+    for p in ["grpc", "http"] {
+        assert_same_intervals(&log, p, std::slice::from_ref(&want));
+        let got = accepted(&log, p);
+        let resources = got[0]["resources"].as_array().unwrap();
+        let of = |pid: i64| {
+            resources
+                .iter()
+                .find(|r| r["process.pid"] == pid)
+                .unwrap_or_else(|| panic!("{p}: no resource for {pid}: {resources:?}"))
+        };
+        for (pid, service) in [
+            (named_pid, "checkout"),
+            (attributed_pid, "bill ing"),
+            (unnamed_pid, "unknown_service:chain"),
+            // Gone before the export: its executable's name, from its samples.
+            (brief_pid, "unknown_service:chain"),
+        ] {
+            assert_eq!(of(pid)["service.name"], service, "{p}: {}", of(pid));
+            assert_eq!(of(pid)["process.executable.name"], "chain", "{p}");
+        }
+        assert!(of(unnamed_pid)["process.executable.path"].is_string());
+        assert!(of(brief_pid)["process.executable.path"].is_null());
+    }
+    // Pyroscope: a series per application, of its processes' samples; together, the file.
+    let app_pids = |app: &str| -> std::collections::BTreeSet<i64> {
+        match app {
+            "checkout" => [named_pid].into(),
+            "bill ing" => [attributed_pid].into(),
+            _ => [unnamed_pid, brief_pid].into(),
+        }
+    };
+    let uploads: Vec<Value> = requests(&log)
+        .into_iter()
+        .filter(|r| r["protocol"] == "pyroscope" && r["status"] == 200)
+        .collect();
+    let mut names = Vec::new();
+    let mut together = Vec::new();
+    for u in &uploads {
+        let name = u["query"]["name"].as_str().unwrap();
+        let app = name.split('{').next().unwrap();
+        assert!(name[app.len()..].starts_with("{hostname="), "{name}");
+        assert_eq!(pids_of(&rows(&u["summary"])), app_pids(app), "{name}");
+        names.push(app.to_string());
+        together.extend(rows(&u["summary"]));
+    }
+    names.sort();
+    assert_eq!(names, ["bill ing", "chain", "checkout"]);
+    assert_eq!(
+        sorted(together),
+        sorted(rows(&want)),
+        "/ingest's uploads are the file"
+    );
+    let pushes = accepted(&log, "push");
+    assert_eq!(pushes.len(), 1);
+    assert_eq!(
+        samples(&pushes[0]),
+        samples(&want),
+        "the Push API's series are the file"
+    );
+    let push = requests(&log)
+        .into_iter()
+        .find(|r| r["protocol"] == "push")
+        .unwrap();
+    let mut apps: Vec<String> = Vec::new();
+    for s in push["series"].as_array().unwrap() {
+        let app = s["labels"]["service_name"].as_str().unwrap().to_string();
+        assert_eq!(pids_of(&rows(s)), app_pids(&app), "{app}");
+        apps.push(app);
+    }
+    apps.sort();
+    assert_eq!(apps, names);
+
+    // --service-name: one service for every process, and Pyroscope gets the file itself.
+    let start = requests(&log).len();
+    let (mut child, file) = record("forced", &live, &["--service-name", "all-of-them"]);
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{stderr}");
+    wait_for("every request in the log", 10, || {
+        (requests(&log).len() >= start + PROTOCOLS.len()).then_some(())
+    });
+    let want = decode(&file);
+    let since: Vec<Value> = requests(&log).split_off(start);
+    assert_eq!(
+        since.len(),
+        PROTOCOLS.len(),
+        "one request per store: {since:?}"
+    );
+    for r in &since {
+        assert_eq!(r["status"], 200, "{r}");
+        assert_eq!(samples(&r["summary"]), samples(&want), "{r}");
+        match r["protocol"].as_str().unwrap() {
+            "grpc" | "http" => {
+                let resources = r["summary"]["resources"].as_array().unwrap();
+                assert_eq!(resources.len(), 3, "{r}");
+                for res in resources {
+                    assert_eq!(res["service.name"], "all-of-them", "{res}");
+                }
+            }
+            "pyroscope" => {
+                let name = r["query"]["name"].as_str().unwrap();
+                assert!(name.starts_with("all-of-them{hostname="), "{name}");
+                assert_eq!(r["summary"]["sha256"], want["sha256"]);
+            }
+            _ => {
+                let series = r["series"].as_array().unwrap();
+                assert_eq!(series.len(), 1, "{r}");
+                assert_eq!(series[0]["labels"]["service_name"], "all-of-them");
+                assert_eq!(series[0]["sha256"], want["sha256"]);
+            }
+        }
+    }
+    receiver.stop();
+}
+
+/// A continuous agent that only ships to stores needs no directory: `--interval` with
+/// `--export` and no `-o` sends every interval and writes no file (not even the one-shot
+/// default, `profile.pb.gz`).
+#[test]
+fn intervals_go_to_the_stores_without_a_directory() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("export-no-output");
+    let cwd = dir.join("cwd");
+    std::fs::create_dir(&cwd).unwrap();
+    let log = dir.join("requests.jsonl");
+    let receiver = Receiver::start(&log, [0; 3], None);
+    let mut args: Vec<String> = ["record", "-F", "99", "-q", "--interval", "1"]
+        .map(String::from)
+        .to_vec();
+    args.extend(receiver.exports(&["grpc", "http"]));
+    args.extend(["--", &path("chain"), "3.5"].map(String::from));
+    let out = Command::new(profiler_bin())
+        .args(&args)
+        .current_dir(&cwd)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(dir_entries(&cwd).is_empty(), "{:?}", dir_entries(&cwd));
+    assert!(!stderr.contains("wrote "), "{stderr}");
+    // 3.5 s in intervals of 1 s: three whole ones and the last half.
+    let grpc = accepted(&log, "grpc");
+    assert!(
+        (4..=5).contains(&grpc.len()),
+        "{} intervals: {stderr}",
+        grpc.len()
+    );
+    assert_eq!(
+        grpc.iter().map(samples).collect::<Vec<_>>(),
+        accepted(&log, "http")
+            .iter()
+            .map(samples)
+            .collect::<Vec<_>>(),
+        "both stores got the same intervals"
+    );
+    let leafs: u64 = grpc
+        .iter()
+        .flat_map(|s| s["rows"].as_array().cloned().unwrap_or_default())
+        .filter(|r| r["type"] == "samples" && r["stack"][0] == "leaf")
+        .map(|r| r["value"].as_u64().unwrap())
+        .sum();
+    assert!(leafs >= 200, "the chain's leaf: {leafs} samples");
+    for (url, n) in totals(&stderr) {
+        assert_eq!(n, [grpc.len() as u64, 0, 0], "{url}: {stderr}");
+    }
     receiver.stop();
 }
 

@@ -10,13 +10,13 @@ Examples:
 pub const REPORT: &str = "\
 Examples:
   profiler report                         the table of profile.pb.gz (record's default output)
-  profiler report -i run.pb.gz --by comm  samples per command name
+  profiler report run.pb.gz --by comm     samples per command name (or -i run.pb.gz)
   profiler report -i me.folded -e page-faults --limit 10";
 
 pub const FLAMEGRAPH: &str = "\
 Examples:
   profiler flamegraph                     profile.pb.gz to flamegraph.svg
-  profiler flamegraph -i run.pb.gz --folded -o -   folded stacks on stdout
+  profiler flamegraph run.pb.gz --folded -o -   folded stacks on stdout
   profiler flamegraph --diff before.pb.gz after.pb.gz -o diff.svg";
 
 pub const TRACK: &str = "\

@@ -86,16 +86,26 @@ where
 }
 
 /// clap's message without its usage block and tips: the first line, minus the "error: " tag,
-/// plus clap's suggestion for a misspelt subcommand, flag or value ("did you mean ..?").
+/// with the indented lines clap lists under it (the missing arguments: `... not provided:
+/// --output <FILE|DIR>`), plus clap's suggestion for a misspelt subcommand, flag or value
+/// ("did you mean ..?").
 fn one_line(e: &clap::Error) -> String {
     use clap::error::{ContextKind, ContextValue};
     let text = e.render().to_string();
-    let first = text.lines().next().unwrap_or("invalid arguments");
+    let mut lines = text.lines();
+    let first = lines.next().unwrap_or("invalid arguments");
     let mut line = first
         .strip_prefix("error: ")
         .unwrap_or(first)
         .trim()
         .to_string();
+    let listed: Vec<&str> = lines
+        .take_while(|l| l.starts_with(char::is_whitespace) && !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    if !listed.is_empty() {
+        line = format!("{} {}", line, listed.join(", "));
+    }
     let suggested = [
         ContextKind::SuggestedSubcommand,
         ContextKind::SuggestedArg,
@@ -245,6 +255,44 @@ mod tests {
         ] {
             assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn missing_arguments_are_named_on_the_one_line() {
+        let line = |args: &[&str]| one_line(&Cli::try_parse_from(args).unwrap_err());
+        assert_eq!(
+            line(&["profiler", "record", "-a", "--interval", "10"]),
+            "the following required arguments were not provided: \
+             <--output <FILE|DIR>|--export <URL>>"
+        );
+        let l = line(&["profiler", "record"]);
+        assert!(
+            l.ends_with("not provided: <--pid <PID[,PID..]>|--tid <TID[,TID..]>|--all-cpus|--cpu <CPULIST>|--cgroup <PATH>|CMD>"),
+            "{l}"
+        );
+        assert!(
+            line(&["profiler", "record", "-a", "--spool", "d"]).ends_with("--export <URL>"),
+            "the option --spool requires"
+        );
+        let l = line(&["profiler", "symbolize", "-i", "x"]);
+        assert!(l.ends_with("not provided: --output <FILE>"), "{l}");
+        assert!(!l.contains('\n'));
+    }
+
+    #[test]
+    fn an_interval_goes_to_a_directory_or_a_store() {
+        let r = record(&[
+            "profiler",
+            "record",
+            "-a",
+            "--interval",
+            "10",
+            "--export",
+            "otlp+grpc://127.0.0.1:4317",
+        ]);
+        assert_eq!((r.interval, r.output), (Some(10.0), None));
+        let r = record(&["profiler", "record", "-a", "--interval", "1", "-o", "d"]);
+        assert_eq!(r.output.as_deref(), Some(std::path::Path::new("d")));
     }
 
     #[test]

@@ -41,13 +41,19 @@ pub enum SymbolizeArg {
 }
 
 /// One target is required: processes, threads, a cgroup, or the whole system (`-a`, or the
-/// CPUs of `-C`), which a command may bound (as in perf: `record -a -- sleep 5`).
+/// CPUs of `-C`), which a command may bound (as in perf: `record -a -- sleep 5`). An
+/// --interval run needs somewhere to send its intervals: a directory, a store, or both.
 #[derive(Debug, Args)]
 #[command(group(
     clap::ArgGroup::new("target")
         .required(true)
         .multiple(true)
         .args(["pid", "tid", "all_cpus", "cpus", "cgroup", "command"])
+))]
+#[command(group(
+    clap::ArgGroup::new("destination")
+        .multiple(true)
+        .args(["output", "export"])
 ))]
 pub struct RecordArgs {
     /// Sampling frequency in Hz (per CPU).
@@ -121,14 +127,16 @@ pub struct RecordArgs {
     /// Write the profile to FILE (default `profile.pb.gz`, or `profile.svg`.. with --format;
     /// the previous one kept as `profile.pb.gz.old`): pprof, or by extension `.svg` (flame graph), `.folded`/`.txt`
     /// (folded stacks), `.json` (speedscope). `-` is standard output (the table then goes to
-    /// stderr). With --interval: an existing directory.
+    /// stderr). With --interval: an existing directory (optional with --export: the
+    /// intervals then go to the stores only).
     #[arg(short, long, value_name = "FILE|DIR")]
     pub output: Option<PathBuf>,
     /// The output's format, whatever its name.
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub format: Option<Format>,
-    /// Continuous mode: write one profile per interval into the -o directory.
-    #[arg(long, value_name = "SECS", requires = "output")]
+    /// Continuous mode: one profile per interval, written into the -o directory and/or
+    /// sent to the --export stores (one of them is required).
+    #[arg(long, value_name = "SECS", requires = "destination")]
     pub interval: Option<f64>,
     /// Rows of the printed table: function, module, pid, tid, comm, cpu, cgroup, event.
     #[arg(long, value_enum, default_value = "function")]
@@ -230,10 +238,12 @@ pub struct RecordArgs {
     /// Trust the CA certificates of this PEM file instead of the system's (TLS exports).
     #[arg(long = "export-ca", value_name = "FILE", requires = "export")]
     pub export_ca: Option<PathBuf>,
-    /// `service.name` of processes whose environment has no OTEL_SERVICE_NAME, and the
-    /// Pyroscope application name.
-    #[arg(long = "service-name", value_name = "NAME", default_value = "profiler")]
-    pub service_name: String,
+    /// One `service.name` (OTLP) and application name (Pyroscope) for every process.
+    /// Without it each process has its own: OTEL_SERVICE_NAME, or `service.name` in
+    /// OTEL_RESOURCE_ATTRIBUTES, from its environment; else `unknown_service:EXE` (OTLP)
+    /// or EXE (Pyroscope), EXE its executable's name.
+    #[arg(long = "service-name", value_name = "NAME", requires = "export")]
+    pub service_name: Option<String>,
     /// Keep intervals the store cannot take in DIR (sent in order when it is back, or by the
     /// next run); without it they wait in memory (8 intervals per store at most).
     #[arg(long = "spool", value_name = "DIR", requires = "export")]
@@ -500,6 +510,8 @@ fn sinks(
     let mut file = None;
     let mut series = None;
     match args.interval {
+        // Only to the stores (clap let --interval through without -o because of --export).
+        Some(_) if args.output.is_none() => {}
         Some(_) if Series::looks_like_a_file(path) => {
             eprintln!(
                 "profiler: --interval writes one file per interval into a directory, and -o {} \

@@ -17,9 +17,12 @@ const DEFAULT_INPUT: &str = super::record::DEFAULT_OUTPUT;
 #[derive(Debug, Args)]
 pub struct ReportArgs {
     /// The profile to read: pprof (as `record -o` writes) or folded stacks; `-` is
-    /// standard input.
-    #[arg(short, long, value_name = "FILE", default_value = DEFAULT_INPUT)]
-    pub input: PathBuf,
+    /// standard input. Default `profile.pb.gz`.
+    #[arg(value_name = "FILE", conflicts_with = "input")]
+    pub file: Option<PathBuf>,
+    /// The profile to read, as FILE (either spelling, not both).
+    #[arg(short, long, value_name = "FILE")]
+    pub input: Option<PathBuf>,
     /// Rows of the table: function, module, pid, tid, comm, cpu, cgroup, event.
     #[arg(long, value_enum, default_value = "function")]
     pub by: By,
@@ -45,9 +48,12 @@ pub struct ReportArgs {
 #[derive(Debug, Args)]
 pub struct FlamegraphArgs {
     /// The profile to read: pprof (as `record -o` writes) or folded stacks; `-` is
-    /// standard input.
-    #[arg(short, long, value_name = "FILE", default_value = DEFAULT_INPUT)]
-    pub input: PathBuf,
+    /// standard input. Default `profile.pb.gz`.
+    #[arg(value_name = "FILE", conflicts_with = "input")]
+    pub file: Option<PathBuf>,
+    /// The profile to read, as FILE (either spelling, not both).
+    #[arg(short, long, value_name = "FILE")]
+    pub input: Option<PathBuf>,
     /// Where to write the SVG (default `flamegraph.svg`), or the folded stacks with
     /// --folded (default `flamegraph.folded`); `-` is standard output.
     #[arg(short, long, value_name = "FILE")]
@@ -56,7 +62,7 @@ pub struct FlamegraphArgs {
     #[arg(long)]
     pub folded: bool,
     /// A differential flame graph of AFTER against BEFORE (red grew, blue shrank).
-    #[arg(long, num_args = 2, value_names = ["BEFORE", "AFTER"], conflicts_with_all = ["input", "folded"])]
+    #[arg(long, num_args = 2, value_names = ["BEFORE", "AFTER"], conflicts_with_all = ["file", "input", "folded"])]
     pub diff: Option<Vec<PathBuf>>,
     /// The graph's title.
     #[arg(long, default_value = "Flame Graph")]
@@ -67,6 +73,13 @@ pub struct FlamegraphArgs {
     /// Only the samples of this cgroup (one container's flame graph).
     #[arg(long, value_name = "PATH")]
     pub cgroup: Option<String>,
+}
+
+/// The profile to read: FILE or `-i FILE` (clap refuses both), else record's default output.
+fn input(file: &Option<PathBuf>, input: &Option<PathBuf>) -> PathBuf {
+    file.clone()
+        .or_else(|| input.clone())
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_INPUT))
 }
 
 /// Why an input profile cannot be shown as asked.
@@ -130,7 +143,8 @@ fn one_event(profile: Profile) -> Profile {
 }
 
 pub fn run_report(args: ReportArgs) -> ExitCode {
-    let profile = match load(&args.input, args.event.as_deref(), args.cgroup.as_deref()) {
+    let path = input(&args.file, &args.input);
+    let profile = match load(&path, args.event.as_deref(), args.cgroup.as_deref()) {
         Ok(p) => p,
         Err(e) => return fail(e),
     };
@@ -144,11 +158,11 @@ pub fn run_report(args: ReportArgs) -> ExitCode {
         Ok(r) if !r.is_empty() && profile.info.counters.is_empty() => {
             return fail(format!(
                 "{}: --ratio needs a profile of a counter group (record -e '{{A,B}}:S')",
-                args.input.display()
+                path.display()
             ));
         }
         Ok(r) => r,
-        Err(e) => return fail(format!("{}: {e}", args.input.display())),
+        Err(e) => return fail(format!("{}: {e}", path.display())),
     };
     let opts = ReportOptions {
         by: args.by,
@@ -172,7 +186,7 @@ pub fn run_flamegraph(args: FlamegraphArgs) -> ExitCode {
             .iter()
             .map(|p| load(p, event, cgroup))
             .collect::<Result<Vec<_>, _>>(),
-        None => load(&args.input, event, cgroup).map(|p| vec![p]),
+        None => load(&input(&args.file, &args.input), event, cgroup).map(|p| vec![p]),
     };
     let inputs = match inputs {
         Ok(i) => i.into_iter().map(one_event).collect::<Vec<_>>(),

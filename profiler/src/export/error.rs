@@ -48,6 +48,9 @@ pub enum ExportError {
         message: String,
         retry_after: Option<Duration>,
     },
+    /// A queued interval that cannot be read back as a request (a damaged spool file).
+    #[error("{endpoint}: a queued interval cannot be read: {reason}")]
+    Item { endpoint: String, reason: String },
     /// The store took the request but said it kept none of it.
     #[error("{endpoint}: {rejected} profiles rejected: {message}")]
     Rejected {

@@ -18,6 +18,7 @@ mod send;
 mod spool;
 
 use std::{
+    collections::HashMap,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
     thread::JoinHandle,
@@ -174,9 +175,10 @@ pub fn read_header_file(path: &Path) -> Result<Vec<(String, String)>, ExportErro
 pub struct ExportOptions {
     pub endpoints: Vec<Endpoint>,
     pub headers: Vec<(String, String)>,
-    /// `service.name` for processes without their own `OTEL_SERVICE_NAME`, and Pyroscope's
-    /// application name (`service_name`).
-    pub service_name: String,
+    /// One `service.name` (and Pyroscope application) for every process, instead of each
+    /// process's own (see [`ProcessInfo::otel_service_name`] and
+    /// [`ProcessInfo::application_name`]).
+    pub service_name: Option<String>,
     /// PEM file of the CA certificates to trust instead of the system's.
     pub ca_file: Option<PathBuf>,
     pub spool: Option<PathBuf>,
@@ -222,7 +224,14 @@ struct Requests {
     defaults: otlp::ResourceDefaults,
     pyroscope_wanted: bool,
     otlp_wanted: bool,
+    /// What was read of each process of the last interval while it lived, for those that
+    /// have exited by the next.
+    known: HashMap<i64, ProcessInfo>,
 }
+
+/// Pyroscope's application of an interval without samples (which the store drops; it
+/// still goes, as every interval does, with the run's counters).
+const EMPTY_INTERVAL_APPLICATION: &str = "profiler";
 
 fn unix_now() -> u64 {
     SystemTime::now()
@@ -275,7 +284,11 @@ impl Exporter {
             }
             let client = {
                 let _enter = runtime.enter();
-                send::Client::new(endpoint, &opts.headers, &ca, &opts.service_name, &host_name)?
+                let legacy = opts
+                    .service_name
+                    .as_deref()
+                    .unwrap_or(EMPTY_INTERVAL_APPLICATION);
+                send::Client::new(endpoint, &opts.headers, &ca, legacy, &host_name)?
             };
             clients.push(client);
             destinations.push(Arc::new(Shared {
@@ -287,7 +300,7 @@ impl Exporter {
         }
         let closing = Arc::new(deliver::Closing::new(opts.flush_timeout));
         let tasks: Vec<_> = destinations.iter().cloned().zip(clients).collect();
-        let requests = Requests {
+        let mut requests = Requests {
             pyroscope_wanted: opts.endpoints.iter().any(|e| e.protocol.is_pyroscope()),
             otlp_wanted: opts.endpoints.iter().any(|e| !e.protocol.is_pyroscope()),
             destinations: destinations.clone(),
@@ -295,6 +308,7 @@ impl Exporter {
                 host_name,
                 service_name: opts.service_name.clone(),
             },
+            known: HashMap::new(),
         };
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Interval>();
         let thread = std::thread::Builder::new()
@@ -392,33 +406,32 @@ impl Exporter {
 
 impl Requests {
     /// Makes each protocol's request of `interval` and queues it for every destination.
-    fn queue(&self, interval: &Interval) {
+    fn queue(&mut self, interval: &Interval) {
         let message = &interval.message;
         let until = interval.until;
         let duration = (message.duration_nanos.max(0) as u64).div_ceil(1_000_000_000);
         // Whole seconds, at least one (Pyroscope wants from < until).
         let from = until.saturating_sub(duration.max(1));
+        // Each process of the interval, read once.
+        let processes: HashMap<i64, ProcessInfo> = otlp::Labels::by_pid(message)
+            .into_iter()
+            .map(|(pid, labels)| (pid, self.process(pid, &labels)))
+            .collect();
+        self.known.retain(|pid, _| processes.contains_key(pid));
         let otlp_body = self.otlp_wanted.then(|| {
-            otlp::request(message, &self.defaults, |pid, labels| {
-                ProcessInfo::read(
-                    Path::new("/proc"),
-                    pid,
-                    labels.text("comm"),
-                    labels.text("cgroup"),
-                )
+            otlp::request(message, &self.defaults, |pid, _| {
+                processes.get(&pid).cloned().unwrap_or_default()
             })
             .encode_to_vec()
         });
-        let pprof_body = self.pyroscope_wanted.then(|| {
-            let mut out = Vec::new();
-            pprof::write_message(message, &mut out).expect("writing to memory");
-            out
-        });
+        let pyroscope_body = self
+            .pyroscope_wanted
+            .then(|| self.pyroscope(message, &processes));
         for d in &self.destinations {
             let body = match d.endpoint.protocol {
-                // The Push API's request is made when sending, around these bytes: the spool
-                // holds the pprof file for both Pyroscope APIs.
-                Protocol::Pyroscope | Protocol::PyroscopePush => pprof_body.clone(),
+                // Both Pyroscope APIs queue (and spool) the Push API's request; `/ingest`
+                // uploads its files one by one.
+                Protocol::Pyroscope | Protocol::PyroscopePush => pyroscope_body.clone(),
                 _ => otlp_body.clone(),
             }
             .expect("encoded for every protocol asked");
@@ -440,6 +453,68 @@ impl Requests {
             drop(q);
             d.wake.notify_one();
         }
+    }
+
+    /// What is known of process `pid`: read now if it runs (and kept for the next
+    /// interval), else what was read while it did, completed by its samples' labels.
+    fn process(&mut self, pid: i64, labels: &otlp::Labels) -> ProcessInfo {
+        let info = match (
+            ProcessInfo::read(Path::new("/proc"), pid),
+            self.known.get(&pid),
+        ) {
+            // An exited process not yet reaped reads as no executable and no environment:
+            // what it was while it ran.
+            (Some(now), Some(known)) if now.executable_path.is_none() => known.clone(),
+            (Some(now), _) => {
+                self.known.insert(pid, now.clone());
+                now
+            }
+            (None, known) => known.cloned().unwrap_or_default(),
+        };
+        info.with_labels(labels.text("comm"), labels.text("cgroup"))
+    }
+
+    /// Pyroscope's request of an interval: a series per application (`--service-name`, or
+    /// each process's), with the pprof file of its processes' samples. An interval of one
+    /// application (or none) is sent as the file beside it, byte for byte.
+    fn pyroscope(
+        &self,
+        message: &pprof::proto::Profile,
+        processes: &HashMap<i64, ProcessInfo>,
+    ) -> Vec<u8> {
+        let host = &self.defaults.host_name;
+        let application = |pid: i64| match &self.defaults.service_name {
+            Some(forced) => forced.clone(),
+            None => processes.get(&pid).map_or_else(
+                || ProcessInfo::default().application_name(),
+                ProcessInfo::application_name,
+            ),
+        };
+        let file = |m: &pprof::proto::Profile| {
+            let mut out = Vec::new();
+            pprof::write_message(m, &mut out).expect("writing to memory");
+            out
+        };
+        let mut parts = pprof::split(message, |s| application(otlp::Labels::pid_of(message, s)));
+        let series: Vec<(Vec<push::LabelPair>, Vec<u8>)> = match parts.len() {
+            0 | 1 => {
+                let name = parts.pop().map_or_else(
+                    || {
+                        self.defaults
+                            .service_name
+                            .clone()
+                            .unwrap_or_else(|| EMPTY_INTERVAL_APPLICATION.into())
+                    },
+                    |(name, _)| name,
+                );
+                vec![(push::labels(&name, host), file(message))]
+            }
+            _ => parts
+                .iter()
+                .map(|(name, part)| (push::labels(name, host), file(part)))
+                .collect(),
+        };
+        push::request(&series)
     }
 }
 
@@ -494,6 +569,142 @@ mod tests {
                 .unwrap()
                 .spool_name(),
             "otlp_grpc___127.0.0.1_4317"
+        );
+    }
+
+    #[test]
+    fn pyroscope_gets_a_series_per_application() {
+        use crate::{
+            profile::Profile,
+            symbolize::{Frame, FrameKind},
+        };
+        let mut p = Profile::default();
+        p.info.event = "cpu-clock".into();
+        p.info.frequency_hz = 100;
+        let main = Frame::named("main", FrameKind::User);
+        for (pid, tid, comm) in [
+            (10, 10, "api"),
+            (10, 11, "api-worker"),
+            (20, 20, "batch"),
+            (30, 30, "cron"),
+        ] {
+            let s = p.push("cpu-clock", comm, std::slice::from_ref(&main), 10_000_000);
+            (s.pid, s.tid) = (pid, tid);
+        }
+        let message = pprof::encode(&p);
+        let mut requests = Requests {
+            destinations: Vec::new(),
+            defaults: otlp::ResourceDefaults {
+                host_name: "h".into(),
+                service_name: None,
+            },
+            pyroscope_wanted: true,
+            otlp_wanted: true,
+            known: HashMap::new(),
+        };
+        // 10 names itself; 20 and 30 are the same executable.
+        let processes: HashMap<i64, ProcessInfo> = [
+            (10, Some("checkout"), "java"),
+            (20, None, "batch"),
+            (30, None, "batch"),
+        ]
+        .into_iter()
+        .map(|(pid, own, exe)| {
+            let info = ProcessInfo {
+                service_name: own.map(str::to_string),
+                executable_name: Some(exe.into()),
+                ..Default::default()
+            };
+            (pid, info)
+        })
+        .collect();
+        let series = |requests: &Requests, message: &pprof::proto::Profile| {
+            let body = requests.pyroscope(message, &processes);
+            push::PushRequest::decode(body.as_slice())
+                .unwrap()
+                .series
+                .into_iter()
+                .map(|s| {
+                    let gz = &s.samples[0].raw_profile;
+                    let file = pprof::read_message(gz).unwrap();
+                    let mut pids: Vec<i64> = file
+                        .sample
+                        .iter()
+                        .map(|x| otlp::Labels::pid_of(&file, x))
+                        .collect();
+                    pids.sort();
+                    (s.label("service_name").to_string(), pids, gz.clone())
+                })
+                .collect::<Vec<_>>()
+        };
+        let got = series(&requests, &message);
+        let names: Vec<(&str, &[i64])> = got.iter().map(|(n, p, _)| (n.as_str(), &p[..])).collect();
+        assert_eq!(
+            names,
+            [("batch", &[20, 30][..]), ("checkout", &[10, 10][..])]
+        );
+        // --service-name: one series, the interval's file itself.
+        requests.defaults.service_name = Some("all".into());
+        let mut file = Vec::new();
+        pprof::write_message(&message, &mut file).unwrap();
+        let got = series(&requests, &message);
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].0.as_str(), &got[0].2), ("all", &file));
+        // An empty interval still goes (the store drops it), under the profiler's name.
+        requests.defaults.service_name = None;
+        let got = series(&requests, &pprof::proto::Profile::default());
+        assert_eq!((got.len(), got[0].0.as_str()), (1, "profiler"));
+    }
+
+    #[test]
+    fn a_process_gone_since_keeps_what_was_read_while_it_ran() {
+        use crate::{
+            profile::Profile,
+            symbolize::{Frame, FrameKind},
+        };
+        // Above any pid_max: never a live process.
+        const GONE: u32 = 4_999_999;
+        let me = std::process::id();
+        let mut p = Profile::default();
+        p.info.event = "cpu-clock".into();
+        let main = Frame::named("main", FrameKind::User);
+        for (pid, comm) in [(me, "tests-thread"), (GONE, "w")] {
+            let s = p.push("cpu-clock", comm, std::slice::from_ref(&main), 1);
+            (s.pid, s.tid) = (pid, pid);
+        }
+        let labels = otlp::Labels::by_pid(&pprof::encode(&p));
+        let mut requests = Requests {
+            destinations: Vec::new(),
+            defaults: otlp::ResourceDefaults {
+                host_name: "h".into(),
+                service_name: None,
+            },
+            pyroscope_wanted: false,
+            otlp_wanted: true,
+            known: HashMap::new(),
+        };
+        // Never read alive: its samples' command name.
+        let gone = requests.process(GONE.into(), &labels[&GONE.into()]);
+        assert_eq!(gone.otel_service_name(), "unknown_service:w");
+        // Read alive, then gone: what was read.
+        requests.known.insert(
+            GONE.into(),
+            ProcessInfo {
+                executable_name: Some("api".into()),
+                service_name: Some("checkout".into()),
+                ..Default::default()
+            },
+        );
+        let gone = requests.process(GONE.into(), &labels[&GONE.into()]);
+        assert_eq!(gone.otel_service_name(), "checkout");
+        assert_eq!(gone.executable_name.as_deref(), Some("api"));
+        // A live one is read (its executable's name, not the thread's) and kept.
+        let live = requests.process(me.into(), &labels[&me.into()]);
+        assert_ne!(live.executable_name.as_deref(), Some("tests-thread"));
+        assert!(live.executable_path.is_some());
+        assert_eq!(
+            requests.known.get(&me.into()).map(|k| &k.executable_path),
+            Some(&live.executable_path)
         );
     }
 

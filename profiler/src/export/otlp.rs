@@ -26,8 +26,9 @@ const KERNEL_MAPPING: &str = "[kernel.kallsyms]";
 #[derive(Clone, Debug)]
 pub struct ResourceDefaults {
     pub host_name: String,
-    /// `service.name` of processes that do not name their own (`OTEL_SERVICE_NAME`).
-    pub service_name: String,
+    /// The `service.name` of every process (`--service-name`), instead of each process's
+    /// own ([`ProcessInfo::otel_service_name`]).
+    pub service_name: Option<String>,
 }
 
 /// An attribute value as a hashable key.
@@ -141,10 +142,10 @@ fn key_value(key: &str, value: AttrValue) -> KeyValue {
 
 /// The resource of one process.
 fn resource(pid: i64, info: &ProcessInfo, defaults: &ResourceDefaults) -> otlp::Resource {
-    let service = info
+    let service = defaults
         .service_name
         .clone()
-        .unwrap_or_else(|| defaults.service_name.clone());
+        .unwrap_or_else(|| info.otel_service_name());
     let mut attributes = vec![
         key_value("service.name", AttrValue::Str(service)),
         key_value("host.name", AttrValue::Str(defaults.host_name.clone())),
@@ -302,12 +303,7 @@ pub fn request(
         name: "profiler".into(),
         version: env!("CARGO_PKG_VERSION").into(),
     };
-    let first_labels: HashMap<i64, Labels> = message
-        .sample
-        .iter()
-        .map(|s| Labels::of(s, &text))
-        .map(|l| (l.num("pid").unwrap_or(0), l))
-        .collect();
+    let first_labels = Labels::by_pid(message);
     let resource_profiles = by_pid
         .into_iter()
         .map(|(pid, columns)| {
@@ -358,6 +354,46 @@ pub fn request(
 pub struct Labels(Vec<(String, AttrValue)>);
 
 impl Labels {
+    /// The labels of each process of `message`: those of a sample of its main thread (whose
+    /// `comm` is the process's, not a thread's name) when it has one, else of any.
+    pub fn by_pid(message: &pprof::Profile) -> HashMap<i64, Labels> {
+        let text = |i: i64| {
+            message
+                .string_table
+                .get(i as usize)
+                .map_or("", String::as_str)
+        };
+        let mut out: HashMap<i64, (bool, Labels)> = HashMap::new();
+        for s in &message.sample {
+            let labels = Labels::of(s, &text);
+            let pid = labels.num("pid").unwrap_or(0);
+            let main = labels.num("tid") == Some(pid);
+            match out.get(&pid) {
+                Some((true, _)) => {}
+                Some((false, _)) if !main => {}
+                _ => {
+                    out.insert(pid, (main, labels));
+                }
+            }
+        }
+        out.into_iter().map(|(pid, (_, l))| (pid, l)).collect()
+    }
+
+    /// The `pid` label of a sample of `message` (0 without one).
+    pub fn pid_of(message: &pprof::Profile, sample: &pprof::Sample) -> i64 {
+        sample
+            .label
+            .iter()
+            .find(|l| {
+                l.str == 0
+                    && message
+                        .string_table
+                        .get(l.key as usize)
+                        .is_some_and(|k| k == "pid")
+            })
+            .map_or(0, |l| l.num)
+    }
+
     fn of<'a>(s: &pprof::Sample, text: &impl Fn(i64) -> &'a str) -> Self {
         Self(
             s.label
@@ -428,15 +464,16 @@ mod tests {
         );
         (s.pid, s.tid, s.samples) = (20, 20, 2);
         let message = encode(&p);
-        let defaults = ResourceDefaults {
+        let mut defaults = ResourceDefaults {
             host_name: "h".into(),
-            service_name: "svc".into(),
+            service_name: None,
         };
-        let req = request(&message, &defaults, |pid, labels| ProcessInfo {
+        let info = |pid: i64, labels: &Labels| ProcessInfo {
             executable_name: labels.text("comm").map(str::to_string),
             service_name: (pid == 20).then(|| "own".to_string()),
             ..Default::default()
-        });
+        };
+        let req = request(&message, &defaults, info);
         let dict = req.dictionary.as_ref().unwrap();
         let s = |i: i32| dict.string_table[i as usize].as_str();
         assert_eq!(req.resource_profiles.len(), 2, "a resource per pid");
@@ -452,14 +489,24 @@ mod tests {
         };
         let first = &req.resource_profiles[0];
         assert_eq!(attr(first, "process.pid"), Some(Value::IntValue(10)));
+        // A process's own service name, else OpenTelemetry's for an unnamed one.
         assert_eq!(
             attr(first, "service.name"),
-            Some(Value::StringValue("svc".into()))
+            Some(Value::StringValue("unknown_service:chain".into()))
         );
         assert_eq!(
             attr(&req.resource_profiles[1], "service.name"),
             Some(Value::StringValue("own".into()))
         );
+        // --service-name names them all.
+        defaults.service_name = Some("svc".into());
+        let forced = request(&message, &defaults, info);
+        for r in &forced.resource_profiles {
+            assert_eq!(
+                attr(r, "service.name"),
+                Some(Value::StringValue("svc".into()))
+            );
+        }
         assert_eq!(
             attr(first, "process.executable.name"),
             Some(Value::StringValue("chain".into()))

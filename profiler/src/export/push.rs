@@ -1,9 +1,11 @@
 //! Pyroscope's Push API (`push.v1.PusherService/Push`), what Grafana Alloy's
 //! `pyroscope.write` sends: a Connect-protocol unary call whose body is a
-//! `push.v1.PushRequest` holding the interval's pprof file (gzipped, as written) under the
-//! series' labels. Field numbers are those of grafana/pyroscope's `api/push/v1/push.proto`
-//! and `api/types/v1/types.proto`; the tests decode what is sent with Google's protobuf
-//! runtime from a schema declared there, so a wrong number fails there.
+//! `push.v1.PushRequest` holding an interval's pprof files (gzipped, as written), one series
+//! per application, each under its labels. The same request is what a Pyroscope destination
+//! spools and queues: `/ingest` sends each of its series as one upload. Field numbers are those
+//! of grafana/pyroscope's `api/push/v1/push.proto` and `api/types/v1/types.proto`; the tests
+//! decode what is sent with Google's protobuf runtime from a schema declared there, so a
+//! wrong number fails there.
 
 use std::hash::{Hash as _, Hasher as _};
 
@@ -46,12 +48,12 @@ pub struct RawSample {
     pub id: String,
 }
 
-/// The series labels of every interval: the profile type's name (`process_cpu`, the name
-/// Pyroscope's eBPF agents use), `service_name`, `hostname` (the labels `/ingest`'s
-/// `service{hostname=h}` makes), and `__delta__=false`: each interval already holds only
-/// its own samples, so the store must not difference it against the previous one. The
-/// per-process labels (`pid`, `comm`, `cgroup`, ...) are per sample inside the pprof, as on
-/// `/ingest`.
+/// The series labels of one application's profile: the profile type's name (`process_cpu`,
+/// the name Pyroscope's eBPF agents use), `service_name` (the application), `hostname` (the
+/// labels `/ingest`'s `service{hostname=h}` makes), and `__delta__=false`: each interval
+/// already holds only its own samples, so the store must not difference it against the
+/// previous one. The per-process labels (`pid`, `comm`, `cgroup`, ...) are per sample inside
+/// the pprof, as on `/ingest`.
 pub fn labels(service_name: &str, host_name: &str) -> Vec<LabelPair> {
     [
         ("__name__", "process_cpu"),
@@ -67,18 +69,42 @@ pub fn labels(service_name: &str, host_name: &str) -> Vec<LabelPair> {
     .collect()
 }
 
-/// The encoded request for one interval's pprof file.
-pub fn request(labels: &[LabelPair], pprof: &[u8]) -> Vec<u8> {
+/// The encoded request of one interval: a series per (labels, pprof file), each file with
+/// its ID.
+pub fn request(series: &[(Vec<LabelPair>, Vec<u8>)]) -> Vec<u8> {
     PushRequest {
-        series: vec![RawProfileSeries {
-            labels: labels.to_vec(),
-            samples: vec![RawSample {
-                raw_profile: pprof.to_vec(),
-                id: profile_id(pprof),
-            }],
-        }],
+        series: series
+            .iter()
+            .map(|(labels, pprof)| RawProfileSeries {
+                labels: labels.clone(),
+                samples: vec![RawSample {
+                    raw_profile: pprof.clone(),
+                    id: profile_id(pprof),
+                }],
+            })
+            .collect(),
     }
     .encode_to_vec()
+}
+
+/// The request a Pyroscope destination's queued interval is. An interval spooled by a
+/// version that spooled the pprof file itself (gzip's magic first, where a request starts
+/// with its field 1, 0x0a) becomes a request of that file under `legacy` labels.
+pub fn queued(body: &[u8], legacy: &[LabelPair]) -> Result<PushRequest, prost::DecodeError> {
+    if body.starts_with(&[0x1f, 0x8b]) {
+        return PushRequest::decode(request(&[(legacy.to_vec(), body.to_vec())]).as_slice());
+    }
+    PushRequest::decode(body)
+}
+
+impl RawProfileSeries {
+    /// The value of the label `name` ("" without it).
+    pub fn label(&self, name: &str) -> &str {
+        self.labels
+            .iter()
+            .find(|l| l.name == name)
+            .map_or("", |l| l.value.as_str())
+    }
 }
 
 /// The profile's ID, a UUID (the form Pyroscope stores IDs in) made from the file's bytes,
@@ -125,11 +151,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_push_request_holds_the_file_under_the_labels() {
-        let labels = labels("checkout", "vm1");
-        let body = request(&labels, b"\x1f\x8bpprof");
+    fn a_push_request_holds_each_file_under_its_labels() {
+        let body = request(&[
+            (labels("checkout", "vm1"), b"\x1f\x8bpprof".to_vec()),
+            (labels("batch", "vm1"), b"\x1f\x8bother".to_vec()),
+        ]);
         let back = PushRequest::decode(body.as_slice()).unwrap();
-        assert_eq!(back.series.len(), 1);
+        assert_eq!(back.series.len(), 2);
         let s = &back.series[0];
         let pairs: Vec<(&str, &str)> = s
             .labels
@@ -147,8 +175,18 @@ mod tests {
         );
         assert_eq!(s.samples.len(), 1);
         assert_eq!(s.samples[0].raw_profile, b"\x1f\x8bpprof");
+        assert_eq!(back.series[1].label("service_name"), "batch");
+        assert_eq!(back.series[1].label("nope"), "");
+        assert_ne!(s.samples[0].id, back.series[1].samples[0].id);
         // The wire form of the first field: series (1, length-delimited).
         assert_eq!(body[0], 0x0a);
+        // Queued as is; a file spooled alone by an earlier version gets the legacy labels.
+        assert_eq!(queued(&body, &[]).unwrap(), back);
+        let old = queued(b"\x1f\x8bpprof", &labels("profiler", "vm1")).unwrap();
+        assert_eq!(old.series.len(), 1);
+        assert_eq!(old.series[0].label("service_name"), "profiler");
+        assert_eq!(old.series[0].samples[0], s.samples[0]);
+        assert!(queued(b"\x0a\xff", &[]).is_err());
     }
 
     #[test]

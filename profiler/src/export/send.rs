@@ -37,10 +37,11 @@ pub enum Client {
         endpoint: Endpoint,
         http: reqwest::Client,
         headers: reqwest::header::HeaderMap,
-        /// `/ingest`'s application name with its labels (`service{hostname=h}`).
-        ingest_name: String,
-        /// The Push API's series labels: the same service and host.
-        push_labels: Vec<push::LabelPair>,
+        /// The labels of an interval an earlier version spooled as a bare pprof file.
+        legacy: Vec<push::LabelPair>,
+        /// `/ingest`: the interval (its sequence number) whose first uploads (how many, and
+        /// their bytes) the store took before one failed: a retry sends only the rest.
+        ingested: Option<(u64, usize, u64)>,
     },
 }
 
@@ -49,12 +50,13 @@ pub type CaPem = Option<Vec<u8>>;
 
 impl Client {
     /// A client for `endpoint`; connects lazily (a store that is down now is not an error
-    /// here). Must be called inside a tokio runtime.
+    /// here). Must be called inside a tokio runtime. `legacy_name` is the application of
+    /// Pyroscope intervals an earlier version spooled without one.
     pub fn new(
         endpoint: &Endpoint,
         headers: &[(String, String)],
         ca: &CaPem,
-        service_name: &str,
+        legacy_name: &str,
         host_name: &str,
     ) -> Result<Self, ExportError> {
         let client_err = |reason: String| ExportError::Client {
@@ -122,11 +124,8 @@ impl Client {
                     endpoint: endpoint.clone(),
                     http,
                     headers: map,
-                    ingest_name: format!(
-                        "{service_name}{{hostname={}}}",
-                        host_name.replace([',', '}', '{', '='], "_")
-                    ),
-                    push_labels: push::labels(service_name, host_name),
+                    legacy: push::labels(legacy_name, host_name),
+                    ingested: None,
                 })
             }
         }
@@ -150,109 +149,153 @@ impl Client {
                 endpoint,
                 http,
                 headers,
-                ingest_name,
-                push_labels,
-            } => {
-                let (request, len) = match endpoint.protocol {
-                    Protocol::Pyroscope => {
-                        let (body, boundary) = multipart(&item.body);
-                        let len = body.len() as u64;
-                        let r = http
-                            .post(format!("{}/ingest", endpoint.base))
-                            .query(&[
-                                ("name", ingest_name.as_str()),
-                                ("from", &item.from.to_string()),
-                                ("until", &item.until.to_string()),
-                                ("format", "pprof"),
-                                ("spyName", "profiler"),
-                                ("sampleRate", &item.rate.to_string()),
-                            ])
-                            .header(
-                                "content-type",
-                                format!("multipart/form-data; boundary={boundary}"),
-                            )
-                            .body(body);
-                        (r, len)
-                    }
-                    Protocol::PyroscopePush => {
-                        let body = push::request(push_labels, &item.body);
-                        let len = body.len() as u64;
-                        let r = http
-                            .post(format!("{}{}", endpoint.base, push::PUSH_PATH))
-                            .header("content-type", "application/proto")
-                            .header("connect-protocol-version", "1")
-                            .header(
-                                "connect-timeout-ms",
-                                REQUEST_TIMEOUT.as_millis().to_string(),
-                            )
-                            .body(body);
-                        (r, len)
-                    }
-                    _ => {
-                        let body = gzip(&item.body);
-                        let len = body.len() as u64;
-                        let r = http
-                            .post(format!("{}/v1development/profiles", endpoint.base))
-                            .header("content-type", "application/x-protobuf")
-                            .header("content-encoding", "gzip")
-                            .body(body);
-                        (r, len)
-                    }
-                };
-                let response = request
-                    .headers(headers.clone())
-                    .send()
-                    .await
-                    .map_err(|e| transport_error(&endpoint.url, &e))?;
-                let status = response.status();
-                let protobuf = response
-                    .headers()
-                    .get("content-type")
-                    .is_some_and(|v| v.as_bytes().starts_with(b"application/x-protobuf"));
-                let retry_after = response
-                    .headers()
-                    .get("retry-after")
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(retry::parse_retry_after);
-                let body = response
-                    .bytes()
-                    .await
-                    .map_err(|e| transport_error(&endpoint.url, &e))?;
-                if !status.is_success() {
-                    // A Connect error is JSON with its code; one without (a proxy's 502
-                    // page) is an HTTP error like any other.
-                    if endpoint.protocol == Protocol::PyroscopePush
-                        && let Some((code, message)) = push::connect_error(&body)
-                    {
-                        return Err(ExportError::Connect {
-                            endpoint: endpoint.url.clone(),
-                            status: status.as_u16(),
-                            code,
-                            message,
-                            retry_after,
-                        });
-                    }
-                    // OTLP/HTTP explains a failure in a google.rpc.Status message.
-                    let message = protobuf
-                        .then(|| RpcStatus::decode(body.as_ref()).ok())
-                        .flatten()
-                        .map(|s| s.message)
-                        .filter(|m| !m.is_empty());
-                    return Err(ExportError::Http {
-                        endpoint: endpoint.url.clone(),
-                        status: status.as_u16(),
-                        body: message.unwrap_or_else(|| printable(&body)),
-                        retry_after,
-                    });
+                legacy,
+                ingested,
+            } => match endpoint.protocol {
+                Protocol::Pyroscope => {
+                    ingest(endpoint, http, headers, legacy, ingested, item).await
                 }
-                let partial = match endpoint.protocol {
-                    Protocol::OtlpHttp => partial_success(endpoint, &body),
-                    _ => None,
-                };
-                Ok((len, partial))
-            }
+                Protocol::PyroscopePush => {
+                    // Queued as the request itself (or, spooled by an earlier version, as
+                    // the bare pprof file).
+                    let body = match item.body.starts_with(&[0x1f, 0x8b]) {
+                        true => push::request(&[(legacy.clone(), item.body.clone())]),
+                        false => item.body.clone(),
+                    };
+                    let len = body.len() as u64;
+                    let request = http
+                        .post(format!("{}{}", endpoint.base, push::PUSH_PATH))
+                        .header("content-type", "application/proto")
+                        .header("connect-protocol-version", "1")
+                        .header(
+                            "connect-timeout-ms",
+                            REQUEST_TIMEOUT.as_millis().to_string(),
+                        )
+                        .body(body);
+                    exchange(endpoint, request.headers(headers.clone())).await?;
+                    Ok((len, None))
+                }
+                _ => {
+                    let body = gzip(&item.body);
+                    let len = body.len() as u64;
+                    let request = http
+                        .post(format!("{}/v1development/profiles", endpoint.base))
+                        .header("content-type", "application/x-protobuf")
+                        .header("content-encoding", "gzip")
+                        .body(body);
+                    let answer = exchange(endpoint, request.headers(headers.clone())).await?;
+                    Ok((len, partial_success(endpoint, &answer)))
+                }
+            },
         }
     }
+}
+
+/// `/ingest`: one upload per application of the interval, named `service{hostname=h}`,
+/// those the store already took (before a failure) not sent again.
+async fn ingest(
+    endpoint: &Endpoint,
+    http: &reqwest::Client,
+    headers: &reqwest::header::HeaderMap,
+    legacy: &[push::LabelPair],
+    ingested: &mut Option<(u64, usize, u64)>,
+    item: &Item,
+) -> Result<(u64, Option<Notice>), ExportError> {
+    let request = push::queued(&item.body, legacy).map_err(|e| ExportError::Item {
+        endpoint: endpoint.url.clone(),
+        reason: e.to_string(),
+    })?;
+    let (mut done, mut sent) = match *ingested {
+        Some((seq, done, sent)) if seq == item.seq => (done, sent),
+        _ => (0, 0),
+    };
+    let label = |text: &str| text.replace([',', '}', '{', '='], "_");
+    for series in &request.series[done.min(request.series.len())..] {
+        let name = format!(
+            "{}{{hostname={}}}",
+            label(series.label("service_name")),
+            label(series.label("hostname"))
+        );
+        for sample in &series.samples {
+            let (body, boundary) = multipart(&sample.raw_profile);
+            let len = body.len() as u64;
+            let r = http
+                .post(format!("{}/ingest", endpoint.base))
+                .query(&[
+                    ("name", name.as_str()),
+                    ("from", &item.from.to_string()),
+                    ("until", &item.until.to_string()),
+                    ("format", "pprof"),
+                    ("spyName", "profiler"),
+                    ("sampleRate", &item.rate.to_string()),
+                ])
+                .header(
+                    "content-type",
+                    format!("multipart/form-data; boundary={boundary}"),
+                )
+                .body(body);
+            exchange(endpoint, r.headers(headers.clone())).await?;
+            sent += len;
+        }
+        done += 1;
+        *ingested = Some((item.seq, done, sent));
+    }
+    *ingested = None;
+    Ok((sent, None))
+}
+
+/// Sends one HTTP request: the answer's body when the store took it, else the error its
+/// status (and body) make.
+async fn exchange(
+    endpoint: &Endpoint,
+    request: reqwest::RequestBuilder,
+) -> Result<bytes::Bytes, ExportError> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| transport_error(&endpoint.url, &e))?;
+    let status = response.status();
+    let protobuf = response
+        .headers()
+        .get("content-type")
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/x-protobuf"));
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(retry::parse_retry_after);
+    let body = response
+        .bytes()
+        .await
+        .map_err(|e| transport_error(&endpoint.url, &e))?;
+    if status.is_success() {
+        return Ok(body);
+    }
+    // A Connect error is JSON with its code; one without (a proxy's 502 page) is an HTTP
+    // error like any other.
+    if endpoint.protocol == Protocol::PyroscopePush
+        && let Some((code, message)) = push::connect_error(&body)
+    {
+        return Err(ExportError::Connect {
+            endpoint: endpoint.url.clone(),
+            status: status.as_u16(),
+            code,
+            message,
+            retry_after,
+        });
+    }
+    // OTLP/HTTP explains a failure in a google.rpc.Status message.
+    let message = protobuf
+        .then(|| RpcStatus::decode(body.as_ref()).ok())
+        .flatten()
+        .map(|s| s.message)
+        .filter(|m| !m.is_empty());
+    Err(ExportError::Http {
+        endpoint: endpoint.url.clone(),
+        status: status.as_u16(),
+        body: message.unwrap_or_else(|| printable(&body)),
+        retry_after,
+    })
 }
 
 async fn send_grpc(
@@ -574,7 +617,8 @@ mod tests {
                 assert!(head.contains(h), "{h}: {head}");
             }
         }
-        let want = push::request(&push::labels("svc", "h1"), &item.body).len() as u64;
+        // A bare pprof file (as an earlier version spooled it) goes under the legacy labels.
+        let want = push::request(&[(push::labels("svc", "h1"), item.body.clone())]).len() as u64;
         assert!(
             matches!(results[0], Ok((n, false)) if n == want),
             "{:?}",
@@ -606,6 +650,61 @@ mod tests {
             Err(e @ ExportError::Http { status: 502, .. }) => assert!(e.retryable()),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn ingest_uploads_each_application_and_a_retry_only_those_not_taken() {
+        let ok = "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
+        let busy = "HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-length: 4\r\n\r\nbusy";
+        let (port, server) = one_answer_per_request(vec![ok, busy, ok]);
+        let endpoint = Endpoint::parse(&format!("pyroscope+http://127.0.0.1:{port}")).unwrap();
+        let item = Item {
+            seq: 7,
+            from: 1,
+            until: 2,
+            rate: 99,
+            body: push::request(&[
+                (push::labels("checkout", "h1"), b"\x1f\x8bone".to_vec()),
+                (push::labels("a{b}=c,d", "h1"), b"\x1f\x8btwo".to_vec()),
+            ]),
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (first, second) = runtime.block_on(async {
+            let mut client = Client::new(&endpoint, &[], &None, "svc", "h1").unwrap();
+            let first = client.send(&item).await;
+            let second = client.send(&item).await;
+            (first, second)
+        });
+        let requests = server.join().unwrap();
+        assert!(
+            matches!(&first, Err(e @ ExportError::Http { status: 503, .. }) if e.retryable()),
+            "{first:?}"
+        );
+        let names: Vec<&str> = requests
+            .iter()
+            .map(|h| {
+                let q = h.lines().next().unwrap();
+                let q = &q[q.find("name=").unwrap() + 5..];
+                &q[..q.find('&').unwrap()]
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "checkout%7bhostname%3dh1%7d",
+                "a_b__c_d%7bhostname%3dh1%7d",
+                "a_b__c_d%7bhostname%3dh1%7d"
+            ],
+            "the second application again, not the first"
+        );
+        let one = multipart(b"\x1f\x8bone").0.len() + multipart(b"\x1f\x8btwo").0.len();
+        assert!(
+            matches!(second, Ok((n, None)) if n == one as u64),
+            "{second:?}"
+        );
     }
 
     #[test]

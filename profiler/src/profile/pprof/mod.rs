@@ -10,10 +10,12 @@
 
 pub mod proto;
 mod read;
+mod split;
 mod symbolize;
 mod write;
 
 pub use read::{PprofError, read_message, read_pprof};
+pub use split::split;
 pub use symbolize::{Symbolized, symbolize_message};
 pub use write::{encode, write_message, write_pprof};
 
