@@ -5,6 +5,7 @@
 //! `step`), reading memory from the copy only. The record is then rewritten as if the kernel
 //! had walked it, so everything after the reader sees ordinary records.
 
+use crate::runtimes::hotspot::copied::{Frame as JavaFrame, JavaStep};
 use profiler_common::{
     MAX_STACK_DEPTH, record_flags,
     stack::{STACK_COPY_BLOCK, STACK_HEADER_SIZE, StackCopyHead, StackSampleHeader, stack_copy},
@@ -57,6 +58,10 @@ impl<'a> Copy<'a> {
 /// instruction) → its two words.
 pub type JsFrames<'f> = dyn Fn(&Copy<'_>, u64, u64, bool) -> Option<[u64; 2]> + 'f;
 
+/// What steps a frame in a JVM's code cache (as the kernel's HotSpot step): `None` outside
+/// it.
+pub type JavaFrames<'f> = dyn Fn(&Copy<'_>, JavaFrame) -> Option<JavaStep> + 'f;
+
 struct Regs {
     pc: u64,
     sp: u64,
@@ -73,12 +78,14 @@ struct Regs {
 /// `js(copy, fp, pc, top)` may give the two words of a runtime's frame there (V8's JS frames,
 /// as the kernel's walk writes them) in place of its pc; `jit`: the process runs a JIT whose
 /// code may be in no mapping the tables list (V8 flips its code pages between writable and
-/// executable), so a leaf in none is walked on by frame pointer. Returns the frames,
-/// innermost first, and the walk's `record_flags`.
+/// executable), so a leaf in none is walked on by frame pointer; `java` steps a frame in a
+/// JVM's code cache before its mapping is looked up, as the kernel's walk does. Returns the
+/// frames, innermost first, and the walk's `record_flags`.
 pub fn walk<'r>(
     mappings: &[UnwindMapping],
     mut rows: impl FnMut(u32, u32) -> Option<&'r [UnwindRow]>,
     js: &JsFrames<'_>,
+    java: &JavaFrames<'_>,
     jit: bool,
     head: &StackCopyHead,
     copy: &Copy<'_>,
@@ -104,6 +111,48 @@ pub fn walk<'r>(
         let at = if r.exact { r.pc } else { r.pc.wrapping_sub(1) };
         let top = r.exact;
         r.exact = false;
+        let here = JavaFrame {
+            pc: r.pc,
+            sp: r.sp,
+            bp: r.bp,
+            top,
+        };
+        match java(copy, here) {
+            None => {}
+            Some(JavaStep::Next { words, pc, sp, bp }) => {
+                if let Some(words) = words {
+                    if frames.len() >= MAX_STACK_DEPTH {
+                        flags |= record_flags::UNWIND_PARTIAL;
+                        break;
+                    }
+                    // Its two words in place of its native one.
+                    frames.pop();
+                    frames.extend(words);
+                    flags |= record_flags::HOTSPOT;
+                }
+                r = Regs {
+                    pc,
+                    sp,
+                    bp,
+                    lr: 0,
+                    exact: false,
+                };
+                if r.pc == 0 {
+                    break;
+                }
+                continue;
+            }
+            Some(JavaStep::FramePointer) => {
+                if !frame_pointer_step(&mut r, copy, &mut flags) {
+                    break;
+                }
+                continue;
+            }
+            Some(JavaStep::Stop) => {
+                flags |= record_flags::UNWIND_PARTIAL;
+                break;
+            }
+        }
         // A frame without a row is left by frame pointer, after `js` looked at it.
         let by_fp = |r: &mut Regs, frames: &mut Vec<u64>, flags: &mut u32| {
             if let Some([word, data]) = js(copy, r.bp, r.pc, top)
@@ -302,6 +351,7 @@ mod tests {
             &maps,
             |s, l| rows.get(s as usize..(s + l) as usize),
             &|_, _, _, _| None,
+            &|_, _| None,
             false,
             head,
             &copy,

@@ -16,7 +16,7 @@ use profiler_common::{
 };
 
 use super::copied;
-use crate::runtimes::{SharedRuntimes, python::process::ProcessMemory, v8};
+use crate::runtimes::{SharedRuntimes, hotspot, python::process::ProcessMemory, v8};
 
 use crate::{
     bpf::{RowRange, UnwindMapError, UnwindMaps},
@@ -785,15 +785,23 @@ impl TableLoader {
         {
             return copied::rewrite(record, &[], 0);
         }
-        // A V8 process's JS frames, found in the copy as the kernel's walk finds them.
-        let js = self
+        // A V8 process's JS frames and a JVM's Java frames, found in the copy as the
+        // kernel's walk finds them.
+        let (js, java) = self
             .runtimes
             .as_ref()
-            .and_then(|r| r.lock().ok()?.v8_entry(header.pid));
+            .and_then(|r| {
+                let r = r.lock().ok()?;
+                Some((r.v8_entry(header.pid), r.hotspot_entry(header.pid)))
+            })
+            .unwrap_or_default();
         let mem = ProcessMemory::new(header.pid);
         let js_frame = |copy: &copied::Copy<'_>, fp: u64, pc: u64, top: bool| {
             let e = js.as_ref()?;
             v8::walker::js_words(e, |a| copy.read(a), &mem, fp, pc, top)
+        };
+        let java_frame = |copy: &copied::Copy<'_>, frame| {
+            hotspot::copied::java_step(java.as_ref()?, |a| copy.read(a), &mem, frame)
         };
         let walked = self
             .procs
@@ -804,7 +812,8 @@ impl TableLoader {
                 let all = self.maps.all_rows().unwrap_or_default();
                 let rows =
                     |start: u32, len: u32| all.get(start as usize..start as usize + len as usize);
-                copied::walk(&p.entries, rows, &js_frame, js.is_some(), &head, &copy)
+                let jit = js.is_some();
+                copied::walk(&p.entries, rows, &js_frame, &java_frame, jit, &head, &copy)
             });
         let (frames, flags) = match walked {
             Some((frames, flags)) if flags & record_flags::UNWIND_PARTIAL == 0 => (frames, flags),

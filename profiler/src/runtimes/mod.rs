@@ -195,6 +195,11 @@ impl Runtimes {
         self.v8.as_ref()?.entry(pid)
     }
 
+    /// The HotSpot walker's kernel entry for `pid` (a JVM whose code cache it reads).
+    pub fn hotspot_entry(&self, pid: u32) -> Option<profiler_common::hotspot::HsProc> {
+        self.hotspot.as_ref()?.entry(pid)
+    }
+
     /// A runtime's frame at the start of `words` (a process's user frames, innermost
     /// first): how many words it takes, and the frame (`None` for one the runtime does not
     /// show); `None` when the first word is a native address.

@@ -79,6 +79,7 @@
 //! A JVM whose heaps are not created yet (`CodeCache::_heaps` null) is read again later.
 
 pub mod code;
+pub mod copied;
 pub mod detect;
 pub mod layout;
 pub mod naming;

@@ -1,0 +1,388 @@
+//! Java frames in a copied stack: the kernel's HotSpot step (`profiler-ebpf/src/hotspot.rs`,
+//! `step`), rule for rule, done in user space on the stack copy of a record taken before its
+//! process had unwind tables (a JVM's first moments, and the waits begun then), so that
+//! those records get the Java frames the kernel's walk would have written. Frame slots are
+//! read from the copy alone; the code cache, Method* and ConstMethod from the live process
+//! (they outlive the frames of a starting JVM).
+
+use profiler_common::hotspot::{
+    HS_BLOCK_BYTES, HS_COMPILED, HS_FRAME, HS_MAX_HOPS, HS_TOP, HsField, HsProc, MAX_HS_HEAPS,
+    NATIVE_NMETHOD_NAME, NMETHOD_NAME, hs_compiled, hs_field, hs_interpreted,
+};
+
+use crate::runtimes::python::process::Memory;
+
+/// What the step did with a frame in the code cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JavaStep {
+    /// The frame's two words (a Java frame; `None`: a stub, which has none) and its
+    /// caller's registers.
+    Next {
+        words: Option<[u64; 2]>,
+        pc: u64,
+        sp: u64,
+        bp: u64,
+    },
+    /// Leave this frame by frame pointer (the call stub, a stub that keeps rbp).
+    FramePointer,
+    /// The frame could not be walked: the walk ends here, partial.
+    Stop,
+}
+
+/// Registers at a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Frame {
+    pub pc: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// `pc` is the stopped instruction (not a return address).
+    pub top: bool,
+}
+
+/// The step at `f` in the JVM `e`, or `None` when `f.pc` is outside its code cache (native
+/// code: the tables go on). `stack(addr)`: a word of the copied stack; `heap`: the process.
+/// A copy carries no r13, so a stopped interpreted frame's bcp comes from its slot (as for
+/// off-CPU records in the kernel).
+pub fn java_step<M: Memory + ?Sized>(
+    e: &HsProc,
+    stack: impl Fn(u64) -> Option<u64>,
+    heap: &M,
+    f: Frame,
+) -> Option<JavaStep> {
+    // As the kernel's walk: a return address is looked up one byte back, inside its call.
+    let at = if f.top { f.pc } else { f.pc.wrapping_sub(1) };
+    if e.enabled == 0 || at < e.low || at >= e.high {
+        return None;
+    }
+    let heap_word = |addr: u64| heap.read_u64(addr).ok();
+    let step = if f.pc == e.call_stub_return {
+        Some(JavaStep::FramePointer)
+    } else if f.pc >= e.interpreter_low && f.pc < e.interpreter_high {
+        interpreted(e, &stack, &heap_word, f)
+    } else {
+        blob(e, &stack, heap, f)
+    };
+    Some(step.unwrap_or(JavaStep::Stop))
+}
+
+/// An interpreted frame: Method* and bcp from its slots; a native method's (code size 0)
+/// has bci 0.
+fn interpreted(
+    e: &HsProc,
+    stack: &impl Fn(u64) -> Option<u64>,
+    heap: &impl Fn(u64) -> Option<u64>,
+    f: Frame,
+) -> Option<JavaStep> {
+    if f.bp < f.sp || f.bp & 7 != 0 {
+        return None;
+    }
+    let slot = |off: i8| stack(f.bp.wrapping_add_signed(i64::from(off)));
+    let method = slot(e.slot_method)?;
+    let cm = heap(method.wrapping_add(u64::from(e.method_const_method)))?;
+    let size = heap(cm.wrapping_add(u64::from(e.cm_code_size)))? & 0xffff;
+    let bci = if size == 0 {
+        0
+    } else {
+        let code = cm.wrapping_add(u64::from(e.cm_size));
+        let bci = slot(e.slot_bcp)?.wrapping_sub(code);
+        if bci >= size {
+            return None;
+        }
+        bci
+    };
+    let sp = slot(e.slot_sender_sp)?;
+    let pc = stack(f.bp.wrapping_add(8))?;
+    let bp = stack(f.bp)?;
+    Some(JavaStep::Next {
+        words: Some([HS_FRAME | method, hs_interpreted(cm, bci as u32)]),
+        pc,
+        sp,
+        bp,
+    })
+}
+
+/// A frame in a code blob (an nmethod, a JNI wrapper, a stub), found through its heap's
+/// segment map and read as one block, as the kernel reads it.
+fn blob<M: Memory + ?Sized>(
+    e: &HsProc,
+    stack: &impl Fn(u64) -> Option<u64>,
+    heap: &M,
+    f: Frame,
+) -> Option<JavaStep> {
+    let block = block_of(e, heap, f.pc)?;
+    let len = usize::from(e.block_bytes).clamp(8, HS_BLOCK_BYTES as usize);
+    let mut bytes = vec![0u8; HS_BLOCK_BYTES as usize + 8];
+    heap.read(block, &mut bytes[..len]).ok()?;
+    // (`bytes` has 8 bytes past the largest offset a field may have.)
+    let field = |fl: &HsField| {
+        let at = usize::from(fl.offset) & (HS_BLOCK_BYTES as usize - 1);
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&bytes[at..at + 8]);
+        hs_field(u64::from_le_bytes(word), fl)
+    };
+    if field(&e.used) & 0xff == 0 {
+        return None;
+    }
+    let blob = block + u64::from(e.blob);
+    let frame_size = field(&e.frame_size).wrapping_mul(8);
+    let name = heap.read_u64(field(&e.name)).ok()?;
+    let address = |fl: &HsField, is_offset: u8| {
+        if is_offset != 0 {
+            blob.wrapping_add(field(fl))
+        } else {
+            field(fl)
+        }
+    };
+    if name == NMETHOD_NAME || name == NATIVE_NMETHOD_NAME {
+        if f.top && f.pc < address(&e.code, e.code_is_offset).wrapping_add(field(&e.frame_complete))
+        {
+            // The prologue: the frame is not built yet.
+            return None;
+        }
+        let mut at = f.pc;
+        if !f.top && f.pc == address(&e.deopt, e.deopt_is_offset) {
+            // Returning into the deopt handler: the PC it was deoptimised at is in the frame.
+            at = stack(f.sp.wrapping_add(field(&e.orig_pc_offset)))?;
+        }
+        if frame_size == 0 || frame_size > 1 << 20 || at < blob || at - blob > u64::from(u32::MAX) {
+            return None;
+        }
+        let word = HS_FRAME | HS_COMPILED | if f.top { HS_TOP } else { 0 } | blob;
+        let words = Some([
+            word,
+            hs_compiled(field(&e.compile_id) as u32, (at - blob) as u32),
+        ]);
+        let caller = f.sp + frame_size;
+        let ra = stack(caller - 8)?;
+        if ra >= e.low && ra < e.high {
+            let bp = stack(caller - 16)?;
+            return Some(JavaStep::Next {
+                words,
+                pc: ra,
+                sp: caller,
+                bp,
+            });
+        }
+        // A stopped frame whose frame-size step leaves the code cache is in its epilogue:
+        // its frame popped, the return address on top of the stack.
+        let ra = stack(f.sp).filter(|_| f.top)?;
+        return (ra >= e.low && ra < e.high).then_some(JavaStep::Next {
+            words,
+            pc: ra,
+            sp: f.sp + 8,
+            bp: f.bp,
+        });
+    }
+    // A stub, an adapter, a runtime blob: stepped by its frame size, or by rbp.
+    if frame_size == 0 || frame_size > 1 << 20 {
+        return Some(JavaStep::FramePointer);
+    }
+    let caller = frame_size + f.sp;
+    Some(JavaStep::Next {
+        words: None,
+        pc: stack(caller - 8)?,
+        sp: caller,
+        bp: stack(caller - 16)?,
+    })
+}
+
+/// The start of the code block holding `pc`, through its heap's segment map (each used
+/// segment's byte: how many segments back the block starts; 0 at its start, 0xff free).
+fn block_of<M: Memory + ?Sized>(e: &HsProc, heap: &M, pc: u64) -> Option<u64> {
+    let h = e.heaps[..usize::from(e.heaps_len).min(MAX_HS_HEAPS)]
+        .iter()
+        .find(|h| pc >= h.low && pc < h.high)?;
+    let shift = h.log2_segment & 31;
+    let mut segment = (pc - h.low) >> shift;
+    let byte = |at: u64| {
+        let mut b = [0u8; 1];
+        heap.read(h.segmap + at, &mut b)
+            .ok()
+            .map(|()| u64::from(b[0]))
+    };
+    let mut tag = byte(segment)?;
+    if tag == 0xff {
+        return None;
+    }
+    for _ in 0..HS_MAX_HOPS {
+        if tag == 0 {
+            return Some(h.low + (segment << shift));
+        }
+        if tag > segment {
+            return None;
+        }
+        segment -= tag;
+        tag = byte(segment)?;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use profiler_common::hotspot::HsHeap;
+
+    use super::*;
+    use crate::runtimes::python::process::fake::FakeMemory;
+
+    /// A JVM whose code cache is 0x10_0000..0x20_0000: the interpreter at 0x10_0000..
+    /// 0x10_1000, the call stub returning at 0x10_2000, one heap of 64-byte segments from
+    /// 0x11_0000 whose segment map is at 0x30_0000; blocks' blob at +16, fields in it.
+    fn jvm() -> HsProc {
+        let field = |offset, size| HsField {
+            offset,
+            size,
+            signed: 0,
+        };
+        let mut heaps = [HsHeap::default(); MAX_HS_HEAPS];
+        heaps[0] = HsHeap {
+            low: 0x11_0000,
+            high: 0x20_0000,
+            segmap: 0x30_0000,
+            log2_segment: 6,
+            _pad: 0,
+        };
+        HsProc {
+            enabled: 1,
+            heaps_len: 1,
+            slot_method: -24,
+            slot_bcp: -64,
+            slot_sender_sp: -8,
+            block_bytes: 128,
+            method_const_method: 8,
+            cm_code_size: 16,
+            cm_size: 48,
+            low: 0x10_0000,
+            high: 0x20_0000,
+            interpreter_low: 0x10_0000,
+            interpreter_high: 0x10_1000,
+            call_stub_return: 0x10_2000,
+            heaps,
+            blob: 16,
+            used: field(0, 1),
+            name: field(24, 8),
+            frame_size: field(32, 4),
+            code: field(40, 8),
+            frame_complete: field(48, 4),
+            compile_id: field(56, 4),
+            deopt: field(64, 8),
+            orig_pc_offset: field(72, 4),
+            ..HsProc::default()
+        }
+    }
+
+    fn words(at: &[(u64, u64)]) -> HashMap<u64, u64> {
+        at.iter().copied().collect()
+    }
+
+    #[test]
+    fn an_interpreted_frame_from_its_slots() {
+        let e = jvm();
+        let mut heap = FakeMemory::default();
+        // Method 0x50_0000 -> ConstMethod 0x60_0000, 40 bytes of bytecodes after 48.
+        heap.put(0x50_0008, &0x60_0000u64.to_le_bytes());
+        heap.put(0x60_0010, &40u64.to_le_bytes());
+        let bp = 0x7f00_0100;
+        let stack = words(&[
+            (bp - 24, 0x50_0000),
+            (bp - 64, 0x60_0000 + 48 + 7),
+            (bp - 8, 0x7f00_0200),
+            (bp, 0x7f00_0300),
+            (bp + 8, 0x10_2000),
+        ]);
+        let f = Frame {
+            pc: 0x10_0100,
+            sp: 0x7f00_0080,
+            bp,
+            top: true,
+        };
+        let step = java_step(&e, |a| stack.get(&a).copied(), &heap, f);
+        assert_eq!(
+            step,
+            Some(JavaStep::Next {
+                words: Some([HS_FRAME | 0x50_0000, hs_interpreted(0x60_0000, 7)]),
+                pc: 0x10_2000,
+                sp: 0x7f00_0200,
+                bp: 0x7f00_0300,
+            })
+        );
+        // Its caller returns into the call stub: left by frame pointer.
+        let f = Frame {
+            pc: 0x10_2000,
+            top: false,
+            ..f
+        };
+        assert_eq!(
+            java_step(&e, |a| stack.get(&a).copied(), &heap, f),
+            Some(JavaStep::FramePointer)
+        );
+        // A bcp past the method's bytecodes: not walked.
+        let bad = words(&[(bp - 24, 0x50_0000), (bp - 64, 0x60_0000 + 48 + 40)]);
+        let f = Frame { top: true, ..f };
+        let f = Frame { pc: 0x10_0100, ..f };
+        assert_eq!(
+            java_step(&e, |a| bad.get(&a).copied(), &heap, f),
+            Some(JavaStep::Stop)
+        );
+        // Native code: not this walk's.
+        let f = Frame { pc: 0x40_0000, ..f };
+        assert_eq!(java_step(&e, |a| stack.get(&a).copied(), &heap, f), None);
+    }
+
+    #[test]
+    fn a_compiled_frame_through_the_segment_map() {
+        let e = jvm();
+        let mut heap = FakeMemory::default();
+        // The block at segment 2 (0x11_0080) spans segments 2..6: map bytes 0, 1, 2, 3.
+        heap.put(0x30_0000, &[0xff, 0xff, 0, 1, 2, 3, 0xff, 0xff]);
+        let block = 0x11_0080u64;
+        let blob = block + 16;
+        let mut b = vec![0u8; 136];
+        b[0] = 1; // used
+        b[24..32].copy_from_slice(&0x70_0000u64.to_le_bytes()); // name
+        b[32..36].copy_from_slice(&6u32.to_le_bytes()); // frame size: 6 words
+        b[40..48].copy_from_slice(&(blob + 0x20).to_le_bytes()); // code
+        b[48..52].copy_from_slice(&0x10u32.to_le_bytes()); // frame complete
+        b[56..60].copy_from_slice(&42u32.to_le_bytes()); // compile id
+        b[64..72].copy_from_slice(&(blob + 0x100).to_le_bytes()); // deopt handler
+        heap.put(block, &b);
+        heap.put(0x70_0000, b"nmethod\0");
+        let sp = 0x7f00_0000u64;
+        let stack = words(&[(sp + 40, 0x10_0200), (sp + 32, 0x7f00_0400)]);
+        let pc = 0x11_0100;
+        let f = Frame {
+            pc,
+            sp,
+            bp: 0,
+            top: true,
+        };
+        assert_eq!(
+            java_step(&e, |a| stack.get(&a).copied(), &heap, f),
+            Some(JavaStep::Next {
+                words: Some([
+                    HS_FRAME | HS_COMPILED | HS_TOP | blob,
+                    hs_compiled(42, (pc - blob) as u32)
+                ]),
+                pc: 0x10_0200,
+                sp: sp + 48,
+                bp: 0x7f00_0400,
+            })
+        );
+        // Stopped in its prologue (before frame complete): not walked.
+        let f = Frame {
+            pc: blob + 0x28,
+            ..f
+        };
+        assert_eq!(
+            java_step(&e, |a| stack.get(&a).copied(), &heap, f),
+            Some(JavaStep::Stop)
+        );
+        // A free segment: no block.
+        let f = Frame { pc: 0x11_0000, ..f };
+        assert_eq!(
+            java_step(&e, |a| stack.get(&a).copied(), &heap, f),
+            Some(JavaStep::Stop)
+        );
+    }
+}
