@@ -461,9 +461,17 @@ fn context_switches_land_on_the_blocking_function() {
     assert!(own > 1000, "only {own} switches");
     let stacks = read_folded(&folded);
     let blocker = on(&stacks, "context-switches", "blocker");
+    // The heaviest switch stacks without blocker, for a failure to show.
+    let mut without: Vec<&(Vec<String>, u64)> = stacks
+        .iter()
+        .filter(|(f, _)| f[0] == "context-switches" && !f.iter().any(|x| x == "blocker"))
+        .collect();
+    without.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
     assert!(
         within(blocker, own, 3),
-        "blocker's stacks carry {blocker} switches; it switched {own} times\n{stdout}"
+        "blocker's stacks carry {blocker} switches; it switched {own} times\n{stdout}\n\
+         heaviest without blocker: {:?}",
+        &without[..without.len().min(5)]
     );
     let all: u64 = stacks
         .iter()
