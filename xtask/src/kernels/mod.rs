@@ -104,7 +104,7 @@ pub struct Options {
 /// The time a kernel may take, boot and suite. The suite takes under a minute on 5.10-6.12;
 /// on 7.x under TCG each check that loads the unwind-table program spends ~35 s in the
 /// verifier since the Python walker joined it (about 6 minutes in all).
-pub const DEFAULT_LIMIT_SECS: u64 = 600;
+pub const DEFAULT_LIMIT_SECS: u64 = 900;
 
 /// The kernels `labels` name (all when empty): each by its label, else the first whose
 /// label starts with it, or `amd64` / `arm64` for every Debian kernel of that architecture.
