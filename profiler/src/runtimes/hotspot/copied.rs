@@ -111,7 +111,7 @@ fn blob<M: Memory + ?Sized>(
 ) -> Option<JavaStep> {
     let block = block_of(e, heap, f.pc)?;
     let len = usize::from(e.block_bytes).clamp(8, HS_BLOCK_BYTES as usize);
-    let mut bytes = vec![0u8; HS_BLOCK_BYTES as usize + 8];
+    let mut bytes = [0u8; HS_BLOCK_BYTES as usize + 8];
     heap.read(block, &mut bytes[..len]).ok()?;
     // (`bytes` has 8 bytes past the largest offset a field may have.)
     let field = |fl: &HsField| {
