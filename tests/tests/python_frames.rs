@@ -11,7 +11,7 @@ use std::{
     process::{Command, Stdio},
 };
 
-use profiler_tests::*;
+use profiler_tests::{samplers::*, *};
 
 const SCRIPT: &str = include_str!("../fixtures/python/stacks.py");
 
@@ -340,58 +340,6 @@ fn check_spinners(version: &str, threads: &[Thread]) {
             t.example_miss.as_deref().unwrap_or("")
         );
     }
-}
-
-/// `target/tools-venv/bin/py-spy`, which `cargo xtask test` installs (xtask/src/venv.rs).
-fn py_spy() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    // target/<profile>/deps/<test>
-    let spy = exe
-        .ancestors()
-        .nth(3)
-        .expect("target dir")
-        .join("tools-venv/bin/py-spy");
-    assert!(
-        spy.exists(),
-        "{} is missing: run `cargo xtask test` (it installs py-spy), or python3 -m venv \
-         target/tools-venv && target/tools-venv/bin/pip install py-spy==0.4.3",
-        spy.display()
-    );
-    spy
-}
-
-/// A Python frame of a folded line (`name (file:line)`), by its name.
-fn python_name(frame: &str) -> Option<&str> {
-    let (name, place) = frame.rsplit_once(" (")?;
-    place.ends_with(')').then_some(name)
-}
-
-/// Samples per innermost Python function, and the samples with no Python frame.
-fn innermost_shares(lines: &[(Vec<String>, u64)]) -> (HashMap<String, u64>, u64, u64) {
-    let (mut by, mut total, mut none) = (HashMap::new(), 0, 0);
-    for (frames, n) in lines {
-        total += n;
-        match frames.iter().rev().find_map(|f| python_name(f)) {
-            Some(name) => *by.entry(name.to_string()).or_default() += n,
-            None => none += n,
-        }
-    }
-    (by, total, none)
-}
-
-/// py-spy's raw output: folded lines, outermost first, no header.
-fn read_raw(path: &Path) -> Vec<(Vec<String>, u64)> {
-    std::fs::read_to_string(path)
-        .expect("py-spy's output")
-        .lines()
-        .filter_map(|l| {
-            let (stack, n) = l.rsplit_once(' ')?;
-            Some((
-                stack.split(';').map(str::to_string).collect(),
-                n.parse().ok()?,
-            ))
-        })
-        .collect()
 }
 
 /// Real standard-library work (difflib, json, tokenize) recorded by the profiler and by

@@ -1,5 +1,5 @@
-//! Project automation: `cargo xtask setup | build | test | run | install | fuzz | bench | layers |
-//! kernels`.
+//! Project automation: `cargo xtask setup | build | test | repeat | run | install | fuzz | bench |
+//! layers | kernels`.
 
 mod arch;
 mod bench;
@@ -10,6 +10,7 @@ mod kernels;
 mod layers;
 mod packages;
 mod release;
+mod repeat;
 mod setup;
 mod test;
 mod util;
@@ -63,6 +64,16 @@ enum Command {
         /// report goes to target/bench/, as with --quick.
         #[arg(long, value_name = "NAME")]
         only: Option<String>,
+    },
+    /// Run each named integration test (BINARY::TEST) TIMES in a row, stopping at the first
+    /// failure; with --busy, beside a busy loop on every CPU.
+    Repeat {
+        #[arg(long, default_value_t = 20)]
+        times: u32,
+        #[arg(long)]
+        busy: bool,
+        #[arg(required = true, value_name = "BINARY::TEST")]
+        tests: Vec<String>,
     },
     /// Print each host crate's module imports and fail on any import cycle.
     Layers,
@@ -128,6 +139,7 @@ fn main() -> ExitCode {
         Command::Install { prefix } => install::install(&prefix),
         Command::Fuzz { secs, targets } => fuzz::fuzz(secs, &targets),
         Command::Bench { quick, only } => bench::bench(quick, only.as_deref()),
+        Command::Repeat { times, busy, tests } => repeat::repeat(times, busy, &tests),
         Command::Layers => layers::report(),
         Command::Kernels {
             labels,

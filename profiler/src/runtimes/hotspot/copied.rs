@@ -173,8 +173,19 @@ fn blob<M: Memory + ?Sized>(
             bp: f.bp,
         });
     }
-    // A stub, an adapter, a runtime blob: stepped by its frame size, or by rbp.
+    // A stub, an adapter, a runtime blob: stepped by its frame size, or by rbp; stopped
+    // in a frameless stub (vtable, itable), by the return address on top of the stack.
     if frame_size == 0 || frame_size > 1 << 20 {
+        if f.top
+            && let Some(ra) = stack(f.sp).filter(|&ra| ra >= e.low && ra < e.high)
+        {
+            return Some(JavaStep::Next {
+                words: None,
+                pc: ra,
+                sp: f.sp + 8,
+                bp: f.bp,
+            });
+        }
         return Some(JavaStep::FramePointer);
     }
     let caller = frame_size + f.sp;
@@ -383,6 +394,48 @@ mod tests {
         assert_eq!(
             java_step(&e, |a| stack.get(&a).copied(), &heap, f),
             Some(JavaStep::Stop)
+        );
+    }
+
+    #[test]
+    fn a_stub_without_a_frame_size() {
+        let e = jvm();
+        let mut heap = FakeMemory::default();
+        heap.put(0x30_0000, &[0]);
+        let block = 0x11_0000u64;
+        let mut b = vec![0u8; 136];
+        b[0] = 1; // used
+        b[24..32].copy_from_slice(&0x70_0000u64.to_le_bytes()); // name
+        heap.put(block, &b);
+        heap.put(0x70_0000, b"vtable chunks\0");
+        let sp = 0x7f00_0000u64;
+        // Stopped in it, a return address into the code cache on top: popped.
+        let stack = words(&[(sp, 0x11_0400)]);
+        let f = Frame {
+            pc: 0x11_0020,
+            sp,
+            bp: 0x7f00_0100,
+            top: true,
+        };
+        assert_eq!(
+            java_step(&e, |a| stack.get(&a).copied(), &heap, f),
+            Some(JavaStep::Next {
+                words: None,
+                pc: 0x11_0400,
+                sp: sp + 8,
+                bp: 0x7f00_0100,
+            })
+        );
+        // A saved rbp on top (an rbp frame built), or a caller's frame: by frame pointer.
+        let saved = words(&[(sp, 0x7f00_0100)]);
+        assert_eq!(
+            java_step(&e, |a| saved.get(&a).copied(), &heap, f),
+            Some(JavaStep::FramePointer)
+        );
+        let f = Frame { top: false, ..f };
+        assert_eq!(
+            java_step(&e, |a| stack.get(&a).copied(), &heap, f),
+            Some(JavaStep::FramePointer)
         );
     }
 }

@@ -1,0 +1,205 @@
+//! The runtimes' own samplers, read for comparison with the profiler's runtime frames:
+//! `node --cpu-prof`'s profile, JFR's execution samples, py-spy's raw output, and the same
+//! shares (per innermost function) from our profiles. Shared by the frame tests and the
+//! agreement checks (`tests/agreement.rs`).
+
+use std::{collections::HashMap, path::Path, process::Command};
+
+use crate::StackSample;
+
+/// Self time per JS function (name, script's file name) in percent of the samples counted,
+/// from `node --cpu-prof`'s profile: samples in V8's own code that has no script (builtins,
+/// the regexp engine, JSON) are its caller's, as they are in ours; GC, idle and "program"
+/// ticks are not counted (ours are under the JS that allocated, or not on the main thread).
+pub fn cpu_prof_shares(path: &Path) -> HashMap<(String, String), f64> {
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(path).expect("cpuprofile")).expect("json");
+    let nodes: HashMap<u64, &serde_json::Value> = v["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| (n["id"].as_u64().expect("id"), n))
+        .collect();
+    let mut parent = HashMap::new();
+    for (&id, n) in &nodes {
+        for c in n["children"].as_array().into_iter().flatten() {
+            parent.insert(c.as_u64().expect("child"), id);
+        }
+    }
+    let skip = ["(garbage collector)", "(program)", "(idle)", "(root)"];
+    let mut count: HashMap<(String, String), u64> = HashMap::new();
+    let mut total = 0;
+    for s in v["samples"].as_array().expect("samples") {
+        let mut id = s.as_u64().expect("sample");
+        let name = |id: u64| {
+            nodes[&id]["callFrame"]["functionName"]
+                .as_str()
+                .unwrap_or("")
+        };
+        let url = |id: u64| nodes[&id]["callFrame"]["url"].as_str().unwrap_or("");
+        if skip.contains(&name(id)) {
+            continue;
+        }
+        while url(id).is_empty()
+            && let Some(&p) = parent.get(&id)
+        {
+            id = p;
+        }
+        let function = match name(id) {
+            "" => "(anonymous)",
+            n => n,
+        };
+        let file = url(id).rsplit('/').next().unwrap_or("").to_string();
+        *count.entry((function.to_string(), file)).or_default() += 1;
+        total += 1;
+    }
+    assert!(total >= 500, "node --cpu-prof: {total} samples");
+    count
+        .into_iter()
+        .map(|(k, n)| (k, n as f64 * 100.0 / total as f64))
+        .collect()
+}
+
+/// The same from our profile, for thread `tid`: each sample's innermost JS frame with a
+/// script (or unnamed JIT code at the leaf); also the share of samples with none (native
+/// code alone), in percent.
+pub fn js_shares(samples: &[StackSample], tid: u64) -> (HashMap<(String, String), f64>, f64) {
+    let mut count: HashMap<(String, String), u64> = HashMap::new();
+    let (mut total, mut none) = (0, 0);
+    for s in samples.iter().filter(|s| s.tid == tid) {
+        // A leaf in JIT code that is no JS frame (a function's first or last instructions,
+        // its frame not built or already gone) is some function's we cannot name: not the
+        // caller's (V8's sampler finds it by its code map).
+        if s.frames
+            .first()
+            .is_some_and(|f| f.3.contains("[anon") || f.0.starts_with("[anon"))
+        {
+            *count
+                .entry(("(unnamed JIT code)".into(), String::new()))
+                .or_default() += s.n;
+            total += s.n;
+            continue;
+        }
+        match s.frames.iter().find(|f| f.3.is_empty() && !f.1.is_empty()) {
+            Some(f) => {
+                let file = f.1.rsplit('/').next().unwrap_or("").to_string();
+                *count.entry((f.0.clone(), file)).or_default() += s.n;
+                total += s.n;
+            }
+            None => none += s.n,
+        }
+    }
+    assert!(total >= 500, "profiler: {total} samples with JS frames");
+    let shares = count
+        .into_iter()
+        .map(|(k, n)| (k, n as f64 * 100.0 / total as f64))
+        .collect();
+    (shares, none as f64 * 100.0 / (total + none) as f64)
+}
+
+/// Each Java method's share of the main thread's samples stopped in Java code, by the
+/// innermost frame (inlined frames count as their own methods, as JFR reports them).
+pub fn java_top_methods(samples: &[StackSample], tid: u64) -> (u64, HashMap<String, u64>) {
+    let mut total = 0;
+    let mut by = HashMap::<String, u64>::new();
+    for s in samples.iter().filter(|s| s.tid == tid) {
+        // Innermost first; the kernel's frames (a fault, an interrupt) skipped. Only samples
+        // stopped in Java code, as JFR's: it drops a thread in a VM stub (arraycopy, which
+        // TimSort.binarySort calls for every insertion: 6.3 points of binarySort in one CI
+        // run) or in the VM, whose stack it cannot walk.
+        let user = s.frames.iter().find(|f| f.3 != "[kernel.kallsyms]");
+        if let Some(f) = user.filter(|f| f.3.is_empty()) {
+            total += s.n;
+            *by.entry(f.0.clone()).or_default() += s.n;
+        }
+    }
+    (total, by)
+}
+
+/// The same from JFR's `jdk.ExecutionSample` events of the thread named `main` (`jfr print
+/// --json`): each sample's top frame, `class.method`.
+pub fn jfr_top_methods(jfr: &Path, home: &str) -> (u64, HashMap<String, u64>) {
+    let out = Command::new(Path::new(home).join("bin/jfr"))
+        .args(["print", "--json", "--events", "jdk.ExecutionSample"])
+        .arg(jfr)
+        .output()
+        .expect("running jfr");
+    assert!(
+        out.status.success(),
+        "jfr print: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("jfr's JSON");
+    let mut total = 0;
+    let mut by = HashMap::<String, u64>::new();
+    for e in v["recording"]["events"].as_array().expect("events") {
+        let values = &e["values"];
+        if values["sampledThread"]["javaName"] != "main" {
+            continue;
+        }
+        let Some(top) = values["stackTrace"]["frames"].get(0) else {
+            continue;
+        };
+        // Internal form (`java/util/TimSort`), dotted as JFR's text output prints it.
+        let class = top["method"]["type"]["name"]
+            .as_str()
+            .unwrap_or("?")
+            .replace('/', ".");
+        let name = top["method"]["name"].as_str().unwrap_or("?");
+        total += 1;
+        *by.entry(format!("{class}.{name}")).or_default() += 1;
+    }
+    (total, by)
+}
+
+/// `target/tools-venv/bin/py-spy`, which `cargo xtask test` installs (xtask/src/venv.rs).
+pub fn py_spy() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test>
+    let spy = exe
+        .ancestors()
+        .nth(3)
+        .expect("target dir")
+        .join("tools-venv/bin/py-spy");
+    assert!(
+        spy.exists(),
+        "{} is missing: run `cargo xtask test` (it installs py-spy), or python3 -m venv \
+         target/tools-venv && target/tools-venv/bin/pip install py-spy==0.4.3",
+        spy.display()
+    );
+    spy
+}
+
+/// A Python frame of a folded line (`name (file:line)`), by its name.
+pub fn python_name(frame: &str) -> Option<&str> {
+    let (name, place) = frame.rsplit_once(" (")?;
+    place.ends_with(')').then_some(name)
+}
+
+/// Samples per innermost Python function, and the samples with no Python frame.
+pub fn innermost_shares(lines: &[(Vec<String>, u64)]) -> (HashMap<String, u64>, u64, u64) {
+    let (mut by, mut total, mut none) = (HashMap::new(), 0, 0);
+    for (frames, n) in lines {
+        total += n;
+        match frames.iter().rev().find_map(|f| python_name(f)) {
+            Some(name) => *by.entry(name.to_string()).or_default() += n,
+            None => none += n,
+        }
+    }
+    (by, total, none)
+}
+
+/// py-spy's raw output: folded lines, outermost first, no header.
+pub fn read_raw(path: &Path) -> Vec<(Vec<String>, u64)> {
+    std::fs::read_to_string(path)
+        .expect("py-spy's output")
+        .lines()
+        .filter_map(|l| {
+            let (stack, n) = l.rsplit_once(' ')?;
+            Some((
+                stack.split(';').map(str::to_string).collect(),
+                n.parse().ok()?,
+            ))
+        })
+        .collect()
+}
