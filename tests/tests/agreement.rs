@@ -1,11 +1,10 @@
 //! The runtime frames against each runtime's own sampler, on library code the frame tests do
 //! not use (`fixtures/*/services.*`): Node's JS library against `node --cpu-prof` (its run
 //! without inlining: see there), the JDK's against JFR (with DebugNonSafepoints), CPython's
-//! pure-Python modules against py-spy. Each
-//! tool in its own 10 s run of the workload (enough samples that the reference's own noise is
-//! small), main thread only, self time by innermost runtime frame: at least 95 % of our
-//! samples carry the runtime's frames, and every function the reference gives 8 % or more is
-//! within 4 points in ours.
+//! pure-Python modules against py-spy. Each tool in its own 10 s run of the workload (enough
+//! samples that the reference's own noise is small), main thread only, self time by innermost
+//! runtime frame: at least 95 % of our samples carry the runtime's frames, and every function
+//! the reference gives 8 % or more (and its top three) is within 4 points in ours.
 
 use std::{
     collections::HashMap,
@@ -29,7 +28,9 @@ fn fixture_path(rel: &str) -> PathBuf {
 }
 
 /// Compares shares in percent, function by function: prints the reference's top rows beside
-/// ours and returns those of ≥ 8 % in the reference more than 4 points apart.
+/// ours and returns those more than 4 points apart among the functions the reference gives 8 %
+/// or more, and its top three whatever their share (so that a run where no function reaches
+/// 8 % still compares something).
 fn compare(
     what: &str,
     reference: &HashMap<String, f64>,
@@ -38,10 +39,10 @@ fn compare(
     let mut rows: Vec<(&String, &f64)> = reference.iter().collect();
     rows.sort_by(|a, b| b.1.total_cmp(a.1));
     let mut bad = Vec::new();
-    for &(function, &r) in rows.iter().take(12) {
+    for (rank, &(function, &r)) in rows.iter().take(12).enumerate() {
         let o = ours.get(function).copied().unwrap_or(0.0);
         eprintln!("{what}: {r:5.1} % reference, {o:5.1} % ours: {function}");
-        if r >= 8.0 && (o - r).abs() > 4.0 {
+        if (r >= 8.0 || rank < 3) && (o - r).abs() > 4.0 {
             bad.push(format!("{function}: reference {r:.1} %, ours {o:.1} %"));
         }
     }
@@ -51,10 +52,6 @@ fn compare(
         let r = reference.get(function).copied().unwrap_or(0.0);
         eprintln!("{what}: ours {o:5.1} %, reference {r:5.1} %: {function}");
     }
-    assert!(
-        rows.first().is_some_and(|r| *r.1 >= 8.0),
-        "{what}: the reference gives no function 8 %"
-    );
     bad
 }
 
