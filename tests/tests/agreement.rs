@@ -1,10 +1,11 @@
 //! The runtime frames against each runtime's own sampler, on library code the frame tests do
 //! not use (`fixtures/*/services.*`): Node's JS library against `node --cpu-prof` (its run
-//! without inlining: see there), the JDK's against JFR (with DebugNonSafepoints), CPython's
-//! pure-Python modules against py-spy. Each tool in its own 10 s run of the workload (enough
-//! samples that the reference's own noise is small), main thread only, self time by innermost
-//! runtime frame: at least 95 % of our samples carry the runtime's frames, and every function
-//! the reference gives 8 % or more (and its top three) is within 4 points in ours.
+//! without inlining: see there), the JDK's against JFR (with DebugNonSafepoints; compared on
+//! JDK 17, printed on 25: see there), CPython's pure-Python modules against py-spy. Each tool
+//! in its own 10 s run of the workload (enough samples that the reference's own noise is
+//! small), main thread only, self time by innermost runtime frame: at least 95 % of our
+//! samples carry the runtime's frames, and every function the reference gives 8 % or more
+//! (and its top three) is within 4 points in ours.
 
 use std::{
     collections::HashMap,
@@ -185,12 +186,17 @@ fn java_agrees_with_jfr_on_library_code() {
         assert!(ours_total >= 1000, "{what}: {ours_total} samples in Java");
         let share = 100.0 * with_java as f64 / all as f64;
         eprintln!("{what}: {share:.1} % of our {all} samples carry a Java frame");
-        for b in compare(
+        let bad = compare(
             &what,
             &percent(jfr_by, jfr_total),
             &percent(ours_by, ours_total),
-        ) {
-            failures.push(format!("{what}: {b}"));
+        );
+        // JDK 25's JFR samples cooperatively (JEP 518: the stack is taken at the thread's
+        // next safepoint poll), so a sample in a stub or a poll-less leaf goes to the method
+        // with the next poll: in one run BigInteger.multiply 8.6 % in JFR, 3.4 % in ours,
+        // 7.7 % with the stubs it calls (docs/java.md). Compared on 17, printed on 25.
+        if major == 17 {
+            failures.extend(bad.into_iter().map(|b| format!("{what}: {b}")));
         }
         if share < 95.0 {
             failures.push(format!(
