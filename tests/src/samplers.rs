@@ -3,7 +3,11 @@
 //! shares (per innermost function) from our profiles. Shared by the frame tests and the
 //! agreement checks (`tests/agreement.rs`).
 
-use std::{collections::HashMap, path::Path, process::Command};
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
 
 use crate::StackSample;
 
@@ -202,4 +206,26 @@ pub fn read_raw(path: &Path) -> Vec<(Vec<String>, u64)> {
             ))
         })
         .collect()
+}
+
+/// `node FLAGS --cpu-prof` running `script SECS` to its end, its profile written into `dir`:
+/// the `.cpuprofile`'s path.
+pub fn node_cpu_prof(node: &Path, flags: &[&str], script: &Path, secs: u32, dir: &Path) -> PathBuf {
+    let status = Command::new(node)
+        .args(flags)
+        .arg("--cpu-prof")
+        .arg("--cpu-prof-dir")
+        .arg(dir)
+        .arg(script)
+        .arg(secs.to_string())
+        .stdout(Stdio::null())
+        .status()
+        .expect("node --cpu-prof");
+    assert!(status.success(), "{} --cpu-prof failed", node.display());
+    std::fs::read_dir(dir)
+        .expect("dir")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "cpuprofile"))
+        .expect("a .cpuprofile")
 }

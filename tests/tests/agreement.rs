@@ -10,11 +10,11 @@
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Command,
 };
 
 use profiler_tests::{
-    java::{classes, jdks, main_thread},
+    java::{DEBUG_NON_SAFEPOINTS, classes, jdks, main_thread},
     samplers::*,
     *,
 };
@@ -75,23 +75,7 @@ fn node_agrees_with_cpu_prof_on_library_code() {
         // its caller (docs/javascript.md: normalizeString 4.8 % of its samples inlined,
         // 11.1 % not, ours 10.1 % inlined), so its reference run inlines nothing; ours
         // runs node as users do.
-        let status = Command::new(&node)
-            .arg("--no-turbo-inlining")
-            .arg("--cpu-prof")
-            .arg("--cpu-prof-dir")
-            .arg(&prof_dir)
-            .arg(&script)
-            .arg(SECS.to_string())
-            .stdout(Stdio::null())
-            .status()
-            .expect("node --cpu-prof");
-        assert!(status.success(), "{what}: node --cpu-prof failed");
-        let prof = std::fs::read_dir(&prof_dir)
-            .expect("dir")
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|e| e == "cpuprofile"))
-            .expect("a .cpuprofile");
+        let prof = node_cpu_prof(&node, &["--no-turbo-inlining"], &script, SECS, &prof_dir);
         let keyed = |m: HashMap<(String, String), f64>| -> HashMap<String, f64> {
             m.into_iter()
                 .map(|((f, file), v)| (format!("{f} ({file})"), v))
@@ -124,10 +108,6 @@ fn node_agrees_with_cpu_prof_on_library_code() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
-
-/// Debug information at every PC of compiled code for both samplers (see java_frames.rs).
-const DEBUG_NON_SAFEPOINTS: &[&str] =
-    &["-XX:+UnlockDiagnosticVMOptions", "-XX:+DebugNonSafepoints"];
 
 #[test]
 fn java_agrees_with_jfr_on_library_code() {

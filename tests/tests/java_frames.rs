@@ -10,7 +10,7 @@
 use std::{path::Path, process::Command};
 
 use profiler_tests::{
-    java::{classes, jdks},
+    java::{DEBUG_NON_SAFEPOINTS, classes, jdks},
     samplers::*,
     *,
 };
@@ -256,13 +256,6 @@ fn a_perf_map_wins() {
         "a frame named by the Java walker beside the perf map"
     );
 }
-
-/// Debug information at every PC of compiled code, not only at calls and safepoint polls,
-/// for both samplers: a sample between two inlined calls then has its own scope. (Without
-/// it, ours take the next debug point's scope and JFR another: Integer.valueOf 9.6 % in JFR
-/// and 0.4 % in ours, Random.next 0.6 / 7.7 %, in one CI run on JDK 17.)
-const DEBUG_NON_SAFEPOINTS: &[&str] =
-    &["-XX:+UnlockDiagnosticVMOptions", "-XX:+DebugNonSafepoints"];
 
 /// Against JFR on the JDK's own library code (`Library.java`: regex, TimSort with a
 /// comparator, String.format), in separate runs of 12 s, each measured from 3 s after the

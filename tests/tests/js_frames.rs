@@ -9,7 +9,7 @@
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Command,
 };
 
 use profiler_tests::{samplers::*, *};
@@ -413,22 +413,7 @@ fn js_functions_match_node_cpu_prof_on_library_code() {
     .expect("fixture");
     for (major, node) in nodes() {
         let prof_dir = dir.join(&major);
-        let status = Command::new(&node)
-            .arg("--cpu-prof")
-            .arg("--cpu-prof-dir")
-            .arg(&prof_dir)
-            .arg(&script)
-            .arg("6")
-            .stdout(Stdio::null())
-            .status()
-            .expect("node --cpu-prof");
-        assert!(status.success());
-        let prof = std::fs::read_dir(&prof_dir)
-            .expect("dir")
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|e| e == "cpuprofile"))
-            .expect("a .cpuprofile");
+        let prof = node_cpu_prof(&node, &[], &script, 6, &prof_dir);
         let reference = cpu_prof_shares(&prof);
 
         let js = start(&node, &script, 60);
