@@ -7,6 +7,7 @@
 //! every page in the profiler's resident size.
 
 use std::{
+    cell::RefCell,
     collections::HashMap as StdHashMap,
     os::fd::{AsFd as _, AsRawFd, RawFd},
 };
@@ -45,26 +46,27 @@ pub struct UnwindMaps {
     /// The HotSpot walker's processes (`HS_PROCS`).
     hotspot: HashMap<MapData, u32, HsProc>,
     placed: StdHashMap<u32, RowRange>,
-    /// A read-only mapping of the whole array, made on first use by [`UnwindMaps::rows`]
-    /// (only the pages read become resident).
-    view: Option<RowView>,
+    /// Read-only mappings of placed runs (by start and length), made on first use by
+    /// [`UnwindMaps::rows`] and unmapped when the run is evicted. Not one view of the whole
+    /// array: mapping it maps every page at once (`remap_vmalloc_range`), which counted the
+    /// whole 32 MiB in the profiler's resident size.
+    views: RefCell<StdHashMap<(u32, u32), RowView>>,
 }
 
-/// A read-only shared mapping of the row array.
+/// A read-only shared mapping of whole pages of the row array, holding one run.
 struct RowView {
-    ptr: *const UnwindRow,
+    /// The mapping (page-aligned) and its length in bytes.
+    base: *mut libc::c_void,
+    bytes: usize,
+    /// The run's first row, inside the mapping.
+    first: *const UnwindRow,
     rows: usize,
 }
 
 impl Drop for RowView {
     fn drop(&mut self) {
-        // SAFETY: the mapping `map_rows` made, of this length, unmapped once.
-        unsafe {
-            libc::munmap(
-                self.ptr.cast_mut().cast(),
-                self.rows * size_of::<UnwindRow>(),
-            )
-        };
+        // SAFETY: the mapping `UnwindMaps::rows` made, of this length, unmapped once.
+        unsafe { libc::munmap(self.base, self.bytes) };
     }
 }
 
@@ -102,7 +104,7 @@ impl RecordProgram {
             v8,
             hotspot,
             placed: StdHashMap::new(),
-            view: None,
+            views: RefCell::default(),
         })
     }
 }
@@ -181,6 +183,7 @@ impl UnwindMaps {
     /// run is reused by later modules.
     pub fn evict(&mut self, id: u32) {
         if let Some(range) = self.placed.remove(&id) {
+            self.views.get_mut().remove(&(range.start, range.len));
             self.space.release(range);
         }
     }
@@ -233,35 +236,57 @@ impl UnwindMaps {
         Ok(())
     }
 
-    /// The whole row array as the kernel reads it (for walking a copied stack in user
-    /// space); `None` if it cannot be mapped.
-    pub fn all_rows(&mut self) -> Option<&[UnwindRow]> {
-        if self.view.is_none() {
-            let rows = self.space.capacity() as usize;
-            // SAFETY: a read-only shared mapping of the BPF_F_MMAPABLE array's fd, of its
-            // whole size; owned by the RowView, which unmaps it.
-            let ptr = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    rows * size_of::<UnwindRow>(),
-                    libc::PROT_READ,
-                    libc::MAP_SHARED,
-                    self.rows_fd,
-                    0,
-                )
-            };
-            if ptr == libc::MAP_FAILED {
-                return None;
-            }
-            self.view = Some(RowView {
-                ptr: ptr.cast(),
-                rows,
-            });
+    /// Rows `[start, start + len)` (a placed run) as the kernel reads them, for walking a
+    /// copied stack in user space; `None` if outside the array or it cannot be mapped. The
+    /// run's pages are mapped on first use and stay mapped until the run is evicted.
+    pub fn rows(&self, start: u32, len: u32) -> Option<&[UnwindRow]> {
+        let end = start.checked_add(len)?;
+        if end > self.space.capacity() || len == 0 {
+            return None;
         }
-        let view = self.view.as_ref()?;
-        // SAFETY: the whole mapping, which lives as long as `self`; rows are plain integers
-        // (any bit pattern is valid), and a run is written only before it is published.
-        Some(unsafe { std::slice::from_raw_parts(view.ptr, view.rows) })
+        let mut views = self.views.borrow_mut();
+        let view = match views.entry((start, len)) {
+            std::collections::hash_map::Entry::Occupied(v) => v.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let page = page_size();
+                let row = size_of::<UnwindRow>();
+                let (from, to) = (start as usize * row, end as usize * row);
+                let map_start = from / page * page;
+                let bytes = to.div_ceil(page) * page - map_start;
+                let offset = libc::off_t::try_from(map_start).ok()?;
+                // SAFETY: a read-only shared mapping of whole pages inside the
+                // BPF_F_MMAPABLE array's fd (bounds checked above); owned by the RowView,
+                // which unmaps it.
+                let base = unsafe {
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        bytes,
+                        libc::PROT_READ,
+                        libc::MAP_SHARED,
+                        self.rows_fd,
+                        offset,
+                    )
+                };
+                if base == libc::MAP_FAILED {
+                    return None;
+                }
+                // SAFETY: `from - map_start` < `bytes`: inside the mapping just made.
+                let first = unsafe { base.cast::<u8>().add(from - map_start) };
+                v.insert(RowView {
+                    base,
+                    bytes,
+                    first: first.cast::<UnwindRow>().cast_const(),
+                    rows: len as usize,
+                })
+            }
+        };
+        let (first, rows) = (view.first, view.rows);
+        drop(views);
+        // SAFETY: the run's rows inside a mapping that is unmapped only by `evict` or drop,
+        // both of which take `&mut self`, so it outlives this borrow of `self`; rows are
+        // plain integers (any bit pattern is valid), and a run is written before it is
+        // published.
+        Some(unsafe { std::slice::from_raw_parts(first, rows) })
     }
 
     /// Whether module `id`'s rows are in the array.

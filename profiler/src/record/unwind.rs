@@ -809,9 +809,8 @@ impl TableLoader {
             .filter(|p| !p.entries.is_empty())
             .map(|p| {
                 let copy = copied::Copy::new(&head, bytes);
-                let all = self.maps.all_rows().unwrap_or_default();
-                let rows =
-                    |start: u32, len: u32| all.get(start as usize..start as usize + len as usize);
+                let maps = &self.maps;
+                let rows = |start: u32, len: u32| maps.rows(start, len);
                 let jit = js.is_some();
                 copied::walk(&p.entries, rows, &js_frame, &java_frame, jit, &head, &copy)
             });
