@@ -57,11 +57,15 @@ fn lines_of(method: &str) -> std::ops::RangeInclusive<i64> {
 
 /// The main thread's samples: those running Java code (a Java frame, a VM stub, or the
 /// JVM's code cache left unnamed), those with the exact chain, with leaf innermost; those in the JVM's
-/// native code alone (its start, compilations it waits for); one sample that missed.
+/// native code alone (its start, compilations it waits for); those in the Java code of the
+/// JVM's start (creating the VM, the launcher loading the main class: a fixed amount of CPU,
+/// so a share that grows when a busy host leaves the timed chain less of it); one sample that
+/// missed.
 #[derive(Default)]
 struct Tally {
     java: u64,
     native: u64,
+    start: u64,
     exact: u64,
     leaf: u64,
     miss: Option<String>,
@@ -79,6 +83,10 @@ fn tally(samples: &[StackSample], tid: u64) -> Tally {
                 .any(|f| f.0.contains("[anon") || f.3 == "[code cache]");
         if !in_java {
             t.native += s.n;
+            continue;
+        }
+        if in_jvm_start(&s.frames) {
+            t.start += s.n;
             continue;
         }
         t.java += s.n;
@@ -100,11 +108,21 @@ fn tally(samples: &[StackSample], tid: u64) -> Tally {
     t
 }
 
+/// Whether a sample is the JVM's start running Java code: a walk that reached the VM's
+/// creation or the launcher (which loads and starts the main class) with no frame of the
+/// fixture. A walk gone wrong names neither.
+fn in_jvm_start(frames: &[(String, String, i64, String)]) -> bool {
+    frames.iter().all(|f| !f.0.starts_with("fixture."))
+        && frames.iter().any(|f| {
+            f.0.starts_with("sun.launcher.LauncherHelper.") || f.0.starts_with("JNI_CreateJavaVM")
+        })
+}
+
 fn check(what: &str, t: &Tally) {
     eprintln!(
         "{what}: {}/{} main-thread samples in Java with the exact chain ({} with leaf \
-         innermost); {} in the JVM's native code alone",
-        t.exact, t.java, t.leaf, t.native
+         innermost); {} in the JVM's native code alone, {} in the Java code of its start",
+        t.exact, t.java, t.leaf, t.native, t.start
     );
     assert!(t.java >= 200, "{what}: only {} main-thread samples", t.java);
     assert!(
