@@ -34,13 +34,13 @@ const STORES: [(&str, &str); 4] = [
 ];
 
 /// The receivers of the export tests, stopped when dropped.
-struct Receivers {
+pub(super) struct Receivers {
     child: std::process::Child,
     ports: serde_json::Value,
 }
 
 impl Receivers {
-    fn start(log: &Path) -> anyhow::Result<Self> {
+    pub(super) fn start(log: &Path) -> anyhow::Result<Self> {
         let script = workspace_root().join("tests/export/receiver.py");
         let mut child = Command::new(crate::venv::otlp_python()?)
             .arg(&script)
@@ -58,6 +58,11 @@ impl Receivers {
         let ports =
             serde_json::from_str(&line).with_context(|| format!("receiver.py said {line:?}"))?;
         Ok(Self { child, ports })
+    }
+
+    /// The port of receiver `key` (`grpc`, `http`, `pyroscope`).
+    pub(super) fn port(&self, key: &str) -> u64 {
+        self.ports[key].as_u64().unwrap_or(0)
     }
 
     fn url(&self, scheme: &str) -> String {

@@ -7,6 +7,7 @@
 mod counting;
 mod env;
 mod export;
+mod fleet;
 mod group;
 mod java;
 mod javascript;
@@ -149,7 +150,7 @@ pub fn bench(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
         runs: 0,
     };
     type Measure = fn(&mut Ctx) -> anyhow::Result<Section>;
-    let measures: [(&str, Measure); 13] = [
+    let measures: [(&str, Measure); 14] = [
         ("overhead", overhead::measure),
         ("kernel cost", kernel::measure),
         ("loss", loss::measure),
@@ -163,6 +164,7 @@ pub fn bench(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
         ("python", python::measure),
         ("javascript", javascript::measure),
         ("java frames", java::measure),
+        ("fleet", fleet::measure),
     ];
     let mut sections = Vec::new();
     for (name, measure) in measures {
