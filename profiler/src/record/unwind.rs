@@ -16,7 +16,7 @@ use profiler_common::{
 };
 
 use super::copied;
-use crate::runtimes::{SharedRuntimes, hotspot, python::process::ProcessMemory, v8};
+use crate::runtimes::{SharedRuntimes, hotspot, shared::memory::ProcessMemory, v8};
 
 use crate::{
     bpf::{RowRange, UnwindMapError, UnwindMaps},

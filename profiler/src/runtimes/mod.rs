@@ -6,10 +6,9 @@
 //! own frame chain when the native unwinder reaches a PC inside its code. This module holds
 //! the user-space halves; Python is the first.
 
-pub mod elf;
 pub mod hotspot;
-pub mod libc;
 pub mod python;
+pub mod shared;
 pub mod v8;
 
 use std::{
@@ -57,20 +56,6 @@ pub const CODE_CACHE_MODULE: &str = "[code cache]";
 
 /// Entries of [`Runtimes::named`] kept before it is cleared.
 const MAX_NAMED: usize = 1 << 20;
-
-/// Why a JIT runtime's walker (V8, HotSpot) leaves process `pid`, whose runtime is the file
-/// `mapping`, to native stacks, if it does: their frame layouts (slots, registers) are read
-/// for x86-64 only; and a perf map (`node --perf-basic-prof`, `jcmd PID Compiler.perfmap`,
-/// an agent) names the JIT code already, as the user asked: it wins.
-pub(crate) fn jit_walk_refused(pid: u32, mapping: &str, runtime: &str) -> Option<String> {
-    if cfg!(not(target_arch = "x86_64")) {
-        return Some(format!(
-            "{mapping}: {runtime} frames are walked on x86-64 only"
-        ));
-    }
-    crate::symbolize::PerfMap::locate(pid)
-        .map(|map| format!("{mapping}: it has a perf map ({map}), whose names are used"))
-}
 
 impl Runtimes {
     /// With the runtimes asked for: Python's kernel half reads the task's thread pointer at

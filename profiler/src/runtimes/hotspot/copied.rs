@@ -10,7 +10,7 @@ use profiler_common::hotspot::{
     NATIVE_NMETHOD_NAME, NMETHOD_NAME, hs_compiled, hs_field, hs_interpreted,
 };
 
-use crate::runtimes::python::process::Memory;
+use crate::runtimes::shared::memory::Memory;
 
 /// What the step did with a frame in the code cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -235,7 +235,7 @@ mod tests {
     use profiler_common::hotspot::HsHeap;
 
     use super::*;
-    use crate::runtimes::python::process::fake::FakeMemory;
+    use crate::runtimes::shared::memory::FakeMemory;
 
     /// A JVM whose code cache is 0x10_0000..0x20_0000: the interpreter at 0x10_0000..
     /// 0x10_1000, the call stub returning at 0x10_2000, one heap of 64-byte segments from

@@ -91,7 +91,7 @@ pub mod vmstructs;
 pub mod walker;
 
 pub use code::{Blob, BlobKind, CodeCache, MAX_SEGMAP_HOPS};
-pub use detect::{DetectError, Detection, NotWalked, detect, detect_in};
+pub use detect::{Detection, NotWalked, detect, detect_in};
 pub use layout::{Layout, Unsupported};
 pub use naming::{JavaFrame, LineKind, MethodInfo, Namer, NamerCache, PcKind, Tier};
 pub use version::JvmVersion;

@@ -20,7 +20,10 @@ use super::{
     layout::{CodeStart, DeoptHandler, Layout, Scalar},
     naming::{JavaFrame, Namer, NamerCache, PcKind, Tier},
 };
-use crate::{modules::Mapping, runtimes::python::process::ProcessMemory};
+use crate::{
+    modules::Mapping,
+    runtimes::shared::{jit::jit_walk_refused, memory::ProcessMemory},
+};
 
 /// Frames named per process before its cache is cleared.
 const MAX_NAMED: usize = 1 << 16;
@@ -68,7 +71,7 @@ impl HotspotWalker {
             self.procs.remove(&pid);
             return Published::Native(None);
         };
-        if let Some(why) = super::super::jit_walk_refused(pid, &mapping.name, "HotSpot") {
+        if let Some(why) = jit_walk_refused(pid, &mapping.name, "HotSpot") {
             self.procs.remove(&pid);
             return Published::Native(Some(why));
         }

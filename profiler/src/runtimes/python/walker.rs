@@ -10,11 +10,13 @@ use profiler_common::python::{NONE, PyProc, TSS_INT, TSS_PY_TSS_T, py_frame_part
 use super::{
     code::{CodeCache, PyFrame, line_at},
     detect::{Detection, Interpreter, detect, is_candidate},
-    process::ProcessMemory,
 };
 use crate::{
     modules::Mapping,
-    runtimes::libc::{TsdLayout, tsd_layout},
+    runtimes::shared::{
+        libc::{TsdLayout, tsd_layout},
+        memory::ProcessMemory,
+    },
 };
 
 /// What a process runs, as far as the walker is concerned.
@@ -209,7 +211,7 @@ enum EntryError {
     #[error("process {0}: no glibc (libc.so.6), which the thread-state lookup needs")]
     NoGlibc(u32),
     #[error(transparent)]
-    Tsd(#[from] crate::runtimes::libc::TsdError),
+    Tsd(#[from] crate::runtimes::shared::libc::TsdError),
 }
 
 /// A Python frame whose code object could not be read.

@@ -83,7 +83,7 @@ pub mod positions;
 pub(crate) mod testdata;
 pub mod walker;
 
-pub use detect::{DetectError, Detection, detect, detect_in};
+pub use detect::{Detection, detect, detect_in};
 pub use layout::{Layout, Unsupported, V8Version};
 pub use naming::{JsFrame, LineKind, Namer, Position};
 pub use walker::V8Walker;

@@ -17,7 +17,10 @@ use super::{
 };
 use crate::{
     modules::Mapping,
-    runtimes::python::process::{Memory, ProcessMemory},
+    runtimes::shared::{
+        jit::jit_walk_refused,
+        memory::{Memory, ProcessMemory},
+    },
 };
 
 /// Names cached per process before its cache is cleared.
@@ -58,7 +61,7 @@ impl V8Walker {
             self.procs.insert(pid, Proc::Native);
             return Published::Native(None);
         };
-        if let Some(why) = super::super::jit_walk_refused(pid, &mapping.name, "V8") {
+        if let Some(why) = jit_walk_refused(pid, &mapping.name, "V8") {
             self.procs.insert(pid, Proc::Native);
             return Published::Native(Some(why));
         }
