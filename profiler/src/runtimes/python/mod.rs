@@ -34,6 +34,7 @@ pub mod detect;
 pub mod lines;
 pub mod objects;
 pub mod offsets;
+pub mod runtime;
 pub mod stack;
 pub mod version;
 pub mod walker;
@@ -43,7 +44,7 @@ pub use detect::{DetectError, Detection, Interpreter, Symbols, detect};
 pub use offsets::{DebugOffsetsError, check_debug_offsets, for_version as offsets_for};
 pub use stack::{AttachError, PythonProcess, ThreadStack};
 pub use version::{Unsupported, Version};
-pub use walker::{Published, PythonWalker};
+pub use walker::PythonWalker;
 
 #[cfg(test)]
 mod dwarf_check;

@@ -13,9 +13,13 @@ use super::{
 };
 use crate::{
     modules::Mapping,
-    runtimes::shared::{
-        libc::{TsdLayout, tsd_layout},
-        memory::ProcessMemory,
+    runtimes::{
+        kernel::Entry,
+        seam::Published,
+        shared::{
+            libc::{TsdLayout, tsd_layout},
+            memory::ProcessMemory,
+        },
     },
 };
 
@@ -42,15 +46,6 @@ pub struct PythonWalker {
     pub unnamed: u64,
 }
 
-/// What [`PythonWalker::publish`] found.
-pub enum Published {
-    /// Give the kernel this entry.
-    Walk(Box<PyProc>),
-    /// Not a CPython we walk: no entry (and the reason, once per interpreter file, if it
-    /// is one we do not support).
-    Native(Option<String>),
-}
-
 impl PythonWalker {
     pub fn new(task_fsbase: u32) -> Self {
         Self {
@@ -73,7 +68,7 @@ impl PythonWalker {
         {
             let interpreter = interpreter.clone();
             return match self.entry(&interpreter) {
-                Ok(e) => Published::Walk(Box::new(e)),
+                Ok(e) => Published::Walk(Entry::Python(Box::new(e))),
                 Err(why) => Published::Native(Some(why.to_string())),
             };
         }
@@ -108,7 +103,7 @@ impl PythonWalker {
                 codes,
             },
         );
-        Published::Walk(Box::new(entry))
+        Published::Walk(Entry::Python(Box::new(entry)))
     }
 
     /// The kernel's entry for an interpreter.

@@ -17,9 +17,13 @@ use super::{
 };
 use crate::{
     modules::Mapping,
-    runtimes::shared::{
-        jit::jit_walk_refused,
-        memory::{Memory, ProcessMemory},
+    runtimes::{
+        kernel::Entry,
+        seam::Published,
+        shared::{
+            jit::jit_walk_refused,
+            memory::{Memory, ProcessMemory},
+        },
     },
 };
 
@@ -46,14 +50,6 @@ pub struct V8Walker {
     procs: HashMap<u32, Proc>,
 }
 
-/// What [`V8Walker::publish`] found.
-pub enum Published {
-    /// Give the kernel this entry.
-    Walk(Box<V8Proc>),
-    /// Not a V8 we walk (and why, when it is a V8 at all).
-    Native(Option<String>),
-}
-
 impl V8Walker {
     /// Looks at a process the native unwinder is publishing (new, or its mappings changed).
     pub fn publish(&mut self, pid: u32, mappings: &[Mapping]) -> Published {
@@ -68,7 +64,7 @@ impl V8Walker {
         if let Some(Proc::V8 { path, layout, .. }) = self.procs.get(&pid)
             && *path == mapping.name
         {
-            return Published::Walk(Box::new(entry(layout)));
+            return Published::Walk(Entry::V8(Box::new(entry(layout))));
         }
         let (path, layout) = match detect_in(pid, mappings) {
             Ok(Detection::Found { path, layout }) => (path, layout),
@@ -98,7 +94,7 @@ impl V8Walker {
                 names: HashMap::new(),
             },
         );
-        Published::Walk(Box::new(e))
+        Published::Walk(Entry::V8(Box::new(e)))
     }
 
     /// The kernel's entry for process `pid`, if it runs a V8 this walks.
