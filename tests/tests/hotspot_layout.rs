@@ -17,7 +17,7 @@ use std::{
 
 use profiler::runtimes::{
     hotspot::{self, BlobKind, CodeCache, Detection, JavaFrame, Layout, LineKind, Namer, Tier},
-    python::ProcessMemory,
+    shared::memory::ProcessMemory,
 };
 
 mod hotspot_walk;

@@ -9,8 +9,8 @@ use std::{
 };
 
 use profiler::runtimes::{
-    libc::tsd_layout,
-    python::{Memory, PyFrame, PythonProcess, ThreadStack, Version},
+    python::{PyFrame, PythonProcess, ThreadStack, Version},
+    shared::{libc::tsd_layout, memory::Memory},
 };
 use profiler_tests::*;
 

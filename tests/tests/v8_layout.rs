@@ -20,7 +20,7 @@ use nix::{
     unistd::Pid,
 };
 use profiler::runtimes::{
-    python::{Memory, ProcessMemory},
+    shared::memory::{Memory, ProcessMemory},
     v8::{self, Detection, JsFrame, Layout, LineKind, Namer, Position, code::code_of},
 };
 

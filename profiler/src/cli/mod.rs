@@ -10,6 +10,7 @@ mod persona;
 mod record;
 mod record_error;
 mod report;
+mod runtime_flags;
 mod size;
 mod stat;
 mod symbolize;

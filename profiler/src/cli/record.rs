@@ -173,19 +173,9 @@ pub struct RecordArgs {
     /// counted and reported).
     #[arg(long = "min-block", value_name = "USECS")]
     pub min_block: Option<u64>,
-    /// Show no Python frames: CPython processes' stacks are native only (the eval loop's
-    /// C frames). By default each eval call is replaced by the Python functions it runs.
-    #[arg(long)]
-    pub no_python: bool,
-    /// Show no JavaScript frames: Node.js processes' stacks are native only (JIT code as
-    /// anonymous addresses). By default each V8 frame is named by its JS function.
-    #[arg(long)]
-    pub no_js: bool,
-    /// Show no Java frames: JVM processes' stacks are native only (JIT code and the
-    /// interpreter as anonymous addresses). By default each HotSpot frame is named by its
-    /// Java method, inlined methods as their own frames.
-    #[arg(long)]
-    pub no_java: bool,
+    /// --no-python, --no-js, --no-java, --no-runtime NAME.
+    #[command(flatten)]
+    pub runtimes: super::runtime_flags::RuntimeFlags,
     /// Walk no stacks in the kernel (benchmarks: the eBPF program's cost without them).
     #[arg(long, hide = true)]
     pub no_stacks: bool,
@@ -342,9 +332,7 @@ impl RecordArgs {
         }
         opts.status_line = std::io::stderr().is_terminal();
         opts.aggregate = self.aggregate;
-        opts.python = !self.no_python;
-        opts.js = !self.no_js;
-        opts.java = !self.no_java;
+        opts.runtimes_off = self.runtimes.off.clone();
         opts.stacks = !self.no_stacks;
         opts.unwind_stats = self.unwind_stats;
         if let Some(rows) = self.unwind_memory {

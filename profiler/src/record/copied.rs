@@ -5,7 +5,7 @@
 //! `step`), reading memory from the copy only. The record is then rewritten as if the kernel
 //! had walked it, so everything after the reader sees ordinary records.
 
-use crate::runtimes::hotspot::copied::{Frame as JavaFrame, JavaStep};
+use crate::runtimes::seam::{CopiedStep, RegsAt};
 use profiler_common::{
     MAX_STACK_DEPTH, record_flags,
     stack::{STACK_COPY_BLOCK, STACK_HEADER_SIZE, StackCopyHead, StackSampleHeader, stack_copy},
@@ -60,7 +60,7 @@ pub type JsFrames<'f> = dyn Fn(&Copy<'_>, u64, u64, bool) -> Option<[u64; 2]> + 
 
 /// What steps a frame in a JVM's code cache (as the kernel's HotSpot step): `None` outside
 /// it.
-pub type JavaFrames<'f> = dyn Fn(&Copy<'_>, JavaFrame) -> Option<JavaStep> + 'f;
+pub type JavaFrames<'f> = dyn Fn(&Copy<'_>, RegsAt) -> Option<CopiedStep> + 'f;
 
 struct Regs {
     pc: u64,
@@ -111,7 +111,7 @@ pub fn walk<'r>(
         let at = if r.exact { r.pc } else { r.pc.wrapping_sub(1) };
         let top = r.exact;
         r.exact = false;
-        let here = JavaFrame {
+        let here = RegsAt {
             pc: r.pc,
             sp: r.sp,
             bp: r.bp,
@@ -119,7 +119,7 @@ pub fn walk<'r>(
         };
         match java(copy, here) {
             None => {}
-            Some(JavaStep::Next { words, pc, sp, bp }) => {
+            Some(CopiedStep::Next { words, pc, sp, bp }) => {
                 if let Some(words) = words {
                     if frames.len() >= MAX_STACK_DEPTH {
                         flags |= record_flags::UNWIND_PARTIAL;
@@ -142,13 +142,13 @@ pub fn walk<'r>(
                 }
                 continue;
             }
-            Some(JavaStep::FramePointer) => {
+            Some(CopiedStep::FramePointer) => {
                 if !frame_pointer_step(&mut r, copy, &mut flags) {
                     break;
                 }
                 continue;
             }
-            Some(JavaStep::Stop) => {
+            Some(CopiedStep::Stop) => {
                 flags |= record_flags::UNWIND_PARTIAL;
                 break;
             }

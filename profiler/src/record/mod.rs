@@ -131,15 +131,9 @@ pub struct RecordOptions {
     pub wall: bool,
     /// With `off_cpu`: waits shorter than this are dropped (and counted).
     pub min_block: Duration,
-    /// Show CPython's frames in the stacks of Python processes (with the unwind-table
-    /// walker; on by default).
-    pub python: bool,
-    /// Show V8's JavaScript frames in the stacks of Node.js processes (with the unwind-table
-    /// walker; on by default).
-    pub js: bool,
-    /// Show HotSpot's Java frames in the stacks of JVM processes (with the unwind-table
-    /// walker; on by default).
-    pub java: bool,
+    /// The runtimes whose frames are not shown, by name (`runtimes::registry::RUNTIMES`):
+    /// every other one's are, with the unwind-table walker.
+    pub runtimes_off: Vec<String>,
 }
 
 impl RecordOptions {
@@ -170,9 +164,7 @@ impl RecordOptions {
             off_cpu: false,
             wall: false,
             min_block: Duration::ZERO,
-            python: true,
-            js: true,
-            java: true,
+            runtimes_off: Vec::new(),
         }
     }
 

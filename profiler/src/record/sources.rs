@@ -213,14 +213,7 @@ pub(super) fn attach_events(
 /// What a kernel without `bpf_loop` loses of the runtimes asked for, as " (no X or Y
 /// frames)", or nothing.
 fn runtime_frames_lost(opts: &RecordOptions) -> String {
-    let names: Vec<&str> = [
-        (opts.python, "Python"),
-        (opts.java, "Java"),
-        (opts.js, "JavaScript"),
-    ]
-    .into_iter()
-    .filter_map(|(on, name)| on.then_some(name))
-    .collect();
+    let names = crate::runtimes::registry::labels_on(&opts.runtimes_off);
     match names.as_slice() {
         [] => String::new(),
         [one] => format!(" (no {one} frames)"),

@@ -16,7 +16,7 @@ use profiler_common::{
 };
 
 use super::copied;
-use crate::runtimes::{SharedRuntimes, hotspot, python::process::ProcessMemory, v8};
+use crate::runtimes::{SharedRuntimes, shared::memory::ProcessMemory};
 
 use crate::{
     bpf::{RowRange, UnwindMapError, UnwindMaps},
@@ -364,12 +364,12 @@ impl TableLoader {
             .get(&pid)
             .is_some_and(|p| !p.mappings.is_empty() && p.mappings != mappings);
         // A process whose runtime's frames come only through the kernel's walk (CPython) has
-        // its modules built now, big ones too (see `Runtimes::walks`).
+        // its modules built now, big ones too (see `Runtimes::needs_tables_first`).
         let was = self.build_now;
         self.build_now |= self
             .runtimes
             .as_ref()
-            .and_then(|r| r.lock().ok().map(|r| r.walks(pid, &mappings)))
+            .and_then(|r| r.lock().ok().map(|r| r.needs_tables_first(pid, &mappings)))
             .unwrap_or(false);
         let entries = self.entries(pid, &mappings, files);
         self.build_now = was;
@@ -785,23 +785,23 @@ impl TableLoader {
         {
             return copied::rewrite(record, &[], 0);
         }
-        // A V8 process's JS frames and a JVM's Java frames, found in the copy as the
-        // kernel's walk finds them.
-        let (js, java) = self
+        // Runtimes' frames (a V8 process's JS frames, a JVM's Java frames), found in the
+        // copy as the kernel's walk finds them.
+        let hooks = self
             .runtimes
             .as_ref()
-            .and_then(|r| {
-                let r = r.lock().ok()?;
-                Some((r.v8_entry(header.pid), r.hotspot_entry(header.pid)))
-            })
+            .and_then(|r| Some(r.lock().ok()?.copied(header.pid)))
             .unwrap_or_default();
         let mem = ProcessMemory::new(header.pid);
         let js_frame = |copy: &copied::Copy<'_>, fp: u64, pc: u64, top: bool| {
-            let e = js.as_ref()?;
-            v8::walker::js_words(e, |a| copy.read(a), &mem, fp, pc, top)
+            let stack = |a| copy.read(a);
+            hooks
+                .iter()
+                .find_map(|h| h.at_frame_pointer(&stack, &mem, fp, pc, top))
         };
         let java_frame = |copy: &copied::Copy<'_>, frame| {
-            hotspot::copied::java_step(java.as_ref()?, |a| copy.read(a), &mem, frame)
+            let stack = |a| copy.read(a);
+            hooks.iter().find_map(|h| h.step(&stack, &mem, frame))
         };
         let walked = self
             .procs
@@ -811,7 +811,7 @@ impl TableLoader {
                 let copy = copied::Copy::new(&head, bytes);
                 let maps = &self.maps;
                 let rows = |start: u32, len: u32| maps.rows(start, len);
-                let jit = js.is_some();
+                let jit = hooks.iter().any(|h| h.jit());
                 copied::walk(&p.entries, rows, &js_frame, &java_frame, jit, &head, &copy)
             });
         let (frames, flags) = match walked {

@@ -10,7 +10,7 @@ use nix::{
 };
 use profiler::runtimes::{
     hotspot::{BlobKind, CodeCache, JavaFrame, Layout, Namer, PcKind, Tier},
-    python::{Memory, ProcessMemory},
+    shared::memory::{Memory, ProcessMemory},
 };
 
 /// How a walk ended.

@@ -4,7 +4,7 @@
 use std::ops::Range;
 
 use super::layout::{CodeStart, DeoptHandler, Layout};
-use crate::runtimes::python::process::{Memory, ReadError};
+use crate::runtimes::shared::memory::{Memory, ReadError};
 
 /// Segment map hops followed before giving up: measured up to 18 in a small JVM (OTel's 12 is
 /// too few); a chain longer than this is treated as no blob.
@@ -208,7 +208,7 @@ pub fn read_blob<M: Memory + ?Sized>(
 ) -> Result<Blob, ReadError> {
     let b = &layout.blob;
     let name_ptr = mem.read_u64(addr + u64::from(b.name))?;
-    let name = super::vmstructs::read_cstr(mem, name_ptr, MAX_BLOB_NAME)?;
+    let name = crate::runtimes::shared::memory::read_cstr(mem, name_ptr, MAX_BLOB_NAME)?;
     let size = b.size.read(mem, addr)?;
     let frame_words = b.frame_size.read(mem, addr)?;
     if !(0..1 << 30).contains(&size) || !(0..1 << 20).contains(&frame_words) {
@@ -266,7 +266,7 @@ pub fn read_blob<M: Memory + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtimes::{hotspot::testdata::layout17, python::process::fake::FakeMemory};
+    use crate::runtimes::{hotspot::testdata::layout17, shared::memory::FakeMemory};
 
     const LOW: u64 = 0x7000_0000;
     const SEGMAP: u64 = 0x6000_0000;

@@ -10,34 +10,10 @@ use profiler_common::hotspot::{
     NATIVE_NMETHOD_NAME, NMETHOD_NAME, hs_compiled, hs_field, hs_interpreted,
 };
 
-use crate::runtimes::python::process::Memory;
-
-/// What the step did with a frame in the code cache.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum JavaStep {
-    /// The frame's two words (a Java frame; `None`: a stub, which has none) and its
-    /// caller's registers.
-    Next {
-        words: Option<[u64; 2]>,
-        pc: u64,
-        sp: u64,
-        bp: u64,
-    },
-    /// Leave this frame by frame pointer (the call stub, a stub that keeps rbp).
-    FramePointer,
-    /// The frame could not be walked: the walk ends here, partial.
-    Stop,
-}
-
-/// Registers at a frame.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Frame {
-    pub pc: u64,
-    pub sp: u64,
-    pub bp: u64,
-    /// `pc` is the stopped instruction (not a return address).
-    pub top: bool,
-}
+use crate::runtimes::{
+    seam::{CopiedStep, RegsAt},
+    shared::memory::Memory,
+};
 
 /// The step at `f` in the JVM `e`, or `None` when `f.pc` is outside its code cache (native
 /// code: the tables go on). `stack(addr)`: a word of the copied stack; `heap`: the process.
@@ -47,8 +23,8 @@ pub fn java_step<M: Memory + ?Sized>(
     e: &HsProc,
     stack: impl Fn(u64) -> Option<u64>,
     heap: &M,
-    f: Frame,
-) -> Option<JavaStep> {
+    f: RegsAt,
+) -> Option<CopiedStep> {
     // As the kernel's walk: a return address is looked up one byte back, inside its call.
     let at = if f.top { f.pc } else { f.pc.wrapping_sub(1) };
     if e.enabled == 0 || at < e.low || at >= e.high {
@@ -56,13 +32,13 @@ pub fn java_step<M: Memory + ?Sized>(
     }
     let heap_word = |addr: u64| heap.read_u64(addr).ok();
     let step = if f.pc == e.call_stub_return {
-        Some(JavaStep::FramePointer)
+        Some(CopiedStep::FramePointer)
     } else if f.pc >= e.interpreter_low && f.pc < e.interpreter_high {
         interpreted(e, &stack, &heap_word, f)
     } else {
         blob(e, &stack, heap, f)
     };
-    Some(step.unwrap_or(JavaStep::Stop))
+    Some(step.unwrap_or(CopiedStep::Stop))
 }
 
 /// An interpreted frame: Method* and bcp from its slots; a native method's (code size 0)
@@ -71,8 +47,8 @@ fn interpreted(
     e: &HsProc,
     stack: &impl Fn(u64) -> Option<u64>,
     heap: &impl Fn(u64) -> Option<u64>,
-    f: Frame,
-) -> Option<JavaStep> {
+    f: RegsAt,
+) -> Option<CopiedStep> {
     if f.bp < f.sp || f.bp & 7 != 0 {
         return None;
     }
@@ -93,7 +69,7 @@ fn interpreted(
     let sp = slot(e.slot_sender_sp)?;
     let pc = stack(f.bp.wrapping_add(8))?;
     let bp = stack(f.bp)?;
-    Some(JavaStep::Next {
+    Some(CopiedStep::Next {
         words: Some([HS_FRAME | method, hs_interpreted(cm, bci as u32)]),
         pc,
         sp,
@@ -107,8 +83,8 @@ fn blob<M: Memory + ?Sized>(
     e: &HsProc,
     stack: &impl Fn(u64) -> Option<u64>,
     heap: &M,
-    f: Frame,
-) -> Option<JavaStep> {
+    f: RegsAt,
+) -> Option<CopiedStep> {
     let block = block_of(e, heap, f.pc)?;
     let len = usize::from(e.block_bytes).clamp(8, HS_BLOCK_BYTES as usize);
     let mut bytes = [0u8; HS_BLOCK_BYTES as usize + 8];
@@ -156,7 +132,7 @@ fn blob<M: Memory + ?Sized>(
         let ra = stack(caller - 8)?;
         if ra >= e.low && ra < e.high {
             let bp = stack(caller - 16)?;
-            return Some(JavaStep::Next {
+            return Some(CopiedStep::Next {
                 words,
                 pc: ra,
                 sp: caller,
@@ -166,7 +142,7 @@ fn blob<M: Memory + ?Sized>(
         // A stopped frame whose frame-size step leaves the code cache is in its epilogue:
         // its frame popped, the return address on top of the stack.
         let ra = stack(f.sp).filter(|_| f.top)?;
-        return (ra >= e.low && ra < e.high).then_some(JavaStep::Next {
+        return (ra >= e.low && ra < e.high).then_some(CopiedStep::Next {
             words,
             pc: ra,
             sp: f.sp + 8,
@@ -179,17 +155,17 @@ fn blob<M: Memory + ?Sized>(
         if f.top
             && let Some(ra) = stack(f.sp).filter(|&ra| ra >= e.low && ra < e.high)
         {
-            return Some(JavaStep::Next {
+            return Some(CopiedStep::Next {
                 words: None,
                 pc: ra,
                 sp: f.sp + 8,
                 bp: f.bp,
             });
         }
-        return Some(JavaStep::FramePointer);
+        return Some(CopiedStep::FramePointer);
     }
     let caller = frame_size + f.sp;
-    Some(JavaStep::Next {
+    Some(CopiedStep::Next {
         words: None,
         pc: stack(caller - 8)?,
         sp: caller,
@@ -235,7 +211,7 @@ mod tests {
     use profiler_common::hotspot::HsHeap;
 
     use super::*;
-    use crate::runtimes::python::process::fake::FakeMemory;
+    use crate::runtimes::shared::memory::FakeMemory;
 
     /// A JVM whose code cache is 0x10_0000..0x20_0000: the interpreter at 0x10_0000..
     /// 0x10_1000, the call stub returning at 0x10_2000, one heap of 64-byte segments from
@@ -302,7 +278,7 @@ mod tests {
             (bp, 0x7f00_0300),
             (bp + 8, 0x10_2000),
         ]);
-        let f = Frame {
+        let f = RegsAt {
             pc: 0x10_0100,
             sp: 0x7f00_0080,
             bp,
@@ -311,7 +287,7 @@ mod tests {
         let step = java_step(&e, |a| stack.get(&a).copied(), &heap, f);
         assert_eq!(
             step,
-            Some(JavaStep::Next {
+            Some(CopiedStep::Next {
                 words: Some([HS_FRAME | 0x50_0000, hs_interpreted(0x60_0000, 7)]),
                 pc: 0x10_2000,
                 sp: 0x7f00_0200,
@@ -319,25 +295,25 @@ mod tests {
             })
         );
         // Its caller returns into the call stub: left by frame pointer.
-        let f = Frame {
+        let f = RegsAt {
             pc: 0x10_2000,
             top: false,
             ..f
         };
         assert_eq!(
             java_step(&e, |a| stack.get(&a).copied(), &heap, f),
-            Some(JavaStep::FramePointer)
+            Some(CopiedStep::FramePointer)
         );
         // A bcp past the method's bytecodes: not walked.
         let bad = words(&[(bp - 24, 0x50_0000), (bp - 64, 0x60_0000 + 48 + 40)]);
-        let f = Frame { top: true, ..f };
-        let f = Frame { pc: 0x10_0100, ..f };
+        let f = RegsAt { top: true, ..f };
+        let f = RegsAt { pc: 0x10_0100, ..f };
         assert_eq!(
             java_step(&e, |a| bad.get(&a).copied(), &heap, f),
-            Some(JavaStep::Stop)
+            Some(CopiedStep::Stop)
         );
         // Native code: not this walk's.
-        let f = Frame { pc: 0x40_0000, ..f };
+        let f = RegsAt { pc: 0x40_0000, ..f };
         assert_eq!(java_step(&e, |a| stack.get(&a).copied(), &heap, f), None);
     }
 
@@ -362,7 +338,7 @@ mod tests {
         let sp = 0x7f00_0000u64;
         let stack = words(&[(sp + 40, 0x10_0200), (sp + 32, 0x7f00_0400)]);
         let pc = 0x11_0100;
-        let f = Frame {
+        let f = RegsAt {
             pc,
             sp,
             bp: 0,
@@ -370,7 +346,7 @@ mod tests {
         };
         assert_eq!(
             java_step(&e, |a| stack.get(&a).copied(), &heap, f),
-            Some(JavaStep::Next {
+            Some(CopiedStep::Next {
                 words: Some([
                     HS_FRAME | HS_COMPILED | HS_TOP | blob,
                     hs_compiled(42, (pc - blob) as u32)
@@ -381,19 +357,19 @@ mod tests {
             })
         );
         // Stopped in its prologue (before frame complete): not walked.
-        let f = Frame {
+        let f = RegsAt {
             pc: blob + 0x28,
             ..f
         };
         assert_eq!(
             java_step(&e, |a| stack.get(&a).copied(), &heap, f),
-            Some(JavaStep::Stop)
+            Some(CopiedStep::Stop)
         );
         // A free segment: no block.
-        let f = Frame { pc: 0x11_0000, ..f };
+        let f = RegsAt { pc: 0x11_0000, ..f };
         assert_eq!(
             java_step(&e, |a| stack.get(&a).copied(), &heap, f),
-            Some(JavaStep::Stop)
+            Some(CopiedStep::Stop)
         );
     }
 
@@ -411,7 +387,7 @@ mod tests {
         let sp = 0x7f00_0000u64;
         // Stopped in it, a return address into the code cache on top: popped.
         let stack = words(&[(sp, 0x11_0400)]);
-        let f = Frame {
+        let f = RegsAt {
             pc: 0x11_0020,
             sp,
             bp: 0x7f00_0100,
@@ -419,7 +395,7 @@ mod tests {
         };
         assert_eq!(
             java_step(&e, |a| stack.get(&a).copied(), &heap, f),
-            Some(JavaStep::Next {
+            Some(CopiedStep::Next {
                 words: None,
                 pc: 0x11_0400,
                 sp: sp + 8,
@@ -430,12 +406,12 @@ mod tests {
         let saved = words(&[(sp, 0x7f00_0100)]);
         assert_eq!(
             java_step(&e, |a| saved.get(&a).copied(), &heap, f),
-            Some(JavaStep::FramePointer)
+            Some(CopiedStep::FramePointer)
         );
-        let f = Frame { top: false, ..f };
+        let f = RegsAt { top: false, ..f };
         assert_eq!(
             java_step(&e, |a| stack.get(&a).copied(), &heap, f),
-            Some(JavaStep::FramePointer)
+            Some(CopiedStep::FramePointer)
         );
     }
 }

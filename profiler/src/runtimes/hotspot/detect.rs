@@ -10,26 +10,13 @@ use super::{
     vmstructs::{ENTRY_WORDS, Exports, ReadTablesError, TABLES, TablesError, VmStructs},
 };
 use crate::{
-    modules::{Mapping, exec_mappings},
-    runtimes::{
-        elf::{ElfError, load_bias, with_elf},
-        python::process::{Memory, ProcessMemory, ReadError},
+    modules::Mapping,
+    runtimes::shared::{
+        elf::{ElfError, load_bias, process_mappings, with_elf},
+        error::DetectError,
+        memory::{Memory, ProcessMemory},
     },
 };
-
-#[derive(Debug, thiserror::Error)]
-pub enum DetectError {
-    /// Its maps, its ELF file (shared by every runtime's detection).
-    #[error(transparent)]
-    Elf(#[from] ElfError),
-    #[error("{path} (process {pid}): reading VMStructs: {source}")]
-    Read {
-        pid: u32,
-        path: String,
-        #[source]
-        source: ReadError,
-    },
-}
 
 /// Why a JVM is not walked: its tables, or its layout.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -60,8 +47,7 @@ pub enum Detection {
 
 /// Looks for HotSpot in the process `pid`.
 pub fn detect(pid: u32) -> Result<Detection, DetectError> {
-    let maps = exec_mappings(pid).map_err(|source| ElfError::Maps { pid, source })?;
-    detect_in(pid, &maps, &ProcessMemory::new(pid))
+    detect_in(pid, &process_mappings(pid)?, &ProcessMemory::new(pid))
 }
 
 /// Looks for HotSpot in the process `pid` with these executable mappings, reading its
@@ -84,6 +70,7 @@ pub fn detect_in<M: Memory + ?Sized>(
     let read_err = |source| DetectError::Read {
         pid,
         path: path.clone(),
+        what: "VMStructs",
         source,
     };
     let unsupported = |reason: NotWalked| Detection::Unsupported {

@@ -5,7 +5,7 @@
 
 use super::version::JvmVersion;
 use super::vmstructs::{Field, VmStructs};
-use crate::runtimes::python::process::{Memory, ReadError};
+use crate::runtimes::shared::memory::{Memory, ReadError};
 
 /// Why a HotSpot build is not walked: one line for the user.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -589,7 +589,7 @@ mod tests {
 
     #[test]
     fn scalars_sign_extend() {
-        use crate::runtimes::python::process::fake::FakeMemory;
+        use crate::runtimes::shared::memory::FakeMemory;
         let mut m = FakeMemory::default();
         m.put(0x1000, &[0xfe, 0xff, 0xff, 0xff, 0x05, 0x00]);
         let s = |offset, size, signed| Scalar {

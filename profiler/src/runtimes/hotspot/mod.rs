@@ -1,6 +1,7 @@
 //! HotSpot (Java), user-space half: find libjvm in a process, read its VMStructs from the
 //! live process into one typed [`Layout`], find the code blob of a PC, and name Java frames
-//! from metaspace. [`walker`] is the seam with `record`: the entry the kernel's walk
+//! from metaspace. [`walker`] does it for the profiler (as a [`runtime`], what the profiler
+//! goes through): the entry the kernel's walk
 //! (`profiler-ebpf/src/hotspot.rs`) reads, and the naming of the words it writes.
 //! `tests/tests/hotspot_layout.rs` does the same walk in user space (`tests/tests/hotspot_walk`)
 //! on live JDK 17.0.15 (Debian) and 25.0.3 (Temurin): the reference the kernel's matches.
@@ -83,6 +84,7 @@ pub mod copied;
 pub mod detect;
 pub mod layout;
 pub mod naming;
+pub mod runtime;
 pub mod stream;
 #[cfg(test)]
 pub(crate) mod testdata;
@@ -91,7 +93,7 @@ pub mod vmstructs;
 pub mod walker;
 
 pub use code::{Blob, BlobKind, CodeCache, MAX_SEGMAP_HOPS};
-pub use detect::{DetectError, Detection, NotWalked, detect, detect_in};
+pub use detect::{Detection, NotWalked, detect, detect_in};
 pub use layout::{Layout, Unsupported};
 pub use naming::{JavaFrame, LineKind, MethodInfo, Namer, NamerCache, PcKind, Tier};
 pub use version::JvmVersion;

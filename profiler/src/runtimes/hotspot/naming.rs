@@ -10,7 +10,7 @@ use super::{
     layout::{DebugData, Layout},
     stream::{line_at, line_table, scope_chain},
 };
-use crate::runtimes::python::process::{Memory, ReadError};
+use crate::runtimes::shared::memory::{Memory, ReadError};
 
 /// Longest line table read after a method's bytecodes.
 const MAX_LINE_TABLE: usize = 64 << 10;

@@ -9,7 +9,7 @@ use super::{
     version::JvmVersion,
     vmstructs::{Field, VmStructs},
 };
-use crate::runtimes::python::process::fake::FakeMemory;
+use crate::runtimes::shared::memory::FakeMemory;
 
 fn tables(
     fields: &[(&str, &str, &str, u64)],

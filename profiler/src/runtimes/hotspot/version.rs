@@ -1,7 +1,7 @@
 //! The JVM's version, from `Abstract_VM_Version`'s statics in the live process.
 
-use super::vmstructs::{VmStructs, read_cstr};
-use crate::runtimes::python::process::{Memory, ReadError};
+use super::vmstructs::VmStructs;
+use crate::runtimes::shared::memory::{Memory, ReadError, read_cstr};
 
 /// The JVM's version, from `Abstract_VM_Version`'s statics.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,7 +68,7 @@ pub fn read_version<M: Memory + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtimes::{hotspot::vmstructs::Field, python::process::fake::FakeMemory};
+    use crate::runtimes::{hotspot::vmstructs::Field, shared::memory::FakeMemory};
 
     #[test]
     fn version_from_statics() {

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use crate::runtimes::python::process::{Memory, ReadError};
+use crate::runtimes::shared::memory::{Memory, ReadError, read_cstr};
 
 /// The exported pointers to the tables.
 pub const TABLES: [&str; 4] = [
@@ -245,33 +245,10 @@ fn for_each_entry<M: Memory + ?Sized>(
     Err(TablesError::TooLong { table }.into())
 }
 
-/// The NUL-terminated string at `addr`, at most `max` bytes, read page by page (a string
-/// near the end of a mapping must not fail for the bytes after it).
-pub fn read_cstr<M: Memory + ?Sized>(mem: &M, addr: u64, max: usize) -> Result<String, ReadError> {
-    let mut out = Vec::new();
-    let mut at = addr;
-    while out.len() < max {
-        let to_page_end = (0x1000 - (at & 0xfff)) as usize;
-        let mut chunk = vec![0u8; to_page_end.min(max - out.len())];
-        mem.read(at, &mut chunk)?;
-        if let Some(nul) = chunk.iter().position(|&b| b == 0) {
-            out.extend_from_slice(&chunk[..nul]);
-            return Ok(String::from_utf8_lossy(&out).into_owned());
-        }
-        at += chunk.len() as u64;
-        out.extend_from_slice(&chunk);
-    }
-    Err(ReadError::invalid(
-        "C string",
-        addr,
-        format!("no NUL in {max} bytes"),
-    ))
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::runtimes::python::process::fake::FakeMemory;
+    use crate::runtimes::shared::memory::FakeMemory;
 
     /// Builds synthetic tables in the x86_64 layout (struct entries of 48 bytes, types of
     /// 40, constants of 16) in fake memory, with the exported symbols pointing at them.
@@ -434,15 +411,5 @@ pub(crate) mod tests {
             }
             other => panic!("{other:?}"),
         }
-    }
-
-    #[test]
-    fn c_strings_stop_at_nul_or_bound() {
-        let mut m = FakeMemory::default();
-        let mut b = b"abcdef\0ghij".to_vec();
-        b.resize(0x1006, 0x41);
-        m.put(0x1ffa, &b);
-        assert_eq!(read_cstr(&m, 0x1ffa, 64).unwrap(), "abcdef");
-        assert!(read_cstr(&m, 0x1ffa, 4).is_err());
     }
 }

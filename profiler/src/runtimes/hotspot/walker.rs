@@ -20,7 +20,14 @@ use super::{
     layout::{CodeStart, DeoptHandler, Layout, Scalar},
     naming::{JavaFrame, Namer, NamerCache, PcKind, Tier},
 };
-use crate::{modules::Mapping, runtimes::python::process::ProcessMemory};
+use crate::{
+    modules::Mapping,
+    runtimes::{
+        kernel::Entry,
+        seam::Published,
+        shared::{jit::jit_walk_refused, memory::ProcessMemory},
+    },
+};
 
 /// Frames named per process before its cache is cleared.
 const MAX_NAMED: usize = 1 << 16;
@@ -52,14 +59,6 @@ pub struct HotspotWalker {
     early: HashSet<u32>,
 }
 
-/// What [`HotspotWalker::publish`] found.
-pub enum Published {
-    /// Give the kernel this entry.
-    Walk(Box<HsProc>),
-    /// Not a HotSpot we walk (and why, when it is one at all).
-    Native(Option<String>),
-}
-
 impl HotspotWalker {
     /// Looks at a process the native unwinder is publishing (new, or its mappings changed).
     pub fn publish(&mut self, pid: u32, mappings: &[Mapping]) -> Published {
@@ -68,14 +67,14 @@ impl HotspotWalker {
             self.procs.remove(&pid);
             return Published::Native(None);
         };
-        if let Some(why) = super::super::jit_walk_refused(pid, &mapping.name, "HotSpot") {
+        if let Some(why) = jit_walk_refused(pid, &mapping.name, "HotSpot") {
             self.procs.remove(&pid);
             return Published::Native(Some(why));
         }
         if let Some(jvm) = self.procs.get(&pid)
             && *jvm.path == *mapping.name
         {
-            return Published::Walk(Box::new(jvm.entry));
+            return Published::Walk(Entry::Hotspot(Box::new(jvm.entry)));
         }
         let mem = ProcessMemory::new(pid);
         let (path, version, layout) = match detect_in(pid, mappings, &mem) {
@@ -133,7 +132,7 @@ impl HotspotWalker {
                 stubs: HashMap::new(),
             }),
         );
-        Published::Walk(Box::new(entry))
+        Published::Walk(Entry::Hotspot(Box::new(entry)))
     }
 
     /// The kernel's entry for process `pid`, if it runs a HotSpot this walks.

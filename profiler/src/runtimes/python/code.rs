@@ -10,8 +10,9 @@ use profiler_common::python::{
 
 use super::{
     lines,
-    process::{MAX_TABLE_BYTES, Memory, ObjectLayout, ReadError, read_bytes, read_string},
+    objects::{MAX_TABLE_BYTES, ObjectLayout, read_bytes, read_string},
 };
+use crate::runtimes::shared::memory::{Memory, ReadError};
 
 /// What a frame needs of its code object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -218,7 +219,10 @@ fn int(header: &[u8], at: u16) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtimes::python::{Version, offsets::for_version, process::fake::FakeMemory};
+    use crate::runtimes::{
+        python::{Version, offsets::for_version},
+        shared::memory::FakeMemory,
+    };
 
     const CODE_TYPE: u64 = 0x7000;
 

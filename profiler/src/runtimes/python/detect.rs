@@ -9,26 +9,22 @@ use profiler_common::python::PythonOffsets;
 
 use super::{
     offsets::{self, DEBUG_OFFSETS_BYTES, DebugOffsetsError, check_debug_offsets},
-    process::{Memory, ProcessMemory, ReadError},
     version::{Unsupported, Version, check},
 };
 use crate::{
-    modules::{Mapping, exec_mappings},
-    runtimes::elf::{ElfError, load_bias, with_elf},
+    modules::Mapping,
+    runtimes::shared::{
+        self,
+        elf::{ElfError, load_bias, process_mappings, with_elf},
+        memory::{Memory, ProcessMemory},
+    },
 };
 
 #[derive(Debug, thiserror::Error)]
 pub enum DetectError {
-    /// Its maps, its ELF file (shared by every runtime's detection).
+    /// As any runtime's detection fails (maps, ELF file, reading `_Py_DebugOffsets`).
     #[error(transparent)]
-    Elf(#[from] ElfError),
-    #[error("{path} (process {pid}): reading _Py_DebugOffsets: {source}")]
-    ReadDebugOffsets {
-        pid: u32,
-        path: String,
-        #[source]
-        source: ReadError,
-    },
+    Shared(#[from] shared::error::DetectError),
     /// The build's own offsets disagree with our table: never walked with either.
     #[error("{path} (process {pid}): {source}")]
     DebugOffsets {
@@ -37,6 +33,12 @@ pub enum DetectError {
         #[source]
         source: DebugOffsetsError,
     },
+}
+
+impl From<ElfError> for DetectError {
+    fn from(e: ElfError) -> Self {
+        Self::Shared(e.into())
+    }
 }
 
 /// What [`detect`] found in a process.
@@ -101,7 +103,7 @@ impl Interpreter {
 
 /// Looks for CPython in the process `pid`.
 pub fn detect(pid: u32) -> Result<Detection, DetectError> {
-    let maps = exec_mappings(pid).map_err(|source| ElfError::Maps { pid, source })?;
+    let maps = process_mappings(pid)?;
     let Some(mapping) = interpreter_mapping(pid, &maps) else {
         return Ok(Detection::NotPython);
     };
@@ -143,9 +145,10 @@ fn check_live_debug_offsets(
     let mut bytes = vec![0u8; DEBUG_OFFSETS_BYTES];
     ProcessMemory::new(pid)
         .read(runtime, &mut bytes)
-        .map_err(|source| DetectError::ReadDebugOffsets {
+        .map_err(|source| shared::error::DetectError::Read {
             pid,
             path: path.to_string(),
+            what: "_Py_DebugOffsets",
             source,
         })?;
     check_debug_offsets(&bytes, version, table).map_err(|source| DetectError::DebugOffsets {

@@ -13,14 +13,15 @@
 //!   TLS/TSS symbols) and its [`PythonOffsets`](profiler_common::python::PythonOffsets).
 //! - [`offsets`]: the per-version table (checked against DWARF in tests, and against
 //!   `_Py_DebugOffsets` of the live process on 3.13+ by [`PythonProcess::attach`]).
-//! - [`process`]: `process_vm_readv`, bounded bytes and strings.
+//! - [`objects`]: bytes and string objects, bounded (the memory reader is
+//!   [`crate::runtimes::shared::memory`]).
 //! - [`code`]: code objects by address, validated by [`check_value`], and frames with lines.
 //! - [`lines`]: the three line-table formats.
 //! - [`stack`]: every thread's Python stack, read from user space.
 //!
 //! For the kernel walker: when a native frame's PC is in [`Interpreter::in_eval`], find the
 //! thread's `PyThreadState` as `pthread_getspecific(key)` would (key from
-//! [`PythonProcess::tss_key`], glibc's layout from [`crate::runtimes::libc::tsd_layout`],
+//! [`PythonProcess::tss_key`], glibc's layout from [`crate::runtimes::shared::libc::tsd_layout`],
 //! the thread pointer from the task's `fsbase`): it works for shared and static builds
 //! alike, and the integration test checks it finds every thread's state. Then walk with the [`PythonOffsets`](profiler_common::python::PythonOffsets)
 //! exactly as [`stack`] does (the same skips: 3.12+ frames owned by the C stack, 3.11+
@@ -31,8 +32,9 @@
 pub mod code;
 pub mod detect;
 pub mod lines;
+pub mod objects;
 pub mod offsets;
-pub mod process;
+pub mod runtime;
 pub mod stack;
 pub mod version;
 pub mod walker;
@@ -40,10 +42,9 @@ pub mod walker;
 pub use code::{CodeCache, CodeInfo, PyFrame, check_value};
 pub use detect::{DetectError, Detection, Interpreter, Symbols, detect};
 pub use offsets::{DebugOffsetsError, check_debug_offsets, for_version as offsets_for};
-pub use process::{Memory, ProcessMemory, ReadError};
 pub use stack::{AttachError, PythonProcess, ThreadStack};
 pub use version::{Unsupported, Version};
-pub use walker::{Published, PythonWalker};
+pub use walker::PythonWalker;
 
 #[cfg(test)]
 mod dwarf_check;

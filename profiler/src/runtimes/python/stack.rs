@@ -9,9 +9,9 @@ use profiler_common::python::{
 use super::{
     code::{CodeCache, PyFrame, byte_offset},
     detect::{DetectError, Detection, Interpreter, detect},
-    process::{Memory, ProcessMemory, ReadError},
     version::Unsupported,
 };
+use crate::runtimes::shared::memory::{Memory, ProcessMemory, ReadError};
 
 /// Most interpreters, threads per interpreter and frames per thread followed: a cycle in
 /// memory being rewritten under us ends there instead of looping.

@@ -10,11 +10,17 @@ use profiler_common::python::{NONE, PyProc, TSS_INT, TSS_PY_TSS_T, py_frame_part
 use super::{
     code::{CodeCache, PyFrame, line_at},
     detect::{Detection, Interpreter, detect, is_candidate},
-    process::ProcessMemory,
 };
 use crate::{
     modules::Mapping,
-    runtimes::libc::{TsdLayout, tsd_layout},
+    runtimes::{
+        kernel::Entry,
+        seam::Published,
+        shared::{
+            libc::{TsdLayout, tsd_layout},
+            memory::ProcessMemory,
+        },
+    },
 };
 
 /// What a process runs, as far as the walker is concerned.
@@ -40,15 +46,6 @@ pub struct PythonWalker {
     pub unnamed: u64,
 }
 
-/// What [`PythonWalker::publish`] found.
-pub enum Published {
-    /// Give the kernel this entry.
-    Walk(Box<PyProc>),
-    /// Not a CPython we walk: no entry (and the reason, once per interpreter file, if it
-    /// is one we do not support).
-    Native(Option<String>),
-}
-
 impl PythonWalker {
     pub fn new(task_fsbase: u32) -> Self {
         Self {
@@ -71,7 +68,7 @@ impl PythonWalker {
         {
             let interpreter = interpreter.clone();
             return match self.entry(&interpreter) {
-                Ok(e) => Published::Walk(Box::new(e)),
+                Ok(e) => Published::Walk(Entry::Python(Box::new(e))),
                 Err(why) => Published::Native(Some(why.to_string())),
             };
         }
@@ -106,7 +103,7 @@ impl PythonWalker {
                 codes,
             },
         );
-        Published::Walk(Box::new(entry))
+        Published::Walk(Entry::Python(Box::new(entry)))
     }
 
     /// The kernel's entry for an interpreter.
@@ -209,7 +206,7 @@ enum EntryError {
     #[error("process {0}: no glibc (libc.so.6), which the thread-state lookup needs")]
     NoGlibc(u32),
     #[error(transparent)]
-    Tsd(#[from] crate::runtimes::libc::TsdError),
+    Tsd(#[from] crate::runtimes::shared::libc::TsdError),
 }
 
 /// A Python frame whose code object could not be read.

@@ -6,7 +6,7 @@ use super::{
     layout::CodeStart,
     positions::{SourcePosition, decode_source_positions},
 };
-use crate::runtimes::python::process::{Memory, ReadError};
+use crate::runtimes::shared::memory::{Memory, ReadError};
 
 /// A Code object as a frame walk needs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

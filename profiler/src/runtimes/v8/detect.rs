@@ -3,16 +3,12 @@
 
 use super::layout::{Layout, Unsupported};
 use crate::{
-    modules::{Mapping, exec_mappings},
-    runtimes::elf::{ElfError, with_elf},
+    modules::Mapping,
+    runtimes::shared::{
+        elf::{process_mappings, with_elf},
+        error::DetectError,
+    },
 };
-
-#[derive(Debug, thiserror::Error)]
-pub enum DetectError {
-    /// Its maps, its ELF file (shared by every runtime's detection).
-    #[error(transparent)]
-    Elf(#[from] ElfError),
-}
 
 /// What [`detect`] found in a process.
 #[derive(Debug)]
@@ -27,8 +23,7 @@ pub enum Detection {
 
 /// Looks for V8 in the process `pid`.
 pub fn detect(pid: u32) -> Result<Detection, DetectError> {
-    let maps = exec_mappings(pid).map_err(|source| ElfError::Maps { pid, source })?;
-    detect_in(pid, &maps)
+    detect_in(pid, &process_mappings(pid)?)
 }
 
 /// Looks for V8 in the process `pid` with these executable mappings.

@@ -2,7 +2,7 @@
 //! arrays and strings in each representation a name or a script can have.
 
 use super::layout::Layout;
-use crate::runtimes::python::process::{Memory, ReadError};
+use crate::runtimes::shared::memory::{Memory, ReadError};
 
 /// Longest string read, in UTF-16 units (a script's source may be long; names are short).
 pub const MAX_STRING_UNITS: usize = 4 << 20;

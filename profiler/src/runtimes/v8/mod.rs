@@ -1,5 +1,6 @@
 //! V8 (Node.js), user-space half: find V8 in a process, read its layout from the file, and
-//! name JavaScript frames from the process's heap. [`walker`] is its seam with `record`: the
+//! name JavaScript frames from the process's heap. [`walker`] does it for the profiler (as a
+//! [`runtime`], what the profiler goes through): the
 //! kernel walk (`profiler-ebpf/src/v8.rs`) writes (JSFunction, offset or PC) pairs, named
 //! here soon after the sample (`tests/tests/js_frames.rs`); `tests/tests/v8_layout.rs` does
 //! the same walk in user space on a live Node 20 (ptrace), the reference it was built to.
@@ -79,11 +80,12 @@ pub mod heap;
 pub mod layout;
 pub mod naming;
 pub mod positions;
+pub mod runtime;
 #[cfg(test)]
 pub(crate) mod testdata;
 pub mod walker;
 
-pub use detect::{DetectError, Detection, detect, detect_in};
+pub use detect::{Detection, detect, detect_in};
 pub use layout::{Layout, Unsupported, V8Version};
 pub use naming::{JsFrame, LineKind, Namer, Position};
 pub use walker::V8Walker;

@@ -8,7 +8,7 @@ use super::{
     layout::Layout,
     positions::{count_line_ends, decode_source_positions, line_of, position_at},
 };
-use crate::runtimes::python::process::{Memory, ReadError};
+use crate::runtimes::shared::memory::{Memory, ReadError};
 
 /// Where in its function a frame was, as the kernel half can read it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

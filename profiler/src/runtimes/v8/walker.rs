@@ -17,7 +17,14 @@ use super::{
 };
 use crate::{
     modules::Mapping,
-    runtimes::python::process::{Memory, ProcessMemory},
+    runtimes::{
+        kernel::Entry,
+        seam::Published,
+        shared::{
+            jit::jit_walk_refused,
+            memory::{Memory, ProcessMemory},
+        },
+    },
 };
 
 /// Names cached per process before its cache is cleared.
@@ -43,14 +50,6 @@ pub struct V8Walker {
     procs: HashMap<u32, Proc>,
 }
 
-/// What [`V8Walker::publish`] found.
-pub enum Published {
-    /// Give the kernel this entry.
-    Walk(Box<V8Proc>),
-    /// Not a V8 we walk (and why, when it is a V8 at all).
-    Native(Option<String>),
-}
-
 impl V8Walker {
     /// Looks at a process the native unwinder is publishing (new, or its mappings changed).
     pub fn publish(&mut self, pid: u32, mappings: &[Mapping]) -> Published {
@@ -58,14 +57,14 @@ impl V8Walker {
             self.procs.insert(pid, Proc::Native);
             return Published::Native(None);
         };
-        if let Some(why) = super::super::jit_walk_refused(pid, &mapping.name, "V8") {
+        if let Some(why) = jit_walk_refused(pid, &mapping.name, "V8") {
             self.procs.insert(pid, Proc::Native);
             return Published::Native(Some(why));
         }
         if let Some(Proc::V8 { path, layout, .. }) = self.procs.get(&pid)
             && *path == mapping.name
         {
-            return Published::Walk(Box::new(entry(layout)));
+            return Published::Walk(Entry::V8(Box::new(entry(layout))));
         }
         let (path, layout) = match detect_in(pid, mappings) {
             Ok(Detection::Found { path, layout }) => (path, layout),
@@ -95,7 +94,7 @@ impl V8Walker {
                 names: HashMap::new(),
             },
         );
-        Published::Walk(Box::new(e))
+        Published::Walk(Entry::V8(Box::new(e)))
     }
 
     /// The kernel's entry for process `pid`, if it runs a V8 this walks.

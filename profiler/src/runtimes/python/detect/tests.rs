@@ -7,7 +7,7 @@ use std::{
 };
 
 use super::*;
-use crate::runtimes::python::test_support::interpreters;
+use crate::{modules::exec_mappings, runtimes::python::test_support::interpreters};
 
 /// A process killed when dropped.
 struct Running(Child);
@@ -136,9 +136,9 @@ fn a_process_without_python_is_not_python() {
 /// bytes against a table with one field moved are a loud error naming it.
 #[test]
 fn live_debug_offsets_check_the_table() {
-    use crate::runtimes::python::{
-        offsets::{DEBUG_OFFSETS_BYTES, DebugOffsetsError, check_debug_offsets},
-        process::{Memory, ProcessMemory},
+    use crate::runtimes::{
+        python::offsets::{DEBUG_OFFSETS_BYTES, DebugOffsetsError, check_debug_offsets},
+        shared::memory::{Memory, ProcessMemory},
     };
     let Some((python, version)) = interpreters().into_iter().find(|(_, v)| v.minor >= 13) else {
         eprintln!("skipped: no Python 3.13 installed");

@@ -4,7 +4,7 @@
 
 use object::{Object, ObjectSegment, ReadCache};
 
-use crate::modules::{ElfFiles, MapEntry, Mapping, ReadAt};
+use crate::modules::{ElfFiles, MapEntry, Mapping, ReadAt, exec_mappings};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ElfError {
@@ -24,6 +24,11 @@ pub enum ElfError {
         #[source]
         source: object::read::Error,
     },
+}
+
+/// The executable mappings of process `pid`, where a runtime's detection looks for its file.
+pub fn process_mappings(pid: u32) -> Result<Vec<Mapping>, ElfError> {
+    exec_mappings(pid).map_err(|source| ElfError::Maps { pid, source })
 }
 
 /// Hands the parsed file that `mapping` of process `pid` maps to `inspect`.

@@ -1,121 +1,12 @@
-//! Reading another process's memory: one syscall wrapper (`process_vm_readv`), bounded reads of
-//! pointers, bytes objects and strings on top of it, behind a trait so the readers above are
-//! tested on fake memory.
+//! CPython's bytes and string objects read from another process, bounded: a code object's
+//! name, file name and line table.
 
-use std::io;
+use crate::runtimes::shared::memory::{Memory, ReadError};
 
 /// Longest string read (a function or file name): anything longer is refused as garbage.
 pub const MAX_STRING_CHARS: u64 = 4096;
 /// Largest line table read from a code object.
 pub const MAX_TABLE_BYTES: u64 = 1 << 20;
-
-#[derive(Debug, thiserror::Error)]
-pub enum ReadError {
-    #[error("process_vm_readv(pid {pid}, {len} bytes at {addr:#x}): {source}")]
-    Syscall {
-        pid: u32,
-        addr: u64,
-        len: usize,
-        #[source]
-        source: io::Error,
-    },
-    #[error("process_vm_readv(pid {pid}, {len} bytes at {addr:#x}): only {got} bytes read")]
-    Short {
-        pid: u32,
-        addr: u64,
-        len: usize,
-        got: usize,
-    },
-    #[error("{what} at {addr:#x}: {why}")]
-    Invalid {
-        what: &'static str,
-        addr: u64,
-        why: String,
-    },
-}
-
-impl ReadError {
-    pub fn invalid(what: &'static str, addr: u64, why: impl Into<String>) -> ReadError {
-        ReadError::Invalid {
-            what,
-            addr,
-            why: why.into(),
-        }
-    }
-}
-
-/// Memory that can be read at addresses of the target.
-pub trait Memory {
-    /// Fills `buf` from `addr`, wholly or not at all.
-    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError>;
-
-    fn read_u64(&self, addr: u64) -> Result<u64, ReadError> {
-        let mut b = [0u8; 8];
-        self.read(addr, &mut b)?;
-        Ok(u64::from_le_bytes(b))
-    }
-}
-
-/// A live process's memory.
-#[derive(Clone, Copy, Debug)]
-pub struct ProcessMemory {
-    pid: u32,
-}
-
-impl ProcessMemory {
-    pub fn new(pid: u32) -> ProcessMemory {
-        ProcessMemory { pid }
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.pid
-    }
-}
-
-impl Memory for ProcessMemory {
-    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
-        if buf.is_empty() {
-            return Ok(());
-        }
-        let len = buf.len();
-        match vm_readv(self.pid, addr, buf) {
-            Ok(got) if got == len => Ok(()),
-            Ok(got) => Err(ReadError::Short {
-                pid: self.pid,
-                addr,
-                len,
-                got,
-            }),
-            Err(source) => Err(ReadError::Syscall {
-                pid: self.pid,
-                addr,
-                len,
-                source,
-            }),
-        }
-    }
-}
-
-/// The one syscall: `process_vm_readv` of `buf.len()` bytes at `addr` of `pid` into `buf`.
-fn vm_readv(pid: u32, addr: u64, buf: &mut [u8]) -> io::Result<usize> {
-    let local = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: buf.len(),
-    };
-    // SAFETY: `local` describes `buf`, which is exclusively borrowed and `buf.len()` bytes
-    // long, so the kernel writes only inside it; `remote` is never dereferenced by us (the
-    // kernel checks it against the target's mappings and fails with EFAULT).
-    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
-}
 
 /// Where a Python build keeps the parts of a bytes object and a string.
 #[derive(Clone, Copy, Debug)]
@@ -216,43 +107,9 @@ pub fn read_string(
 }
 
 #[cfg(test)]
-pub(crate) mod fake {
-    use std::collections::BTreeMap;
-
-    use super::{Memory, ReadError};
-
-    /// Memory made of a few regions, for tests.
-    #[derive(Default)]
-    pub struct FakeMemory {
-        regions: BTreeMap<u64, Vec<u8>>,
-    }
-
-    impl FakeMemory {
-        pub fn put(&mut self, addr: u64, bytes: &[u8]) {
-            self.regions.insert(addr, bytes.to_vec());
-        }
-    }
-
-    impl Memory for FakeMemory {
-        fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
-            let (start, bytes) = self
-                .regions
-                .range(..=addr)
-                .next_back()
-                .ok_or_else(|| ReadError::invalid("fake", addr, "unmapped"))?;
-            let from = (addr - start) as usize;
-            let src = bytes
-                .get(from..from + buf.len())
-                .ok_or_else(|| ReadError::invalid("fake", addr, "past the region"))?;
-            buf.copy_from_slice(src);
-            Ok(())
-        }
-    }
-}
-
-#[cfg(test)]
 mod tests {
-    use super::{fake::FakeMemory, *};
+    use super::*;
+    use crate::runtimes::shared::memory::FakeMemory;
 
     const LAYOUT_312: ObjectLayout = ObjectLayout {
         bytes_size: 16,
@@ -309,18 +166,5 @@ mod tests {
             [1, 2, 3, 4]
         );
         assert!(read_bytes(&m, &LAYOUT_312, 0x1000, 3).is_err());
-    }
-
-    #[test]
-    fn reads_own_memory_and_reports_errno() {
-        let value = 0x1122_3344_5566_7788u64;
-        let mem = ProcessMemory::new(std::process::id());
-        assert_eq!(mem.read_u64(&value as *const u64 as u64).unwrap(), value);
-        match mem.read_u64(8) {
-            Err(ReadError::Syscall { source, .. }) => {
-                assert_eq!(source.raw_os_error(), Some(libc::EFAULT))
-            }
-            other => panic!("expected EFAULT, got {other:?}"),
-        }
     }
 }
