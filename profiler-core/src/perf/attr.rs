@@ -46,6 +46,7 @@ impl std::fmt::Debug for EventAttr {
             .field("exclude_user", &r.exclude_user())
             .field("exclude_kernel", &r.exclude_kernel())
             .field("exclude_hv", &r.exclude_hv())
+            .field("exclude_idle", &r.exclude_idle())
             .field("inherit", &r.inherit())
             .field("precise_ip", &r.precise_ip())
             .finish()
@@ -130,6 +131,13 @@ impl EventAttr {
 
     pub fn set_exclude_hv(&mut self, on: bool) -> &mut Self {
         self.raw.set_exclude_hv(on.into());
+        self
+    }
+
+    /// No overflow while a CPU runs its idle task (the software clocks honour it before
+    /// the overflow handler, so no eBPF program runs on an idle CPU).
+    pub fn set_exclude_idle(&mut self, on: bool) -> &mut Self {
+        self.raw.set_exclude_idle(on.into());
         self
     }
 

@@ -121,6 +121,14 @@ pub struct RecordArgs {
     /// Profile the whole system (with a command: for as long as it runs).
     #[arg(short = 'a', long = "all-cpus")]
     pub all_cpus: bool,
+    /// Whole CPUs: sample their idle tasks too, as perf does (the default, except in
+    /// continuous mode: --interval or --export).
+    #[arg(long, overrides_with = "no_idle")]
+    pub idle: bool,
+    /// Whole CPUs: do not sample their idle tasks (the default in continuous mode, as fleet
+    /// agents do: an idle CPU then runs no eBPF program at all).
+    #[arg(long = "no-idle", overrides_with = "idle")]
+    pub no_idle: bool,
     /// Stop after this many seconds (default: until the command or targets exit, or Ctrl-C).
     #[arg(short, long, value_name = "SECS")]
     pub duration: Option<f64>,
@@ -310,6 +318,8 @@ impl RecordArgs {
         };
         let mut opts = RecordOptions::new(target);
         opts.whole_system = whole_cpus;
+        let continuous = self.interval.is_some() || !self.export.is_empty();
+        opts.idle = self.idle || (!self.no_idle && !continuous);
         opts.frequency_hz = self.freq;
         opts.period = self.count;
         opts.cpus = self

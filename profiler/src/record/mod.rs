@@ -85,6 +85,10 @@ pub struct RecordOptions {
     /// Sample the whole system (or the CPUs of `cpus`), whatever the target: with a
     /// `Target::Command`, the command only bounds the run (perf's `record -a -- sleep 5`).
     pub whole_system: bool,
+    /// With `whole_system`: sample the CPUs' idle tasks too (perf's habit; a continuous agent
+    /// leaves them out). Other targets never sample them: their events exclude idle, so no
+    /// eBPF program runs on an idle CPU to filter the sample out.
+    pub idle: bool,
     /// With a `Target::Command`: its standard output goes to our stderr (the profile is
     /// being written to our stdout, `-o -`).
     pub command_stdout_to_stderr: bool,
@@ -141,6 +145,7 @@ impl RecordOptions {
         Self {
             target,
             whole_system: false,
+            idle: true,
             command_stdout_to_stderr: false,
             events: vec!["cpu-clock".into()],
             frequency_hz: 99,

@@ -12,7 +12,7 @@ use crate::{
     bpf::{BpfError, RecordConfig, RecordProgram},
     cpc::events::{Catalog, Event},
     modules::{ElfFiles, MapHistory},
-    perf::{PerfEvent, SamplePolicy, Scope},
+    perf::{EventAttr, PerfEvent, SamplePolicy, Scope},
     tools::track::ptrace::task_ids,
 };
 
@@ -198,16 +198,23 @@ pub(super) fn attach_events(
         None => online_cpus()?,
     };
     for (i, event) in events.iter().enumerate() {
-        let mut attr = event.attr();
-        attr.set_sample_policy(policy);
-        attr.set_exclude_user(opts.mode == Mode::Kernel);
-        attr.set_exclude_kernel(opts.mode == Mode::User);
+        let attr = sample_attr(opts, event, policy);
         for &cpu in &cpus {
             let ev = PerfEvent::open(&attr, Scope::Cpu(cpu), None, || event.name.clone())?;
             sampler.attach(ev, i as u64)?;
         }
     }
     Ok(())
+}
+
+/// The attributes of `event` sampled for `opts`.
+fn sample_attr(opts: &RecordOptions, event: &Event, policy: SamplePolicy) -> EventAttr {
+    let mut attr = event.attr();
+    attr.set_sample_policy(policy);
+    attr.set_exclude_user(opts.mode == Mode::Kernel);
+    attr.set_exclude_kernel(opts.mode == Mode::User);
+    attr.set_exclude_idle(!(opts.whole_system && opts.idle));
+    attr
 }
 
 /// What a kernel without `bpf_loop` loses of the runtimes asked for, as " (no X or Y
@@ -218,5 +225,52 @@ fn runtime_frames_lost(opts: &RecordOptions) -> String {
         [] => String::new(),
         [one] => format!(" (no {one} frames)"),
         [rest @ .., last] => format!(" (no {} or {last} frames)", rest.join(", ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpc::events::EventKind;
+
+    fn cpu_clock() -> Event {
+        Event {
+            name: "cpu-clock".into(),
+            kind: EventKind::Software,
+            pmu: None,
+            type_: perf_event_open_sys::bindings::PERF_TYPE_SOFTWARE,
+            config: perf_event_open_sys::bindings::PERF_COUNT_SW_CPU_CLOCK as u64,
+            config1: 0,
+            config2: 0,
+            generic: None,
+        }
+    }
+
+    fn exclude_idle(opts: &RecordOptions) -> u64 {
+        sample_attr(opts, &cpu_clock(), SamplePolicy::Frequency(99))
+            .raw()
+            .exclude_idle()
+    }
+
+    #[test]
+    fn idle_tasks_are_sampled_only_on_whole_cpus_when_asked() {
+        let mut all = RecordOptions::new(Target::SystemWide);
+        all.whole_system = true;
+        assert_eq!(exclude_idle(&all), 0, "-a: idle sampled, as perf does");
+        all.idle = false;
+        assert_eq!(exclude_idle(&all), 1, "-a --no-idle (or continuous mode)");
+        let mut bounded = RecordOptions::new(Target::Command(vec!["sleep".into()]));
+        bounded.whole_system = true;
+        assert_eq!(exclude_idle(&bounded), 0, "-a -- sleep 5: whole CPUs");
+        for target in [
+            Target::Pids(vec![1]),
+            Target::Tids(vec![1]),
+            Target::Command(vec!["true".into()]),
+            Target::Cgroup("/sys/fs/cgroup".into()),
+        ] {
+            let opts = RecordOptions::new(target);
+            assert!(opts.idle, "the default");
+            assert_eq!(exclude_idle(&opts), 1, "{:?}: never idle", opts.target);
+        }
     }
 }
