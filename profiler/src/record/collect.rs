@@ -82,6 +82,8 @@ pub struct Collector {
     normalizer: Normalizer,
     /// Addresses of the stacks first seen since the last [`Collector::take_prefetch`].
     fresh: Fresh,
+    /// Continuous mode: nothing is named ahead (each interval's batch names its stacks).
+    no_naming_ahead: bool,
     /// Warnings not yet taken ([`Collector::take_warnings`]).
     warnings: Vec<Warning>,
     /// Runtimes whose kernel walkers put their own frames among the user frames (Python).
@@ -250,9 +252,22 @@ impl Collector {
             Entry::Occupied(mut e) => *e.get_mut() += weight,
             Entry::Vacant(e) => {
                 let k = e.key();
-                self.fresh.note(k.kernel_lookups(), &k.user);
+                if !self.no_naming_ahead {
+                    self.fresh.note(k.kernel_lookups(), &k.user);
+                }
                 e.insert(weight);
             }
+        }
+    }
+
+    /// Whether new stacks' addresses are noted to be named ahead of the end. Not in
+    /// continuous mode: each interval's batch names its stacks anyway, and naming ahead
+    /// there would parse the same big files again every 200 ms for as long as new addresses
+    /// come (a fleet host's steady state).
+    pub fn name_ahead(&mut self, yes: bool) {
+        self.no_naming_ahead = !yes;
+        if !yes {
+            self.fresh = Fresh::default();
         }
     }
 

@@ -95,6 +95,7 @@ impl<'a> Session<'a> {
         // The one table of opened files: the symbolizer names through it, the unwinder's
         // registry reads CFI through it.
         let mut collector = Collector::default();
+        collector.name_ahead(opts.interval.is_none());
         let (mut sampler, mut tables) = load_sampler(opts, collector.files(), warnings)?;
         runtime::start(opts, tables.as_mut(), &mut collector, warnings);
         for i in 0..events.len() {
@@ -290,7 +291,7 @@ impl<'a> Session<'a> {
                         stats.lost,
                     );
                 }
-                _ = prefetch_ticks.tick() => {
+                _ = prefetch_ticks.tick(), if opts.interval.is_none() => {
                     if let Some(p) = collector.take_prefetch() {
                         symbolizer.prefetch(p);
                     }
