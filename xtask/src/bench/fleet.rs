@@ -53,6 +53,9 @@ struct Run {
     bpf_ns: u64,
     bpf_runs: u64,
     requests: usize,
+    /// This profiler's own count of samples sent and of samples lost (ring full).
+    samples: u64,
+    lost: u64,
     command: String,
 }
 
@@ -114,6 +117,22 @@ fn requests(log: &std::path::Path) -> usize {
     fs::read_to_string(log).map_or(0, |s| s.lines().count())
 }
 
+/// The samples and lost samples this profiler's requests from line `from` on declared (its
+/// `profiler.samples` and `profiler.lost` counters); the peer's requests carry none.
+fn declared(log: &std::path::Path, from: usize) -> (u64, u64) {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    let (mut samples, mut lost) = (0, 0);
+    for line in text.lines().skip(from) {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let c = &v["summary"]["counters"];
+        samples += c["profiler.samples"].as_u64().unwrap_or(0);
+        lost += c["profiler.lost"].as_u64().unwrap_or(0);
+    }
+    (samples, lost)
+}
+
 /// Runs `cmd` until it has attached its perf events and `settle` seconds more (its start-up),
 /// then `steady` seconds (its steady state), then stops it with SIGINT, as a user stops an
 /// agent.
@@ -164,7 +183,10 @@ fn run_agent(
     let (startup_cpu_s, startup_at) = startup.context("no start-up reading")?;
     // Let the receiver log what arrived last.
     sleep(Duration::from_millis(500));
+    let (samples, lost) = declared(receiver_log, before);
     Ok(Run {
+        samples,
+        lost,
         startup_cpu_s,
         steady_cpu_s: last_cpu - startup_cpu_s,
         steady_s: end_s - startup_at,
@@ -313,6 +335,11 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
                 format!("{:.2}", run.bpf_pct()),
                 format!("{:.0}", run.bpf_ns as f64 / run.bpf_runs.max(1) as f64),
                 run.requests.to_string(),
+                if run.samples + run.lost > 0 {
+                    format!("{} / {}", run.lost, run.samples + run.lost)
+                } else {
+                    "-".into()
+                },
             ]);
             raw.push(json!({
                 "agent": name, "rate": rate, "steady_cpu_s": run.steady_cpu_s,
@@ -320,6 +347,7 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
                 "startup_s": run.startup_s,
                 "peak_rss_kib": run.peak_rss_kib, "bpf_ns": run.bpf_ns,
                 "bpf_runs": run.bpf_runs, "requests": run.requests,
+                "samples": run.samples, "lost": run.lost,
             }));
             if commands.len() < agents {
                 commands.push(ctx.show(&run.command));
@@ -371,6 +399,7 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             "eBPF (% of one CPU)",
             "eBPF ns per run",
             "OTLP requests",
+            "lost / samples (own count)",
         ],
         rows,
         commands,
