@@ -217,6 +217,66 @@ fn js_chain_with_p_and_a() {
     }
 }
 
+/// A function entered once whose hot loop V8 optimizes by on-stack replacement: that code
+/// is not the function's (V8 keeps it in the function's feedback vector), yet its frames
+/// carry the loop's lines and the function TurboFan inlined there (`mix`), as frames in code
+/// the function holds do. Node 18's V8 (10.2) keeps OSR code elsewhere: printed, not checked
+/// (its frames name `hot` at its first line, docs/javascript.md).
+#[test]
+fn on_stack_replaced_code_has_its_lines_and_inlined_frames() {
+    let _serial = serial();
+    let dir = scratch("js_frames_osr");
+    const OSR: &str = include_str!("../fixtures/node/osr.js");
+    let line = |marker: &str| {
+        OSR.lines()
+            .position(|l| l.contains(&format!("// {marker}")))
+            .map(|i| i as i64 + 1)
+            .expect("marker in osr.js")
+    };
+    let loop_lines = line("L_LOOP_FIRST")..=line("L_LOOP_LAST");
+    let (call, mix_line) = (line("L_CALL"), line("L_MIX"));
+    let script =
+        std::fs::canonicalize(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/node/osr.js"))
+            .expect("fixture");
+    for (major, node) in nodes() {
+        let js = start(&node, &script, 30);
+        let pid = js.0.id();
+        let pprof = dir.join(format!("{major}.pb.gz"));
+        record_pid(pid, 3, &pprof);
+        let (mut hot, mut in_loop, mut inlined) = (0, 0, 0);
+        for s in samples(&pprof).iter().filter(|s| s.tid == u64::from(pid)) {
+            let js: Vec<_> = s.frames.iter().filter(|f| f.3.is_empty()).collect();
+            let Some(i) = js.iter().position(|f| f.0 == "hot") else {
+                continue;
+            };
+            hot += s.n;
+            if loop_lines.contains(&js[i].2) {
+                in_loop += s.n;
+            }
+            if i == 1 && js[0].0 == "mix" && js[0].2 == mix_line && js[1].2 == call {
+                inlined += s.n;
+            }
+        }
+        let what = format!("Node {major}");
+        eprintln!(
+            "{what}: {hot} samples in hot, {in_loop} at its loop's lines, {inlined} in mix \
+             inlined at the call"
+        );
+        if major == "18" {
+            continue;
+        }
+        assert!(hot >= 500, "{what}: only {hot} samples in hot");
+        assert!(
+            in_loop * 100 >= hot * 95,
+            "{what}: {in_loop}/{hot} samples of hot at its loop's lines"
+        );
+        assert!(
+            inlined * 100 >= hot * 2,
+            "{what}: {inlined}/{hot} samples in mix inlined at hot's call"
+        );
+    }
+}
+
 /// A node writing a perf map (`--perf-basic-prof`): the map's names are used, as the user
 /// asked for them, the profiler says so in one line, and no frame comes from the V8 walker.
 #[test]

@@ -29,13 +29,69 @@ impl CodeInfo {
 }
 
 /// The Code a JSFunction currently runs (not necessarily the code of an older frame of it:
-/// on-stack-replaced or deoptimized code is not in the function).
+/// on-stack-replaced or deoptimized code is not in the function; see [`code_at_pc`]).
 pub fn code_of<M: Memory + ?Sized>(
     heap: &Heap<'_, M>,
     function: u64,
 ) -> Result<CodeInfo, ReadError> {
+    let code = heap.field(function, heap.layout.fields.js_function_code)?;
+    code_info(heap, code)
+}
+
+/// Most words of a FeedbackVector scanned for on-stack-replaced code (its header and
+/// slots; a function's vector has a slot per IC and loop, rarely more than a few hundred).
+const MAX_FEEDBACK_WORDS: usize = 4096;
+/// The FeedbackVector's header fields before its slots, scanned with them (V8 10.x-11.x
+/// have five to seven).
+const FEEDBACK_HEADER_WORDS: usize = 8;
+
+/// The code `function`'s frame ran at `pc` (`top`: the stopped instruction, else a return
+/// address): the code the function holds when it holds `pc`; else optimized code compiled
+/// for on-stack replacement (a hot loop entered while the function ran its bytecode), which
+/// V8 (10.4+) keeps weakly in the slot of that loop in the function's FeedbackVector, not
+/// in the function. Code objects do not overlap, so Code in the vector holding `pc` is the
+/// code the frame ran. `None` when neither holds it.
+pub fn code_at_pc<M: Memory + ?Sized>(
+    heap: &Heap<'_, M>,
+    function: u64,
+    pc: u64,
+    top: bool,
+) -> Option<CodeInfo> {
+    let inside = if top { pc } else { pc.checked_sub(1)? };
+    let current = code_of(heap, function).ok()?;
+    if current.contains(inside) {
+        return Some(current);
+    }
     let l = heap.layout;
-    let code = heap.field(function, l.fields.js_function_code)?;
+    let f = l.feedback?;
+    let cell = heap.field(function, f.js_function_feedback_cell).ok()?;
+    let vector = heap.field(cell, f.feedback_cell_value).ok()?;
+    if heap.instance_type(vector).ok()? != f.feedback_vector_type {
+        return None;
+    }
+    // `length` (int32, the slots) follows the map in every version read.
+    let mut b = [0u8; 4];
+    let word = u64::from(l.tagged_size);
+    heap.mem.read(l.untag(vector) + word, &mut b).ok()?;
+    let slots = usize::try_from(i32::from_le_bytes(b)).ok()?;
+    let words = (FEEDBACK_HEADER_WORDS + slots).min(MAX_FEEDBACK_WORDS);
+    let mut bytes = vec![0u8; words * 8];
+    heap.mem.read(l.untag(vector) + word, &mut bytes).ok()?;
+    // Every Code object has the same map: the function's own code's.
+    let code_map = heap.field(current.code, l.fields.heap_object_map).ok()?;
+    bytes
+        .chunks_exact(8)
+        .filter_map(|w| Some(u64::from_le_bytes(w.try_into().ok()?)))
+        .filter(|w| w & 3 == 3)
+        .filter_map(strong)
+        .filter(|&c| heap.field(c, l.fields.heap_object_map).ok() == Some(code_map))
+        .filter_map(|c| code_info(heap, c).ok())
+        .find(|c| c.contains(inside))
+}
+
+/// The Code object `code` (tagged) as a frame walk needs it.
+pub fn code_info<M: Memory + ?Sized>(heap: &Heap<'_, M>, code: u64) -> Result<CodeInfo, ReadError> {
+    let l = heap.layout;
     heap.expect(code, l.types.code, "Code")?;
     let start = match l.fields.code_instructions {
         CodeStart::Pointer(at) => heap.field(code, at)?,
@@ -163,4 +219,65 @@ fn entry_of_pc<M: Memory + ?Sized>(
         .take_while(|e| e.code_offset <= offset)
         .last()
         .copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtimes::v8::{heap::tests::FakeHeap, layout::Layout, testdata::layout_11_3};
+
+    /// A Code object at `addr` (its map `map`) of `kind` with instructions at `start`.
+    fn code(h: &FakeHeap, l: &Layout, map: u64, addr: u64, start: u64, size: u32) -> u64 {
+        h.put_u64(addr, map);
+        match l.fields.code_instructions {
+            CodeStart::Pointer(at) => h.put_u64(addr + u64::from(at), start),
+            CodeStart::Inline(_) => unreachable!("11.3 points to its instructions"),
+        }
+        let flags = l.code_kinds.turbofan << l.code_kinds.shift;
+        h.put(addr + u64::from(l.fields.code_flags), &flags.to_le_bytes());
+        h.put(
+            addr + u64::from(l.fields.code_instruction_size),
+            &size.to_le_bytes(),
+        );
+        addr + 1
+    }
+
+    #[test]
+    fn on_stack_replaced_code_is_found_in_the_feedback_vector() {
+        let l = layout_11_3();
+        let f = l.feedback.expect("11.3 exports them");
+        let h = FakeHeap::default();
+        let heap = Heap::new(&h, &l);
+        let code_map = h.map(0x100, l.types.code);
+        let vector_map = h.map(0x200, f.feedback_vector_type);
+        let other_map = h.map(0x300, l.types.byte_array);
+        // The function runs code at 0x9000..0x9100; its loop's OSR code is at
+        // 0xa000..0xa200, weakly in its vector's third slot, after a weak Map-like object.
+        let function = 0x1000 + 1;
+        let own = code(&h, &l, code_map, 0x4000, 0x9000, 0x100);
+        let osr = code(&h, &l, code_map, 0x4100, 0xa000, 0x200);
+        h.put_u64(0x1000 + u64::from(l.fields.js_function_code), own);
+        h.put_u64(0x1000 + u64::from(f.js_function_feedback_cell), 0x2000 + 1);
+        h.put_u64(0x2000 + u64::from(f.feedback_cell_value), 0x3000 + 1);
+        h.put_u64(0x3000, vector_map);
+        h.put(0x3008, &3i32.to_le_bytes());
+        h.put(0x300c, &[0; 4]);
+        h.put_u64(0x4200, other_map);
+        let header = FEEDBACK_HEADER_WORDS as u64;
+        for i in 1..header + 3 {
+            h.put_u64(0x3008 + 8 * i, 0);
+        }
+        h.put_u64(0x3008 + 8 * header, 0x4200 + 3);
+        h.put_u64(0x3008 + 8 * (header + 2), osr | 2);
+        let at = |pc, top| code_at_pc(&heap, function, pc, top).map(|c| c.start);
+        assert_eq!(at(0x9010, true), Some(0x9000), "the function's own code");
+        assert_eq!(at(0xa010, true), Some(0xa000), "OSR code, from the vector");
+        assert_eq!(
+            at(0xa200, false),
+            Some(0xa000),
+            "a return address at its end"
+        );
+        assert_eq!(at(0xa000, false), None, "a return address just before it");
+        assert_eq!(at(0xb000, true), None, "neither");
+    }
 }

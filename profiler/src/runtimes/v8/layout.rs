@@ -192,6 +192,16 @@ pub struct CodeKinds {
     pub turbofan: u32,
 }
 
+/// Where a function's on-stack-replaced code is cached: the JSFunction's FeedbackCell, the
+/// cell's value (the FeedbackVector, whose loop slots hold weak references to the code
+/// compiled for on-stack replacement, V8 10.4+) and the vector's instance type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeedbackSlots {
+    pub js_function_feedback_cell: u16,
+    pub feedback_cell_value: u16,
+    pub feedback_vector_type: u16,
+}
+
 /// Everything a frame walk and naming need from one V8 build.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
@@ -211,6 +221,9 @@ pub struct Layout {
     /// `None` when the build does not export them: inlined JS functions are then shown as
     /// the function they were inlined into.
     pub deopt: Option<DeoptSlots>,
+    /// `None` when the build does not export them: a frame in on-stack-replaced code is then
+    /// named without its inlined functions and with its function's first line.
+    pub feedback: Option<FeedbackSlots>,
     /// The sizes of this build's bytecodes (from its `Bytecodes::kBytecodeSizes`); `None`
     /// when it does not export them: baseline (Sparkplug) frames then get their function's
     /// first line.
@@ -517,6 +530,20 @@ impl Constants {
             }
             _ => None,
         };
+        let feedback = match (
+            u16_("class_JSFunction__raw_feedback_cell__FeedbackCell"),
+            u16_("class_FeedbackCell__value__HeapObject"),
+            u16_("type_FeedbackVector__FEEDBACK_VECTOR_TYPE"),
+        ) {
+            (Ok(js_function_feedback_cell), Ok(feedback_cell_value), Ok(feedback_vector_type)) => {
+                Some(FeedbackSlots {
+                    js_function_feedback_cell,
+                    feedback_cell_value,
+                    feedback_vector_type,
+                })
+            }
+            _ => None,
+        };
         Ok(Layout {
             version,
             tagged_size,
@@ -530,6 +557,7 @@ impl Constants {
             fields,
             code_kinds,
             deopt,
+            feedback,
             bytecode_sizes: self.bytecode_sizes.clone().and_then(BytecodeSizes::new),
             derived,
         })

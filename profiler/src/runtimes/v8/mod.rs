@@ -52,11 +52,12 @@
 //! - interpreted frames: **exact** (bytecode offset → the BytecodeArray's source position
 //!   table → the last statement at or before it; the table's code offset deltas start at
 //!   -1, the function entry's own entry, checked against `node --print-bytecode`);
-//! - Maglev/TurboFan frames whose PC is in the code the JSFunction holds: **exact** (the
-//!   Code's own source position table by PC offset; a return address is looked up 1 byte
-//!   back); a PC inside an inlined callee (inlining id ≠ 0) gives the callee and each
-//!   caller's position from the Code's deoptimization data ([`code::positions_of_pc`],
-//!   [`Namer::frames`]); not in on-stack-replaced code the function does not hold;
+//! - Maglev/TurboFan frames whose PC is in the code the JSFunction holds, or in code
+//!   compiled for on-stack replacement that its FeedbackVector holds (V8 10.4+,
+//!   [`code::code_at_pc`]): **exact** (the Code's own source position table by PC offset; a
+//!   return address is looked up 1 byte back); a PC inside an inlined callee (inlining
+//!   id ≠ 0) gives the callee and each caller's position from the Code's deoptimization data
+//!   ([`code::positions_of_pc`], [`Namer::frames`]); not in deoptimized code;
 //! - Sparkplug frames and the cases above: the function's first statement
 //!   ([`LineKind::FunctionStart`]);
 //! - no line ([`LineKind::None`]) when V8 has not built the function's source positions

@@ -3,7 +3,7 @@
 
 use super::{
     baseline::bytecode_offset,
-    code::{CodeInfo, code_of, position_of_pc, positions_of_pc},
+    code::{CodeInfo, code_at_pc, position_of_pc, positions_of_pc},
     heap::Heap,
     layout::Layout,
     positions::{count_line_ends, decode_source_positions, line_of, position_at},
@@ -101,7 +101,7 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
             .heap
             .field(function, self.layout().fields.js_function_shared)?;
         if let Position::Pc { pc, top } = position
-            && let Ok(code) = code_of(&self.heap, function)
+            && let Some(code) = code_at_pc(&self.heap, function, pc, top)
         {
             if let Some(at) = position_of_pc(&self.heap, &code, pc, top) {
                 return self.frame_of_shared(sfi, Position::ScriptOffset(at));
@@ -147,7 +147,7 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
     pub fn frames(&self, function: u64, position: Position) -> Result<Vec<JsFrame>, ReadError> {
         if let Position::Pc { pc, top } = position
             && self.is_js_function(function)
-            && let Ok(code) = code_of(&self.heap, function)
+            && let Some(code) = code_at_pc(&self.heap, function, pc, top)
             && let Some(chain) = positions_of_pc(&self.heap, &code, pc, top)
             && chain.len() > 1
         {
