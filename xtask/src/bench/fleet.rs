@@ -53,6 +53,8 @@ struct Run {
     bpf_ns: u64,
     bpf_runs: u64,
     requests: usize,
+    /// Steady-state CPU seconds by thread name (where the agent's time goes).
+    threads: std::collections::BTreeMap<String, f64>,
     /// This profiler's own count of samples sent and of samples lost (ring full).
     samples: u64,
     lost: u64,
@@ -79,6 +81,29 @@ fn cpu_of(pid: i32) -> Option<f64> {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     Some(ticks as f64 / hz)
+}
+
+/// CPU seconds of `pid`'s threads by thread name (threads of one name summed).
+fn cpu_by_thread(pid: i32) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    for t in tasks.flatten() {
+        let Ok(stat) = fs::read_to_string(t.path().join("stat")) else {
+            continue;
+        };
+        let (Some((head, rest)), Some(open)) = (stat.rsplit_once(") "), stat.find(" (")) else {
+            continue;
+        };
+        let name = head[open + 2..].to_string();
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        *out.entry(name).or_insert(0.0) += (ticks(11) + ticks(12)) / hz;
+    }
+    out
 }
 
 /// VmHWM of `pid`, KiB.
@@ -150,6 +175,8 @@ fn run_agent(
     let pid = running.pid();
     let t0 = Instant::now();
     let (mut startup, mut peak, mut bpf) = (None, 0, (0, 0));
+    let mut threads_at_startup = std::collections::BTreeMap::new();
+    let mut threads;
     let mut last_cpu;
     let mut attached: Option<f64> = None;
     loop {
@@ -160,6 +187,7 @@ fn run_agent(
             bail!("`{}` ended early: {}", f.command, f.stderr.trim());
         };
         last_cpu = cpu;
+        threads = cpu_by_thread(pid);
         peak = peak.max(peak_rss(pid).unwrap_or(0));
         let b = bpf_time(pid);
         if b.1 >= bpf.1 {
@@ -173,7 +201,10 @@ fn run_agent(
                 let _ = running.stop(Signal::SIGKILL, &[128 + 9]);
                 bail!("`{what}` did not attach within 180 s");
             }
-            (Some(at), None) if now >= at + settle => startup = Some((cpu, now)),
+            (Some(at), None) if now >= at + settle => {
+                startup = Some((cpu, now));
+                threads_at_startup = threads.clone();
+            }
             (_, Some((_, from))) if now >= from + steady => break,
             _ => {}
         }
@@ -184,7 +215,15 @@ fn run_agent(
     // Let the receiver log what arrived last.
     sleep(Duration::from_millis(500));
     let (samples, lost) = declared(receiver_log, before);
+    let threads: std::collections::BTreeMap<String, f64> = threads
+        .into_iter()
+        .map(|(name, s)| {
+            let before = threads_at_startup.get(&name).copied().unwrap_or(0.0);
+            (name, s - before)
+        })
+        .collect();
     Ok(Run {
+        threads,
         samples,
         lost,
         startup_cpu_s,
@@ -264,6 +303,7 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
     // Past the services' start and their JITs' first compilations.
     sleep(Duration::from_secs(ctx.size(10, 3)));
     let (mut rows, mut commands, mut raw) = (Vec::new(), Vec::new(), Vec::new());
+    let mut notes = Vec::new();
     let mut ratios: Vec<(u32, f64, f64)> = Vec::new();
     for &rate in rates {
         let r = rate.to_string();
@@ -348,7 +388,18 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
                 "peak_rss_kib": run.peak_rss_kib, "bpf_ns": run.bpf_ns,
                 "bpf_runs": run.bpf_runs, "requests": run.requests,
                 "samples": run.samples, "lost": run.lost,
+                "steady_cpu_s_by_thread": run.threads,
             }));
+            let mut top: Vec<(&String, &f64)> = run.threads.iter().collect();
+            top.sort_by(|a, b| b.1.total_cmp(a.1));
+            notes.push(format!(
+                "{name} at {rate} Hz, steady CPU by thread: {}",
+                top.iter()
+                    .take(4)
+                    .map(|(n, s)| format!("{n} {:.2} %", 100.0 * **s / run.steady_s))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
             if commands.len() < agents {
                 commands.push(ctx.show(&run.command));
             }
@@ -414,7 +465,7 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
                     .into()
             },
         },
-        notes: Vec::new(),
+        notes,
         raw: json!(raw),
     })
 }
