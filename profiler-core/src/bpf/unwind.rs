@@ -46,33 +46,37 @@ pub struct UnwindMaps {
     /// The HotSpot walker's processes (`HS_PROCS`).
     hotspot: HashMap<MapData, u32, HsProc>,
     placed: StdHashMap<u32, RowRange>,
-    /// Read-only mappings of placed runs (by start and length), made on first use by
-    /// [`UnwindMaps::rows`] and unmapped when the run is evicted. Not one view of the whole
-    /// array: mapping it maps every page at once (`remap_vmalloc_range`), which counted the
-    /// whole 32 MiB in the profiler's resident size.
-    views: RefCell<StdHashMap<(u32, u32), RowView>>,
+    /// Pages of the array mapped one at a time for [`UnwindMaps::find_row`]. Not a view of
+    /// the array or of a module's run: mapping a BPF array maps every page of the range at
+    /// once (`remap_vmalloc_range`), so a view of the whole array counted 32 MiB in the
+    /// profiler's resident size, and a compiler's run 10 MiB for one copied stack.
+    pages: RefCell<RowPages>,
 }
 
-/// A read-only shared mapping of whole pages of the row array, holding one run.
-struct RowView {
-    /// The mapping (page-aligned) and its length in bytes.
-    base: *mut libc::c_void,
-    bytes: usize,
-    /// The run's first row, inside the mapping.
-    first: *const UnwindRow,
-    rows: usize,
+/// Most pages of the row array kept mapped for lookups (1 MiB with 4 KiB pages; the oldest
+/// is unmapped first).
+const MAX_ROW_PAGES: usize = 256;
+
+/// Pages of the row array mapped read-only, by page number, in the order they were mapped.
+#[derive(Default)]
+struct RowPages {
+    mapped: StdHashMap<usize, RowPage>,
+    order: std::collections::VecDeque<usize>,
 }
 
-impl Drop for RowView {
+/// One read-only shared mapping of one page of the row array.
+struct RowPage(*mut libc::c_void);
+
+impl Drop for RowPage {
     fn drop(&mut self) {
-        // SAFETY: the mapping `UnwindMaps::rows` made, of this length, unmapped once.
-        unsafe { libc::munmap(self.base, self.bytes) };
+        // SAFETY: the one-page mapping `UnwindMaps::row` made, unmapped once.
+        unsafe { libc::munmap(self.0, page_size()) };
     }
 }
 
-// SAFETY: the view is a read-only mapping owned by the value; nothing else aliases it
+// SAFETY: the page is a read-only mapping owned by the value; nothing else aliases it
 // mutably from this process (rows are written through separate, short-lived mappings).
-unsafe impl Send for RowView {}
+unsafe impl Send for RowPage {}
 
 impl RecordProgram {
     /// Takes the unwind maps out of the object (the program keeps using them). The program
@@ -104,7 +108,7 @@ impl RecordProgram {
             v8,
             hotspot,
             placed: StdHashMap::new(),
-            views: RefCell::default(),
+            pages: RefCell::default(),
         })
     }
 }
@@ -183,7 +187,6 @@ impl UnwindMaps {
     /// run is reused by later modules.
     pub fn evict(&mut self, id: u32) {
         if let Some(range) = self.placed.remove(&id) {
-            self.views.get_mut().remove(&(range.start, range.len));
             self.space.release(range);
         }
     }
@@ -236,57 +239,73 @@ impl UnwindMaps {
         Ok(())
     }
 
-    /// Rows `[start, start + len)` (a placed run) as the kernel reads them, for walking a
-    /// copied stack in user space; `None` if outside the array or it cannot be mapped. The
-    /// run's pages are mapped on first use and stay mapped until the run is evicted.
-    pub fn rows(&self, start: u32, len: u32) -> Option<&[UnwindRow]> {
+    /// The row of the run `[start, start + len)` (a placed module's rows, sorted by pc) whose
+    /// range holds `pc`: the last row at or below it, found by binary search as the kernel's
+    /// walk does, for walking a copied stack in user space. `None` when below the first row,
+    /// outside the array, or a page cannot be mapped.
+    pub fn find_row(&self, start: u32, len: u32, pc: u32) -> Option<UnwindRow> {
         let end = start.checked_add(len)?;
-        if end > self.space.capacity() || len == 0 {
+        if end > self.space.capacity() {
             return None;
         }
-        let mut views = self.views.borrow_mut();
-        let view = match views.entry((start, len)) {
-            std::collections::hash_map::Entry::Occupied(v) => v.into_mut(),
-            std::collections::hash_map::Entry::Vacant(v) => {
-                let page = page_size();
-                let row = size_of::<UnwindRow>();
-                let (from, to) = (start as usize * row, end as usize * row);
-                let map_start = from / page * page;
-                let bytes = to.div_ceil(page) * page - map_start;
-                let offset = libc::off_t::try_from(map_start).ok()?;
-                // SAFETY: a read-only shared mapping of whole pages inside the
-                // BPF_F_MMAPABLE array's fd (bounds checked above); owned by the RowView,
-                // which unmaps it.
-                let base = unsafe {
-                    libc::mmap(
-                        std::ptr::null_mut(),
-                        bytes,
-                        libc::PROT_READ,
-                        libc::MAP_SHARED,
-                        self.rows_fd,
-                        offset,
-                    )
-                };
-                if base == libc::MAP_FAILED {
-                    return None;
-                }
-                // SAFETY: `from - map_start` < `bytes`: inside the mapping just made.
-                let first = unsafe { base.cast::<u8>().add(from - map_start) };
-                v.insert(RowView {
-                    base,
-                    bytes,
-                    first: first.cast::<UnwindRow>().cast_const(),
-                    rows: len as usize,
-                })
+        let (mut lo, mut hi) = (start, end);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.row(mid)?.pc <= pc {
+                lo = mid + 1;
+            } else {
+                hi = mid;
             }
-        };
-        let (first, rows) = (view.first, view.rows);
-        drop(views);
-        // SAFETY: the run's rows inside a mapping that is unmapped only by `evict` or drop,
-        // both of which take `&mut self`, so it outlives this borrow of `self`; rows are
-        // plain integers (any bit pattern is valid), and a run is written before it is
-        // published.
-        Some(unsafe { std::slice::from_raw_parts(first, rows) })
+        }
+        if lo == start {
+            return None;
+        }
+        self.row(lo - 1)
+    }
+
+    /// Row `index` of the array, through a mapping of its page (kept, at most
+    /// [`MAX_ROW_PAGES`]).
+    fn row(&self, index: u32) -> Option<UnwindRow> {
+        let page = page_size();
+        let at = index as usize * size_of::<UnwindRow>();
+        let number = at / page;
+        let mut pages = self.pages.borrow_mut();
+        if !pages.mapped.contains_key(&number) {
+            if pages.order.len() >= MAX_ROW_PAGES
+                && let Some(oldest) = pages.order.pop_front()
+            {
+                pages.mapped.remove(&oldest);
+            }
+            let offset = libc::off_t::try_from(number * page).ok()?;
+            // SAFETY: a read-only shared mapping of one page inside the BPF_F_MMAPABLE
+            // array's fd (`index` is below its capacity); owned by the RowPage, which
+            // unmaps it.
+            let base = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    page,
+                    libc::PROT_READ,
+                    libc::MAP_SHARED,
+                    self.rows_fd,
+                    offset,
+                )
+            };
+            if base == libc::MAP_FAILED {
+                return None;
+            }
+            pages.mapped.insert(number, RowPage(base));
+            pages.order.push_back(number);
+        }
+        let base = pages.mapped.get(&number)?.0;
+        // SAFETY: `at % page` + a row's size is within the page mapped above (rows are 8
+        // bytes, pages a multiple of 8); rows are plain integers, so any bit pattern is valid,
+        // and a run is written before it is published.
+        Some(unsafe {
+            base.cast::<u8>()
+                .add(at % page)
+                .cast::<UnwindRow>()
+                .read_unaligned()
+        })
     }
 
     /// Whether module `id`'s rows are in the array.

@@ -74,16 +74,17 @@ struct Regs {
 /// Walks a copied stack from its registers (addresses wrap as the kernel's u64 arithmetic
 /// does: a garbage frame pointer ends the walk by failing to read, never by a panic) with a
 /// process's mappings (sorted by start, as the kernel's entry has them) and
-/// `rows(start, len)`, the row array's run. Before a frame is left by frame pointer,
+/// `row(start, len, pc)`, the row of a module's run (the row array's `[start, start + len)`)
+/// whose range holds `pc` (the last row at or below it). Before a frame is left by frame pointer,
 /// `js(copy, fp, pc, top)` may give the two words of a runtime's frame there (V8's JS frames,
 /// as the kernel's walk writes them) in place of its pc; `jit`: the process runs a JIT whose
 /// code may be in no mapping the tables list (V8 flips its code pages between writable and
 /// executable), so a leaf in none is walked on by frame pointer; `java` steps a frame in a
 /// JVM's code cache before its mapping is looked up, as the kernel's walk does. Returns the
 /// frames, innermost first, and the walk's `record_flags`.
-pub fn walk<'r>(
+pub fn walk(
     mappings: &[UnwindMapping],
-    mut rows: impl FnMut(u32, u32) -> Option<&'r [UnwindRow]>,
+    mut row_at: impl FnMut(u32, u32, u32) -> Option<UnwindRow>,
     js: &JsFrames<'_>,
     java: &JavaFrames<'_>,
     jit: bool,
@@ -180,13 +181,8 @@ pub fn walk<'r>(
             continue;
         };
         let row = (m.rows_len != 0 && at >= m.bias && at - m.bias <= u64::from(u32::MAX))
-            .then(|| rows(m.rows_start, m.rows_len))
-            .flatten()
-            .and_then(|rows| {
-                let pc = (at - m.bias) as u32;
-                let i = rows.partition_point(|row| row.pc <= pc);
-                i.checked_sub(1).map(|i| rows[i])
-            });
+            .then(|| row_at(m.rows_start, m.rows_len, (at - m.bias) as u32))
+            .flatten();
         let Some(row) = row else {
             if !by_fp(&mut r, &mut frames, &mut flags) {
                 break;
@@ -349,7 +345,11 @@ mod tests {
         let copy = Copy::new(head, bytes);
         walk(
             &maps,
-            |s, l| rows.get(s as usize..(s + l) as usize),
+            |s, l, pc| {
+                let rows = rows.get(s as usize..(s + l) as usize)?;
+                let i = rows.partition_point(|row| row.pc <= pc);
+                i.checked_sub(1).map(|i| rows[i])
+            },
             &|_, _, _, _| None,
             &|_, _| None,
             false,

@@ -810,7 +810,7 @@ impl TableLoader {
             .map(|p| {
                 let copy = copied::Copy::new(&head, bytes);
                 let maps = &self.maps;
-                let rows = |start: u32, len: u32| maps.rows(start, len);
+                let rows = |start: u32, len: u32, pc: u32| maps.find_row(start, len, pc);
                 let jit = hooks.iter().any(|h| h.jit());
                 copied::walk(&p.entries, rows, &js_frame, &java_frame, jit, &head, &copy)
             });
