@@ -237,8 +237,11 @@ fn python_agrees_with_py_spy_on_library_code() {
         );
         let (ours, total, none) = innermost_shares(&read_folded(&ours));
         let (theirs, their_total, _) = innermost_shares(&read_raw(&theirs));
+        // Enough that a share's sampling noise is far inside the bound (sigma <= 0.6 points
+        // at 2000 samples); ours samples CPU time, so a busy host gives fewer than 499 Hz x
+        // SECS (3325 beside a busy loop per CPU), py-spy's wall clock does not.
         assert!(
-            total >= 4000 && their_total >= 4000,
+            total >= 2000 && their_total >= 2000,
             "{what}: {total} and {their_total} samples"
         );
         let share = 100.0 * (total - none) as f64 / total as f64;
