@@ -87,6 +87,14 @@ const SWEEP: Duration = Duration::from_secs(1);
 /// Module errors printed per run (the rest are counted).
 const MAX_WARNINGS: usize = 5;
 
+/// Whether two reads of a process's executable mappings have the same module-backed ones
+/// (anonymous code regions aside).
+fn same_modules(a: &[Mapping], b: &[Mapping]) -> bool {
+    a.iter()
+        .filter(|m| m.has_module())
+        .eq(b.iter().filter(|m| m.has_module()))
+}
+
 /// What [`TableLoader::rewrite`] made of a record.
 pub enum Rewritten {
     /// Not a copied stack: the record as it is.
@@ -332,10 +340,15 @@ impl TableLoader {
             );
             return Ok(false);
         };
+        // Only mappings a module backs (files, the vDSO) make tables: a JIT's anonymous code
+        // regions come and go (V8 flips its code pages between writable and executable)
+        // and, compared too, reloaded the process and restarted the quickest rescans each
+        // time: a busy node's maps read many times a second.
         if !absent
             && let Some(state) = self.procs.get_mut(&pid)
-            && state.mappings == mappings
+            && same_modules(&state.mappings, &mappings)
         {
+            state.mappings.clone_from(&mappings);
             state.scanned = now;
             state.scanned_ns = now_ns;
             // Back off only once the process has settled: a young one (or a starting JVM
@@ -837,5 +850,34 @@ impl TableLoader {
             modules: self.registry.len() as u64,
             ..self.stats
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::modules::parse_maps;
+
+    #[test]
+    fn anonymous_code_regions_do_not_change_a_process_s_modules() {
+        let before = parse_maps(
+            "55d0c000-55d0d000 r-xp 00001000 08:01 1234 /usr/bin/node\n\
+             7f00a000-7f00b000 r-xp 00000000 00:00 0 \n\
+             7ffd1000-7ffd2000 r-xp 00000000 00:00 0 [vdso]\n",
+        );
+        let jit_moved = parse_maps(
+            "55d0c000-55d0d000 r-xp 00001000 08:01 1234 /usr/bin/node\n\
+             7f00c000-7f00e000 r-xp 00000000 00:00 0 \n\
+             7f010000-7f011000 rwxp 00000000 00:00 0 \n\
+             7ffd1000-7ffd2000 r-xp 00000000 00:00 0 [vdso]\n",
+        );
+        assert!(same_modules(&before, &jit_moved));
+        let library_loaded = parse_maps(
+            "55d0c000-55d0d000 r-xp 00001000 08:01 1234 /usr/bin/node\n\
+             7f00a000-7f00b000 r-xp 00000000 00:00 0 \n\
+             7f020000-7f021000 r-xp 00001000 08:01 99 /usr/lib/libz.so.1\n\
+             7ffd1000-7ffd2000 r-xp 00000000 00:00 0 [vdso]\n",
+        );
+        assert!(!same_modules(&before, &library_loaded));
     }
 }
