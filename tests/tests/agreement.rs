@@ -238,8 +238,9 @@ fn python_agrees_with_py_spy_on_library_code() {
         let (ours, total, none) = innermost_shares(&read_folded(&ours));
         let (theirs, their_total, _) = innermost_shares(&read_raw(&theirs));
         // Enough that a share's sampling noise is far inside the bound (sigma <= 0.6 points
-        // at 2000 samples); ours samples CPU time, so a busy host gives fewer than 499 Hz x
-        // SECS (3325 beside a busy loop per CPU), py-spy's wall clock does not.
+        // at 2000 samples). The script runs SECS of its own CPU time, so ours (CPU time)
+        // takes about 499 Hz x SECS on a busy host too; it ran SECS of wall clock before,
+        // and beside a busy loop per CPU ours took 3325 (py-spy, wall clock, 5220).
         assert!(
             total >= 2000 && their_total >= 2000,
             "{what}: {total} and {their_total} samples"
