@@ -90,6 +90,17 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
 
     /// The frame of the JSFunction `function` at `position`.
     pub fn frame(&self, function: u64, position: Position) -> Result<JsFrame, ReadError> {
+        let (sfi, code) = self.function_code(function, position)?;
+        self.frame_in(sfi, code.as_ref(), position)
+    }
+
+    /// `function`'s SharedFunctionInfo and, for a PC, the Code holding it (looked up once:
+    /// on-stack-replaced code is found by scanning the function's FeedbackVector).
+    fn function_code(
+        &self,
+        function: u64,
+        position: Position,
+    ) -> Result<(u64, Option<CodeInfo>), ReadError> {
         if !self.is_js_function(function) {
             return Err(ReadError::invalid(
                 "JSFunction",
@@ -100,13 +111,27 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
         let sfi = self
             .heap
             .field(function, self.layout().fields.js_function_shared)?;
+        let code = match position {
+            Position::Pc { pc, top } => code_at_pc(&self.heap, function, pc, top),
+            _ => None,
+        };
+        Ok((sfi, code))
+    }
+
+    /// The frame of the function `sfi` at `position`, in `code` when it holds a PC.
+    fn frame_in(
+        &self,
+        sfi: u64,
+        code: Option<&CodeInfo>,
+        position: Position,
+    ) -> Result<JsFrame, ReadError> {
         if let Position::Pc { pc, top } = position
-            && let Some(code) = code_at_pc(&self.heap, function, pc, top)
+            && let Some(code) = code
         {
-            if let Some(at) = position_of_pc(&self.heap, &code, pc, top) {
+            if let Some(at) = position_of_pc(&self.heap, code, pc, top) {
                 return self.frame_of_shared(sfi, Position::ScriptOffset(at));
             }
-            if let Some(offset) = self.baseline_offset(sfi, &code, pc, top) {
+            if let Some(offset) = self.baseline_offset(sfi, code, pc, top) {
                 return self.frame_of_shared(sfi, offset);
             }
         }
@@ -145,15 +170,12 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
     /// The frames of the JSFunction `function` at `position`, outermost first: with a PC in
     /// optimized code, the functions inlined there follow the one that runs them.
     pub fn frames(&self, function: u64, position: Position) -> Result<Vec<JsFrame>, ReadError> {
+        let (sfi, code) = self.function_code(function, position)?;
         if let Position::Pc { pc, top } = position
-            && self.is_js_function(function)
-            && let Some(code) = code_at_pc(&self.heap, function, pc, top)
-            && let Some(chain) = positions_of_pc(&self.heap, &code, pc, top)
+            && let Some(code) = &code
+            && let Some(chain) = positions_of_pc(&self.heap, code, pc, top)
             && chain.len() > 1
         {
-            let sfi = self
-                .heap
-                .field(function, self.layout().fields.js_function_shared)?;
             return chain
                 .iter()
                 .rev()
@@ -162,7 +184,7 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
                 })
                 .collect();
         }
-        Ok(vec![self.frame(function, position)?])
+        Ok(vec![self.frame_in(sfi, code.as_ref(), position)?])
     }
 
     /// The frame of the SharedFunctionInfo `sfi` at `position`.
