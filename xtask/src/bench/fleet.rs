@@ -71,20 +71,22 @@ impl Run {
     }
 }
 
-/// utime + stime of `pid` (all its threads), seconds; `None` once it has ended.
-fn cpu_of(pid: i32) -> Option<f64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+/// A /proc `stat` line's state letter and utime + stime (seconds).
+fn stat_times(stat: &str) -> Option<(String, f64)> {
     let rest = stat.rsplit_once(") ")?.1;
     let f: Vec<&str> = rest.split_whitespace().collect();
-    // A zombie has ended: its last times are no run's.
-    if f.first() == Some(&"Z") {
-        return None;
-    }
     // Fields 14 and 15 of stat(5), counted from the state (field 3) here.
     let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    Some(ticks as f64 / hz)
+    Some((f.first()?.to_string(), ticks as f64 / hz))
+}
+
+/// utime + stime of `pid` (all its threads), seconds; `None` once it has ended.
+fn cpu_of(pid: i32) -> Option<f64> {
+    let (state, secs) = stat_times(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)?;
+    // A zombie has ended: its last times are no run's.
+    (state != "Z").then_some(secs)
 }
 
 /// CPU seconds of `pid`'s threads by thread name (threads of one name summed).
@@ -93,19 +95,16 @@ fn cpu_by_thread(pid: i32) -> std::collections::BTreeMap<String, f64> {
     let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
         return out;
     };
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     for t in tasks.flatten() {
         let Ok(stat) = fs::read_to_string(t.path().join("stat")) else {
             continue;
         };
-        let (Some((head, rest)), Some(open)) = (stat.rsplit_once(") "), stat.find(" (")) else {
+        let (Some(open), Some(close), Some((_, secs))) =
+            (stat.find(" ("), stat.rfind(") "), stat_times(&stat))
+        else {
             continue;
         };
-        let name = head[open + 2..].to_string();
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        *out.entry(name).or_insert(0.0) += (ticks(11) + ticks(12)) / hz;
+        *out.entry(stat[open + 2..close].to_string()).or_insert(0.0) += secs;
     }
     out
 }
