@@ -53,6 +53,16 @@ pub struct OffCpuConfig {
     pub next_pid_offset: u32,
     /// Non-zero: keep the stacks of preempted (runnable) threads too.
     pub runnable: u32,
+    /// Offsets of `se.sum_exec_runtime` and `se.prev_sum_exec_runtime` in `task_struct`
+    /// (from the kernel's BTF; 0 when unknown). A thread seen leaving the CPU with its record
+    /// still kept came back unseen; their difference is how long it has run since, so when
+    /// it came back.
+    pub task_runtime_offset: u32,
+    pub task_prev_runtime_offset: u32,
+    /// Fault injection for tests (0 in use): every Nth return of a kept thread on a CPU is
+    /// ignored, as a kernel that does not run the program at every switch would.
+    pub skip_returns: u32,
+    pub _pad: u32,
 }
 
 /// The per-CPU buffer an off-CPU record is assembled in, and the pending map's value: a
@@ -116,10 +126,18 @@ pub mod stat {
     /// Waits written to the ring one by one because their stack has a runtime's frames
     /// (named from the live process, never left in a total read later).
     pub const RUNTIME: u32 = 9;
-    pub const COUNT: u32 = 10;
+    /// Waits whose return was not seen (the kernel skipped the program at that switch): the
+    /// thread left the CPU again with its record still kept. Ended where the scheduler's run
+    /// time of the thread says it came back, and counted as usual.
+    pub const UNSEEN_ENDED: u32 = 10;
+    /// As [`UNSEEN_ENDED`], but without a usable run time: dropped.
+    pub const UNSEEN_DROPPED: u32 = 11;
+    /// Returns of kept threads looked at (paces `OffCpuConfig::skip_returns`).
+    pub const RETURNS: u32 = 12;
+    pub const COUNT: u32 = 13;
 }
 
-const _: () = assert!(core::mem::size_of::<OffCpuConfig>() == 24);
+const _: () = assert!(core::mem::size_of::<OffCpuConfig>() == 40);
 const _: () = assert!(core::mem::size_of::<TotalKey>() == 16);
 const _: () = assert!(core::mem::size_of::<Total>() == 16 + core::mem::size_of::<OffCpuBuf>());
 const _: () =

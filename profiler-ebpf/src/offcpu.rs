@@ -10,7 +10,8 @@ use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_get_smp_processor_id, bpf_get_stack, bpf_ktime_get_ns, generated,
+        bpf_get_smp_processor_id, bpf_get_stack, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        generated,
     },
     macros::{map, tracepoint},
     maps::{Array, HashMap, PerCpuArray},
@@ -88,6 +89,19 @@ shared_name!(map OFFCPU_COPY_BUF);
 static OFFCPU_OUT: PerCpuArray<StackSampleBuf> = PerCpuArray::with_max_entries(1, 0);
 shared_name!(map OFFCPU_OUT);
 
+/// Adds one to counter `slot` of this CPU and returns its new value.
+#[inline(always)]
+fn bump(slot: u32) -> u64 {
+    match OFFCPU_STATS.get_ptr_mut(slot) {
+        // SAFETY: this CPU's slot; tracepoint programs do not nest on one CPU.
+        Some(counter) => unsafe {
+            *counter += 1;
+            *counter
+        },
+        None => 0,
+    }
+}
+
 #[inline(always)]
 fn add(slot: u32, n: u64) {
     if let Some(counter) = OFFCPU_STATS.get_ptr_mut(slot) {
@@ -137,10 +151,85 @@ fn switch_in(tid: u32, now: u64, oc: &OffCpuConfig, config: &SamplerConfig) {
     let Some(buf) = OFFCPU_PENDING.get_ptr_mut(tid) else {
         return;
     };
+    // Fault injection for the tests: every Nth return on a CPU is not looked at, as if the
+    // kernel had not run the program for it.
+    if oc.skip_returns != 0 && bump(stat::RETURNS) % u64::from(oc.skip_returns) == 0 {
+        return;
+    }
     // SAFETY: a live value of the pending map; only this tid's switches touch it, and a
     // thread is switched in on one CPU at a time.
     unsafe {
         let away = now.saturating_sub((*buf).header.time_ns);
+        finish(tid, buf, away, oc, config, now);
+    }
+    forget(tid);
+}
+
+/// `tid`, leaving the CPU, still has a kept record: the kernel skipped this program when the
+/// thread came back (it does while another eBPF program runs on that CPU). The wait ended
+/// when the thread last got the CPU: `now` less the time the scheduler says it has run
+/// since. Counted as a wait that ended then, or dropped if the kernel's fields are unknown.
+///
+/// # Safety
+/// `buf` is the live value of the pending map for `tid`.
+#[inline(always)]
+unsafe fn unseen_return(
+    tid: u32,
+    buf: *mut OffCpuBuf,
+    oc: &OffCpuConfig,
+    config: &SamplerConfig,
+    now: u64,
+) {
+    // SAFETY: the caller's map value.
+    let left = unsafe { (*buf).header.time_ns };
+    match ran_since_picked(oc) {
+        Some(ran) if ran < now.saturating_sub(left) => {
+            // SAFETY: as above.
+            unsafe { finish(tid, buf, now - ran - left, oc, config, now) };
+            add(stat::UNSEEN_ENDED, 1);
+        }
+        _ => add(stat::UNSEEN_DROPPED, 1),
+    }
+    forget(tid);
+}
+
+/// How long the current task has run since the scheduler last gave it the CPU
+/// (`se.sum_exec_runtime - se.prev_sum_exec_runtime`, both brought up to date before
+/// `sched_switch` fires); `None` where the offsets are unknown.
+#[inline(always)]
+fn ran_since_picked(oc: &OffCpuConfig) -> Option<u64> {
+    if oc.task_runtime_offset == 0 || oc.task_prev_runtime_offset == 0 {
+        return None;
+    }
+    // SAFETY: bpf_get_current_task has no preconditions; bpf_probe_read_kernel tolerates
+    // any address.
+    unsafe {
+        let task = generated::bpf_get_current_task();
+        let sum =
+            bpf_probe_read_kernel((task + u64::from(oc.task_runtime_offset)) as *const u64).ok()?;
+        let prev =
+            bpf_probe_read_kernel((task + u64::from(oc.task_prev_runtime_offset)) as *const u64)
+                .ok()?;
+        sum.checked_sub(prev)
+    }
+}
+
+/// Counts the wait of `tid` (its kept record `buf`, `away` ns; `now` paces the reader's
+/// wake-ups): in the totals, or through the ring, or as too short.
+///
+/// # Safety
+/// `buf` is a live value of the pending map.
+#[inline(always)]
+unsafe fn finish(
+    tid: u32,
+    buf: *mut OffCpuBuf,
+    away: u64,
+    oc: &OffCpuConfig,
+    config: &SamplerConfig,
+    now: u64,
+) {
+    // SAFETY: the caller's map value.
+    unsafe {
         let copied = (*buf).header.flags & record_flags::STACK_COPY != 0;
         // A runtime's frames are named while the process lives: never summed in the totals.
         let runtime = (*buf).header.flags & record_flags::RUNTIME_FRAMES != 0;
@@ -183,6 +272,11 @@ fn switch_in(tid: u32, now: u64, oc: &OffCpuConfig, config: &SamplerConfig) {
             add(if rc == 0 { written } else { stat::LOST }, 1);
         }
     }
+}
+
+/// Forgets the kept record (and stack copy) of `tid`.
+#[inline(always)]
+fn forget(tid: u32) {
     let _ = OFFCPU_PENDING.remove(tid);
     if copied_any(tid) {
         let _ = OFFCPU_COPIES.remove(tid);
@@ -307,8 +401,17 @@ fn switch_out<const TABLES: bool>(
 ) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
-    // The idle task, and exiting tasks, which never come back.
-    if tid == 0 || state & STATE_DEAD != 0 {
+    if tid == 0 {
+        return;
+    }
+    // Running now, so back since its last switch-out: a record still kept is a return the
+    // program did not see (an exiting thread's too).
+    if let Some(buf) = OFFCPU_PENDING.get_ptr_mut(tid) {
+        // SAFETY: the live value of the pending map for tid.
+        unsafe { unseen_return(tid, buf, oc, config, now) };
+    }
+    // Exiting tasks never come back.
+    if state & STATE_DEAD != 0 {
         return;
     }
     let runnable = state & STATE_BLOCKED == 0;

@@ -193,9 +193,31 @@ impl<'a> Btf<'a> {
 /// The offset of `thread.fsbase` in this kernel's `task_struct`: where the Python walker
 /// finds a task's thread pointer.
 pub fn task_fsbase_offset() -> Result<u32, BtfError> {
+    let [fsbase] = task_member_offsets([&["thread", "fsbase"]])?;
+    Ok(fsbase)
+}
+
+/// The offsets of `se.sum_exec_runtime` and `se.prev_sum_exec_runtime` in this kernel's
+/// `task_struct`: how long a task has run since the scheduler last gave it the CPU.
+pub fn task_runtime_offsets() -> Result<(u32, u32), BtfError> {
+    let [sum, prev] = task_member_offsets([
+        &["se", "sum_exec_runtime"],
+        &["se", "prev_sum_exec_runtime"],
+    ])?;
+    Ok((sum, prev))
+}
+
+/// The offsets of `paths` in this kernel's `task_struct`, from one read of its BTF (a few
+/// MiB, not kept).
+fn task_member_offsets<const N: usize>(paths: [&[&str]; N]) -> Result<[u32; N], BtfError> {
     let blob = std::fs::read("/sys/kernel/btf/vmlinux")
         .map_err(|_| BtfError::Malformed("/sys/kernel/btf/vmlinux cannot be read"))?;
-    Btf::parse(&blob)?.member_offset("task_struct", &["thread", "fsbase"])
+    let btf = Btf::parse(&blob)?;
+    let mut out = [0; N];
+    for (o, path) in out.iter_mut().zip(paths) {
+        *o = btf.member_offset("task_struct", path)?;
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -273,5 +295,19 @@ mod tests {
             "{thread} {fsbase}"
         );
         assert_eq!(fsbase % 8, 0);
+    }
+
+    #[test]
+    fn this_kernels_task_run_times_are_in_its_sched_entity() {
+        let Ok(blob) = std::fs::read("/sys/kernel/btf/vmlinux") else {
+            eprintln!("skipped: no /sys/kernel/btf/vmlinux");
+            return;
+        };
+        let btf = Btf::parse(&blob).unwrap();
+        let se = btf.member_offset("task_struct", &["se"]).unwrap();
+        let (sum, prev) = task_runtime_offsets().unwrap();
+        // Both u64 fields of struct sched_entity, the previous sum just after the sum.
+        assert!(sum > se && prev > se && sum < se + 512, "{se} {sum} {prev}");
+        assert_eq!(prev, sum + 8, "{sum} {prev}");
     }
 }

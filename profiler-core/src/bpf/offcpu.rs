@@ -35,6 +35,13 @@ pub struct OffCpuStats {
     /// Switch-outs not kept because the pending map was full.
     pub full: u64,
     pub stack_errors: u64,
+    /// Waits whose return the program did not see, ended from the scheduler's run time of
+    /// the thread when it next left the CPU, and those dropped for want of it.
+    pub unseen_ended: u64,
+    pub unseen_dropped: u64,
+    /// Switches at which the kernel did not run the program (its `recursion_misses`: another
+    /// eBPF program was running on that CPU).
+    pub skipped: u64,
 }
 
 /// The attached off-CPU program; [`RecordProgram::stop_off_cpu`] detaches it (dropping the sampler
@@ -91,6 +98,12 @@ impl RecordProgram {
             lost: stats.sum(stat::LOST)?,
             full: stats.sum(stat::FULL)?,
             stack_errors: stats.sum(stat::STACK_ERRORS)?,
+            unseen_ended: stats.sum(stat::UNSEEN_ENDED)?,
+            unseen_dropped: stats.sum(stat::UNSEEN_DROPPED)?,
+            skipped: [programs::OFFCPU_SWITCH, programs::OFFCPU_SWITCH_FP]
+                .into_iter()
+                .filter_map(|name| recursion_misses(self.loaded.ebpf(), name))
+                .sum(),
         })
     }
 
@@ -117,4 +130,15 @@ impl RecordProgram {
             .map(|(_, v)| v)
             .collect())
     }
+}
+
+/// The kernel's count of the runs of program `name` it skipped (`recursion_misses` in its
+/// fdinfo, Linux 5.12+); `None` if it is not loaded or the kernel does not say.
+fn recursion_misses(ebpf: &aya::Ebpf, name: &str) -> Option<u64> {
+    use std::os::fd::{AsFd, AsRawFd};
+    let fd = ebpf.program(name)?.fd().ok()?.as_fd().as_raw_fd();
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("recursion_misses:"))
+        .and_then(|v| v.trim().parse().ok())
 }

@@ -97,12 +97,23 @@ impl OffCpu {
                 source: std::io::Error::other(format!("no field {field}")),
             })
         };
+        // Without BTF, a return the program did not see drops its wait (counted).
+        let (task_runtime_offset, task_prev_runtime_offset) =
+            crate::bpf::btf::task_runtime_offsets().unwrap_or_default();
         let config = OffCpuConfig {
             min_block_ns: nanos(opts.min_block),
             request,
             prev_state_offset: offset("prev_state")?,
             next_pid_offset: offset("next_pid")?,
             runnable: 1,
+            task_runtime_offset,
+            task_prev_runtime_offset,
+            // (The tests' fault injection: see OffCpuConfig::skip_returns.)
+            skip_returns: std::env::var("PROFILER_TEST_SKIP_RETURNS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            _pad: 0,
         };
         Ok(Self {
             hook: Some(sampler.start_off_cpu(config)?),
@@ -287,6 +298,22 @@ fn report(stats: &OffCpuStats, unfinished: u64, min_block: Duration) -> Warning 
     }
     if stats.stack_errors > 0 {
         line += &format!("; {} stack walk errors", stats.stack_errors);
+    }
+    if stats.unseen_ended + stats.unseen_dropped > 0 {
+        line += &format!(
+            "; {} whose return the kernel did not show the program ({} ended where the \
+             scheduler's run time says, {} dropped)",
+            stats.unseen_ended + stats.unseen_dropped,
+            stats.unseen_ended,
+            stats.unseen_dropped
+        );
+    }
+    if stats.skipped > 0 {
+        line += &format!(
+            "; the kernel skipped the program at {} switches (another eBPF program was running \
+             on that CPU)",
+            stats.skipped
+        );
     }
     Warning::note(line)
 }
