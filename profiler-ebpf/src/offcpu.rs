@@ -153,7 +153,7 @@ fn switch_in(tid: u32, now: u64, oc: &OffCpuConfig, config: &SamplerConfig) {
     };
     // Fault injection for the tests: every Nth return on a CPU is not looked at, as if the
     // kernel had not run the program for it.
-    if oc.skip_returns != 0 && bump(stat::RETURNS) % u64::from(oc.skip_returns) == 0 {
+    if oc.skip_returns != 0 && bump(stat::RETURNS).is_multiple_of(u64::from(oc.skip_returns)) {
         return;
     }
     // SAFETY: a live value of the pending map; only this tid's switches touch it, and a
