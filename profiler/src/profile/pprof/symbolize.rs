@@ -8,7 +8,7 @@ use std::{collections::HashMap, path::PathBuf, sync::Arc};
 
 use super::proto;
 use crate::{
-    symbolize::{ElfFile, Frame, Identity, Symbolizer, by_build_id},
+    symbolize::{ElfFile, FileId, Frame, Identity, Symbolizer, by_build_id},
     untrusted::{self, MAX_ELF_BYTES, Rules},
 };
 
@@ -62,11 +62,13 @@ pub fn symbolize_message(p: &mut proto::Profile, debug_dirs: &[PathBuf]) -> Symb
                             .wrapping_add(mapping.file_offset)
                     })
                     .collect();
-                let files = HashMap::from([(0, file.clone())]);
-                symbolizer.resolve_user(&files, offsets.iter().map(|&o| (0, o)));
+                // The mapping's index names the file: names are cached by (file, offset).
+                let id = m as FileId;
+                let files = HashMap::from([(id, file.clone())]);
+                symbolizer.resolve_user(&files, offsets.iter().map(|&o| (id, o)));
                 offsets
                     .iter()
-                    .map(|&o| symbolizer.user(0, o, Some((file.name.clone(), file.path.clone()))))
+                    .map(|&o| symbolizer.user(id, o, Some((file.name.clone(), file.path.clone()))))
                     .collect::<Vec<_>>()
             }
             Some(Found::Debug(debug)) if mapping.memory_limit > mapping.memory_start => {
