@@ -128,7 +128,7 @@ pub mod stat {
     pub const RUNTIME: u32 = 9;
     /// Waits whose return was not seen (the kernel skipped the program at that switch): the
     /// thread left the CPU again with its record still kept. Ended where the scheduler's run
-    /// time of the thread says it came back, and counted as usual.
+    /// time of the thread says it came back, and written to the ring (not the totals).
     pub const UNSEEN_ENDED: u32 = 10;
     /// As [`UNSEEN_ENDED`], but without a usable run time: dropped.
     pub const UNSEEN_DROPPED: u32 = 11;

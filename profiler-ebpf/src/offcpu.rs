@@ -165,13 +165,14 @@ fn switch_in(tid: u32, now: u64, oc: &OffCpuConfig, config: &SamplerConfig) {
     forget(tid);
 }
 
-/// `tid`, leaving the CPU, still has a kept record: the kernel skipped this program when the
-/// thread came back (it does while another eBPF program runs on that CPU). The wait ended
-/// when the thread last got the CPU: `now` less the time the scheduler says it has run
-/// since. Counted as a wait that ended then, or dropped if the kernel's fields are unknown.
+/// The current thread, leaving the CPU, still has a kept record `buf`: the kernel did not run
+/// this program when the thread came back (some switches never reach the tracepoint; see
+/// docs/off-cpu.md). The wait ended when the thread last got the CPU: `now` less the time
+/// the scheduler says it has run since. Written to the ring (with its stack copy, if it has
+/// one) as a wait that ended then, or dropped (counted) without the kernel's fields.
 ///
 /// # Safety
-/// `buf` is the live value of the pending map for `tid`.
+/// `buf` is the live value of the pending map for the current thread.
 #[inline(always)]
 unsafe fn unseen_return(
     tid: u32,
@@ -182,15 +183,34 @@ unsafe fn unseen_return(
 ) {
     // SAFETY: the caller's map value.
     let left = unsafe { (*buf).header.time_ns };
-    match ran_since_picked(oc) {
-        Some(ran) if ran < now.saturating_sub(left) => {
-            // SAFETY: as above.
-            unsafe { finish(tid, buf, now - ran - left, oc, config, now) };
-            add(stat::UNSEEN_ENDED, 1);
-        }
-        _ => add(stat::UNSEEN_DROPPED, 1),
+    let Some(ran) = ran_since_picked(oc).filter(|&ran| ran < now.saturating_sub(left)) else {
+        add(stat::UNSEEN_DROPPED, 1);
+        return;
+    };
+    let away = now - ran - left;
+    if away < oc.min_block_ns {
+        add(stat::SHORT, 1);
+        add(stat::SHORT_NS, away);
+        return;
     }
-    forget(tid);
+    // Through the ring, not the totals: rare, and a second inlined copy of the totals'
+    // hashing would cost the verifier more than the rest of the program.
+    // SAFETY: the caller's map value; the thread's stack copy is still its old wait's.
+    let written = unsafe {
+        if copied(buf) {
+            with_copy(tid, buf, away, config, now)
+        } else {
+            to_ring(buf, away, config, now)
+        }
+    };
+    add(
+        if written {
+            stat::UNSEEN_ENDED
+        } else {
+            stat::LOST
+        },
+        1,
+    );
 }
 
 /// How long the current task has run since the scheduler last gave it the CPU
@@ -239,38 +259,68 @@ unsafe fn finish(
         } else if copied {
             // Its user stack is a copy to walk in user space: a record of its own, never
             // summed in the totals (whose key is the walked frames).
-            with_copy(tid, buf, away, config, now);
+            let written = with_copy(tid, buf, away, config, now);
+            add(if written { stat::COPIED } else { stat::LOST }, 1);
         } else if !runtime && total(tid, buf, away) {
             add(stat::TOTALLED, 1);
         } else {
-            let n = (usize::from((*buf).header.kernel_frames)
-                + usize::from((*buf).header.user_frames))
-            .min(OFFCPU_FRAMES)
-                & 0xff;
-            (*buf).frames[n] = away;
-            let size = (STACK_HEADER_SIZE + 8 * (n + 1)) as u64;
-            let pending = RECORD_EVENTS.query(BPF_RB_AVAIL_DATA as u64);
-            // Soon when the process lacks unwind tables (so the reader loads them) or the
-            // stack has a runtime's frames (named while the process lives).
-            let wake =
-                if pending + size >= config.wakeup_bytes || wake_reader((*buf).header.flags, now) {
-                    BPF_RB_FORCE_WAKEUP
-                } else {
-                    BPF_RB_NO_WAKEUP
-                };
-            let rc = generated::bpf_ringbuf_output(
-                (&raw const RECORD_EVENTS).cast_mut().cast(),
-                buf.cast(),
-                size,
-                wake as u64,
-            );
             let written = if runtime {
                 stat::RUNTIME
             } else {
                 stat::WRITTEN
             };
-            add(if rc == 0 { written } else { stat::LOST }, 1);
+            add(
+                if to_ring(buf, away, config, now) {
+                    written
+                } else {
+                    stat::LOST
+                },
+                1,
+            );
         }
+    }
+}
+
+/// Whether the kept record `buf` carries a copy of the user stack instead of its frames.
+///
+/// # Safety
+/// `buf` is a live value of the pending map.
+#[inline(always)]
+unsafe fn copied(buf: *const OffCpuBuf) -> bool {
+    // SAFETY: the caller's map value.
+    unsafe { (*buf).header.flags & record_flags::STACK_COPY != 0 }
+}
+
+/// Writes the wait (kept record `buf`, `away` ns) to the ring as one record; false if the
+/// ring had no room.
+///
+/// # Safety
+/// `buf` is a live value of the pending map.
+#[inline(always)]
+unsafe fn to_ring(buf: *mut OffCpuBuf, away: u64, config: &SamplerConfig, now: u64) -> bool {
+    // SAFETY: the caller's map value; n is bounded below.
+    unsafe {
+        let n = (usize::from((*buf).header.kernel_frames) + usize::from((*buf).header.user_frames))
+            .min(OFFCPU_FRAMES)
+            & 0xff;
+        (*buf).frames[n] = away;
+        let size = (STACK_HEADER_SIZE + 8 * (n + 1)) as u64;
+        let pending = RECORD_EVENTS.query(BPF_RB_AVAIL_DATA as u64);
+        // Soon when the process lacks unwind tables (so the reader loads them) or the
+        // stack has a runtime's frames (named while the process lives).
+        let wake = if pending + size >= config.wakeup_bytes || wake_reader((*buf).header.flags, now)
+        {
+            BPF_RB_FORCE_WAKEUP
+        } else {
+            BPF_RB_NO_WAKEUP
+        };
+        let rc = generated::bpf_ringbuf_output(
+            (&raw const RECORD_EVENTS).cast_mut().cast(),
+            buf.cast(),
+            size,
+            wake as u64,
+        );
+        rc == 0
     }
 }
 
@@ -296,10 +346,15 @@ fn copied_any(tid: u32) -> bool {
 /// # Safety
 /// `buf` is a live value of the pending map.
 #[inline(always)]
-unsafe fn with_copy(tid: u32, buf: *mut OffCpuBuf, away: u64, config: &SamplerConfig, now: u64) {
+unsafe fn with_copy(
+    tid: u32,
+    buf: *mut OffCpuBuf,
+    away: u64,
+    config: &SamplerConfig,
+    now: u64,
+) -> bool {
     let (Some(out), Some(copy)) = (OFFCPU_OUT.get_ptr_mut(0), OFFCPU_COPIES.get_ptr(tid)) else {
-        add(stat::LOST, 1);
-        return;
+        return false;
     };
     // SAFETY: this CPU's buffer, large enough for a header, 256 words and a copy after
     // them (profiler_common::stack); the reads are of whole map values.
@@ -333,7 +388,7 @@ unsafe fn with_copy(tid: u32, buf: *mut OffCpuBuf, away: u64, config: &SamplerCo
             size,
             wake as u64,
         );
-        add(if rc == 0 { stat::COPIED } else { stat::LOST }, 1);
+        rc == 0
     }
 }
 
@@ -405,13 +460,16 @@ fn switch_out<const TABLES: bool>(
         return;
     }
     // Running now, so back since its last switch-out: a record still kept is a return the
-    // program did not see (an exiting thread's too).
-    if let Some(buf) = OFFCPU_PENDING.get_ptr_mut(tid) {
-        // SAFETY: the live value of the pending map for tid.
-        unsafe { unseen_return(tid, buf, oc, config, now) };
-    }
-    // Exiting tasks never come back.
+    // program did not see. (Looked at here for an exiting thread, and just before the new
+    // record is kept for the others: not in front of the walk, which the verifier would
+    // then check once per outcome.)
     if state & STATE_DEAD != 0 {
+        if let Some(old) = OFFCPU_PENDING.get_ptr_mut(tid) {
+            // SAFETY: the live value of the pending map for tid.
+            unsafe { unseen_return(tid, old, oc, config, now) };
+            forget(tid);
+        }
+        // Exiting tasks never come back.
         return;
     }
     let runnable = state & STATE_BLOCKED == 0;
@@ -459,6 +517,10 @@ fn switch_out<const TABLES: bool>(
         }
         (*buf).header.kernel_frames = k as u16;
         (*buf).header.user_frames = u as u16;
+        // Before this switch-out's copy replaces the old wait's, and its record the old one.
+        if let Some(old) = OFFCPU_PENDING.get_ptr_mut(tid) {
+            unseen_return(tid, old, oc, config, now);
+        }
         if TABLES && (*buf).header.flags & record_flags::STACK_COPY != 0 && !keep_copy(tid) {
             (*buf).header.flags &= !record_flags::STACK_COPY;
         }

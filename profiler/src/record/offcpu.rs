@@ -268,7 +268,12 @@ fn nanos(d: Duration) -> u64 {
 fn report(stats: &OffCpuStats, unfinished: u64, min_block: Duration) -> Warning {
     let mut line = format!(
         "off-cpu: {} waits recorded",
-        stats.totalled + stats.written + stats.copied + stats.runtime + unfinished
+        stats.totalled
+            + stats.written
+            + stats.copied
+            + stats.runtime
+            + stats.unseen_ended
+            + unfinished
     );
     if stats.written > 0 {
         line += &format!(
@@ -302,7 +307,7 @@ fn report(stats: &OffCpuStats, unfinished: u64, min_block: Duration) -> Warning 
     if stats.unseen_ended + stats.unseen_dropped > 0 {
         line += &format!(
             "; {} whose return the kernel did not show the program ({} ended where the \
-             scheduler's run time says, {} dropped)",
+             scheduler's run time says, {} dropped: no BTF)",
             stats.unseen_ended + stats.unseen_dropped,
             stats.unseen_ended,
             stats.unseen_dropped
