@@ -182,7 +182,10 @@ impl RecordOptions {
     /// sample is lost (and counted). The whole ring counts twice in RSS from the start (the
     /// kernel maps its pages twice, for wrap-around reads, when it is mapped): 9999 Hz for
     /// one process on 2 CPUs needs 1 MiB (2 MiB of RSS), not 4 (8 MiB). With a period
-    /// (`-c`) the rate is unknown: the largest size.
+    /// (`-c`) the rate is unknown: the largest size. So with `--off-cpu`, whose records come
+    /// at the target's switch rate, each with its frames or, before its process's tables are
+    /// in, a 16 KiB stack copy (a new node waits 50 times a second while its tables are
+    /// built: 1 MiB lost 8 of them beside busy CPUs).
     pub fn ring_size(&self) -> u32 {
         if let Some(bytes) = self.ring_bytes {
             return bytes;
@@ -192,7 +195,7 @@ impl RecordOptions {
             Target::SystemWide | Target::Cgroup(_) => profiler_common::DEFAULT_RING_BYTES,
             _ => profiler_common::DEFAULT_RING_BYTES / 2,
         };
-        if self.period.is_some() {
+        if self.period.is_some() || self.off_cpu {
             return max;
         }
         let cpus = match &self.cpus {
@@ -464,6 +467,15 @@ mod tests {
         task.cpus = Some((0..16).collect());
         task.frequency_hz = 9999;
         assert_eq!(task.ring_size(), 4 * MIB, "tasks: at most 4 MiB");
+        task.cpus = Some(vec![0, 1]);
+        task.frequency_hz = 99;
+        assert_eq!(task.ring_size(), MIB);
+        task.off_cpu = true;
+        assert_eq!(
+            task.ring_size(),
+            4 * MIB,
+            "--off-cpu: the switch rate is unknown"
+        );
         task.ring_bytes = Some(4096);
         assert_eq!(task.ring_size(), 4096, "-m wins");
     }
