@@ -1,10 +1,7 @@
 //! Naming normalized addresses: (ELF file, file offset) and kernel addresses. All the
-//! offsets one batch needs in one file go to blazesym in one call. The blazesym symbolizers
-//! of the files named most recently are kept ([`WARM_FILES`] of them, each with the file's
-//! PLT stubs and identity), so a continuous run that finds a few new offsets in a large
-//! file each interval does not parse and index it again each time; memory holds those few
-//! files' symbols, not every file a long run has seen. Names already found are cached
-//! (bounded).
+//! offsets one batch needs in one file go to blazesym in one call, with a symbolizer made
+//! for that file and dropped after it, so memory holds one file's symbols at a time, not
+//! every file a long run has seen. Names already found are cached (bounded).
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -31,29 +28,6 @@ use super::{
 const SYSTEM_DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
 /// Cached names beyond this are dropped (and found again when needed).
 const MAX_CACHED: usize = 1 << 20;
-/// Files whose parsed symbols are kept between batches (the least recently named is dropped).
-const WARM_FILES: usize = 8;
-
-/// What naming one file needs, kept between batches: blazesym's symbolizer holds the file's
-/// parsed symbol table and DWARF once it has read them.
-struct Warm {
-    id: FileId,
-    symbolizer: bz::Symbolizer,
-    plt: PltStubs,
-    identity: Option<Identity>,
-    /// Descriptors of what blazesym reads (the file, or its inflated copy; the separate
-    /// debug file), owned here: blazesym caches by path, and `/proc/self/fd/N` names the
-    /// same file only while N stays open. `None` until needed; `Some(None)`: none there.
-    own: Option<Option<std::fs::File>>,
-    debug: Option<Option<std::fs::File>>,
-}
-
-fn fd_path(file: &std::fs::File) -> PathBuf {
-    PathBuf::from(format!(
-        "/proc/self/fd/{}",
-        std::os::fd::AsRawFd::as_raw_fd(file)
-    ))
-}
 
 /// What the symbolizer could not name in one batch.
 #[derive(Debug, Default)]
@@ -72,8 +46,6 @@ pub struct Symbolizer {
     user_cache: HashMap<(FileId, u64), Arc<[Frame]>>,
     debug_dirs: Vec<PathBuf>,
     inflated: Inflated,
-    /// The files named most recently, the latest last.
-    warm: Vec<Warm>,
     /// False: user frames keep their offsets (`record --symbolize none`).
     user: bool,
 }
@@ -98,7 +70,6 @@ impl Symbolizer {
             user_cache: HashMap::new(),
             debug_dirs: dirs,
             inflated: Inflated::default(),
-            warm: Vec::new(),
             user: true,
         }
     }
@@ -162,7 +133,7 @@ impl Symbolizer {
             {
                 continue;
             }
-            let frames = match self.file_frames(id, file, &offsets) {
+            let frames = match self.file_frames(file, &offsets) {
                 Ok(frames) => frames,
                 Err(_) if ahead.is_some() => continue,
                 Err(why) => {
@@ -180,120 +151,64 @@ impl Symbolizer {
         errors
     }
 
-    /// The warm entry of file `id` (made now if it has none), moved to the end.
-    fn warm(&mut self, id: FileId, file: &ElfFile) -> &mut Warm {
-        match self.warm.iter().position(|w| w.id == id) {
-            Some(i) => {
-                let w = self.warm.remove(i);
-                self.warm.push(w);
-            }
-            None => {
-                if self.warm.len() >= WARM_FILES {
-                    self.warm.remove(0);
-                }
-                self.warm.push(Warm {
-                    id,
-                    symbolizer: bz::Symbolizer::builder()
-                        .enable_code_info(true)
-                        .enable_inlined_fns(true)
-                        .enable_demangling(true)
-                        .set_debug_dirs(Some(&self.debug_dirs))
-                        .build(),
-                    plt: PltStubs::read(&file.file),
-                    identity: Identity::read(&file.file),
-                    own: None,
-                    debug: None,
-                });
-            }
-        }
-        self.warm.last_mut().expect("just pushed")
-    }
-
     /// The frames of one file's offsets (sorted), in their order.
     fn file_frames(
         &mut self,
-        id: FileId,
         file: &ElfFile,
         offsets: &[u64],
     ) -> Result<Vec<Arc<[Frame]>>, FileError> {
-        let debug_dirs = std::mem::take(&mut self.debug_dirs);
-        let result = self.file_frames_with(id, file, offsets, &debug_dirs);
-        self.debug_dirs = debug_dirs;
-        result
-    }
-
-    fn file_frames_with(
-        &mut self,
-        id: FileId,
-        file: &ElfFile,
-        offsets: &[u64],
-        debug_dirs: &[PathBuf],
-    ) -> Result<Vec<Arc<[Frame]>>, FileError> {
-        // (Taken out so the inflated copies can be made while the entry is borrowed.)
-        let mut inflated = std::mem::take(&mut self.inflated);
-        let w = self.warm(id, file);
+        let plt = PltStubs::read(&file.file);
+        let named_by_plt = |o: u64| plt.contains(o);
         let rest: Vec<u64> = offsets
             .iter()
             .copied()
-            .filter(|&o| !w.plt.contains(o))
+            .filter(|&o| !named_by_plt(o))
             .collect();
+        let symbolizer = bz::Symbolizer::builder()
+            .enable_code_info(true)
+            .enable_inlined_fns(true)
+            .enable_demangling(true)
+            .set_debug_dirs(Some(&self.debug_dirs))
+            .build();
         // A debug file found by build id is read instead of the file, at the virtual
         // addresses the two share; else the file itself, by file offset (blazesym follows
         // its debuglink or MiniDebugInfo).
-        let vaddrs: Option<Vec<u64>> = w
-            .identity
-            .as_ref()
-            .and_then(|i| rest.iter().map(|&o| i.vaddr(o)).collect());
-        let debug = match (&vaddrs, &w.identity) {
-            (Some(_), Some(i)) => w
-                .debug
-                .get_or_insert_with(|| {
-                    let path = by_build_id(debug_dirs, i.build_id.as_deref()?)?;
-                    std::fs::File::open(inflated.path_for(&path)).ok()
-                })
-                .as_ref(),
-            _ => None,
+        let identity = Identity::read(&file.file);
+        let separate = identity.as_ref().and_then(|i| {
+            let debug = by_build_id(&self.debug_dirs, i.build_id.as_deref()?)?;
+            let vaddrs: Option<Vec<u64>> = rest.iter().map(|&o| i.vaddr(o)).collect();
+            Some((debug, vaddrs?))
+        });
+        let (src, input) = match &separate {
+            Some((debug, vaddrs)) => (
+                Elf::new(self.inflated.path_for(debug)),
+                Input::VirtOffset(vaddrs.as_slice()),
+            ),
+            None => (
+                Elf::new(self.inflated.path_of(&file.file, file.fd_path())),
+                Input::FileOffset(rest.as_slice()),
+            ),
         };
-        let (path, input) = match (debug, &vaddrs) {
-            (Some(d), Some(v)) => (fd_path(d), Input::VirtOffset(v.as_slice())),
-            _ => {
-                let own = w.own.get_or_insert_with(|| {
-                    std::fs::File::open(inflated.path_of(&file.file, file.fd_path())).ok()
-                });
-                match own {
-                    Some(f) => (fd_path(f), Input::FileOffset(rest.as_slice())),
-                    None => (file.fd_path(), Input::FileOffset(rest.as_slice())),
-                }
-            }
-        };
-        self.inflated = inflated;
-        let w = self.warm.last().expect("the entry just used");
         let src = Elf {
             debug_syms: true,
-            ..Elf::new(path)
+            ..src
         };
         let symbols = if rest.is_empty() {
             Vec::new()
         } else {
             // A file another user controls must not take the whole profile down with it.
             let call =
-                std::panic::AssertUnwindSafe(|| w.symbolizer.symbolize(&Source::Elf(src), input));
-            match std::panic::catch_unwind(call) {
-                Ok(r) => r.map_err(FileError::Blazesym)?,
-                Err(_) => {
-                    // Its state may be anything now: made again next time.
-                    self.warm.pop();
-                    return Err(FileError::Panicked);
-                }
-            }
+                std::panic::AssertUnwindSafe(|| symbolizer.symbolize(&Source::Elf(src), input));
+            std::panic::catch_unwind(call)
+                .map_err(|_| FileError::Panicked)?
+                .map_err(FileError::Blazesym)?
         };
-        let plt = &w.plt;
         let mut symbols = rest.iter().zip(symbols);
         let path = Some(&file.path);
         Ok(offsets
             .iter()
             .map(|&o| {
-                if plt.contains(o) {
+                if named_by_plt(o) {
                     return match plt.name(o) {
                         Some(name) => {
                             let mut f = Frame::named(&name, FrameKind::User);
@@ -432,20 +347,9 @@ mod tests {
     use super::*;
     use crate::symbolize::{Normalizer, UserFrame};
 
-    #[inline(never)]
-    fn first_named_function() -> u64 {
-        std::hint::black_box(1)
-    }
-
-    #[inline(never)]
-    fn second_named_function() -> u64 {
-        std::hint::black_box(2)
-    }
-
     /// (file, offset) of `addr` in this process.
     fn file_offset(n: &mut Normalizer, addr: u64) -> (FileId, u64) {
-        let pid = std::process::id();
-        match n.normalize(pid, None, addr, false) {
+        match n.normalize(std::process::id(), None, addr, false) {
             UserFrame::File { file, offset } => (file, offset),
             UserFrame::Named(f) => panic!("{addr:#x} not in a file: {f:?}"),
         }
@@ -458,39 +362,20 @@ mod tests {
             .collect()
     }
 
+    /// Names are kept by (file, offset): one offset in two files has each file's name.
     #[test]
-    fn a_file_named_again_reuses_its_parsed_symbols_and_files_stay_apart() {
+    fn one_offset_in_two_files_has_each_files_name() {
         let mut n = Normalizer::new();
         n.observe(std::process::id(), None);
-        let (exe, first) = file_offset(&mut n, first_named_function as *const () as usize as u64);
-        let (exe2, second) =
-            file_offset(&mut n, second_named_function as *const () as usize as u64);
         let (libc, getpid) = file_offset(&mut n, libc::getpid as *const () as usize as u64);
-        assert_eq!(exe, exe2);
+        let (exe, _) = file_offset(
+            &mut n,
+            one_offset_in_two_files_has_each_files_name as *const () as usize as u64,
+        );
         assert_ne!(exe, libc);
         let files = n.open_files([exe, libc]);
         let mut s = Symbolizer::new(&[]);
-        // Two batches in one file: the second finds the first's entry.
-        s.resolve_user(&files, [(exe, first)]);
-        s.resolve_user(&files, [(exe, second)]);
-        assert_eq!(s.warm.len(), 1);
-        assert!(
-            names(&s, exe, first)
-                .iter()
-                .any(|n| n.ends_with("first_named_function")),
-            "{:?}",
-            names(&s, exe, first)
-        );
-        assert!(
-            names(&s, exe, second)
-                .iter()
-                .any(|n| n.ends_with("second_named_function")),
-            "{:?}",
-            names(&s, exe, second)
-        );
-        // The same offset in another file is that file's, not a cached name of the first.
         s.resolve_user(&files, [(libc, getpid), (exe, getpid)]);
-        assert_eq!(s.warm.len(), 2);
         assert!(
             names(&s, libc, getpid).iter().any(|n| n.contains("getpid")),
             "{:?}",
@@ -501,12 +386,5 @@ mod tests {
             "{:?}",
             names(&s, exe, getpid)
         );
-        // Past WARM_FILES files, the least recently named goes first.
-        for id in 100..100 + WARM_FILES as FileId {
-            let w = s.warm(id, &files[&exe]);
-            assert_eq!(w.id, id);
-        }
-        assert_eq!(s.warm.len(), WARM_FILES);
-        assert!(s.warm.iter().all(|w| w.id != exe && w.id != libc));
     }
 }
