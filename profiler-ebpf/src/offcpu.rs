@@ -250,13 +250,12 @@ unsafe fn finish(
 ) {
     // SAFETY: the caller's map value.
     unsafe {
-        let copied = (*buf).header.flags & record_flags::STACK_COPY != 0;
         // A runtime's frames are named while the process lives: never summed in the totals.
         let runtime = (*buf).header.flags & record_flags::RUNTIME_FRAMES != 0;
         if away < oc.min_block_ns {
             add(stat::SHORT, 1);
             add(stat::SHORT_NS, away);
-        } else if copied {
+        } else if copied(buf) {
             // Its user stack is a copy to walk in user space: a record of its own, never
             // summed in the totals (whose key is the walked frames).
             let written = with_copy(tid, buf, away, config, now);
@@ -305,23 +304,35 @@ unsafe fn to_ring(buf: *mut OffCpuBuf, away: u64, config: &SamplerConfig, now: u
             & 0xff;
         (*buf).frames[n] = away;
         let size = (STACK_HEADER_SIZE + 8 * (n + 1)) as u64;
-        let pending = RECORD_EVENTS.query(BPF_RB_AVAIL_DATA as u64);
-        // Soon when the process lacks unwind tables (so the reader loads them) or the
-        // stack has a runtime's frames (named while the process lives).
-        let wake = if pending + size >= config.wakeup_bytes || wake_reader((*buf).header.flags, now)
-        {
-            BPF_RB_FORCE_WAKEUP
-        } else {
-            BPF_RB_NO_WAKEUP
-        };
-        let rc = generated::bpf_ringbuf_output(
+        output(buf.cast(), size, (*buf).header.flags, config, now)
+    }
+}
+
+/// Writes `size` bytes at `data` to `record`'s ring; false if it had no room. The reader is
+/// woken once a quarter of the ring waits, or soon (`wake_reader`) when `flags` say the
+/// process lacks unwind tables (so the reader loads them) or the stack has a runtime's
+/// frames (named while the process lives).
+///
+/// # Safety
+/// `data` points at `size` readable bytes of a map value.
+#[inline(always)]
+unsafe fn output(data: *const u8, size: u64, flags: u32, config: &SamplerConfig, now: u64) -> bool {
+    let pending = RECORD_EVENTS.query(BPF_RB_AVAIL_DATA as u64);
+    let wake = if pending + size >= config.wakeup_bytes || wake_reader(flags, now) {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    // SAFETY: the caller's bytes; the helper copies them into the ring.
+    let rc = unsafe {
+        generated::bpf_ringbuf_output(
             (&raw const RECORD_EVENTS).cast_mut().cast(),
-            buf.cast(),
+            data.cast_mut().cast(),
             size,
             wake as u64,
-        );
-        rc == 0
-    }
+        )
+    };
+    rc == 0
 }
 
 /// Forgets the kept record (and stack copy) of `tid`.
@@ -376,19 +387,7 @@ unsafe fn with_copy(
         let len = ((*copy).head.len as usize).min(STACK_COPY_BYTES);
         let size = ((STACK_HEADER_SIZE + 8 * (n + 1 + STACK_COPY_HEAD_WORDS) + len) as u64)
             .min(core::mem::size_of::<StackSampleBuf>() as u64);
-        let pending = RECORD_EVENTS.query(BPF_RB_AVAIL_DATA as u64);
-        let wake = if pending + size >= config.wakeup_bytes || wake_reader(0, now) {
-            BPF_RB_FORCE_WAKEUP
-        } else {
-            BPF_RB_NO_WAKEUP
-        };
-        let rc = generated::bpf_ringbuf_output(
-            (&raw const RECORD_EVENTS).cast_mut().cast(),
-            out.cast(),
-            size,
-            wake as u64,
-        );
-        rc == 0
+        output(out.cast(), size, 0, config, now)
     }
 }
 
