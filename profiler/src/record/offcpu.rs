@@ -307,7 +307,7 @@ fn report(stats: &OffCpuStats, unfinished: u64, min_block: Duration) -> Warning 
     if stats.unseen_ended + stats.unseen_dropped > 0 {
         line += &format!(
             "; {} whose return the kernel did not show the program ({} ended where the \
-             scheduler's run time says, {} dropped: no BTF)",
+             scheduler's run time says, {} dropped: no run time from the kernel)",
             stats.unseen_ended + stats.unseen_dropped,
             stats.unseen_ended,
             stats.unseen_dropped
