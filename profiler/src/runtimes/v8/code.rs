@@ -89,6 +89,84 @@ pub fn code_at_pc<M: Memory + ?Sized>(
         .find(|c| c.contains(inside))
 }
 
+/// Code objects' instructions start on this boundary (V8's kCodeAlignment is 32 or 64 on
+/// x64 and arm64).
+const CODE_ALIGN: u64 = 32;
+/// How far before a PC the start of the code holding it is looked for: a callee stopped in
+/// its first or last instructions, or a small function that runs without a frame.
+const CODE_SCAN: u64 = 16 << 10;
+
+/// The Code whose instructions hold `pc`, found from the header V8 puts right before every
+/// Code's first instruction (read off `known`, a Code of the same process): the map word
+/// and, from 11.1, the pointer back to the Code object (10.x keeps its instructions inside
+/// the Code itself). Each candidate is checked to be a Code whose instructions start there
+/// and hold `pc`.
+pub fn code_holding<M: Memory + ?Sized>(
+    heap: &Heap<'_, M>,
+    known: &CodeInfo,
+    pc: u64,
+) -> Option<CodeInfo> {
+    let l = heap.layout;
+    let word = |buf: &[u8], at: u64, base: u64| -> Option<u64> {
+        let i = usize::try_from(at.checked_sub(base)?).ok()?;
+        Some(u64::from_le_bytes(buf.get(i..i + 8)?.try_into().ok()?))
+    };
+    // (offset of the map word before the instructions, that map, offset of the pointer to
+    // the Code when the instructions are not inside it)
+    let (map_off, map, back) = match l.fields.code_instructions {
+        CodeStart::Inline(at) => {
+            let at = u64::from(at);
+            (
+                at,
+                heap.field(known.code, l.fields.heap_object_map).ok()?,
+                None,
+            )
+        }
+        CodeStart::Pointer(_) => {
+            let mut b = [0u8; 16];
+            heap.mem.read(known.start.checked_sub(16)?, &mut b).ok()?;
+            let map = word(&b, 0, 0)?;
+            (word(&b, 8, 0)? == known.code).then_some((16, map, Some(8)))?
+        }
+    };
+    let top = pc & !(CODE_ALIGN - 1);
+    let low = top.saturating_sub(CODE_SCAN);
+    let base = low.checked_sub(map_off)?;
+    let mut buf = vec![0u8; usize::try_from(top - base + 8).ok()?];
+    heap.mem.read(base, &mut buf).ok()?;
+    let mut start = top;
+    while start >= low {
+        if word(&buf, start - map_off, base) == Some(map) {
+            let code = match back {
+                Some(b) => word(&buf, start - b, base)?,
+                None => start - map_off + l.heap_object_tag,
+            };
+            if let Ok(c) = code_info(heap, code)
+                && c.start == start
+                && c.contains(pc)
+            {
+                return Some(c);
+            }
+        }
+        start -= CODE_ALIGN;
+    }
+    None
+}
+
+/// The SharedFunctionInfo optimized `code` was compiled for, from its DeoptimizationData
+/// (the slot before the inlining positions, as in 10.x and 11.x), checked to be one.
+pub fn code_shared<M: Memory + ?Sized>(heap: &Heap<'_, M>, code: &CodeInfo) -> Option<u64> {
+    let l = heap.layout;
+    let slots = l.deopt?;
+    let deopt = heap
+        .field(code.code, l.fields.code_deoptimization_data)
+        .ok()?;
+    let data = heap.fixed_array(deopt).ok()?;
+    let sfi = *data.get(usize::from(slots.inlining_positions.checked_sub(1)?))?;
+    heap.expect(sfi, l.types.shared_function_info, "SharedFunctionInfo")
+        .ok()
+}
+
 /// The Code object `code` (tagged) as a frame walk needs it.
 pub fn code_info<M: Memory + ?Sized>(heap: &Heap<'_, M>, code: u64) -> Result<CodeInfo, ReadError> {
     let l = heap.layout;
@@ -240,6 +318,34 @@ mod tests {
             &size.to_le_bytes(),
         );
         addr + 1
+    }
+
+    #[test]
+    fn the_code_holding_a_pc_is_found_from_the_header_before_it() {
+        let l = layout_11_3();
+        let h = FakeHeap::default();
+        let heap = Heap::new(&h, &l);
+        let code_map = h.map(0x100, l.types.code);
+        let stream_map = 0x777_0001;
+        // Instructions live in the code space, each after a header of (map, its Code).
+        h.put(0x20_0000, &vec![0u8; 0x10_000]);
+        let known = code(&h, &l, code_map, 0x4000, 0x20_9000, 0x100);
+        let callee = code(&h, &l, code_map, 0x4100, 0x20_9400, 0x80);
+        for (start, c) in [(0x20_9000u64, known), (0x20_9400, callee)] {
+            h.put_u64(start - 16, stream_map);
+            h.put_u64(start - 8, c);
+        }
+        // The map word before an aligned address, but no Code after it: passed over.
+        h.put_u64(0x20_9200 - 16, stream_map);
+        h.put_u64(0x20_9200 - 8, 0x1234);
+        let known_code = known;
+        let known = code_info(&heap, known).unwrap();
+        let at = |pc| code_holding(&heap, &known, pc).map(|c| c.code);
+        assert_eq!(at(0x20_9400), Some(callee), "its first instruction");
+        assert_eq!(at(0x20_947f), Some(callee), "its last byte");
+        assert_eq!(at(0x20_9480), None, "past its end, before the next");
+        assert_eq!(at(0x20_9210), None, "after the header with no Code");
+        assert_eq!(at(0x20_9050), Some(known_code));
     }
 
     #[test]

@@ -62,7 +62,13 @@
 //!   ([`LineKind::FunctionStart`]);
 //! - no line ([`LineKind::None`]) when V8 has not built the function's source positions
 //!   (built lazily, when a stack trace, an optimization or a profiler first needs them) or
-//!   the source is an external string (Node's built-in modules).
+//!   the source is an external string (Node's built-in modules);
+//! - a stopped PC in code other than the frame's function's (its callee before its frame
+//!   is built or after it is gone, or a leaf TurboFan runs without one): that code's own
+//!   frames under the caller, found in the code ranges frames were seen running
+//!   ([`ranges::CodeRanges`]) or from the Code header before the PC
+//!   ([`code::code_holding`]); when neither (a builtin called without a frame), the
+//!   caller without a line.
 //!
 //! Ambiguous or open: the ScopeInfo name heuristic (more than 75 context locals keep their
 //! names in one hash table slot: followed, tested on synthetic memory; an optional
@@ -81,6 +87,7 @@ pub mod heap;
 pub mod layout;
 pub mod naming;
 pub mod positions;
+pub mod ranges;
 pub mod runtime;
 #[cfg(test)]
 pub(crate) mod testdata;

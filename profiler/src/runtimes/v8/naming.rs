@@ -3,7 +3,9 @@
 
 use super::{
     baseline::bytecode_offset,
-    code::{CodeInfo, code_at_pc, position_of_pc, positions_of_pc},
+    code::{
+        CodeInfo, code_at_pc, code_holding, code_of, code_shared, position_of_pc, positions_of_pc,
+    },
     heap::Heap,
     layout::Layout,
     positions::{count_line_ends, decode_source_positions, line_of, position_at},
@@ -35,8 +37,9 @@ pub enum LineKind {
     /// The function's first statement (JIT frames; or the offset was not usable).
     FunctionStart,
     /// No line: V8 had not built the function's source positions (it builds them lazily,
-    /// when a stack trace or a profiler first needs them), or the script's source is not
-    /// readable (an external string: Node's built-in modules).
+    /// when a stack trace or a profiler first needs them), the script's source is not
+    /// readable (an external string: Node's built-in modules), or the frame stopped in code
+    /// outside its function (a builtin it called without a frame).
     None,
 }
 
@@ -50,6 +53,8 @@ pub struct JsFrame {
     /// 1-based line.
     pub line: Option<u32>,
     pub line_kind: LineKind,
+    /// Runs inlined into the frame before it (else its own frame).
+    pub inlined: bool,
 }
 
 /// Slots of a ScopeInfo scanned for the function name after the context locals.
@@ -168,23 +173,58 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
     }
 
     /// The frames of the JSFunction `function` at `position`, outermost first: with a PC in
-    /// optimized code, the functions inlined there follow the one that runs them.
-    pub fn frames(&self, function: u64, position: Position) -> Result<Vec<JsFrame>, ReadError> {
+    /// optimized code, the functions inlined there follow the one that runs them. With a PC,
+    /// the Code that holds it (none when neither the function nor its FeedbackVector does).
+    pub fn frames(
+        &self,
+        function: u64,
+        position: Position,
+    ) -> Result<(Vec<JsFrame>, Option<CodeInfo>), ReadError> {
         let (sfi, code) = self.function_code(function, position)?;
+        Ok((self.frames_in(sfi, code.as_ref(), position)?, code))
+    }
+
+    /// The frames of the optimized code holding the stopped `pc`, found from the code
+    /// `caller`'s frame runs (whose frame the frame pointer still holds: the code at `pc`
+    /// has not built its own, or has taken it down), outermost first. `None` when no
+    /// optimized Code is found to hold `pc` (the PC is in a builtin, or in baseline code).
+    pub fn callee_frames(&self, caller: u64, pc: u64) -> Option<Vec<JsFrame>> {
+        let kinds = &self.layout().code_kinds;
+        let known = code_of(&self.heap, caller).ok()?;
+        let code = code_holding(&self.heap, &known, pc)?;
+        if code.kind != kinds.turbofan && code.kind != kinds.maglev {
+            return None;
+        }
+        let sfi = code_shared(&self.heap, &code)?;
+        self.frames_in(sfi, Some(&code), Position::Pc { pc, top: true })
+            .ok()
+    }
+
+    /// The frames of the function `sfi` at `position`, in `code` when it holds a PC.
+    fn frames_in(
+        &self,
+        sfi: u64,
+        code: Option<&CodeInfo>,
+        position: Position,
+    ) -> Result<Vec<JsFrame>, ReadError> {
         if let Position::Pc { pc, top } = position
-            && let Some(code) = &code
+            && let Some(code) = code
             && let Some(chain) = positions_of_pc(&self.heap, code, pc, top)
             && chain.len() > 1
         {
             return chain
                 .iter()
                 .rev()
-                .map(|&(inlined, at)| {
-                    self.frame_of_shared(inlined.unwrap_or(sfi), Position::ScriptOffset(at))
+                .enumerate()
+                .map(|(i, &(inlined, at))| {
+                    let mut f =
+                        self.frame_of_shared(inlined.unwrap_or(sfi), Position::ScriptOffset(at))?;
+                    f.inlined = i > 0;
+                    Ok(f)
                 })
                 .collect();
         }
-        Ok(vec![self.frame_in(sfi, code.as_ref(), position)?])
+        Ok(vec![self.frame_in(sfi, code, position)?])
     }
 
     /// The frame of the SharedFunctionInfo `sfi` at `position`.
@@ -215,6 +255,7 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
             script: script_name,
             line,
             line_kind,
+            inlined: false,
         })
     }
 
@@ -446,6 +487,7 @@ mod tests {
                 script: "/srv/app.js".into(),
                 line: Some(line),
                 line_kind,
+                inlined: false,
             };
             assert_eq!(
                 at(Position::BytecodeOffset(3)),

@@ -53,11 +53,7 @@ impl Runtime for V8 {
     fn name(&mut self, pid: u32, words: &[u64]) -> Option<Arc<[Frame]>> {
         // A frame the kernel found but user space could not read stays in the stack.
         Some(match self.0.frame(pid, words[0], words[1]) {
-            Some(fs) => fs
-                .iter()
-                .enumerate()
-                .map(|(i, f)| js_frame(f, i > 0))
-                .collect(),
+            Some(fs) => fs.iter().map(js_frame).collect(),
             None => unnamed(&SPEC),
         })
     }
@@ -87,8 +83,8 @@ impl CopiedHook for Copied {
     }
 }
 
-/// A named JS frame as a stack frame (`inlined` into the one before it).
-fn js_frame(f: &JsFrame, inlined: bool) -> Frame {
+/// A named JS frame as a stack frame.
+fn js_frame(f: &JsFrame) -> Frame {
     Frame {
         function: Arc::from(f.function.as_str()),
         module: None,
@@ -96,7 +92,7 @@ fn js_frame(f: &JsFrame, inlined: bool) -> Frame {
         file: (!f.script.is_empty()).then(|| Arc::from(f.script.as_str())),
         line: f.line,
         kind: FrameKind::JavaScript,
-        inlined,
+        inlined: f.inlined,
         offset: None,
     }
 }

@@ -13,7 +13,8 @@ use profiler_common::v8::{
 use super::{
     detect::{Detection, detect_in, v8_mapping},
     layout::Layout,
-    naming::{JsFrame, Namer, Position},
+    naming::{JsFrame, LineKind, Namer, Position},
+    ranges::CodeRanges,
 };
 use crate::{
     modules::Mapping,
@@ -35,14 +36,23 @@ enum Proc {
     V8 {
         path: Arc<str>,
         layout: Arc<Layout>,
-        /// (JSFunction, second word) → (its SharedFunctionInfo when named, the frame).
+        /// (JSFunction, second word) → its frames, as named.
         names: HashMap<(u64, u64), Named>,
+        /// The code its functions were seen running.
+        code: CodeRanges,
     },
     Native,
 }
 
-/// A frame's names and the SharedFunctionInfo its JSFunction had when they were read.
-type Named = (u64, Option<Arc<[JsFrame]>>);
+/// A frame's names.
+struct Named {
+    /// The SharedFunctionInfo its JSFunction had when they were read.
+    sfi: u64,
+    frames: Option<Arc<[JsFrame]>>,
+    /// A stopped PC in code of no function then known: [`CodeRanges::generation`] then,
+    /// to look again once more code is known.
+    unplaced: Option<u64>,
+}
 
 /// V8 processes the kernel walker knows, and their functions' names.
 #[derive(Default)]
@@ -92,6 +102,7 @@ impl V8Walker {
                 path: Arc::from(path),
                 layout: Arc::from(layout),
                 names: HashMap::new(),
+                code: CodeRanges::default(),
             },
         );
         Published::Walk(Entry::V8(Box::new(e)))
@@ -115,7 +126,13 @@ impl V8Walker {
     /// one running them); `None` when they cannot be read (the function died, or the
     /// process).
     pub fn frame(&mut self, pid: u32, word: u64, data: u64) -> Option<Arc<[JsFrame]>> {
-        let Some(Proc::V8 { layout, names, .. }) = self.procs.get_mut(&pid) else {
+        let Some(Proc::V8 {
+            layout,
+            names,
+            code,
+            ..
+        }) = self.procs.get_mut(&pid)
+        else {
             return None;
         };
         let function = word & !RUNTIME_FRAME_MASK;
@@ -127,10 +144,11 @@ impl V8Walker {
             .ok();
         // A process gone (its last samples are read after it exits) moves nothing more:
         // what was named at this address is kept.
-        if let Some((sfi, frame)) = names.get(&(function, data))
-            && (Some(*sfi) == shared || shared.is_none())
+        if let Some(named) = names.get(&(function, data))
+            && (Some(named.sfi) == shared || shared.is_none())
+            && named.unplaced.is_none_or(|g| g == code.generation())
         {
-            return frame.clone();
+            return named.frames.clone();
         }
         let position = if data & V8_BYTECODE != 0 {
             Position::RawBytecodeOffset((data & 0xffff_ffff) << layout.smi_shift)
@@ -140,15 +158,67 @@ impl V8Walker {
                 top: data & V8_PC_TOP != 0,
             }
         };
-        let frame: Option<Arc<[JsFrame]>> = namer.frames(function, position).ok().map(Arc::from);
+        let (frames, unplaced) = match namer.frames(function, position) {
+            Ok((frames, Some(c))) => {
+                code.learn(c.start, c.size, function);
+                (Some(frames), None)
+            }
+            Ok((mut frames, None)) => match position {
+                Position::Pc { pc, top: true } => match callee_frames(&namer, code, function, pc) {
+                    Some(callee) => {
+                        frames.extend(callee);
+                        (Some(frames), None)
+                    }
+                    None => {
+                        // Stopped in code the function called without a frame (a V8
+                        // builtin, mostly): the function is the caller, its line unknown.
+                        if let Some(f) = frames.last_mut() {
+                            (f.line, f.line_kind) = (None, LineKind::None);
+                        }
+                        (Some(frames), Some(code.generation()))
+                    }
+                },
+                _ => (Some(frames), None),
+            },
+            Err(_) => (None, None),
+        };
+        let frames: Option<Arc<[JsFrame]>> = frames.map(Arc::from);
         if names.len() >= MAX_CACHED {
             names.clear();
         }
         if let Some(sfi) = shared {
-            names.insert((function, data), (sfi, frame.clone()));
+            names.insert(
+                (function, data),
+                Named {
+                    sfi,
+                    frames: frames.clone(),
+                    unplaced,
+                },
+            );
         }
-        frame
+        frames
     }
+}
+
+/// The frames of the function whose code holds the stopped `pc`, when that is not the code
+/// of `caller`, the function whose frame the frame pointer holds: a callee stopped before
+/// its frame was built (or after it was taken down), or a small function run without one,
+/// as V8's own sampler names it from its code map. First from the code seen running so
+/// far, else from the code's header before the PC. `None` when neither finds it (a
+/// builtin, or code not optimized).
+fn callee_frames<M: Memory + ?Sized>(
+    namer: &Namer<'_, M>,
+    code: &mut CodeRanges,
+    caller: u64,
+    pc: u64,
+) -> Option<Vec<JsFrame>> {
+    if let Some(callee) = code.at(pc).filter(|&f| f != caller) {
+        match namer.frames(callee, Position::Pc { pc, top: true }) {
+            Ok((frames, Some(_))) => return Some(frames),
+            _ => code.forget(pc),
+        }
+    }
+    namer.callee_frames(caller, pc)
 }
 
 /// The two words the kernel's walk writes for the frame at `fp` if it is a JS frame
