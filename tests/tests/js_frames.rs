@@ -252,7 +252,7 @@ fn on_stack_replaced_code_has_its_lines_and_inlined_frames() {
         let pid = js.0.id();
         let pprof = dir.join(format!("{major}.pb.gz"));
         record_pid(pid, 3, &pprof);
-        let (mut hot, mut in_loop, mut inlined) = (0, 0, 0);
+        let (mut hot, mut in_loop, mut inlined, mut with_mix) = (0, 0, 0, 0);
         for s in samples(&pprof).iter().filter(|s| s.tid == u64::from(pid)) {
             let js: Vec<_> = s.frames.iter().filter(|f| f.3.is_empty()).collect();
             let Some(i) = js.iter().position(|f| f.0 == "hot") else {
@@ -262,6 +262,9 @@ fn on_stack_replaced_code_has_its_lines_and_inlined_frames() {
             if loop_lines.contains(&js[i].2) {
                 in_loop += s.n;
             }
+            if js.iter().any(|f| f.0 == "mix") {
+                with_mix += s.n;
+            }
             if i == 1 && js[0].0 == "mix" && js[0].2 == mix_line && js[1].2 == call {
                 inlined += s.n;
             }
@@ -269,7 +272,7 @@ fn on_stack_replaced_code_has_its_lines_and_inlined_frames() {
         let what = format!("Node {major}");
         eprintln!(
             "{what}: {hot} samples in hot, {in_loop} at its loop's lines, {inlined} in mix \
-             inlined at the call"
+             inlined at the call (of {with_mix} with a mix frame)"
         );
         if major == "18" {
             continue;
@@ -279,9 +282,12 @@ fn on_stack_replaced_code_has_its_lines_and_inlined_frames() {
             in_loop * 100 >= hot * 95,
             "{what}: {in_loop}/{hot} samples of hot at its loop's lines"
         );
+        // How many land in mix's few inlined instructions is the compiled loop's doing (23 to
+        // 453 of ~1497 over runs of 20.11.1): some must, each at mix's line under hot's call.
         assert!(
-            inlined * 100 >= hot * 2,
-            "{what}: {inlined}/{hot} samples in mix inlined at hot's call"
+            inlined >= 10 && inlined * 100 >= with_mix * 99,
+            "{what}: {inlined}/{hot} samples in mix inlined at hot's call, of {with_mix} with \
+             a mix frame"
         );
     }
 }
