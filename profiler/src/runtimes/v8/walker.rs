@@ -40,6 +40,9 @@ enum Proc {
         names: HashMap<(u64, u64), Named>,
         /// The code its functions were seen running.
         code: CodeRanges,
+        /// Its executable file mappings, sorted: code there (V8's builtins, in the binary
+        /// or remapped from it) is never a JS function's.
+        modules: Vec<(u64, u64)>,
     },
     Native,
 }
@@ -71,9 +74,15 @@ impl V8Walker {
             self.procs.insert(pid, Proc::Native);
             return Published::Native(Some(why));
         }
-        if let Some(Proc::V8 { path, layout, .. }) = self.procs.get(&pid)
+        if let Some(Proc::V8 {
+            path,
+            layout,
+            modules,
+            ..
+        }) = self.procs.get_mut(&pid)
             && *path == mapping.name
         {
+            *modules = module_ranges(mappings);
             return Published::Walk(Entry::V8(Box::new(entry(layout))));
         }
         let (path, layout) = match detect_in(pid, mappings) {
@@ -103,6 +112,7 @@ impl V8Walker {
                 layout: Arc::from(layout),
                 names: HashMap::new(),
                 code: CodeRanges::default(),
+                modules: module_ranges(mappings),
             },
         );
         Published::Walk(Entry::V8(Box::new(e)))
@@ -130,6 +140,7 @@ impl V8Walker {
             layout,
             names,
             code,
+            modules,
             ..
         }) = self.procs.get_mut(&pid)
         else {
@@ -164,20 +175,28 @@ impl V8Walker {
                 (Some(frames), None)
             }
             Ok((mut frames, None)) => match position {
-                Position::Pc { pc, top: true } => match callee_frames(&namer, code, function, pc) {
-                    Some(callee) => {
-                        frames.extend(callee);
-                        (Some(frames), None)
-                    }
-                    None => {
-                        // Stopped in code the function called without a frame (a V8
-                        // builtin, mostly): the function is the caller, its line unknown.
-                        if let Some(f) = frames.last_mut() {
-                            (f.line, f.line_kind) = (None, LineKind::None);
+                Position::Pc { pc, top: true } => {
+                    // A builtin's PC (in a file mapping) is never JS code: not looked up,
+                    // nor again as more code is learned.
+                    let builtin = in_ranges(modules, pc);
+                    let callee = (!builtin)
+                        .then(|| callee_frames(&namer, code, function, pc))
+                        .flatten();
+                    match callee {
+                        Some(callee) => {
+                            frames.extend(callee);
+                            (Some(frames), None)
                         }
-                        (Some(frames), Some(code.generation()))
+                        None => {
+                            // Stopped in code the function called without a frame (a V8
+                            // builtin, mostly): the function is the caller, its line unknown.
+                            if let Some(f) = frames.last_mut() {
+                                (f.line, f.line_kind) = (None, LineKind::None);
+                            }
+                            (Some(frames), (!builtin).then(|| code.generation()))
+                        }
                     }
-                },
+                }
                 _ => (Some(frames), None),
             },
             Err(_) => (None, None),
@@ -198,6 +217,21 @@ impl V8Walker {
         }
         frames
     }
+}
+
+/// The ranges of the executable file mappings (and the vDSO) among `mappings` (sorted).
+fn module_ranges(mappings: &[Mapping]) -> Vec<(u64, u64)> {
+    mappings
+        .iter()
+        .filter(|m| m.has_module())
+        .map(|m| (m.start, m.end))
+        .collect()
+}
+
+/// Whether `pc` is in one of `ranges` (sorted, disjoint).
+fn in_ranges(ranges: &[(u64, u64)], pc: u64) -> bool {
+    let i = ranges.partition_point(|&(start, _)| start <= pc);
+    i > 0 && pc < ranges[i - 1].1
 }
 
 /// The frames of the function whose code holds the stopped `pc`, when that is not the code
@@ -395,6 +429,14 @@ mod tests {
             None
         );
         assert_eq!(js_words(&e, |_| Some(1), &heap, 0, 0, false), None);
+    }
+
+    #[test]
+    fn a_pc_is_in_a_module_mapping_or_not() {
+        let r = [(0x1000, 0x2000), (0x5000, 0x6000)];
+        assert!(in_ranges(&r, 0x1000) && in_ranges(&r, 0x1fff) && in_ranges(&r, 0x5800));
+        assert!(!in_ranges(&r, 0xfff) && !in_ranges(&r, 0x2000) && !in_ranges(&r, 0x7000));
+        assert!(!in_ranges(&[], 0x1000));
     }
 
     #[test]
