@@ -5,19 +5,21 @@
 //!
 //! User space fills one [`HsProc`] per process from the JVM's own VMStructs
 //! (`runtimes::hotspot::Layout`); the walk reads it from a map unchanged. A Java frame is
-//! recorded as two words: [`HS_FRAME`] | the Method* (interpreted) or the nmethod
+//! recorded as two words: [`hs_frame`] of the Method* (interpreted) or the nmethod
 //! ([`HS_COMPILED`], [`HS_TOP`] when its PC is the stopped instruction), then
 //! [`hs_interpreted`] or [`hs_compiled`]. User space names them soon after the sample.
 
-/// A user frame word whose two top bits are `01` is a HotSpot frame (Python's are `10`,
-/// V8's `11`, native addresses `00`): see the module's doc.
-pub const HS_FRAME: u64 = 1 << 62;
+use crate::runtimes::{rt_word, slots};
+
+/// A Java frame's first word (`crate::runtimes`, two words): the Method* or nmethod, with
+/// [`HS_COMPILED`] and [`HS_TOP`] in its runtime bits.
+pub const fn hs_frame(flags: u8, address: u64) -> u64 {
+    rt_word(slots::JAVA, 2, flags, address)
+}
 /// The frame is compiled code: the word holds the nmethod, not a Method*.
-pub const HS_COMPILED: u64 = 1 << 61;
+pub const HS_COMPILED: u8 = 1;
 /// A compiled frame's PC is the stopped instruction, not a return address.
-pub const HS_TOP: u64 = 1 << 60;
-/// The address bits of a HotSpot frame word.
-pub const HS_ADDRESS: u64 = (1 << 60) - 1;
+pub const HS_TOP: u8 = 2;
 
 /// The second word of an interpreted frame: the low 32 bits of its ConstMethod* (user space
 /// checks the Method* still has it: a redefined or unloaded class is not misnamed) above
@@ -145,15 +147,14 @@ unsafe impl aya::Pod for HsProc {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{python::PY_FRAME, v8::RUNTIME_FRAME_MASK, v8::V8_FRAME};
+    use crate::runtimes::{rt_flags, rt_payload, rt_slot};
 
     #[test]
-    fn hotspot_frames_have_their_own_top_bits() {
-        let w = HS_FRAME | HS_COMPILED | HS_TOP | 0x7f12_3456_7000;
-        assert_eq!(w & RUNTIME_FRAME_MASK, HS_FRAME);
-        assert_ne!(HS_FRAME, PY_FRAME);
-        assert_ne!(HS_FRAME, V8_FRAME);
-        assert_eq!(w & HS_ADDRESS, 0x7f12_3456_7000);
+    fn a_java_frame_keeps_its_flags_and_address() {
+        let w = hs_frame(HS_COMPILED | HS_TOP, 0x7f12_3456_7000);
+        assert_eq!(rt_slot(w), slots::JAVA);
+        assert_eq!(rt_flags(w), HS_COMPILED | HS_TOP);
+        assert_eq!(rt_payload(w), 0x7f12_3456_7000);
         assert_eq!(
             hs_interpreted(0x7f00_dead_beef, 17) >> 32 & 0xffff_ffff,
             0xdead_beef

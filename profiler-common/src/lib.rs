@@ -10,6 +10,7 @@ pub mod hotspot;
 pub mod names;
 pub mod offcpu;
 pub mod python;
+pub mod runtimes;
 pub mod stack;
 pub mod unwind;
 pub mod v8;
@@ -293,20 +294,13 @@ pub mod record_flags {
     /// of the user stack after its frames and group words (`crate::stack::stack_copy`),
     /// which user space walks with the same rows once it has loaded them.
     pub const STACK_COPY: u32 = 1 << 7;
-    /// Some user frames are Python frames (`crate::python::PY_FRAME`, two words each).
-    pub const PYTHON: u32 = 1 << 8;
-    /// The Python walk failed (no thread state, or a frame that could not be read): the
-    /// eval loop's frames from there on are native.
-    pub const PYTHON_ERROR: u32 = 1 << 9;
-    /// Some user frames are V8 (JavaScript) frames (`crate::v8::V8_FRAME`, two words each).
-    pub const V8: u32 = 1 << 10;
-    /// Some user frames are HotSpot (Java) frames (`crate::hotspot::HS_FRAME`, two words
-    /// each).
-    pub const HOTSPOT: u32 = 1 << 11;
-    /// Some user frames are a runtime's: user space names them from the process's memory,
-    /// so they must reach it while the process lives (through the ring, never only in an
-    /// in-kernel total read later).
-    pub const RUNTIME_FRAMES: u32 = PYTHON | V8 | HOTSPOT;
+    /// Some user frames are a runtime's (`crate::runtimes`): user space names them from the
+    /// process's memory, so they must reach it while the process lives (through the ring,
+    /// never only in an in-kernel total read later).
+    pub const RUNTIME_FRAMES: u32 = 1 << 8;
+    /// A runtime's walk failed (no thread state, or a frame that could not be read): its
+    /// frames from there on are native.
+    pub const RUNTIME_ERROR: u32 = 1 << 9;
 }
 
 /// Run-time configuration of the sampling program, slot 0 of the `CONFIG` array.

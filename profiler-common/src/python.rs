@@ -7,6 +7,8 @@
 //! Offsets are bytes from the start of the struct named; [`NONE`] marks a field this
 //! version does not have.
 
+use crate::runtimes::{rt_payload, rt_word, slots};
+
 /// An offset this version's struct does not have.
 pub const NONE: u16 = u16::MAX;
 
@@ -168,10 +170,11 @@ const _: () = assert!(core::mem::align_of::<PyProc>() == 8);
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for PyProc {}
 
-/// A user frame word with this bit set is a Python frame: the word holds its code object's
-/// address, and the next word [`py_frame_data`]. Native user addresses never have it (they
-/// are below the kernel half of the address space).
-pub const PY_FRAME: u64 = 1 << 63;
+/// A Python frame's first word: the code object's address (`crate::runtimes`, two words);
+/// the next word is [`py_frame_data`].
+pub const fn py_frame(code: u64) -> u64 {
+    rt_word(slots::PYTHON, 2, 0, code)
+}
 
 /// The second word of a Python frame: the code object's [`py_check`] above the byte offset
 /// of the frame's instruction in its bytecode (as the interpreter counts: `f_lasti` in
@@ -191,5 +194,5 @@ pub const fn py_check(firstlineno: i32, name_ptr: u64) -> u32 {
 
 /// A Python frame's words taken apart: (code object address, check, byte offset).
 pub const fn py_frame_parts(word: u64, data: u64) -> (u64, u32, i32) {
-    (word & !PY_FRAME, (data >> 32) as u32, data as u32 as i32)
+    (rt_payload(word), (data >> 32) as u32, data as u32 as i32)
 }

@@ -3,17 +3,17 @@
 //!
 //! User space fills one [`V8Proc`] per process from the build's `v8dbg_*` metadata
 //! (`runtimes::v8::Layout`); the walk reads it from a map unchanged. A JS frame is recorded as
-//! two words, [`V8_FRAME`] | the JSFunction, then [`v8_bytecode_offset`] for an interpreted
+//! two words, [`v8_frame`] (the JSFunction), then [`v8_bytecode_offset`] for an interpreted
 //! frame or the frame's PC for a compiled one; user space names them soon after the sample,
 //! while the function still lives.
 
-/// A user frame word whose two top bits are these is a V8 frame: the word holds its
-/// JSFunction (a tagged pointer), the next word where in the function it was. A Python frame
-/// has the top bit only (`crate::python::PY_FRAME`); native user addresses have neither.
-pub const V8_FRAME: u64 = 3 << 62;
+use crate::runtimes::{rt_word, slots};
 
-/// The top two bits of a user frame word, which tell a runtime's frame from a native one.
-pub const RUNTIME_FRAME_MASK: u64 = 3 << 62;
+/// A JS frame's first word: its JSFunction (a tagged pointer; `crate::runtimes`, two words);
+/// the next word says where in the function it was.
+pub const fn v8_frame(function: u64) -> u64 {
+    rt_word(slots::JS, 2, 0, function)
+}
 
 /// The second word of an interpreted frame: this bit above the frame's bytecode-offset slot's
 /// Smi value (still biased by the BytecodeArray's header, as V8 keeps it). Without it the
@@ -65,16 +65,12 @@ unsafe impl aya::Pod for V8Proc {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::python::PY_FRAME;
+    use crate::runtimes::{rt_payload, rt_slot};
 
     #[test]
-    fn frame_kinds_are_told_apart_by_their_top_bits() {
-        let native = 0x7fff_1234_5678u64;
-        let js = V8_FRAME | 0x1f00_0000_0001;
-        let py = PY_FRAME | 0x7f00_0000_0000;
-        assert_eq!(native & RUNTIME_FRAME_MASK, 0);
-        assert_eq!(js & RUNTIME_FRAME_MASK, V8_FRAME);
-        assert_eq!(py & RUNTIME_FRAME_MASK, PY_FRAME);
+    fn a_js_frame_keeps_its_function() {
+        let w = v8_frame(0x1f00_0000_0001);
+        assert_eq!((rt_slot(w), rt_payload(w)), (slots::JS, 0x1f00_0000_0001));
         assert_eq!(v8_bytecode_offset(60) & !V8_BYTECODE, 60);
     }
 }

@@ -11,8 +11,8 @@ use aya_ebpf::{helpers::generated, macros::map, maps::HashMap};
 use profiler_common::{
     MAX_WALK_WORDS,
     hotspot::{
-        HS_BLOCK_BYTES, HS_COMPILED, HS_FRAME, HS_MAX_HOPS, HS_TOP, HsField, HsProc, MAX_HS_HEAPS,
-        NATIVE_NMETHOD_NAME, NMETHOD_NAME, hs_compiled, hs_field, hs_interpreted,
+        HS_BLOCK_BYTES, HS_COMPILED, HS_MAX_HOPS, HS_TOP, HsField, HsProc, MAX_HS_HEAPS,
+        NATIVE_NMETHOD_NAME, NMETHOD_NAME, hs_compiled, hs_field, hs_frame, hs_interpreted,
     },
     record_flags,
     unwind::MAX_UNWIND_PROCS,
@@ -188,7 +188,7 @@ fn interpreted(w: &mut Walk) -> Step {
     };
     if !java_words(
         w,
-        HS_FRAME | w.hs_v[0],
+        hs_frame(0, w.hs_v[0]),
         hs_interpreted(w.hs_v[1], w.hs_v[2] as u32),
     ) {
         return Step::Stop;
@@ -224,7 +224,7 @@ fn compiled(w: &mut Walk) -> Step {
     if w.hs_v[1] == 0 || w.hs_v[1] > 1 << 20 || at < blob || at - blob > u64::from(u32::MAX) {
         return partial(w);
     }
-    let word = HS_FRAME | HS_COMPILED | if w.hs_top != 0 { HS_TOP } else { 0 } | blob;
+    let word = hs_frame(HS_COMPILED | if w.hs_top != 0 { HS_TOP } else { 0 }, blob);
     let data = hs_compiled(field(w, &w.hs.compile_id) as u32, (at - blob) as u32);
     if !java_words(w, word, data) {
         return Step::Stop;
@@ -313,7 +313,7 @@ fn java_words(w: &mut Walk, word: u64, data: u64) -> bool {
     };
     *last = word;
     w.stack.len += 1;
-    w.flags |= record_flags::HOTSPOT;
+    w.flags |= record_flags::RUNTIME_FRAMES;
     true
 }
 

@@ -7,7 +7,7 @@
 //! (the thread pointer from the task, the key from the process), which works for shared and
 //! static builds alike. Each eval call owns: one frame on 3.6–3.10 (a `PyFrameObject`);
 //! frames up to the one marked `is_entry` on 3.11; frames up to the shim frame the C stack
-//! owns on 3.12+ (skipped). A frame is two words (`profiler_common::python::PY_FRAME`).
+//! owns on 3.12+ (skipped). A frame is two words (`profiler_common::python::py_frame`).
 
 use aya_ebpf::{
     helpers::{bpf_probe_read_kernel, bpf_probe_read_user, generated::bpf_get_current_task},
@@ -18,7 +18,7 @@ use profiler_common::{
     MAX_WALK_WORDS,
     python::{
         FRAME_OBJECT, INSTR_PTR, LASTI_BYTES, LASTI_UNITS, NONE, OWNED_BY_CSTACK, PREV_INSTR,
-        PY_FRAME, PyProc, TSS_INT, TSS_PY_TSS_T, py_check, py_frame_data,
+        PyProc, TSS_INT, TSS_PY_TSS_T, py_check, py_frame, py_frame_data,
     },
     record_flags,
     unwind::MAX_UNWIND_PROCS,
@@ -95,7 +95,7 @@ pub(crate) fn check_begins(w: &mut Walk, p: &PyProc, at: u64) {
             }
             None => {
                 w.py_state = FAILED;
-                w.flags |= record_flags::PYTHON_ERROR;
+                w.flags |= record_flags::RUNTIME_ERROR;
                 return;
             }
         },
@@ -196,10 +196,10 @@ pub(crate) fn step(w: &mut Walk, p: &PyProc) -> i64 {
         (Some(first), Some(name)) => py_check(first as u32 as i32, name),
         _ => 0,
     };
-    w.stack.frames[n] = PY_FRAME | code;
+    w.stack.frames[n] = py_frame(code);
     w.stack.frames[n + 1] = py_frame_data(check, offset);
     w.stack.len += 2;
-    w.flags |= record_flags::PYTHON;
+    w.flags |= record_flags::RUNTIME_FRAMES;
     w.py_frame = back;
     let ends = if o.frame_kind == FRAME_OBJECT {
         true
@@ -248,7 +248,7 @@ fn end_call(w: &mut Walk) -> i64 {
 #[inline(always)]
 fn fail(w: &mut Walk) -> i64 {
     w.py_state = FAILED;
-    w.flags |= record_flags::PYTHON_ERROR;
+    w.flags |= record_flags::RUNTIME_ERROR;
     end_call(w)
 }
 

@@ -12,7 +12,7 @@ use aya_ebpf::{helpers::generated, macros::map, maps::HashMap};
 use profiler_common::{
     MAX_WALK_WORDS, record_flags,
     unwind::MAX_UNWIND_PROCS,
-    v8::{V8_FRAME, V8_PC_TOP, V8Proc, v8_bytecode_offset},
+    v8::{V8_PC_TOP, V8Proc, v8_bytecode_offset, v8_frame},
 };
 
 use crate::unwind::Walk;
@@ -70,9 +70,9 @@ pub(crate) fn js_frame(w: &mut Walk, top: u32) {
     let Some(word) = w.stack.frames.get_mut(n - 1) else {
         return;
     };
-    *word = V8_FRAME | function;
+    *word = v8_frame(function);
     w.stack.len += 1;
-    w.flags |= record_flags::V8;
+    w.flags |= record_flags::RUNTIME_FRAMES;
 }
 
 /// The JSFunction and the second word of the JS frame at `fp`, if it is one (`slot`: where

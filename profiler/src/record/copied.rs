@@ -129,7 +129,7 @@ pub fn walk(
                     // Its two words in place of its native one.
                     frames.pop();
                     frames.extend(words);
-                    flags |= record_flags::HOTSPOT;
+                    flags |= record_flags::RUNTIME_FRAMES;
                 }
                 r = Regs {
                     pc,
@@ -161,7 +161,7 @@ pub fn walk(
             {
                 frames.pop();
                 frames.extend([word, data]);
-                *flags |= record_flags::V8;
+                *flags |= record_flags::RUNTIME_FRAMES;
             }
             frame_pointer_step(r, copy, flags)
         };

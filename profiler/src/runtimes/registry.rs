@@ -4,11 +4,11 @@
 
 use std::{collections::HashSet, sync::Arc};
 
-use profiler_common::v8::RUNTIME_FRAME_MASK;
+use profiler_common::runtimes::{rt_len, rt_slot};
 
 use super::{
     hotspot, python,
-    seam::{CopiedHook, FRAME_WORDS, Published, Runtime, Spec, StartCx, unnamed},
+    seam::{CopiedHook, Published, Runtime, Spec, StartCx, unnamed},
     v8,
 };
 use crate::{
@@ -145,22 +145,23 @@ impl Runtimes {
     /// first): how many words it takes, and the frame (`None` for one the runtime does not
     /// show); `None` when the first word is a native address no runtime names.
     pub fn frame(&mut self, pid: u32, words: &[u64]) -> Option<(usize, Option<Arc<[Frame]>>)> {
-        let (&word, _) = (words.first()?, words.get(FRAME_WORDS - 1)?);
-        let tag = word & RUNTIME_FRAME_MASK;
-        if tag == 0 {
+        let &word = words.first()?;
+        let slot = rt_slot(word);
+        if slot == 0 {
             let frames = self
                 .started
                 .iter_mut()
                 .find_map(|r| r.name_native(pid, word))?;
             return Some((1, Some(frames)));
         }
-        let words = &words[..FRAME_WORDS];
-        let frames = match self.started.iter_mut().find(|r| r.spec().tag == tag) {
+        // A frame cut by the end of the walk is not named.
+        let words = words.get(..rt_len(word))?;
+        let frames = match self.started.iter_mut().find(|r| r.spec().slot == slot) {
             Some(r) => r.name(pid, words),
             // No kernel walker writes frames of a runtime not started; shown, not dropped.
-            None => RUNTIMES.iter().find(|s| s.tag == tag).map(|s| unnamed(s)),
+            None => RUNTIMES.iter().find(|s| s.slot == slot).map(|s| unnamed(s)),
         };
-        Some((FRAME_WORDS, frames))
+        Some((words.len(), frames))
     }
 
     /// The kernel steps to do again on process `pid`'s copied stacks.
@@ -176,13 +177,13 @@ mod tests {
     #[test]
     fn names_and_tags_are_unique() {
         for (i, a) in RUNTIMES.iter().enumerate() {
-            assert_ne!(a.tag, 0, "{}: tag 0 is a native address", a.name);
-            assert_eq!(a.tag & !RUNTIME_FRAME_MASK, 0, "{}", a.name);
+            assert_ne!(a.slot, 0, "{}: slot 0 is a native address", a.name);
+            assert!(a.slot < 128, "{}", a.name);
             assert_eq!(by_name(a.name).map(|s| s.label), Some(a.label));
             for b in &RUNTIMES[i + 1..] {
                 assert_ne!(a.name, b.name);
                 assert_ne!(a.off_flag, b.off_flag);
-                assert_ne!(a.tag, b.tag);
+                assert_ne!(a.slot, b.slot);
                 assert_ne!(a.map, b.map);
             }
         }

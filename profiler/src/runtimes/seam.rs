@@ -26,9 +26,9 @@ pub struct Spec {
     pub label: &'static str,
     /// The kind of the frames it names.
     pub kind: FrameKind,
-    /// The tag its kernel walker's frames carry in the top bits of their first word
-    /// (`profiler_common::v8::RUNTIME_FRAME_MASK`; 0 is a native address).
-    pub tag: u64,
+    /// Its slot (`profiler_common::runtimes::slots`): its kernel walker's frames carry it
+    /// in their first word.
+    pub slot: u8,
     /// The kernel map its entries go to.
     pub map: KernelMap,
     /// Starts it for one recording, or says why it cannot be (one line).
@@ -80,8 +80,8 @@ pub trait Runtime: Send {
     /// A process that exited.
     fn forget(&mut self, pid: u32);
 
-    /// Names the frame whose words (`FRAME_WORDS` of them, the first tagged with
-    /// [`Spec::tag`]) its kernel walker wrote in process `pid`: `None` for a frame the
+    /// Names the frame whose words (as many as the first says,
+    /// `profiler_common::runtimes::rt_len`, the first with [`Spec::slot`]) its kernel walker wrote in process `pid`: `None` for a frame the
     /// runtime does not show either. A frame that cannot be read is named as such, never
     /// dropped.
     fn name(&mut self, pid: u32, words: &[u64]) -> Option<Arc<[Frame]>>;
@@ -168,9 +168,6 @@ pub enum CopiedStep {
     /// The frame could not be walked: the walk ends here, partial.
     Stop,
 }
-
-/// Words of one runtime frame as the kernel walkers write them today.
-pub const FRAME_WORDS: usize = 2;
 
 /// A frame shown as `[unnamed {label}]`: the kernel found it, user space could not read it.
 pub fn unnamed(spec: &Spec) -> Arc<[Frame]> {

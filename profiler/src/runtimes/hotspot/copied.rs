@@ -6,8 +6,8 @@
 //! (they outlive the frames of a starting JVM).
 
 use profiler_common::hotspot::{
-    HS_BLOCK_BYTES, HS_COMPILED, HS_FRAME, HS_MAX_HOPS, HS_TOP, HsField, HsProc, MAX_HS_HEAPS,
-    NATIVE_NMETHOD_NAME, NMETHOD_NAME, hs_compiled, hs_field, hs_interpreted,
+    HS_BLOCK_BYTES, HS_COMPILED, HS_MAX_HOPS, HS_TOP, HsField, HsProc, MAX_HS_HEAPS,
+    NATIVE_NMETHOD_NAME, NMETHOD_NAME, hs_compiled, hs_field, hs_frame, hs_interpreted,
 };
 
 use crate::runtimes::{
@@ -70,7 +70,7 @@ fn interpreted(
     let pc = stack(f.bp.wrapping_add(8))?;
     let bp = stack(f.bp)?;
     Some(CopiedStep::Next {
-        words: Some([HS_FRAME | method, hs_interpreted(cm, bci as u32)]),
+        words: Some([hs_frame(0, method), hs_interpreted(cm, bci as u32)]),
         pc,
         sp,
         bp,
@@ -123,7 +123,7 @@ fn blob<M: Memory + ?Sized>(
         if frame_size == 0 || frame_size > 1 << 20 || at < blob || at - blob > u64::from(u32::MAX) {
             return None;
         }
-        let word = HS_FRAME | HS_COMPILED | if f.top { HS_TOP } else { 0 } | blob;
+        let word = hs_frame(HS_COMPILED | if f.top { HS_TOP } else { 0 }, blob);
         let words = Some([
             word,
             hs_compiled(field(&e.compile_id) as u32, (at - blob) as u32),
@@ -288,7 +288,7 @@ mod tests {
         assert_eq!(
             step,
             Some(CopiedStep::Next {
-                words: Some([HS_FRAME | 0x50_0000, hs_interpreted(0x60_0000, 7)]),
+                words: Some([hs_frame(0, 0x50_0000), hs_interpreted(0x60_0000, 7)]),
                 pc: 0x10_2000,
                 sp: 0x7f00_0200,
                 bp: 0x7f00_0300,
@@ -348,7 +348,7 @@ mod tests {
             java_step(&e, |a| stack.get(&a).copied(), &heap, f),
             Some(CopiedStep::Next {
                 words: Some([
-                    HS_FRAME | HS_COMPILED | HS_TOP | blob,
+                    hs_frame(HS_COMPILED | HS_TOP, blob),
                     hs_compiled(42, (pc - blob) as u32)
                 ]),
                 pc: 0x10_0200,

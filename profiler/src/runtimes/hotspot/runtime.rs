@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use profiler_common::hotspot::{HS_FRAME, HsProc};
+use profiler_common::{hotspot::HsProc, runtimes::slots};
 
 use super::{JavaFrame, copied::java_step, walker::HotspotWalker};
 use crate::{
@@ -24,7 +24,7 @@ pub static SPEC: Spec = Spec {
                by its Java method, inlined methods as their own frames",
     label: "Java",
     kind: FrameKind::Java,
-    tag: HS_FRAME,
+    slot: slots::JAVA,
     map: KernelMap::Hotspot,
     start,
 };

@@ -10,8 +10,9 @@ use std::{
     sync::Arc,
 };
 
-use profiler_common::hotspot::{
-    HS_ADDRESS, HS_BLOCK_BYTES, HS_COMPILED, HS_TOP, HsField, HsHeap, HsProc, MAX_HS_HEAPS,
+use profiler_common::{
+    hotspot::{HS_BLOCK_BYTES, HS_COMPILED, HS_TOP, HsField, HsHeap, HsProc, MAX_HS_HEAPS},
+    runtimes::{rt_flags, rt_payload},
 };
 
 use super::{
@@ -225,9 +226,9 @@ fn name(
     word: u64,
     data: u64,
 ) -> Option<Vec<JavaFrame>> {
-    let addr = word & HS_ADDRESS;
+    let (addr, flags) = (rt_payload(word), rt_flags(word));
     let (high, low) = ((data >> 32) as u32, data as u32);
-    if word & HS_COMPILED == 0 {
+    if flags & HS_COMPILED == 0 {
         // The method still has the ConstMethod it had when sampled.
         let cm = namer.const_method(addr).ok()?;
         if cm as u32 != high {
@@ -252,7 +253,7 @@ fn name(
     };
     let pc = addr + u64::from(low);
     let offset = u32::try_from(pc.checked_sub(code_begin)?).ok()?;
-    let kind = if word & HS_TOP != 0 {
+    let kind = if flags & HS_TOP != 0 {
         PcKind::Stopped
     } else {
         PcKind::ReturnAddress

@@ -2,7 +2,7 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use profiler_common::python::PY_FRAME;
+use profiler_common::runtimes::slots;
 
 use super::{PythonWalker, detect::is_candidate};
 use crate::{
@@ -22,7 +22,7 @@ pub static SPEC: Spec = Spec {
                functions it runs",
     label: "Python",
     kind: FrameKind::Python,
-    tag: PY_FRAME,
+    slot: slots::PYTHON,
     map: KernelMap::Python,
     start,
 };

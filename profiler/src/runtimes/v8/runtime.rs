@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use profiler_common::v8::{V8_FRAME, V8Proc};
+use profiler_common::{runtimes::slots, v8::V8Proc};
 
 use super::{JsFrame, V8Walker, walker::js_words};
 use crate::{
@@ -24,7 +24,7 @@ pub static SPEC: Spec = Spec {
                function",
     label: "JavaScript",
     kind: FrameKind::JavaScript,
-    tag: V8_FRAME,
+    slot: slots::JS,
     map: KernelMap::V8,
     start,
 };

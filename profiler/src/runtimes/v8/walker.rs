@@ -6,8 +6,9 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use profiler_common::v8::{
-    RUNTIME_FRAME_MASK, V8_BYTECODE, V8_FRAME, V8_PC_TOP, V8Proc, v8_bytecode_offset,
+use profiler_common::{
+    runtimes::rt_payload,
+    v8::{V8_BYTECODE, V8_PC_TOP, V8Proc, v8_bytecode_offset, v8_frame},
 };
 
 use super::{
@@ -146,7 +147,7 @@ impl V8Walker {
         else {
             return None;
         };
-        let function = word & !RUNTIME_FRAME_MASK;
+        let function = rt_payload(word);
         let mem = ProcessMemory::new(pid);
         let namer = Namer::new(&mem, layout);
         let shared = namer
@@ -287,7 +288,7 @@ pub fn js_words<M: Memory + ?Sized>(
     {
         data = v8_bytecode_offset((offset >> (e.smi_shift & 63)) as u32);
     }
-    Some([V8_FRAME | function, data])
+    Some([v8_frame(function), data])
 }
 
 /// The instance type of the heap object `tagged` (tagged `01`), through its map.
@@ -387,7 +388,7 @@ mod tests {
                 ],
                 false
             ),
-            Some([V8_FRAME | 0x10_0001, v8_bytecode_offset(59)])
+            Some([v8_frame(0x10_0001), v8_bytecode_offset(59)])
         );
         // Sparkplug: the BytecodeArray, then a heap object (its feedback vector): the PC.
         assert_eq!(
@@ -400,7 +401,7 @@ mod tests {
                 ],
                 true
             ),
-            Some([V8_FRAME | 0x10_0001, 0x5000 | V8_PC_TOP])
+            Some([v8_frame(0x10_0001), 0x5000 | V8_PC_TOP])
         );
         // Optimized: spill slots where the BytecodeArray would be (not one): the PC.
         assert_eq!(
@@ -413,7 +414,7 @@ mod tests {
                 ],
                 false
             ),
-            Some([V8_FRAME | 0x10_0001, 0x5000])
+            Some([v8_frame(0x10_0001), 0x5000])
         );
         // A typed frame (a stub's marker, 17 << 1): native.
         assert_eq!(words(&[(-8, 17 << 1), (-16, 0x10_0001)], false), None);
