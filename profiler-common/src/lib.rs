@@ -10,6 +10,7 @@ pub mod hotspot;
 pub mod names;
 pub mod offcpu;
 pub mod python;
+pub mod ruby;
 pub mod runtimes;
 pub mod stack;
 pub mod unwind;
