@@ -12,6 +12,7 @@ pub mod hotspot;
 pub mod kernel;
 pub mod python;
 pub mod registry;
+pub mod ruby;
 pub mod seam;
 pub mod shared;
 pub mod v8;
