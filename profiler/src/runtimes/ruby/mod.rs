@@ -2,11 +2,16 @@
 //! registry list).
 //!
 //! - [`layout`]: per-release offsets, each value's source said there.
-//! - [`objects`]: strings, arrays, class paths and method names read from a process.
-//! - [`lines`]: the line of an instruction (the succinct bit-vector of 2.6+).
+//! - [`symbol_table`]: the VM's symbol table read off `rb_id2str`'s code where it is not
+//!   exported.
+//! - [`naming`]: the three frame words to a label (`Foo#bar`, `block in Foo#bar`,
+//!   `Array#each`), a path and a line ([`lines`]), reading objects with [`objects`].
 
 pub mod layout;
 pub mod lines;
+pub mod naming;
 pub mod objects;
+pub mod symbol_table;
 
 pub use layout::{Layout, LayoutError, Version};
+pub use naming::{NameError, Names, RubyFrame};
