@@ -77,9 +77,17 @@ pub enum StringLayout {
 /// Where a class's path (`"Foo::Bar"`) is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClassPath {
-    /// Up to 3.2 it is the hidden instance variable `__classpath__` (an `st_table`, or 3.2's
-    /// object shapes): not read yet, so frames carry their method name alone.
+    /// 3.2 keeps it in the hidden instance variable `__classpath__` under object shapes:
+    /// not read yet, so frames carry their method name alone.
     NotRead,
+    /// Up to 3.1: the hidden instance variable `__classpath__` (a dynamic ID, found by
+    /// name) in the `st_table` at `RClass.ptr` (the classext) `->iv_tbl`; a singleton
+    /// class's object is its `__attached__` ivar (a static ID, `attached_id`).
+    IvTable {
+        classext_ptr: u16,
+        iv_tbl: u16,
+        attached_id: u64,
+    },
     /// 3.3+: `rb_classext_t` follows the `RClass` (at `classext`), with `classpath` and, for
     /// a singleton class, `as.singleton_class.attached_object`.
     Classext {
@@ -167,6 +175,7 @@ pub fn for_version(v: Version) -> Result<Layout, LayoutError> {
         (2, 6) => Layout {
             last_op_id: 164,
             global_symbols: "global_symbols",
+            class_path: iv_table(3009),
             ..LAYOUT_2_X
         },
         (2, 7) => LAYOUT_2_X,
@@ -177,6 +186,7 @@ pub fn for_version(v: Version) -> Result<Layout, LayoutError> {
             thread_pthread: 80,
             ractor_running_ec: 520,
             last_op_id: 168,
+            class_path: iv_table(3073),
             ..base
         },
         (3, 1) => base,
@@ -202,6 +212,18 @@ pub fn for_version(v: Version) -> Result<Layout, LayoutError> {
         _ => return Err(LayoutError::Unknown(v)),
     };
     Ok(layout)
+}
+
+/// 2.6 to 3.1: `RClass.ptr` at 24, `rb_classext_t.iv_tbl` at 8 (3.1's MJIT header; 2.6 and
+/// 2.7's bindings for the classext, their `internal.h` for `RClass`; 3.0 taken as the two
+/// around it, its `internal/class.h` not checked); `id__attached__` from each release's
+/// `ruby_method_ids` (3.1: 3089, as the header compiles it).
+const fn iv_table(attached_id: u64) -> ClassPath {
+    ClassPath::IvTable {
+        classext_ptr: 24,
+        iv_tbl: 8,
+        attached_id,
+    }
 }
 
 /// 3.3 and 3.4: `sizeof(struct RClass)` 32, `classpath` 120, `attached_object` 96.
@@ -247,7 +269,7 @@ const LAYOUT_3_1: Layout = Layout {
     def_original_id: 32,
     string: StringLayout::FlagsLen,
     array_embed_len_mask: 0x3,
-    class_path: ClassPath::NotRead,
+    class_path: iv_table(3089),
     fl_singleton: 1 << 12,
     last_op_id: 169,
     global_symbols: "ruby_global_symbols",
@@ -262,6 +284,7 @@ const LAYOUT_2_X: Layout = Layout {
     ractor_running_ec: NONE,
     insn_info_size: 8,
     last_op_id: 168,
+    class_path: iv_table(3073),
     ..LAYOUT_3_1
 };
 
@@ -279,6 +302,7 @@ const LAYOUT_3_2: Layout = Layout {
     body_local_iseq: 168,
     string: StringLayout::FieldLen,
     array_embed_len_mask: 0x7f,
+    class_path: ClassPath::NotRead,
     ..LAYOUT_3_1
 };
 
@@ -350,10 +374,12 @@ mod tests {
         ];
         assert_eq!(got, printed);
         // RSTRING_EMBED_LEN_MASK 0x7c000 (shift 14), RARRAY_EMBED_LEN_MASK 0x18000 (shift
-        // 15), tLAST_OP_ID 169, RUBY_FL_SINGLETON 4096.
+        // 15), tLAST_OP_ID 169, RUBY_FL_SINGLETON 4096; RClass.ptr 24, classext.iv_tbl 8,
+        // id__attached__ 3089.
         assert_eq!(l.string, StringLayout::FlagsLen);
         assert_eq!(l.array_embed_len_mask << 15, 0x18000);
         assert_eq!((l.last_op_id, l.fl_singleton), (169, 4096));
+        assert_eq!(l.class_path, iv_table(3089));
     }
 
     /// Where releases differ, as rbspy's bindings of each release's headers say (and the
@@ -395,6 +421,8 @@ mod tests {
         assert_eq!(l34.fl_singleton, 1 << 13);
         assert_eq!(at(13).unwrap().class_path, CLASSEXT);
         assert_eq!(at(12).unwrap().class_path, ClassPath::NotRead);
+        assert_eq!(at(11).unwrap().class_path, iv_table(3089));
+        assert_eq!(at(6).unwrap().class_path, iv_table(3009));
         assert_eq!(at(6).unwrap().global_symbols, "global_symbols");
     }
 }

@@ -14,8 +14,9 @@
 //! - [`layout`]: per-release offsets, each value's source said there.
 //! - [`naming`]: the three frame words to a label (`Foo#bar`, `block in Foo#bar`,
 //!   `Array#each`), a path and a line ([`lines`]: the succinct bit-vector of 2.6+), reading
-//!   objects with [`objects`].
+//!   objects with [`objects`] and class paths with [`classes`].
 
+pub mod classes;
 pub mod detect;
 pub mod layout;
 pub mod lines;

@@ -3,20 +3,20 @@
 //! `rb_profile_frame_full_label` does (`Foo#bar`, `block in Foo#bar`, `Foo.baz`, `<main>`,
 //! `Array#each`), the iseq's path and the line of its pc.
 //!
-//! Left: class paths before 3.3 (the `__classpath__` ivar: an `st_table` up to 3.1, object
-//! shapes in 3.2), so labels there are Ruby's plain ones (`bar`, `block in bar`, `each`);
-//! a C method's name without the VM's symbol table (neither exported nor found in
-//! `rb_id2str`'s code) is a placeholder; `#<Class:...>` singletons of non-class objects
-//! show the method alone.
+//! Left: class paths in 3.2 (object shapes), and up to 3.1 without the VM's symbol table,
+//! so labels there are Ruby's plain ones (`bar`, `block in bar`, `each`); a C method's name
+//! without the symbol table (neither exported nor found in `rb_id2str`'s code) is a
+//! placeholder; `#<Class:...>` singletons of non-class objects show the method alone.
 
 use std::{collections::HashMap, sync::Arc};
 
 use profiler_common::ruby::{FRAME_CFUNC, FRAME_ISEQ, ruby_frame_kind, ruby_frame_object};
 
 use super::{
+    classes::ClassPaths,
     layout::{ISEQ_TYPE_METHOD, Layout},
     lines::{InsnsInfo, line_at},
-    objects::{class_path, id_name, is_object, read_path, read_string},
+    objects::{id_name, is_object, read_path, read_string},
 };
 use crate::runtimes::shared::memory::{Memory, ReadError};
 
@@ -74,6 +74,7 @@ pub struct Names {
     /// instruction buffer a pc points into is not moved, only freed with its iseq).
     frames: HashMap<[u64; 3], RubyFrame>,
     iseqs: HashMap<u64, Arc<Iseq>>,
+    classes: ClassPaths,
 }
 
 impl Names {
@@ -83,6 +84,7 @@ impl Names {
             symbols,
             frames: HashMap::new(),
             iseqs: HashMap::new(),
+            classes: ClassPaths::new(symbols),
         }
     }
 
@@ -161,9 +163,9 @@ impl Names {
 
     /// `rb_profile_frame_qualified_method_name`: `Class#name` (`Class.name` for a
     /// singleton's method), or the name alone where the class path is not known.
-    fn qualified(&self, mem: &dyn Memory, cme: u64, name: &str) -> Result<String, ReadError> {
+    fn qualified(&mut self, mem: &dyn Memory, cme: u64, name: &str) -> Result<String, ReadError> {
         let class = mem.read_u64(cme + u64::from(self.layout.cme_defined_class))?;
-        Ok(match class_path(mem, &self.layout, class)? {
+        Ok(match self.classes.path(mem, &self.layout, class)? {
             Some((path, singleton)) => {
                 format!("{path}{}{name}", if singleton { "." } else { "#" })
             }

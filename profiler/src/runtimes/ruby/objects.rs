@@ -1,20 +1,20 @@
-//! Ruby objects read from a process: strings, array elements, class paths and method names
-//! (IDs through the VM's symbol table), each bounded and type-checked, so that a stale or
+//! Ruby objects read from a process: strings, array elements and method names (IDs through
+//! the VM's symbol table), each bounded and type-checked, so that a stale or
 //! wrong address gives an error, never a long read or a garbage name.
 
-use super::layout::{ClassPath, Layout, SYMBOLS_IDS, SYMBOLS_LAST_ID, StringLayout};
+use super::layout::{Layout, SYMBOLS_IDS, SYMBOLS_LAST_ID, StringLayout};
 use crate::runtimes::shared::memory::{Memory, ReadError};
 
 /// Longest string read (labels, paths, class names); longer ones are cut there.
 pub const MAX_STRING: u64 = 4096;
 
 /// `RBasic.flags & T_MASK`: an object's type.
-const T_MASK: u64 = 0x1f;
-const T_CLASS: u64 = 0x02;
-const T_MODULE: u64 = 0x03;
+pub const T_MASK: u64 = 0x1f;
+pub const T_CLASS: u64 = 0x02;
+pub const T_MODULE: u64 = 0x03;
 const T_STRING: u64 = 0x05;
 const T_ARRAY: u64 = 0x07;
-const T_ICLASS: u64 = 0x1c;
+pub const T_ICLASS: u64 = 0x1c;
 /// `RSTRING_NOEMBED` and `RARRAY_EMBED_FLAG`: both `FL_USER1` in every release we read.
 const STRING_NOEMBED: u64 = 1 << 13;
 const ARRAY_EMBED: u64 = 1 << 13;
@@ -22,8 +22,6 @@ const ARRAY_EMBED: u64 = 1 << 13;
 const STRING_EMBED_LEN_SHIFT: u32 = 14;
 const STRING_EMBED_LEN_MASK: u64 = 0x1f;
 const ARRAY_EMBED_LEN_SHIFT: u32 = 15;
-/// `RBasic.klass`: an iclass's module.
-const BASIC_KLASS: u64 = 8;
 /// `ID_ENTRY_UNIT` and `ID_ENTRY_SIZE` (symbol.c): the symbol table's ids are arrays of 512
 /// (string, symbol) pairs.
 const ID_ENTRY_UNIT: u64 = 512;
@@ -111,61 +109,6 @@ pub fn read_path(mem: &dyn Memory, layout: &Layout, pathobj: u64) -> Result<Stri
     } else {
         read_string(mem, layout, pathobj)
     }
-}
-
-/// A method's class as `rb_profile_frame_classpath` gives it: the path of its
-/// `defined_class` (an iclass's module; a singleton class's object when that is a class or
-/// module), and whether the method is a singleton's (`Foo.bar`). `None` where the class
-/// path is not read in this release ([`ClassPath::NotRead`]) or the class has none
-/// (anonymous).
-pub fn class_path(
-    mem: &dyn Memory,
-    layout: &Layout,
-    class: u64,
-) -> Result<Option<(String, bool)>, ReadError> {
-    let ClassPath::Classext {
-        classext,
-        classpath,
-        attached_object,
-    } = layout.class_path
-    else {
-        return Ok(None);
-    };
-    if !is_object(class) {
-        return Ok(None);
-    }
-    let mut klass = class;
-    let mut flags = mem.read_u64(klass)?;
-    if flags & T_MASK == T_ICLASS {
-        klass = mem.read_u64(klass + BASIC_KLASS)?;
-        flags = mem.read_u64(klass)?;
-    }
-    let mut singleton = false;
-    if flags & T_MASK == T_CLASS && flags & layout.fl_singleton != 0 {
-        let attached = mem.read_u64(klass + u64::from(classext + attached_object))?;
-        // `#<Class:...>` for another object's singleton: not shown, as Ruby's own label
-        // would need the object's class name.
-        if !is_object(attached) {
-            return Ok(None);
-        }
-        let t = mem.read_u64(attached)? & T_MASK;
-        if t != T_CLASS && t != T_MODULE {
-            return Ok(None);
-        }
-        klass = attached;
-        singleton = true;
-    } else if flags & T_MASK != T_CLASS && flags & T_MASK != T_MODULE {
-        return Err(ReadError::invalid(
-            "class",
-            klass,
-            format!("type {:#x}", flags & T_MASK),
-        ));
-    }
-    let path = mem.read_u64(klass + u64::from(classext + classpath))?;
-    if !is_object(path) {
-        return Ok(None);
-    }
-    Ok(Some((read_string(mem, layout, path)?, singleton)))
 }
 
 /// The name of an ID, as `rb_id2str` finds it: its serial (`id >> 4` above `tLAST_OP_ID`,
@@ -277,38 +220,6 @@ pub(crate) mod fake {
             }
         }
 
-        /// A class (or module) named `path` (3.3+ layout: classext right after the RClass).
-        pub fn class(&mut self, path: Option<&str>, flags: u64, attached: u64) -> u64 {
-            let ClassPath::Classext {
-                classext,
-                classpath,
-                attached_object,
-            } = self.layout.class_path
-            else {
-                return self.words(&[T_CLASS | flags, 0, 0, 0]);
-            };
-            let path = path.map_or(0x8, |p| self.string(p));
-            let mut w = vec![0u64; usize::from(classext + classpath) / 8 + 1];
-            w[0] = flags;
-            w[usize::from(classext + attached_object) / 8] = attached;
-            w[usize::from(classext + classpath) / 8] = path;
-            self.words(&w)
-        }
-
-        pub fn plain_class(&mut self, path: &str) -> u64 {
-            self.class(Some(path), T_CLASS, 0)
-        }
-
-        /// A singleton class of `of`.
-        pub fn singleton_of(&mut self, of: u64) -> u64 {
-            let f = T_CLASS | self.layout.fl_singleton;
-            self.class(None, f, of)
-        }
-
-        pub fn iclass_of(&mut self, module: u64) -> u64 {
-            self.words(&[T_ICLASS, module, 0, 0])
-        }
-
         /// A symbol table holding `names` at serials `first..`.
         pub fn symbols(&mut self, first: u64, names: &[&str]) -> u64 {
             let last = first + names.len() as u64 - 1;
@@ -329,8 +240,6 @@ pub(crate) mod fake {
             self.words(&[last, 0, ids, 0])
         }
     }
-
-    pub const T_MODULE_FLAGS: u64 = T_MODULE;
 }
 
 #[cfg(test)]
@@ -388,23 +297,5 @@ mod tests {
             assert_eq!(id_name(&h.mem, &layout, syms, id(515)).unwrap(), "m15");
             assert!(id_name(&h.mem, &layout, syms, id(530)).is_err());
         }
-    }
-
-    #[test]
-    fn class_paths_from_3_3() {
-        let layout = for_version(Version::new(3, 4, 1)).unwrap();
-        let mut h = Heap::new(layout);
-        let foo = h.plain_class("Foo::Bar");
-        let meta = h.singleton_of(foo);
-        let module = h.class(Some("Enumerable"), fake::T_MODULE_FLAGS, 0);
-        let iclass = h.iclass_of(module);
-        let anon = h.class(None, T_CLASS, 0);
-        let path = |c| class_path(&h.mem, &layout, c).unwrap();
-        assert_eq!(path(foo), Some(("Foo::Bar".into(), false)));
-        assert_eq!(path(meta), Some(("Foo::Bar".into(), true)));
-        assert_eq!(path(iclass), Some(("Enumerable".into(), false)));
-        assert_eq!(path(anon), None);
-        let old = for_version(Version::new(3, 2, 0)).unwrap();
-        assert_eq!(class_path(&h.mem, &old, foo).unwrap(), None);
     }
 }

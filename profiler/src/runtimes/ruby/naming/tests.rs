@@ -5,9 +5,10 @@ use profiler_common::ruby::{FRAME_CFUNC, FRAME_ISEQ, ruby_frame};
 
 use super::*;
 use crate::runtimes::ruby::{
+    classes::fake::class,
     layout::{Version, for_version},
     lines::fake::succ_table,
-    objects::fake::Heap,
+    objects::{T_CLASS, fake::Heap},
 };
 
 const ISEQ_TYPE_TOP: u32 = 0;
@@ -125,9 +126,9 @@ fn pc(encoded: u64, pos: u64) -> u64 {
 fn a_3_4_process_names_methods_blocks_singletons_and_c_methods() {
     let layout = for_version(Version::new(3, 4, 7)).unwrap();
     let mut h = Heap::new(layout);
-    let foo = h.plain_class("Foo");
-    let meta = h.singleton_of(foo);
-    let array = h.plain_class("Array");
+    let foo = class(&mut h, Some("Foo"), T_CLASS, 0, 0);
+    let meta = class(&mut h, None, T_CLASS | layout.fl_singleton, foo, 0);
+    let array = class(&mut h, Some("Array"), T_CLASS, 0, 0);
     let (first_serial, names) = (3000, ["bar", "baz", "each"]);
     let symbols = h.symbols(first_serial, &names);
     let id = |i: u64| ((first_serial + i) << 4) | 1;
@@ -214,12 +215,15 @@ fn a_3_4_process_names_methods_blocks_singletons_and_c_methods() {
     );
 }
 
+/// 3.1 keeps class paths in an ivar whose ID is found through the symbol table: with it,
+/// `Foo#bar`; without it (a build where it is not found), Ruby's plain labels and a
+/// placeholder for C methods.
 #[test]
-fn a_3_1_process_has_plain_labels_and_placeholders_without_symbols() {
+fn a_3_1_process_qualifies_with_the_symbol_table_only() {
     let layout = for_version(Version::new(3, 1, 2)).unwrap();
     let mut h = Heap::new(layout);
-    let foo = h.plain_class("Foo");
-    let symbols = h.symbols(40, &["each"]);
+    let symbols = h.symbols(40, &["each", "__classpath__"]);
+    let foo = class(&mut h, Some("Foo"), T_CLASS, 0, (41 << 4) | 1);
     let (bar, bar_code) = iseq(
         &mut h,
         &Spec {
@@ -254,15 +258,19 @@ fn a_3_1_process_has_plain_labels_and_placeholders_without_symbols() {
         let words = ruby_frame(FRAME_ISEQ, bar, bar_cme, pc(bar_code, pos));
         assert_eq!(
             name(&mut n, &h, words),
-            ("bar".into(), file.clone(), Some(line)),
+            ("Foo#bar".into(), file.clone(), Some(line)),
             "pos {pos}"
         );
     }
-    let words = ruby_frame(FRAME_ISEQ, block, bar_cme, pc(block_code, 0));
-    assert_eq!(name(&mut n, &h, words).0, "block (2 levels) in bar");
+    let block = ruby_frame(FRAME_ISEQ, block, bar_cme, pc(block_code, 0));
+    assert_eq!(name(&mut n, &h, block).0, "block (2 levels) in Foo#bar");
     let cfunc = ruby_frame(FRAME_CFUNC, each_cme, each_cme, 0);
-    assert_eq!(name(&mut n, &h, cfunc).0, "each");
+    assert_eq!(name(&mut n, &h, cfunc).0, "Foo#each");
+
     let mut without = Names::new(layout, None);
+    let words = ruby_frame(FRAME_ISEQ, bar, bar_cme, pc(bar_code, 0));
+    assert_eq!(name(&mut without, &h, words).0, "bar");
+    assert_eq!(name(&mut without, &h, block).0, "block (2 levels) in bar");
     assert_eq!(name(&mut without, &h, cfunc).0, UNKNOWN_C_METHOD);
 }
 
