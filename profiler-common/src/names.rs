@@ -53,6 +53,10 @@ pub mod maps {
     pub const V8_PROCS: &str = "V8_PROCS";
     /// The HotSpot walker's processes (`crate::hotspot::HsProc`, by tgid).
     pub const HS_PROCS: &str = "HS_PROCS";
+    /// Runtimes' hooks per process (`crate::runtimes::RtProc`, by tgid).
+    pub const RT_PROCS: &str = "RT_PROCS";
+    /// Runtimes' states per process (`crate::runtimes::RtState`, by tgid and slot).
+    pub const RT_STATE: &str = "RT_STATE";
 
     // Counter groups (group.rs).
     pub const GROUP_CONFIG: &str = "GROUP_CONFIG";
@@ -114,6 +118,8 @@ pub mod maps {
         PY_CUR,
         V8_PROCS,
         HS_PROCS,
+        RT_PROCS,
+        RT_STATE,
         GROUP_CONFIG,
         GROUP_CPU,
         GROUP_TASKS,

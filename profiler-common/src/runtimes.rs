@@ -73,6 +73,118 @@ pub const fn rt_payload(word: u64) -> u64 {
     word & RT_PAYLOAD
 }
 
+/// Most code ranges one process's runtimes mark ([`RtProc`]).
+pub const MAX_HOOK_RANGES: usize = 4;
+/// Most marked native frames one walk keeps (a Ruby process has one per `vm_exec` call
+/// on the stack: a method called from C and calling Ruby again nests one).
+pub const MAX_MARKS: usize = 32;
+/// Most words the runtimes' frames of one walk take (beside the native words).
+pub const MAX_GROUP_WORDS: usize = 512;
+/// Bytes of one runtime's per-process state ([`RtState`]).
+pub const RT_STATE_BYTES: usize = 256;
+
+/// One code range of a process whose native frames a runtime replaces with its own: when
+/// the native walk leaves a frame whose PC is in it, the frame is marked for runtime `slot`
+/// (CRuby's `rb_vm_exec`: each call of it runs a run of Ruby frames).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RtRange {
+    pub start: u64,
+    pub end: u64,
+    pub slot: u8,
+    pub _pad: [u8; 7],
+}
+
+const _: () = assert!(core::mem::size_of::<RtRange>() == 24);
+
+/// A process's runtime hooks (`RT_PROCS`, by tgid): what the native walk marks. A process
+/// without an entry pays one missed lookup.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RtProc {
+    /// Ranges used in `ranges`.
+    pub len: u32,
+    /// Bit `1 << slot` for each runtime with ranges here.
+    pub slots: u32,
+    pub ranges: [RtRange; MAX_HOOK_RANGES],
+}
+
+const _: () = assert!(core::mem::size_of::<RtProc>() == 8 + 24 * MAX_HOOK_RANGES);
+
+/// The key of a runtime's state for one process (`RT_STATE`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RtKey {
+    pub tgid: u32,
+    pub slot: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<RtKey>() == 8);
+
+/// A runtime's state for one process, opaque to everything but that runtime's walker,
+/// which reads its own `#[repr(C)]` type from it (at most [`RT_STATE_BYTES`], asserted
+/// where that type is defined).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RtState {
+    pub words: [u64; RT_STATE_BYTES / 8],
+}
+
+impl Default for RtState {
+    fn default() -> Self {
+        RtState {
+            words: [0; RT_STATE_BYTES / 8],
+        }
+    }
+}
+
+const _: () = assert!(core::mem::size_of::<RtState>() == RT_STATE_BYTES);
+
+/// A native frame the walk marked: the word at `index` of the walk is replaced by the
+/// `group_len` words at `group_start` of the runtime's frames (none: it stays native).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RtMark {
+    pub index: u16,
+    pub group_start: u16,
+    pub group_len: u16,
+    pub slot: u8,
+    pub _pad: u8,
+}
+
+const _: () = assert!(core::mem::size_of::<RtMark>() == 8);
+
+#[cfg(feature = "user")]
+impl RtState {
+    /// A runtime's own `#[repr(C)]` state (at most [`RT_STATE_BYTES`]: asserted) as the
+    /// kernel's opaque one.
+    pub fn of<T: aya::Pod>(value: &T) -> Self {
+        const { assert!(core::mem::size_of::<T>() <= RT_STATE_BYTES) };
+        let mut state = RtState::default();
+        // SAFETY: `T` is Pod (plain bytes, no padding of unknown value) and no larger than
+        // the state's words, which any bytes are valid for.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                (value as *const T).cast::<u8>(),
+                state.words.as_mut_ptr().cast::<u8>(),
+                core::mem::size_of::<T>(),
+            );
+        }
+        state
+    }
+}
+
+// SAFETY: `#[repr(C)]` with fixed-width integer fields and explicit padding (sizes asserted
+// above), so every bit pattern is valid.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for RtProc {}
+// SAFETY: as above.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for RtKey {}
+// SAFETY: as above.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for RtState {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -68,6 +68,8 @@ mod offcpu;
 mod python;
 mod record;
 mod regs;
+mod rt;
+mod ruby;
 mod sampler;
 mod unwind;
 mod v8;

@@ -21,6 +21,7 @@ use profiler_common::{
     kernel_features,
     python::PyProc,
     record_flags,
+    runtimes::{MAX_GROUP_WORDS, MAX_MARKS, RtMark, RtProc},
     stack::{STACK_COPY_BLOCK, STACK_COPY_BYTES, STACK_COPY_HEAD_WORDS, StackSampleHeader},
     unwind::{
         DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, MAX_UNWIND_PROCS, ProcUnwind, ROWS_PENDING,
@@ -32,6 +33,7 @@ use profiler_common::{
 use crate::{
     hotspot, python,
     regs::{self, UserRegs},
+    rt,
     sampler::kernel_has,
     v8,
 };
@@ -160,11 +162,12 @@ pub(crate) struct Walk {
     pub(crate) py_frame: u64,
     pub(crate) native_done: u32,
     /// Non-zero: a frame is in a module whose table is still being built (or in no known
-    /// mapping); the walk stopped there (marked partial). The caller copies the stack for
-    /// user space to walk whole once it can ([`Walk::wants_copy`]), or, past the copy
-    /// budget, keeps the frames walked so far: exact, never guessed past that frame.
+    /// mapping); the walk stopped there (marked partial), or, in a V8 process, went on by
+    /// frame pointer. The caller copies the stack for user space to walk whole once it can
+    /// ([`Walk::wants_copy`]), or, past the copy budget, keeps the frames walked: exact,
+    /// never guessed past that frame (but for V8's frame-pointer frames).
     pending: u32,
-    tgid: u32,
+    pub(crate) tgid: u32,
     _pad: u32,
     /// The process's V8 entry (`enabled` 0 when it runs none): JS frames are found where
     /// the walk goes by frame pointer ([`v8::js_frame`]).
@@ -191,7 +194,22 @@ pub(crate) struct Walk {
     /// The frames walked (`len` of them), laid out as the in-kernel aggregation keeps a
     /// stack, so one of at most MAX_STACK_DEPTH words is stored from here without a copy.
     pub(crate) stack: WalkStack,
+    /// The process's runtime hooks (`crate::rt`), the native frames marked, and the runtime
+    /// frames that replace them (`groups`, spliced through `out`).
+    pub(crate) hooks: RtProc,
+    pub(crate) marks_len: u32,
+    pub(crate) groups_len: u32,
+    /// A runtime's or the splice's place in its loop (kept here, a map value, not in the
+    /// loop's context on the BPF stack: the verifier tracks stack values precisely, so
+    /// counters there made it verify the loop's body again for each count).
+    pub(crate) loop_at: [u64; 6],
+    pub(crate) marks: [RtMark; MAX_MARKS],
+    pub(crate) groups: [u64; MAX_GROUP_WORDS],
+    pub(crate) out: [u64; MAX_WALK_WORDS],
 }
+
+// A per-CPU map value may not pass 32 KiB (PCPU_MIN_UNIT_SIZE).
+const _: () = assert!(core::mem::size_of::<Walk>() <= 32 << 10);
 
 #[map]
 static WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
@@ -314,6 +332,7 @@ pub(crate) fn walk_user_from(regs: UserRegs, r13: u64, tgid: u32) -> Walked {
         (*walk).v8 = v8::process(tgid);
         (*walk).r13 = r13;
         hotspot::load(tgid, &mut (*walk).hs);
+        rt::load(&mut *walk, tgid);
     }
     let py = python::process(tgid);
     if py.is_null() {
@@ -332,6 +351,7 @@ pub(crate) fn walk_user_from(regs: UserRegs, r13: u64, tgid: u32) -> Walked {
             (&raw mut lctx).cast(),
             0,
         );
+        rt::finish(&mut *walk);
     }
     // SAFETY: as above.
     Walked::Done(unsafe { &*walk })
@@ -489,6 +509,7 @@ extern "C" fn step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
     let at = if w.exact != 0 { w.pc } else { w.pc - 1 };
     w.exact = 0;
     python::check_begins(w, py, at);
+    rt::mark(w, at);
     // An eval call's Python frames take its place (from this slot) once its caller is found.
     w.stack.frames[n] = w.pc;
     if w.py_emit == 0 {
@@ -535,12 +556,19 @@ fn native_step(w: &mut Walk, p: &ProcUnwind, py: &PyProc, at: u64) -> i64 {
     if m.rows_len == 0 {
         if m.rows_start == ROWS_PENDING {
             w.pending = 1;
-            w.flags |= record_flags::UNWIND_PARTIAL;
-            return 1;
-        }
-        // Code without a table (anonymous memory: JIT code, `python -X perf`'s
-        // trampolines; a module without `.eh_frame`).
-        if python::perf_trampoline(w, py) {
+            // A V8 process's JS frames, and the builtins between them, keep frame pointers:
+            // while its big module's table is built, its walk goes on by them (below), and is
+            // kept when the stack cannot be copied (its copies spent, or the ring's share of
+            // copies taken by other new processes), so its JS frames are not cut at the
+            // module's first frame (an interpreter trampoline in node). (One frame-pointer
+            // step for both cases: each inlined copy of it costs the 7.x verifier dearly.)
+            if w.v8.enabled == 0 {
+                w.flags |= record_flags::UNWIND_PARTIAL;
+                return 1;
+            }
+        } else if python::perf_trampoline(w, py) {
+            // Code without a table (anonymous memory: JIT code, `python -X perf`'s
+            // trampolines; a module without `.eh_frame`).
             return 0;
         }
         return frame_pointer_step(w, top);
@@ -704,6 +732,7 @@ pub fn unwind_exec(_ctx: TracePointContext) -> u32 {
     python::forget(tgid);
     v8::forget(tgid);
     hotspot::forget(tgid);
+    rt::forget(tgid);
     0
 }
 
@@ -718,6 +747,7 @@ pub fn unwind_exit(_ctx: TracePointContext) -> u32 {
         python::forget((pid_tgid >> 32) as u32);
         v8::forget((pid_tgid >> 32) as u32);
         hotspot::forget((pid_tgid >> 32) as u32);
+        rt::forget((pid_tgid >> 32) as u32);
     }
     0
 }

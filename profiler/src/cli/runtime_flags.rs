@@ -90,6 +90,7 @@ mod tests {
             off(&["--no-java", "--no-runtime", "js", "--no-runtime=java"]),
             ["js", "java"]
         );
-        assert!(Cli::try_parse_from(["x", "--no-runtime", "ruby"]).is_err());
+        assert_eq!(off(&["--no-ruby"]), ["ruby"]);
+        assert!(Cli::try_parse_from(["x", "--no-runtime", "perl"]).is_err());
     }
 }

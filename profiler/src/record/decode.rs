@@ -16,6 +16,10 @@ use super::{
 };
 use crate::{bpf::RecordStream, perf::Sideband};
 
+/// Most time one call spends loading processes' tables on the reader's thread before it
+/// goes on with its records (the rest are loaded at its next call, their copies held).
+const LOAD_SLICE: Duration = Duration::from_millis(50);
+
 /// The ring's records on their way to the features.
 pub(super) struct Decoder {
     /// Unwind tables kept in step with the sampled processes (`--call-graph dwarf`).
@@ -60,7 +64,7 @@ impl Decoder {
         // Tables first: a new process's next samples are walked whole as soon as they are
         // in the kernel, not after this batch is normalized.
         if let Some(t) = self.tables.as_mut() {
-            for pid in t.load_pending(collector.files_and_history())? {
+            for pid in t.load_pending(collector.files_and_history(), Some(LOAD_SLICE))? {
                 collector.refresh_maps(pid);
             }
         }
@@ -90,7 +94,7 @@ impl Decoder {
             {
                 records.drain_bytes(|bytes| batch.take(bytes, ring_bytes, Some(t)));
                 read_sideband(sideband, collector);
-                for pid in t.load_pending(collector.files_and_history())? {
+                for pid in t.load_pending(collector.files_and_history(), Some(LOAD_SLICE))? {
                     collector.refresh_maps(pid);
                 }
             }
@@ -130,7 +134,7 @@ impl Decoder {
             let walked = tables.as_mut().and_then(|t| {
                 if let Some((header, _)) = StackSampleHeader::parse(bytes) {
                     t.note(&header);
-                    let _ = t.load_pending(collector.files_and_history());
+                    let _ = t.load_pending(collector.files_and_history(), None);
                 }
                 match t.rewrite(bytes, held.len() < MAX_HELD) {
                     Rewritten::Walked(r) => Some(Some(r)),

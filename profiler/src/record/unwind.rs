@@ -273,20 +273,33 @@ impl TableLoader {
 
     /// Loads what `note` found missing; returns the processes whose mappings changed since
     /// they were last loaded (their symbolization maps need refreshing too). Files are
-    /// opened through `files`, the symbolizer's table.
+    /// opened through `files`, the symbolizer's table. With a `budget`, the processes left
+    /// when it is spent stay pending for the next call (their copies are held meanwhile):
+    /// a system-wide start on a busy host finds hundreds of processes, whose small modules
+    /// are built on this thread, and the reader must not stop for seconds (its intervals
+    /// are cut by its clock).
     pub fn load_pending(
         &mut self,
         (files, history): (&mut ElfFiles, &MapHistory),
+        budget: Option<Duration>,
     ) -> Result<Vec<u32>, UnwindMapError> {
+        let started = Instant::now();
         self.collect_built();
         self.sweep();
         self.note_waiting();
         let pending: Vec<(u32, bool)> = self.pending.drain().collect();
         let mut changed = Vec::new();
-        for (pid, absent) in pending {
+        let mut left = pending.into_iter();
+        for (pid, absent) in left.by_ref() {
             if self.load(pid, absent, files, history)? {
                 changed.push(pid);
             }
+            if budget.is_some_and(|b| started.elapsed() >= b) {
+                break;
+            }
+        }
+        for (pid, absent) in left {
+            *self.pending.entry(pid).or_default() |= absent;
         }
         Ok(changed)
     }
@@ -735,7 +748,8 @@ impl TableLoader {
         if can_wait
             && header.flags & record_flags::STACK_COPY != 0
             && header.flags & record_flags::GROUP_VALUES == 0
-            && self.waiting.values().any(|pids| pids.contains(&header.pid))
+            && (self.pending.contains_key(&header.pid)
+                || self.waiting.values().any(|pids| pids.contains(&header.pid)))
         {
             return Rewritten::Wait;
         }
@@ -766,7 +780,7 @@ impl TableLoader {
                 Err(_) => break,
             }
         }
-        self.load_pending(files).map(|_| ())
+        self.load_pending(files, None).map(|_| ())
     }
 
     fn rewrite_now(&mut self, header: &StackSampleHeader, record: &[u8]) -> Option<Vec<u8>> {

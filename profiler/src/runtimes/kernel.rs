@@ -1,8 +1,9 @@
-//! The kernel's maps of runtime entries, as they are until the kernel has one map of
-//! opaque per-runtime states (issue 46's seam, step 4): one typed map per runtime. This is
-//! the one place that routes a runtime's entry to its map; it goes with that step.
+//! The kernel's maps of runtime entries: Python, V8 and HotSpot each have a typed map of
+//! their own (until they move onto the seam); a runtime on the seam (`Hooked`: Ruby) gives
+//! the code ranges whose native frames its frames replace and an opaque state
+//! (`RT_PROCS`, `RT_STATE`). This is the one place that routes a runtime's entry to its map.
 
-use profiler_common::{hotspot::HsProc, python::PyProc, v8::V8Proc};
+use profiler_common::{hotspot::HsProc, python::PyProc, runtimes::RtState, v8::V8Proc};
 
 use crate::bpf::{UnwindMapError, UnwindMaps};
 
@@ -11,6 +12,12 @@ pub enum Entry {
     Python(Box<PyProc>),
     V8(Box<V8Proc>),
     Hotspot(Box<HsProc>),
+    /// A runtime on the seam: its slot, the ranges it marks, its state.
+    Hooked {
+        slot: u8,
+        ranges: Vec<(u64, u64)>,
+        state: Box<RtState>,
+    },
 }
 
 /// Which map a runtime's entries go to.
@@ -19,6 +26,8 @@ pub enum KernelMap {
     Python,
     V8,
     Hotspot,
+    /// A runtime on the seam, by slot.
+    Hooked(u8),
 }
 
 impl Entry {
@@ -28,6 +37,11 @@ impl Entry {
             Entry::Python(e) => maps.set_python(pid, Some(e)),
             Entry::V8(e) => maps.set_v8(pid, Some(e)),
             Entry::Hotspot(e) => maps.set_hotspot(pid, Some(e)),
+            Entry::Hooked {
+                slot,
+                ranges,
+                state,
+            } => maps.set_hooked(pid, *slot, Some((ranges, state))),
         }
     }
 }
@@ -39,6 +53,7 @@ impl KernelMap {
             KernelMap::Python => maps.set_python(pid, None),
             KernelMap::V8 => maps.set_v8(pid, None),
             KernelMap::Hotspot => maps.set_hotspot(pid, None),
+            KernelMap::Hooked(slot) => maps.set_hooked(pid, slot, None),
         }
     }
 }

@@ -7,7 +7,7 @@ use std::{collections::HashSet, sync::Arc};
 use profiler_common::runtimes::{rt_len, rt_slot};
 
 use super::{
-    hotspot, python,
+    hotspot, python, ruby,
     seam::{CopiedHook, Published, Runtime, Spec, StartCx, unnamed},
     v8,
 };
@@ -22,6 +22,7 @@ pub const RUNTIMES: &[&Spec] = &[
     &python::runtime::SPEC,
     &v8::runtime::SPEC,
     &hotspot::runtime::SPEC,
+    &ruby::runtime::SPEC,
 ];
 
 /// The runtime called `name` on the command line.
@@ -178,7 +179,8 @@ mod tests {
     fn names_and_tags_are_unique() {
         for (i, a) in RUNTIMES.iter().enumerate() {
             assert_ne!(a.slot, 0, "{}: slot 0 is a native address", a.name);
-            assert!(a.slot < 128, "{}", a.name);
+            // A bit per slot in the kernel's hook entry (`RtProc::slots`).
+            assert!(a.slot < 32, "{}", a.name);
             assert_eq!(by_name(a.name).map(|s| s.label), Some(a.label));
             for b in &RUNTIMES[i + 1..] {
                 assert_ne!(a.name, b.name);
@@ -191,7 +193,7 @@ mod tests {
 
     #[test]
     fn labels_of_the_runtimes_left_on() {
-        assert_eq!(labels_on(&[]), ["Python", "JavaScript", "Java"]);
-        assert_eq!(labels_on(&["js".into()]), ["Python", "Java"]);
+        assert_eq!(labels_on(&[]), ["Python", "JavaScript", "Java", "Ruby"]);
+        assert_eq!(labels_on(&["js".into()]), ["Python", "Java", "Ruby"]);
     }
 }

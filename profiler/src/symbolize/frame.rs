@@ -17,6 +17,9 @@ pub enum FrameKind {
     /// A Java method (its file is the class's source file), from the kernel's HotSpot
     /// walker: in place of the interpreter or JIT frame that ran it.
     Java,
+    /// A Ruby method or block (its file is the script's), from the kernel's CRuby walker: in
+    /// place of the `rb_vm_exec` frame that ran it.
+    Ruby,
 }
 
 impl FrameKind {
@@ -24,7 +27,7 @@ impl FrameKind {
     pub fn is_runtime(self) -> bool {
         matches!(
             self,
-            FrameKind::Python | FrameKind::JavaScript | FrameKind::Java
+            FrameKind::Python | FrameKind::JavaScript | FrameKind::Java | FrameKind::Ruby
         )
     }
 }

@@ -318,6 +318,8 @@ fn runtime_kind(file: &str) -> FrameKind {
         FrameKind::Python
     } else if file.ends_with(".java") {
         FrameKind::Java
+    } else if file.ends_with(".rb") {
+        FrameKind::Ruby
     } else {
         FrameKind::JavaScript
     }

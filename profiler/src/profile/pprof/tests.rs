@@ -17,6 +17,7 @@ fn frame(name: &str, kind: FrameKind, inlined: bool) -> Frame {
         FrameKind::Python => "stacks.py",
         FrameKind::JavaScript => "stacks.js",
         FrameKind::Java => "Stacks.java",
+        FrameKind::Ruby => "stacks.rb",
     }));
     if kind == FrameKind::User {
         f.path = Some(Arc::from("/nonexistent/chain"));
@@ -388,6 +389,7 @@ fn runtime_frames_read_back_as_recorded() {
         runtime("fixture.Chain.leaf", FrameKind::Java, "Chain.java"),
         runtime("inner", FrameKind::JavaScript, "/srv/chain.js"),
         runtime("spin", FrameKind::Python, "/srv/stacks.py"),
+        runtime("Chain.leaf", FrameKind::Ruby, "/srv/chain.rb"),
     ];
     let mut p = sample_profile();
     let ids = p.frames.intern_all(&frames).into_vec();
@@ -416,6 +418,11 @@ fn runtime_frames_read_back_as_recorded() {
                 FrameKind::Python,
                 "spin (stacks.py:12)".to_string(),
                 Some(Arc::from("stacks.py"))
+            ),
+            (
+                FrameKind::Ruby,
+                "Chain.leaf (chain.rb:12)".to_string(),
+                Some(Arc::from("chain.rb"))
             ),
         ]
     );

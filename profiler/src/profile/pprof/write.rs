@@ -66,7 +66,11 @@ impl<'a> Tables<'a> {
             (
                 None,
                 None,
-                FrameKind::User | FrameKind::Python | FrameKind::JavaScript | FrameKind::Java,
+                FrameKind::User
+                | FrameKind::Python
+                | FrameKind::JavaScript
+                | FrameKind::Java
+                | FrameKind::Ruby,
             ) => {
                 return 0;
             }

@@ -1,7 +1,7 @@
-//! CRuby's user-space half (the kernel walker is not built yet, so this runtime is in no
-//! registry list): find the VM in a process, read its version, symbols and the way to the
-//! running thread's execution context, give a walker its offsets
-//! ([`profiler_common::ruby::RubyProc`]), and name the frames such a walker writes.
+//! CRuby: its kernel walker (`profiler-ebpf/src/ruby.rs`) runs on the seam's hooks; this
+//! is the user-space half (`runtime.rs`, in the registry): find the VM in a process, read
+//! its version, symbols and the way to the running thread's execution context, give the
+//! walker its offsets ([`profiler_common::ruby::RubyProc`]), and name the frames it writes.
 //!
 //! Supported: CRuby 2.6 to 3.4 on x86-64, as a shared `libruby` (with `.dynsym` only, as
 //! distributions ship it) or a static `ruby`. Anything else is one line saying why.
@@ -22,6 +22,7 @@ pub mod layout;
 pub mod lines;
 pub mod naming;
 pub mod objects;
+pub mod runtime;
 pub mod symbol_table;
 
 pub use detect::{Detection, Ec, Ruby, detect};

@@ -70,6 +70,16 @@ pub struct Namer<'a, M: Memory + ?Sized> {
     heap: Heap<'a, M>,
 }
 
+/// What holds a stopped PC that is not in the code its frame's function runs
+/// ([`Namer::code_at_pc`]), outermost frame first.
+pub enum AtPc {
+    /// Another function, called without a frame of its own yet: its frames go under the
+    /// caller's.
+    Callee(Vec<JsFrame>),
+    /// Other code of the same function: its frames replace the caller's.
+    Own(Vec<JsFrame>),
+}
+
 impl<'a, M: Memory + ?Sized> Namer<'a, M> {
     pub fn new(mem: &'a M, layout: &'a Layout) -> Self {
         Namer {
@@ -188,16 +198,25 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
     /// `caller`'s frame runs (whose frame the frame pointer still holds: the code at `pc`
     /// has not built its own, or has taken it down), outermost first. `None` when no
     /// optimized Code is found to hold `pc` (the PC is in a builtin, or in baseline code).
-    pub fn callee_frames(&self, caller: u64, pc: u64) -> Option<Vec<JsFrame>> {
-        let kinds = &self.layout().code_kinds;
+    pub fn code_at_pc(&self, caller: u64, pc: u64) -> Option<AtPc> {
+        let l = self.layout();
         let known = code_of(&self.heap, caller).ok()?;
         let code = code_holding(&self.heap, &known, pc)?;
-        if code.kind != kinds.turbofan && code.kind != kinds.maglev {
+        if code.kind != l.code_kinds.turbofan && code.kind != l.code_kinds.maglev {
             return None;
         }
         let sfi = code_shared(&self.heap, &code)?;
-        self.frames_in(sfi, Some(&code), Position::Pc { pc, top: true })
-            .ok()
+        let frames = self
+            .frames_in(sfi, Some(&code), Position::Pc { pc, top: true })
+            .ok()?;
+        // Other code of the caller's own function (compiled again, or deoptimized, under
+        // its frame): the caller itself, not a callee.
+        let own = self.heap.field(caller, l.fields.js_function_shared).ok() == Some(sfi);
+        Some(if own {
+            AtPc::Own(frames)
+        } else {
+            AtPc::Callee(frames)
+        })
     }
 
     /// The frames of the function `sfi` at `position`, in `code` when it holds a PC.

@@ -14,7 +14,7 @@ use profiler_common::{
 use super::{
     detect::{Detection, detect_in, v8_mapping},
     layout::Layout,
-    naming::{JsFrame, LineKind, Namer, Position},
+    naming::{AtPc, JsFrame, LineKind, Namer, Position},
     ranges::CodeRanges,
 };
 use crate::{
@@ -184,10 +184,16 @@ impl V8Walker {
                         .then(|| callee_frames(&namer, code, function, pc))
                         .flatten();
                     match callee {
-                        Some(callee) => {
+                        Some(AtPc::Callee(callee)) => {
+                            // Its call's return address is not in any frame yet: the
+                            // caller's line is not known (its first line would be made up).
+                            if let Some(f) = frames.last_mut() {
+                                (f.line, f.line_kind) = (None, LineKind::None);
+                            }
                             frames.extend(callee);
                             (Some(frames), None)
                         }
+                        Some(AtPc::Own(own)) => (Some(own), None),
                         None => {
                             // Stopped in code the function called without a frame (a V8
                             // builtin, mostly): the function is the caller, its line unknown.
@@ -246,14 +252,14 @@ fn callee_frames<M: Memory + ?Sized>(
     code: &mut CodeRanges,
     caller: u64,
     pc: u64,
-) -> Option<Vec<JsFrame>> {
+) -> Option<AtPc> {
     if let Some(callee) = code.at(pc).filter(|&f| f != caller) {
         match namer.frames(callee, Position::Pc { pc, top: true }) {
-            Ok((frames, Some(_))) => return Some(frames),
+            Ok((frames, Some(_))) => return Some(AtPc::Callee(frames)),
             _ => code.forget(pc),
         }
     }
-    namer.callee_frames(caller, pc)
+    namer.code_at_pc(caller, pc)
 }
 
 /// The two words the kernel's walk writes for the frame at `fp` if it is a JS frame

@@ -1,0 +1,285 @@
+//! CRuby's frames (`profiler_common::ruby`): the sampled thread's execution context, its
+//! control frames from the current one out, each written as three words into the walk's
+//! groups, one group per marked `rb_vm_exec` frame (innermost first: a group ends at the
+//! frame its `vm_exec` call pushed first, flagged `FINISH`). Named in user space.
+
+use aya_ebpf::helpers::{
+    bpf_probe_read_kernel, bpf_probe_read_user, generated, generated::bpf_get_current_task,
+};
+use profiler_common::{
+    record_flags,
+    ruby::{
+        EC_GLOBAL, EC_MAIN_RACTOR, EC_TLS_DTV, EC_TLS_TPOFF, ENV_FLAG_LOCAL, EP_ME_CREF,
+        EP_SPECVAL, FRAME_CFUNC, FRAME_FLAG_FINISH, FRAME_ISEQ, FRAME_MAGIC_CFUNC,
+        FRAME_MAGIC_DUMMY, FRAME_MAGIC_MASK, FRAME_WORDS, IMEMO_MASK, IMEMO_MENT, IMEMO_SHIFT,
+        IMEMO_SVAR, RubyProc, SVAR_CREF_OR_ME, ruby_frame,
+    },
+    runtimes::{MAX_GROUP_WORDS, MAX_MARKS, slots},
+};
+
+use crate::{rt, unwind::Walk};
+
+/// Most control frames one walk looks at.
+const MAX_CFPS: u32 = 256;
+/// `VM_FRAME_MAGIC_IFUNC`: a block written in C (its "iseq" is not one).
+const FRAME_MAGIC_IFUNC: u64 = 0x6666_0001;
+/// `RBasic.flags`' type bits (`T_MASK`) and an imemo's type (`T_IMEMO`).
+const T_MASK: u64 = 0x1f;
+const T_IMEMO: u64 = 0x1a;
+
+/// What the Ruby walk's loop gets: the walk and the process's state. Its place is in
+/// `Walk::loop_at`: the next control frame, the end of the VM stack (no frame at or past
+/// it), and the mark whose group is being written.
+#[repr(C)]
+struct RubyCx {
+    walk: *mut Walk,
+    proc_: *const RubyProc,
+}
+
+const CFP: usize = 0;
+const END: usize = 1;
+const MARK: usize = 2;
+/// [`method_entry`]'s answer.
+const CME: usize = 3;
+
+/// Writes the Ruby frames of the walk's marks (`rt::finish`).
+#[inline(always)]
+pub(crate) fn annotate(w: &mut Walk) {
+    let Some(p) = rt::state::<RubyProc>(w.tgid, slots::RUBY) else {
+        return;
+    };
+    let Some((cfp, end)) = frames(p) else {
+        w.flags |= record_flags::RUNTIME_ERROR;
+        return;
+    };
+    let mut mark = 0;
+    if !next_mark(w, &mut mark, 0) {
+        return;
+    }
+    w.loop_at[CFP] = cfp;
+    w.loop_at[END] = end;
+    w.loop_at[MARK] = u64::from(mark);
+    let mut cx = RubyCx { walk: w, proc_: p };
+    // SAFETY: `step` is a BPF callback taking (index, ctx); `cx` outlives the call.
+    unsafe {
+        generated::bpf_loop(
+            MAX_CFPS,
+            step as *mut core::ffi::c_void,
+            (&raw mut cx).cast(),
+            0,
+        );
+    }
+}
+
+/// The thread's current control frame and the VM stack's end; `None` when the thread has
+/// no execution context (or it cannot be read).
+#[inline(always)]
+fn frames(p: &RubyProc) -> Option<(u64, u64)> {
+    let ec = match p.ec_source {
+        EC_TLS_DTV => {
+            // glibc: the TCB's word at `dtv_offset` points at the DTV's entry 0; entry `m`
+            // (`dtv_entry` bytes) starts with module m's TLS block.
+            let dtv = read(thread_pointer(p)?.checked_add(u64::from(p.dtv_offset))?)?;
+            // (No checked_mul: a 128-bit multiply is no BPF instruction.)
+            if p.tls_module > 1 << 16 {
+                return None;
+            }
+            let entry = p.tls_module * u64::from(p.dtv_entry);
+            let block = read(dtv.checked_add(entry)?)?;
+            if block == 0 || block == u64::MAX {
+                return None; // not allocated for this thread
+            }
+            read(block.checked_add_signed(p.tls_offset)?)?
+        }
+        EC_TLS_TPOFF => read(thread_pointer(p)?.checked_add_signed(p.tls_offset)?)?,
+        EC_GLOBAL => read(p.global_addr)?,
+        EC_MAIN_RACTOR => read(read(p.global_addr)?.checked_add(u64::from(p.ractor_running_ec))?)?,
+        _ => return None,
+    };
+    if ec == 0 {
+        return None;
+    }
+    let cfp = read(ec + u64::from(p.ec_cfp))?;
+    let stack = read(ec + u64::from(p.ec_vm_stack))?;
+    let size = read(ec + u64::from(p.ec_vm_stack_size))?;
+    if size > 1 << 32 {
+        return None;
+    }
+    Some((cfp, stack.checked_add(size * 8)?))
+}
+
+/// The sampled task's thread pointer.
+#[inline(always)]
+fn thread_pointer(p: &RubyProc) -> Option<u64> {
+    // SAFETY: the current task's field at an offset read from this kernel's BTF, read with
+    // bpf_probe_read_kernel, which tolerates any address.
+    unsafe {
+        let task = bpf_get_current_task();
+        bpf_probe_read_kernel((task + u64::from(p.task_fsbase)) as *const u64).ok()
+    }
+}
+
+/// Moves `mark` to mark `from` when it is a Ruby one; false when it is not (or there is
+/// none). Ruby is the only runtime that marks frames, so its marks are all the walk's; a
+/// loop looking past other runtimes' marks cost the verifier more than the whole walk (the
+/// 6.1 verifier could not bound one; unrolled, it passed a million instructions).
+#[inline(always)]
+fn next_mark(w: &Walk, mark: &mut u32, from: u32) -> bool {
+    if from >= w.marks_len || from as usize >= MAX_MARKS {
+        return false;
+    }
+    if w.marks[from as usize & (MAX_MARKS - 1)].slot != slots::RUBY {
+        return false;
+    }
+    *mark = from;
+    true
+}
+
+/// One control frame: its three words into the current mark's group. Returns 1 to stop.
+extern "C" fn step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
+    // SAFETY: `ctx` is the RubyCx `annotate` passed: the walk is a map value, the process's
+    // state a map value only read.
+    let (w, p) = unsafe {
+        let c = &*(ctx as *const RubyCx);
+        (&mut *c.walk, &*c.proc_)
+    };
+    let cfp = w.loop_at[CFP];
+    if cfp == 0 || cfp.wrapping_add(u64::from(p.cfp_size)) > w.loop_at[END] {
+        return 1;
+    }
+    w.loop_at[CFP] = cfp + u64::from(p.cfp_size);
+    let (Some(pc), Some(iseq), Some(ep)) = (
+        read(cfp + u64::from(p.cfp_pc)),
+        read(cfp + u64::from(p.cfp_iseq)),
+        read(cfp + u64::from(p.cfp_ep)),
+    ) else {
+        return fail(w);
+    };
+    if ep == 0 {
+        return 0;
+    }
+    let Some(flags) = read(ep) else {
+        return fail(w);
+    };
+    let magic = flags & FRAME_MAGIC_MASK;
+    let kind = if magic == FRAME_MAGIC_CFUNC {
+        Some(FRAME_CFUNC)
+    } else if magic == FRAME_MAGIC_DUMMY || magic == FRAME_MAGIC_IFUNC || iseq == 0 {
+        None
+    } else {
+        Some(FRAME_ISEQ)
+    };
+    if let Some(kind) = kind {
+        method_entry(w, ep);
+        let cme = w.loop_at[CME];
+        if !write(w, kind, iseq, cme, pc) {
+            return 1;
+        }
+    }
+    // The first frame its vm_exec call pushed: the next frames are the next mark's.
+    if flags & FRAME_FLAG_FINISH != 0 {
+        let mut mark = 0;
+        if !next_mark(w, &mut mark, w.loop_at[MARK] as u32 + 1) {
+            return 1;
+        }
+        w.loop_at[MARK] = u64::from(mark);
+    }
+    0
+}
+
+/// Writes one frame into the current mark's group; false when the groups are full.
+#[inline(always)]
+fn write(w: &mut Walk, kind: u8, iseq: u64, cme: u64, pc: u64) -> bool {
+    let k = w.loop_at[MARK] as usize & (MAX_MARKS - 1);
+    let at = w.groups_len as usize;
+    if at + FRAME_WORDS > MAX_GROUP_WORDS {
+        w.flags |= record_flags::UNWIND_PARTIAL;
+        return false;
+    }
+    let words = if kind == FRAME_CFUNC {
+        ruby_frame(kind, cme, cme, 0)
+    } else {
+        ruby_frame(kind, iseq, cme, pc)
+    };
+    w.groups[at] = words[0];
+    w.groups[at + 1] = words[1];
+    w.groups[at + 2] = words[2];
+    if w.marks[k].group_len == 0 {
+        w.marks[k].group_start = at as u16;
+    }
+    w.marks[k].group_len += FRAME_WORDS as u16;
+    w.groups_len += FRAME_WORDS as u32;
+    w.flags |= record_flags::RUNTIME_FRAMES;
+    true
+}
+
+/// The method entry of the frame whose environment is `ep`, as `rb_vm_frame_method_entry`
+/// finds it, into `loop_at[CME]` (0: none): a method's (and a C method's) environment holds
+/// it, a block's is found in its parent environments (two looked at: a block in a method,
+/// or in a block in a method; deeper ones get none, their method's class then unnamed).
+/// Straight-line code, not inlined, answering through `w`: a loop over the parents made
+/// the 7.x verifier take more than two minutes under qemu.
+#[inline(never)]
+fn method_entry(w: &mut Walk, ep: u64) {
+    let local = |e: u64| read(e).unwrap_or(0) & ENV_FLAG_LOCAL != 0;
+    let me_cref = |e: u64| read(e.wrapping_sub(8 * EP_ME_CREF)).unwrap_or(0);
+    let parent = |e: u64| read(e.wrapping_sub(8 * EP_SPECVAL)).unwrap_or(0) & !3;
+    let mut me = 0;
+    if local(ep) {
+        me = method_entry_of(me_cref(ep), 1);
+    } else {
+        let p1 = parent(ep);
+        if p1 != 0 && local(p1) {
+            me = method_entry_of(me_cref(p1), 1);
+        } else if p1 != 0 {
+            let p2 = parent(p1);
+            if p2 != 0 && local(p2) {
+                me = method_entry_of(me_cref(p2), 1);
+            }
+        }
+    }
+    w.loop_at[CME] = me;
+}
+
+/// `obj` if it is a method entry, or (`svar` non-zero: a method-level environment's) the
+/// one an svar holds; 0 otherwise.
+#[inline(always)]
+fn method_entry_of(obj: u64, svar: u64) -> u64 {
+    let t = imemo_type(obj);
+    if t == IMEMO_MENT {
+        return obj;
+    }
+    if svar != 0 && t == IMEMO_SVAR {
+        let inner = read(obj + u64::from(SVAR_CREF_OR_ME)).unwrap_or(0);
+        if imemo_type(inner) == IMEMO_MENT {
+            return inner;
+        }
+    }
+    0
+}
+
+/// The imemo type of `obj`, if it is an imemo (heap objects are 8-byte aligned; special
+/// constants are not read); `u64::MAX` otherwise.
+#[inline(always)]
+fn imemo_type(obj: u64) -> u64 {
+    if obj == 0 || obj & 7 != 0 {
+        return u64::MAX;
+    }
+    match read(obj) {
+        Some(flags) if flags & T_MASK == T_IMEMO => (flags >> IMEMO_SHIFT) & IMEMO_MASK,
+        _ => u64::MAX,
+    }
+}
+
+/// A frame that cannot be read: the rest stay native.
+#[inline(always)]
+fn fail(w: &mut Walk) -> i64 {
+    w.flags |= record_flags::RUNTIME_ERROR;
+    1
+}
+
+#[inline(always)]
+fn read(addr: u64) -> Option<u64> {
+    // SAFETY: bpf_probe_read_user tolerates any address.
+    unsafe { bpf_probe_read_user(addr as *const u64) }.ok()
+}
