@@ -168,8 +168,13 @@ pub struct FileFacts {
 pub fn detect(pid: u32) -> Result<Detection, DetectError> {
     let maps = process_mappings(pid)?;
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
-    let exe = exe.as_deref().and_then(|p| p.to_str());
-    let Some((mapping, is_exe)) = pick_mapping(&maps, exe) else {
+    detect_in(pid, &maps, exe.as_deref().and_then(|p| p.to_str()))
+}
+
+/// [`detect`] with the process's mappings and executable already read (a recording has
+/// them when it publishes a process).
+pub fn detect_in(pid: u32, maps: &[Mapping], exe: Option<&str>) -> Result<Detection, DetectError> {
+    let Some((mapping, is_exe)) = pick_mapping(maps, exe) else {
         return Ok(Detection::NotRuby);
     };
     let path = mapping.name.to_string();

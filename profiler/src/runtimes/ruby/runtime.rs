@@ -9,7 +9,10 @@ use profiler_common::{
     runtimes::{RtState, slots},
 };
 
-use super::{Detection, Names, detect, detect::is_candidate};
+use super::{
+    Detection, Names,
+    detect::{detect_in, is_candidate},
+};
 use crate::{
     modules::Mapping,
     runtimes::{
@@ -32,6 +35,13 @@ pub static SPEC: Spec = Spec {
     map: KernelMap::Hooked(slots::RUBY),
     start,
 };
+
+/// Process `pid`'s executable, as `/proc/PID/exe` names it.
+fn exe(pid: u32) -> Option<String> {
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+        .ok()
+        .and_then(|p| p.to_str().map(str::to_string))
+}
 
 /// The kernel half reads the task's thread pointer (the EC is a `__thread` variable).
 fn start(cx: &StartCx) -> Result<Box<dyn Runtime>, String> {
@@ -61,17 +71,18 @@ impl Runtime for Ruby {
     /// Its frames come only through the kernel's walk of libruby (its `rb_vm_exec`
     /// frames), which needs libruby's table from the first sample.
     fn needs_tables_first(&self, pid: u32, mappings: &[Mapping]) -> bool {
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
-        is_candidate(mappings, exe.as_deref().and_then(|p| p.to_str()))
+        is_candidate(mappings, exe(pid).as_deref())
     }
 
     fn publish(&mut self, pid: u32, mappings: &[Mapping]) -> Published {
         self.waiting.retain(|&p| p != pid);
-        if !self.needs_tables_first(pid, mappings) {
+        // The mappings and executable read once, for the cheap check and the detection.
+        let exe = exe(pid);
+        if !is_candidate(mappings, exe.as_deref()) {
             self.procs.remove(&pid);
             return Published::Native(None);
         }
-        match detect(pid) {
+        match detect_in(pid, mappings, exe.as_deref()) {
             Ok(Detection::Found(ruby)) => {
                 let state = RtState::of::<RubyProc>(&ruby.proc(self.fsbase));
                 self.procs
