@@ -41,6 +41,13 @@ const END: usize = 1;
 const MARK: usize = 2;
 /// [`method_entry`]'s answer.
 const CME: usize = 3;
+/// Whether frames go to the slot past the last mark ([`EXTRA`]), that run has ended
+/// ([`EXTRA_CLOSED`]), and the walk then reached the VM stack's end with frames in it
+/// ([`EXTRA_DONE`]).
+const EXTRA_AT: usize = 4;
+const EXTRA: u64 = 1;
+const EXTRA_CLOSED: u64 = 2;
+const EXTRA_DONE: u64 = 3;
 
 /// Writes the Ruby frames of the walk's marks (`rt::finish`).
 #[inline(always)]
@@ -59,6 +66,12 @@ pub(crate) fn annotate(w: &mut Walk) {
     w.loop_at[CFP] = cfp;
     w.loop_at[END] = end;
     w.loop_at[MARK] = u64::from(mark);
+    w.loop_at[EXTRA_AT] = 0;
+    // The slot past the last mark, for one run more (see `step`).
+    let n = w.marks_len as usize;
+    if n < MAX_MARKS {
+        w.marks[n].group_len = 0;
+    }
     let mut cx = RubyCx { walk: w, proc_: p };
     // SAFETY: `step` is a BPF callback taking (index, ctx); `cx` outlives the call.
     unsafe {
@@ -68,6 +81,30 @@ pub(crate) fn annotate(w: &mut Walk) {
             (&raw mut cx).cast(),
             0,
         );
+    }
+    // One run more than the marks, with the native walk whole and the Ruby one to its
+    // end: the innermost run's frame is pushed but its `vm_exec` not yet called (the
+    // sample is in the C code that pushed it, as `rb_yield`). That run is not running:
+    // dropped, each mark takes the next run's frames.
+    if w.loop_at[EXTRA_AT] == EXTRA_DONE
+        && !w.wants_copy()
+        && w.flags & record_flags::UNWIND_PARTIAL == 0
+    {
+        drop_top_run(w);
+    }
+}
+
+/// Gives each mark the frames of the run after it (see [`annotate`]). Constant bounds, not
+/// inlined: verified once, whatever the caller's state.
+#[inline(never)]
+fn drop_top_run(w: &mut Walk) {
+    let n = w.marks_len as usize;
+    for k in 0..MAX_MARKS - 1 {
+        if k >= n {
+            break;
+        }
+        w.marks[k].group_start = w.marks[k + 1].group_start;
+        w.marks[k].group_len = w.marks[k + 1].group_len;
     }
 }
 
@@ -145,6 +182,10 @@ extern "C" fn step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
     };
     let cfp = w.loop_at[CFP];
     if cfp == 0 || cfp.wrapping_add(u64::from(p.cfp_size)) > w.loop_at[END] {
+        let extra = w.marks[w.marks_len as usize & (MAX_MARKS - 1)].group_len;
+        if w.loop_at[EXTRA_AT] != 0 && extra != 0 {
+            w.loop_at[EXTRA_AT] = EXTRA_DONE;
+        }
         return 1;
     }
     w.loop_at[CFP] = cfp + u64::from(p.cfp_size);
@@ -170,6 +211,11 @@ extern "C" fn step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
         Some(FRAME_ISEQ)
     };
     if let Some(kind) = kind {
+        if w.loop_at[EXTRA_AT] == EXTRA_CLOSED {
+            // A second run past the marks: the native walk missed some; no guess.
+            w.loop_at[EXTRA_AT] = 0;
+            return 1;
+        }
         method_entry(w, ep);
         let cme = w.loop_at[CME];
         if !write(w, kind, iseq, cme, pc) {
@@ -178,11 +224,21 @@ extern "C" fn step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
     }
     // The first frame its vm_exec call pushed: the next frames are the next mark's.
     if flags & FRAME_FLAG_FINISH != 0 {
+        let next = w.loop_at[MARK] as u32 + 1;
         let mut mark = 0;
-        if !next_mark(w, &mut mark, w.loop_at[MARK] as u32 + 1) {
+        if w.loop_at[EXTRA_AT] != 0 {
+            // The extra run ends (the thread's first frame, a dummy one, ends none).
+            w.loop_at[EXTRA_AT] = EXTRA_CLOSED;
+        } else if next_mark(w, &mut mark, next) {
+            w.loop_at[MARK] = u64::from(mark);
+        } else if next == w.marks_len && (next as usize) < MAX_MARKS {
+            // One run more than marks so far: written past the last mark, in case the
+            // innermost run turns out not to be running (see `annotate`).
+            w.loop_at[MARK] = u64::from(next);
+            w.loop_at[EXTRA_AT] = EXTRA;
+        } else {
             return 1;
         }
-        w.loop_at[MARK] = u64::from(mark);
     }
     0
 }

@@ -105,10 +105,10 @@ fn tally(samples: &[StackSample], tid: u64, chain: &[(&str, i64)], leaf: &str) -
     t
 }
 
-/// At least 200 samples reached `leaf`, and 97 % of them carry the exact chain. (Issue 46
-/// asks 99 %: 1-1.5 % of the main thread's samples here have a group of Ruby frames at the
-/// wrong `rb_vm_exec`, likely samples between a frame's push and its `vm_exec` call, or
-/// after its return and before its pop. Not solved yet: the bound says what holds now.)
+/// At least 200 samples reached `leaf`, and 99 % of them carry the exact chain (issue 46).
+/// A sample between a block frame's push and its `vm_exec` call (in `rb_yield`) has one
+/// run of Ruby frames more than `rb_vm_exec` frames: the kernel drops that run, so it counts
+/// as the caller's (`Integer#times`), not as a miss here.
 fn check(what: &str, t: &Tally) {
     eprintln!(
         "{what}: {}/{} samples in the innermost method with the exact chain",
@@ -116,7 +116,7 @@ fn check(what: &str, t: &Tally) {
     );
     assert!(t.leaf >= 200, "{what}: only {} samples", t.leaf);
     assert!(
-        t.exact * 100 >= t.leaf * 97,
+        t.exact * 100 >= t.leaf * 99,
         "{what}: {}/{} carry the exact chain; e.g. {}",
         t.exact,
         t.leaf,
