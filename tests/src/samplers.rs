@@ -273,3 +273,105 @@ pub fn js_main_thread(samples: &[StackSample]) -> u64 {
         .map(|(tid, _)| tid)
         .expect("samples with JS frames")
 }
+
+/// `target/tools-rbspy/bin/rbspy`, which `cargo xtask test` installs (xtask/src/tools.rs).
+pub fn rbspy() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test>
+    let spy = exe
+        .ancestors()
+        .nth(3)
+        .expect("target dir")
+        .join("tools-rbspy/bin/rbspy");
+    assert!(
+        spy.exists(),
+        "{} is missing: run `cargo xtask test` (it installs rbspy), or cargo install rbspy \
+         --version 0.55.0 --locked --root target/tools-rbspy",
+        spy.display()
+    );
+    spy
+}
+
+/// A Ruby method as both samplers can name it: rbspy (0.55, on 3.1) gives a frame's base
+/// label (`parse`, `block in parse`), ours the full label (`CSV::Parser#parse`), so the
+/// class path is dropped; with the file's name, or `(eval)` for code from a string (ours
+/// says what Ruby says, `(erb)`; rbspy `unknown`).
+pub fn ruby_method_key(label: &str, file: &str) -> (String, String) {
+    let (block, method) = match label.find(" in ") {
+        Some(i) if label.starts_with("block ") => label.split_at(i + 4),
+        _ => ("", label),
+    };
+    let class_path = method
+        .char_indices()
+        .take_while(|&(i, c)| {
+            c.is_ascii_alphanumeric() || c == '_' || c == ':' || (i == 0 && c.is_uppercase())
+        })
+        .last()
+        .map_or(0, |(i, c)| i + c.len_utf8());
+    let method = match method[class_path..].strip_prefix(['#', '.']) {
+        Some(rest) if class_path > 0 && method.starts_with(|c: char| c.is_ascii_uppercase()) => {
+            rest
+        }
+        _ => method,
+    };
+    let base = file.rsplit('/').next().unwrap_or(file);
+    let file = if base.ends_with(".rb") {
+        base
+    } else {
+        "(eval)"
+    };
+    (format!("{block}{method}"), file.to_string())
+}
+
+/// Samples per innermost Ruby method (a frame with a file: C methods are their caller's,
+/// as rbspy counts them) of our folded stacks, the total, and the samples with no Ruby frame
+/// at all (C methods included).
+pub fn ruby_innermost_shares(
+    lines: &[(Vec<String>, u64)],
+) -> (HashMap<(String, String), u64>, u64, u64) {
+    let (mut by, mut total, mut none) = (HashMap::new(), 0, 0);
+    for (frames, n) in lines {
+        total += n;
+        let method = frames.iter().rev().find_map(|f| {
+            let (label, place) = f.rsplit_once(" (")?;
+            let (file, line) = place.strip_suffix(')')?.rsplit_once(':')?;
+            line.parse::<u32>().ok()?;
+            Some(ruby_method_key(label, file))
+        });
+        match method {
+            Some(key) => *by.entry(key).or_default() += n,
+            None if frames
+                .iter()
+                .any(|f| f.contains('#') || f == "[unnamed Ruby]") =>
+            {
+                // Only C methods (`Kernel#require`) or frames not named: Ruby's, no method.
+                *by.entry(("(C)".into(), String::new())).or_default() += n
+            }
+            None => none += n,
+        }
+    }
+    (by, total, none)
+}
+
+/// Samples per innermost Ruby method of rbspy's collapsed output (`label - path:line`
+/// frames, C functions `(unknown) [c function] - (unknown)`), and the total.
+pub fn rbspy_innermost_shares(
+    lines: &[(Vec<String>, u64)],
+) -> (HashMap<(String, String), u64>, u64) {
+    let (mut by, mut total) = (HashMap::new(), 0);
+    for (frames, n) in lines {
+        total += n;
+        let key = frames
+            .iter()
+            .rev()
+            .filter(|f| !f.contains("[c function]"))
+            .find_map(|f| {
+                let (label, place) = f.rsplit_once(" - ")?;
+                let file = place.rsplit_once(':').map_or(place, |(f, _)| f);
+                Some(ruby_method_key(label, file))
+            })
+            .unwrap_or_else(|| ("(C)".into(), String::new()));
+        *by.entry(key).or_default() += n;
+    }
+    (by, total)
+}

@@ -11,7 +11,7 @@ use std::{
     process::Command,
 };
 
-use profiler_tests::*;
+use profiler_tests::{samplers::*, *};
 
 const SCRIPT: &str = include_str!("../fixtures/ruby/chain.rb");
 const RUBY: &str = "/usr/bin/ruby3.1";
@@ -193,4 +193,106 @@ fn ruby_chain_with_p_and_a() {
     check_both("ruby3.1 record -p", &stack_samples(&out), pid);
     let later = record_system_wide(&dir.join("a"), &[]);
     check_both("ruby3.1 record -a", &later, pid);
+}
+
+/// Real standard-library work (CSV, ERB, Time, URI: `fixtures/ruby/stdlib_work.rb`) recorded
+/// by the profiler and by rbspy, separately, at the same rate: at least 95 % of the
+/// profiler's samples carry Ruby frames, and every method rbspy gives 10 % or more of its
+/// samples (innermost Ruby method) has a share within 5 points of it in the profiler's.
+#[test]
+fn ruby_methods_match_rbspy_on_standard_library_work() {
+    if !ruby() {
+        return;
+    }
+    let _serial = serial();
+    let spy = rbspy();
+    let dir = scratch("ruby_vs_rbspy");
+    let script = std::fs::canonicalize(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/ruby/stdlib_work.rb"
+    ))
+    .expect("fixture");
+    let script = script.to_str().unwrap();
+    let ours = dir.join("ours.folded");
+    let out = profiler(&[
+        "record",
+        "-F",
+        "199",
+        "-q",
+        "-o",
+        ours.to_str().unwrap(),
+        "--",
+        RUBY,
+        script,
+        "6",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let theirs = dir.join("rbspy.txt");
+    // -n: run the command as root, as ours does (rbspy drops to SUDO_UID otherwise).
+    let out = Command::new(&spy)
+        .args([
+            "record",
+            "-n",
+            "--silent",
+            "-r",
+            "199",
+            "-o",
+            "collapsed",
+            "-f",
+        ])
+        .arg(&theirs)
+        .args(["--", RUBY, script, "6"])
+        .output()
+        .expect("rbspy");
+    assert!(
+        out.status.success(),
+        "rbspy: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (ours, total, none) = ruby_innermost_shares(&read_folded(&ours));
+    let (theirs, their_total) = rbspy_innermost_shares(&read_raw(&theirs));
+    assert!(
+        total >= 500 && their_total >= 500,
+        "{total} and {their_total} samples"
+    );
+    eprintln!(
+        "{:.1} % of {total} samples carry Ruby frames (rbspy: {their_total} samples)",
+        100.0 * (total - none) as f64 / total as f64
+    );
+    assert!(
+        none * 100 <= total * 5,
+        "{none} of {total} samples have no Ruby frame"
+    );
+    let share = |m: &std::collections::HashMap<(String, String), u64>, k, t: u64| {
+        100.0 * m.get(k).copied().unwrap_or(0) as f64 / t as f64
+    };
+    let mut big: Vec<&(String, String)> = theirs
+        .keys()
+        .filter(|k| share(&theirs, k, their_total) >= 10.0)
+        .collect();
+    big.sort();
+    assert!(!big.is_empty(), "rbspy gives no method 10 %");
+    for k in big {
+        let (a, b) = (share(&ours, k, total), share(&theirs, k, their_total));
+        // As for py-spy: two runs of about 1,200 samples, the bound 4 sigma of the
+        // difference of two shares, 5 points at least.
+        let p = (a + b) / 200.0;
+        let sigma =
+            100.0 * (p * (1.0 - p) * (1.0 / total as f64 + 1.0 / their_total as f64)).sqrt();
+        let bound = (4.0 * sigma).max(5.0);
+        eprintln!(
+            "{} ({}): {a:.1} % vs rbspy {b:.1} % (bound {bound:.1})",
+            k.0, k.1
+        );
+        assert!(
+            (a - b).abs() <= bound,
+            "{} ({}): {a:.1} % vs rbspy's {b:.1} % (bound {bound:.1} points)",
+            k.0,
+            k.1
+        );
+    }
 }

@@ -13,6 +13,7 @@ mod release;
 mod repeat;
 mod setup;
 mod test;
+mod tools;
 mod util;
 mod venv;
 

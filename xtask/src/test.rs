@@ -16,6 +16,8 @@ pub fn test(extra: &[String]) -> anyhow::Result<()> {
     crate::venv::py_spy()?;
     crate::venv::node18()?;
     crate::venv::node20_release()?;
+    // rbspy, the reference the Ruby frames are compared with (built from crates.io).
+    crate::tools::rbspy()?;
     cargo(&["fmt", "--all", "--check"])?;
     crate::deps::check()?;
     // Host crates. The eBPF crate is not a default member and builds only for BPF.

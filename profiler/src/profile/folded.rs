@@ -28,15 +28,11 @@ fn clean(name: &str) -> String {
     name.replace([';', '\n', '\r'], ":").replace(' ', "_")
 }
 
-/// [`clean`], but the one space of a Python frame's `name (file:line)` stays: tools read
-/// the count after the line's last space, and inferno shows names as written.
+/// A frame's name keeps its spaces (`block in Foo#bar (foo.rb:3)`, `operator new(unsigned
+/// long)`): tools read the count after the line's last space, and inferno and flamegraph.pl
+/// show names as written, as perf's stackcollapse leaves them.
 fn clean_frame(name: &str) -> String {
-    match name.split_once(" (") {
-        Some((function, place)) if place.ends_with(')') => {
-            format!("{} ({})", clean(function), clean(&place[..place.len() - 1]))
-        }
-        _ => clean(name),
-    }
+    name.replace([';', '\n', '\r'], ":")
 }
 
 /// Folded lines of `profile`, merged and sorted (deterministic output). Kernel frames carry
