@@ -189,17 +189,17 @@ extern "C" fn step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
         return 1;
     }
     w.loop_at[CFP] = cfp + u64::from(p.cfp_size);
-    let (Some(pc), Some(iseq), Some(ep)) = (
-        read(cfp + u64::from(p.cfp_pc)),
-        read(cfp + u64::from(p.cfp_iseq)),
-        read(cfp + u64::from(p.cfp_ep)),
-    ) else {
+    // The control frame in one read, and the ep's three words (method entry or cref, the
+    // parent's ep, flags) in another: a helper call costs more than its bytes here.
+    if !read_frame(w, cfp, p.cfp_size) {
         return fail(w);
-    };
+    }
+    let field = |w: &Walk, off: u16| w.rt_words[(off as usize / 8) & (FRAME_READ_WORDS - 1)];
+    let (pc, iseq, ep) = (field(w, p.cfp_pc), field(w, p.cfp_iseq), field(w, p.cfp_ep));
     if ep == 0 {
         return 0;
     }
-    let Some(flags) = read(ep) else {
+    let Some([me_cref, specval, flags]) = env(ep) else {
         return fail(w);
     };
     let magic = flags & FRAME_MAGIC_MASK;
@@ -216,7 +216,7 @@ extern "C" fn step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
             w.loop_at[EXTRA_AT] = 0;
             return 1;
         }
-        method_entry(w, ep);
+        method_entry(w, me_cref, specval, flags);
         let cme = w.loop_at[CME];
         if !write(w, kind, iseq, cme, pc) {
             return 1;
@@ -269,32 +269,62 @@ fn write(w: &mut Walk, kind: u8, iseq: u64, cme: u64, pc: u64) -> bool {
     true
 }
 
-/// The method entry of the frame whose environment is `ep`, as `rb_vm_frame_method_entry`
-/// finds it, into `loop_at[CME]` (0: none): a method's (and a C method's) environment holds
-/// it, a block's is found in its parent environments (two looked at: a block in a method,
-/// or in a block in a method; deeper ones get none, their method's class then unnamed).
-/// Straight-line code, not inlined, answering through `w`: a loop over the parents made
-/// the 7.x verifier take more than two minutes under qemu.
+/// The method entry of the frame whose environment's words are `me_cref`, `specval` and
+/// `flags` (`ep[-2..=0]`), as `rb_vm_frame_method_entry` finds it, into `loop_at[CME]` (0:
+/// none): a method's (and a C method's) environment holds it, a block's is found in its
+/// parent environments (two looked at: a block in a method, or in a block in a method;
+/// deeper ones get none, their method's class then unnamed). Straight-line code, not
+/// inlined, answering through `w`: a loop over the parents made the 7.x verifier take more
+/// than two minutes under qemu.
 #[inline(never)]
-fn method_entry(w: &mut Walk, ep: u64) {
-    let local = |e: u64| read(e).unwrap_or(0) & ENV_FLAG_LOCAL != 0;
-    let me_cref = |e: u64| read(e.wrapping_sub(8 * EP_ME_CREF)).unwrap_or(0);
-    let parent = |e: u64| read(e.wrapping_sub(8 * EP_SPECVAL)).unwrap_or(0) & !3;
+fn method_entry(w: &mut Walk, me_cref: u64, specval: u64, flags: u64) {
     let mut me = 0;
-    if local(ep) {
-        me = method_entry_of(me_cref(ep), 1);
-    } else {
-        let p1 = parent(ep);
-        if p1 != 0 && local(p1) {
-            me = method_entry_of(me_cref(p1), 1);
-        } else if p1 != 0 {
-            let p2 = parent(p1);
-            if p2 != 0 && local(p2) {
-                me = method_entry_of(me_cref(p2), 1);
-            }
+    if flags & ENV_FLAG_LOCAL != 0 {
+        me = method_entry_of(me_cref, 1);
+    } else if let Some([me1, spec1, flags1]) = env(specval & !3) {
+        if flags1 & ENV_FLAG_LOCAL != 0 {
+            me = method_entry_of(me1, 1);
+        } else if let Some([me2, _, flags2]) = env(spec1 & !3)
+            && flags2 & ENV_FLAG_LOCAL != 0
+        {
+            me = method_entry_of(me2, 1);
         }
     }
     w.loop_at[CME] = me;
+}
+
+/// Words of a control frame read at once (its size is at most this many).
+const FRAME_READ_WORDS: usize = 8;
+
+/// The control frame at `cfp` (`size` bytes of it) into `w.rt_words`, in one read.
+#[inline(always)]
+fn read_frame(w: &mut Walk, cfp: u64, size: u16) -> bool {
+    const { assert!(FRAME_READ_WORDS == 8) };
+    let n = u32::from(size).min(8 * FRAME_READ_WORDS as u32);
+    // SAFETY: `rt_words` (a map value) has room for `n` bytes; bpf_probe_read_user
+    // tolerates any address.
+    let r = unsafe {
+        generated::bpf_probe_read_user(
+            w.rt_words.as_mut_ptr().cast(),
+            n,
+            cfp as *const core::ffi::c_void,
+        )
+    };
+    r == 0
+}
+
+// `env`'s three words are ep[-2], ep[-1] and ep[0].
+const _: () = assert!(EP_ME_CREF == 2 && EP_SPECVAL == 1);
+
+/// An environment's `ep[-2]` (method entry or cref), `ep[-1]` (the parent's ep, tagged)
+/// and `ep[0]` (flags), in one read; `None` for no ep or an unreadable one.
+#[inline(always)]
+fn env(ep: u64) -> Option<[u64; 3]> {
+    if ep == 0 {
+        return None;
+    }
+    // SAFETY: bpf_probe_read_user tolerates any address.
+    unsafe { bpf_probe_read_user((ep.wrapping_sub(8 * EP_ME_CREF)) as *const [u64; 3]) }.ok()
 }
 
 /// `obj` if it is a method entry, or (`svar` non-zero: a method-level environment's) the

@@ -203,6 +203,10 @@ pub(crate) struct Walk {
     /// loop's context on the BPF stack: the verifier tracks stack values precisely, so
     /// counters there made it verify the loop's body again for each count).
     pub(crate) loop_at: [u64; 6],
+    /// A runtime's record read in one helper call (a Ruby control frame), here rather than
+    /// on the BPF stack: a 64-byte stack buffer filled by a read of variable size made
+    /// 7.x's verifier pass a million instructions.
+    pub(crate) rt_words: [u64; 8],
     pub(crate) marks: [RtMark; MAX_MARKS],
     pub(crate) groups: [u64; MAX_GROUP_WORDS],
     pub(crate) out: [u64; MAX_WALK_WORDS],

@@ -69,6 +69,8 @@ pub struct Env {
     pub cpu: Cpu,
     /// The CPython the `python` scenario runs (none: that scenario fails, saying so).
     pub python: Option<PathBuf>,
+    /// The CRuby the `ruby` scenario runs (none: that scenario fails, saying so).
+    pub ruby: Option<PathBuf>,
 }
 
 impl Env {
@@ -81,6 +83,7 @@ impl Env {
             kernel: Kernel::ALL,
             cpu,
             python: None,
+            ruby: None,
         }
     }
 

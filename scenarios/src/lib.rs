@@ -12,10 +12,12 @@ mod env;
 pub mod folded;
 mod python;
 mod record;
+mod ruby;
 mod run;
 
 pub use env::{C_FIXTURES, Cpu, Env, Kernel, LIBCPC_EXAMPLES, RUST_FIXTURES};
 pub use python::host_python;
+pub use ruby::{RUBY, host_ruby};
 pub use run::{Failure, Outcome};
 
 /// One scenario: its name (the `KCHECK` name, `--only`'s key, a column of the kernels table)
@@ -82,6 +84,10 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "python",
         run: python::python,
+    },
+    Scenario {
+        name: "ruby",
+        run: ruby::ruby,
     },
     Scenario {
         name: "stat-cgroups",

@@ -37,6 +37,7 @@ fn scenario(name: &str) {
         Cpu::Native,
     );
     env.python = profiler_scenarios::host_python();
+    env.ruby = profiler_scenarios::host_ruby();
     env.check().unwrap_or_else(|e| panic!("{e}"));
     env.probe_kernel();
     let before = our_programs();
@@ -80,6 +81,7 @@ host_tests! {
     record_group => "record-group",
     record_group_aggregate => "record-group-aggregate",
     python => "python",
+    ruby => "ruby",
     stat_cgroups => "stat-cgroups",
     track_pf => "track-pf",
     libcpc_example1 => "libcpc-example1",

@@ -14,7 +14,7 @@ use super::{
     Ctx, Goal, Section,
     env::BpfStats,
     proc::{self, median},
-    python::{OnOff, on_off_rounds},
+    runtime_cost::{OnOff, on_off_rounds},
 };
 use crate::util::workspace_root;
 

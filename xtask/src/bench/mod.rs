@@ -20,6 +20,8 @@ mod post;
 mod proc;
 mod python;
 mod report;
+mod ruby;
+mod runtime_cost;
 mod unwind;
 
 use std::{
@@ -150,7 +152,7 @@ pub fn bench(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
         runs: 0,
     };
     type Measure = fn(&mut Ctx) -> anyhow::Result<Section>;
-    let measures: [(&str, Measure); 14] = [
+    let measures: [(&str, Measure); 15] = [
         ("overhead", overhead::measure),
         ("kernel cost", kernel::measure),
         ("loss", loss::measure),
@@ -165,6 +167,7 @@ pub fn bench(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
         ("javascript", javascript::measure),
         ("java frames", java::measure),
         ("fleet", fleet::measure),
+        ("ruby frames", ruby::measure),
     ];
     let mut sections = Vec::new();
     for (name, measure) in measures {

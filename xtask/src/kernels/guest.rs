@@ -24,6 +24,8 @@ pub fn env_under(root: &Path, scratch: &Path, cpu: Cpu) -> Env {
     // The image's interpreter, when the machine that built it had one (image.rs).
     let python = root.join(PYTHON);
     env.python = python.exists().then_some(python);
+    // Debian's ruby at its own path, when the image carries it (image.rs).
+    env.ruby = profiler_scenarios::host_ruby();
     env
 }
 

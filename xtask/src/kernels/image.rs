@@ -131,13 +131,18 @@ pub fn build(parts: &Parts, dir: &Path) -> anyhow::Result<Initramfs> {
             .arg(format!("-Wl,-rpath,{PREFIX}/lib"))
             .arg("-lcpc"))?;
     }
-    let python = if arch.is_host() {
-        add_python(&prefix)?
+    let (python, ruby) = if arch.is_host() {
+        (add_python(&prefix)?, add_ruby(&root)?)
     } else {
         // The guest reads the checks to skip from this file (guest::read_skips).
-        let skip = format!("python {}\n", no_python(arch));
+        let skip = format!(
+            "python {}\nruby no Ruby in the {} image (the Ruby walker reads x86-64 \
+             layouts)\n",
+            no_python(arch),
+            arch.debian()
+        );
         fs::write(prefix.join(guest::SKIP_FILE), skip)?;
-        None
+        (None, Vec::new())
     };
     fs::copy(&parts.suite, prefix.join("bin/xtask"))
         .with_context(|| format!("copying the guest suite {}", parts.suite.display()))?;
@@ -155,6 +160,7 @@ pub fn build(parts: &Parts, dir: &Path) -> anyhow::Result<Initramfs> {
         lib.join(crate::install::SONAME),
     ];
     elves.extend(python);
+    elves.extend(ruby);
     elves.extend(
         C_FIXTURES
             .iter()
@@ -246,6 +252,36 @@ fn add_python(prefix: &Path) -> anyhow::Result<Option<PathBuf>> {
     fs::create_dir_all(bin.parent().unwrap_or(&home))?;
     fs::copy(&python, &bin).with_context(|| format!("copying {}", python.display()))?;
     Ok(Some(bin))
+}
+
+/// Debian's ruby's files (relative to `/`) that `ruby --disable-gems` opens besides its
+/// shared libraries: the encoding tables it loads at start-up.
+const RUBY_FILES: &[&str] = &[
+    "usr/lib/x86_64-linux-gnu/ruby/3.1.0/enc/encdb.so",
+    "usr/lib/x86_64-linux-gnu/ruby/3.1.0/enc/trans/transdb.so",
+];
+
+/// Copies Debian's ruby ([`profiler_scenarios::RUBY`]) and the files its start-up loads
+/// into `root` at their own paths (Ruby looks for them where it was built to); returns the
+/// ELF files copied (their shared libraries are copied with everyone's). None, said on
+/// stderr, when it is not installed: the guests' `ruby` check then fails, saying so.
+fn add_ruby(root: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let Some(ruby) = profiler_scenarios::host_ruby() else {
+        eprintln!(
+            "no {} on this machine: every kernel's `ruby` check will fail",
+            profiler_scenarios::RUBY
+        );
+        return Ok(Vec::new());
+    };
+    let mut copied = Vec::new();
+    let files = std::iter::once(ruby).chain(RUBY_FILES.iter().map(|f| Path::new("/").join(f)));
+    for from in files {
+        let to = root.join(from.strip_prefix("/").unwrap_or(&from));
+        fs::create_dir_all(to.parent().unwrap_or(root))?;
+        fs::copy(&from, &to).with_context(|| format!("copying {}", from.display()))?;
+        copied.push(to);
+    }
+    Ok(copied)
 }
 
 /// The compiler flags of a fixture's first line, `/* cc FLAGS -o NAME NAME.c`.
