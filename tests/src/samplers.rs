@@ -375,3 +375,40 @@ pub fn rbspy_innermost_shares(
     }
     (by, total)
 }
+
+/// Every key `reference` gives 10 % or more of its samples (`theirs` of `their_total`) has a
+/// share of ours (`ours` of `total`) within 4 sigma of the difference of two shares, 5
+/// points at least: two runs of the program, about 1,200 samples each, a share's sampling
+/// error alone is about 2 points (sigma of the difference at 60 %), and some 20 shares are
+/// compared per run (a fixed 5 failed one run in a few on sampling noise). `name` shows a
+/// key in the messages.
+pub fn check_big_shares<K: Eq + std::hash::Hash + Ord>(
+    tag: &str,
+    reference: &str,
+    (ours, total): (&HashMap<K, u64>, u64),
+    (theirs, their_total): (&HashMap<K, u64>, u64),
+    name: impl Fn(&K) -> String,
+) {
+    let share = |m: &HashMap<K, u64>, k: &K, t: u64| {
+        100.0 * m.get(k).copied().unwrap_or(0) as f64 / t as f64
+    };
+    let mut big: Vec<&K> = theirs
+        .keys()
+        .filter(|k| share(theirs, k, their_total) >= 10.0)
+        .collect();
+    big.sort();
+    assert!(!big.is_empty(), "{tag}: {reference} gives nothing 10 %");
+    for k in big {
+        let (a, b) = (share(ours, k, total), share(theirs, k, their_total));
+        let p = (a + b) / 200.0;
+        let sigma =
+            100.0 * (p * (1.0 - p) * (1.0 / total as f64 + 1.0 / their_total as f64)).sqrt();
+        let bound = (4.0 * sigma).max(5.0);
+        let f = name(k);
+        eprintln!("{tag}: {f}: {a:.1} % vs {reference} {b:.1} % (bound {bound:.1})");
+        assert!(
+            (a - b).abs() <= bound,
+            "{tag}: {f}: {a:.1} % vs {reference}'s {b:.1} % (bound {bound:.1} points)"
+        );
+    }
+}

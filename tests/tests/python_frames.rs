@@ -399,31 +399,13 @@ fn python_functions_match_py_spy_on_standard_library_work() {
             none * 100 <= total * 5,
             "{tag}: {none} of {total} samples have no Python frame"
         );
-        let share = |m: &HashMap<String, u64>, f: &str, t: u64| {
-            100.0 * m.get(f).copied().unwrap_or(0) as f64 / t as f64
-        };
-        let mut big: Vec<&String> = theirs
-            .keys()
-            .filter(|f| share(&theirs, f, their_total) >= 10.0)
-            .collect();
-        big.sort();
-        assert!(!big.is_empty(), "{tag}: py-spy gives no function 10 %");
-        for f in big {
-            let (a, b) = (share(&ours, f, total), share(&theirs, f, their_total));
-            // Two runs of the program, about 1,200 samples each: a share's sampling error
-            // alone is about 2 points (sigma of the difference at 60 %), and some 20 shares
-            // are compared per run, so the bound is 4 sigma of that difference, 5 points
-            // at least (a fixed 5 failed one run in a few on sampling noise).
-            let p = (a + b) / 200.0;
-            let sigma =
-                100.0 * (p * (1.0 - p) * (1.0 / total as f64 + 1.0 / their_total as f64)).sqrt();
-            let bound = (4.0 * sigma).max(5.0);
-            eprintln!("{tag}: {f}: {a:.1} % vs py-spy {b:.1} % (bound {bound:.1})");
-            assert!(
-                (a - b).abs() <= bound,
-                "{tag}: {f}: {a:.1} % vs py-spy's {b:.1} % (bound {bound:.1} points)"
-            );
-        }
+        check_big_shares(
+            &tag,
+            "py-spy",
+            (&ours, total),
+            (&theirs, their_total),
+            String::clone,
+        );
     }
 }
 

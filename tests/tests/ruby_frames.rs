@@ -267,32 +267,11 @@ fn ruby_methods_match_rbspy_on_standard_library_work() {
         none * 100 <= total * 5,
         "{none} of {total} samples have no Ruby frame"
     );
-    let share = |m: &std::collections::HashMap<(String, String), u64>, k, t: u64| {
-        100.0 * m.get(k).copied().unwrap_or(0) as f64 / t as f64
-    };
-    let mut big: Vec<&(String, String)> = theirs
-        .keys()
-        .filter(|k| share(&theirs, k, their_total) >= 10.0)
-        .collect();
-    big.sort();
-    assert!(!big.is_empty(), "rbspy gives no method 10 %");
-    for k in big {
-        let (a, b) = (share(&ours, k, total), share(&theirs, k, their_total));
-        // As for py-spy: two runs of about 1,200 samples, the bound 4 sigma of the
-        // difference of two shares, 5 points at least.
-        let p = (a + b) / 200.0;
-        let sigma =
-            100.0 * (p * (1.0 - p) * (1.0 / total as f64 + 1.0 / their_total as f64)).sqrt();
-        let bound = (4.0 * sigma).max(5.0);
-        eprintln!(
-            "{} ({}): {a:.1} % vs rbspy {b:.1} % (bound {bound:.1})",
-            k.0, k.1
-        );
-        assert!(
-            (a - b).abs() <= bound,
-            "{} ({}): {a:.1} % vs rbspy's {b:.1} % (bound {bound:.1} points)",
-            k.0,
-            k.1
-        );
-    }
+    check_big_shares(
+        "ruby3.1",
+        "rbspy",
+        (&ours, total),
+        (&theirs, their_total),
+        |(method, file)| format!("{method} ({file})"),
+    );
 }
