@@ -481,6 +481,12 @@ fn switch_out<const TABLES: bool>(
     let Some(buf) = OFFCPU_BUF.get_ptr_mut(0) else {
         return;
     };
+    // The table walk first, from one verifier state (after the kernel stack's two outcomes,
+    // the verifier checked the walk's loops once per outcome). `Some(None)`: a kernel thread.
+    let walked = (TABLES
+        && config.capture & capture::USER_STACK != 0
+        && config.capture & capture::UNWIND_TABLES != 0)
+        .then(|| saved_user_regs().map(|regs| walk_user_from(regs, 0, tgid)));
     // SAFETY: this CPU's buffer (tracepoint programs do not nest on one CPU); the helpers
     // write at most STACK_BYTES into frames that have room for them.
     unsafe {
@@ -512,7 +518,7 @@ fn switch_out<const TABLES: bool>(
         }
         let mut u = 0usize;
         if config.capture & capture::USER_STACK != 0 {
-            u = user_stack::<TABLES>(ctx, config, tgid, buf, k);
+            u = user_stack(ctx, config, tgid, buf, k, walked);
         }
         (*buf).header.kernel_frames = k as u16;
         (*buf).header.user_frames = u as u16;
@@ -574,30 +580,32 @@ fn keep_copy(tid: u32) -> bool {
     kept.is_ok()
 }
 
-/// Walks the current task's user stack into `frames[k..]` of the buffer from the registers
-/// it saved on kernel entry; returns the frames written.
+/// Writes the current task's user stack into `frames[k..]` of the buffer: its table walk
+/// (`walked`, made from the registers it saved on kernel entry; `Some(None)` for a kernel
+/// thread) or, without tables, its frame pointers; returns the frames written.
 ///
 /// # Safety
 /// `buf` is this CPU's off-CPU buffer and `k <= MAX_STACK_DEPTH`.
 #[inline(always)]
-unsafe fn user_stack<const TABLES: bool>(
+unsafe fn user_stack(
     ctx: &TracePointContext,
     config: &SamplerConfig,
     tgid: u32,
     buf: *mut OffCpuBuf,
     k: usize,
+    walked: Option<Option<Walked>>,
 ) -> usize {
     let k = k & 0x7f;
     // SAFETY: every write is of MAX_STACK_DEPTH words from word k <= 127 of `frames`, which
     // has OFFCPU_FRAMES + 2 = 256 words (a deeper table walk is cut there, marked partial).
     unsafe {
-        let mut walked = None;
-        if TABLES && config.capture & capture::UNWIND_TABLES != 0 {
-            let Some(regs) = saved_user_regs() else {
+        let mut walk_done = None;
+        if let Some(walked) = walked {
+            let Some(walked) = walked else {
                 return 0; // a kernel thread
             };
             let now = (*buf).header.time_ns;
-            match walk_user_from(regs, 0, tgid) {
+            match walked {
                 // A frame it cannot walk yet: copied while the budget lasts (as below).
                 Walked::Done(walk)
                     if walk.wants_copy() && copy_allowed(tgid, now, config.wakeup_bytes, true) =>
@@ -606,7 +614,7 @@ unsafe fn user_stack<const TABLES: bool>(
                         record_flags::UNWIND_NO_PROCESS | record_flags::STACK_COPY;
                     return 0;
                 }
-                Walked::Done(walk) => walked = Some(walk),
+                Walked::Done(walk) => walk_done = Some(walk),
                 Walked::NoProcess => {
                     // No frame-pointer guess: the caller copies the stack (a thread blocked
                     // from its start waits with the stack it had then).
@@ -622,11 +630,10 @@ unsafe fn user_stack<const TABLES: bool>(
         let leaf_ret = || saved_user_regs().and_then(regs::leaf_ret);
         let dst = (*buf).frames.as_mut_ptr().add(k);
         let header = &raw mut (*buf).header;
-        user_frames::<MAX_STACK_DEPTH>(ctx.as_ptr(), walked, leaf_ret, header, dst).unwrap_or_else(
-            || {
+        user_frames::<MAX_STACK_DEPTH>(ctx.as_ptr(), walk_done, leaf_ret, header, dst)
+            .unwrap_or_else(|| {
                 add(stat::STACK_ERRORS, 1);
                 0
-            },
-        )
+            })
     }
 }

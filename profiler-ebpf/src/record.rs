@@ -100,7 +100,14 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
         return;
     }
     let aggregated = config.capture & capture::AGGREGATE != 0;
-    if aggregated && aggregate::<TABLES>(ctx, config, &request, pid_tgid) {
+    // The table walk, once, before the aggregation chooses: a sample it hands to the ring
+    // keeps its walk, and the verifier checks the walk's loops at one call, not two.
+    let walked = (TABLES
+        && request.flags & request_flags::STACKS != 0
+        && config.capture & capture::USER_STACK != 0
+        && config.capture & capture::UNWIND_TABLES != 0)
+        .then(|| walk_user(ctx, tgid));
+    if aggregated && aggregate(ctx, config, &request, pid_tgid, walked) {
         return;
     }
     let Some(buf) = RECORD_BUF.get_ptr_mut(0) else {
@@ -146,7 +153,7 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
         }
         let mut u = 0usize;
         if stacks && config.capture & capture::USER_STACK != 0 {
-            u = user_stack::<TABLES>(ctx, config, tgid, buf, k);
+            u = user_stack(ctx, config, tgid, buf, k, walked);
         }
         (*buf).header.kernel_frames = k as u16;
         (*buf).header.user_frames = u as u16;
@@ -220,23 +227,23 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
 /// # Safety
 /// `buf` is this CPU's record buffer and `k <= MAX_STACK_DEPTH`.
 #[inline(always)]
-unsafe fn user_stack<const TABLES: bool>(
+unsafe fn user_stack(
     ctx: &PerfEventContext,
     config: &SamplerConfig,
     tgid: u32,
     buf: *mut StackSampleBuf,
     k: usize,
+    walked: Option<Walked>,
 ) -> usize {
     // The verifier needs the bound spelled out: frames[k..k + MAX_WALK_WORDS] is in bounds.
     let k = k & 0x7f;
-    let tables = TABLES && config.capture & capture::UNWIND_TABLES != 0;
     // SAFETY: the buffer is ours; every write is of at most MAX_WALK_WORDS words from word
     // k <= 127 of `frames`, which has MAX_RECORD_FRAMES = 127 + MAX_WALK_WORDS words.
     unsafe {
-        let mut walked = None;
-        if tables {
+        let mut walk_done = None;
+        if let Some(walked) = walked {
             let time_ns = (*buf).header.time_ns;
-            match walk_user(ctx, tgid) {
+            match walked {
                 // A frame it cannot walk yet (a module being built, a mapping read since):
                 // copied as for a process without tables, while the budget lasts.
                 Walked::Done(walk)
@@ -252,7 +259,7 @@ unsafe fn user_stack<const TABLES: bool>(
                     if walk.flags & record_flags::UNWIND_PARTIAL != 0 {
                         bump(stat::UNWIND_PARTIAL);
                     }
-                    walked = Some(walk);
+                    walk_done = Some(walk);
                 }
                 Walked::NoProcess => {
                     // No frame-pointer guess: the stack is copied into the record (after the
@@ -272,12 +279,11 @@ unsafe fn user_stack<const TABLES: bool>(
         let dst = (*buf).frames.as_mut_ptr().add(k);
         let header = &raw mut (*buf).header;
         let leaf_ret = || user_regs(ctx).and_then(regs::leaf_ret);
-        user_frames::<MAX_WALK_WORDS>(ctx.as_ptr(), walked, leaf_ret, header, dst).unwrap_or_else(
-            || {
+        user_frames::<MAX_WALK_WORDS>(ctx.as_ptr(), walk_done, leaf_ret, header, dst)
+            .unwrap_or_else(|| {
                 bump(stat::STACK_ERRORS);
                 0
-            },
-        )
+            })
     }
 }
 
@@ -296,23 +302,20 @@ unsafe fn user_stack<const TABLES: bool>(
 /// stack has a runtime's frames (named by user space from the process's memory, while it
 /// lives).
 #[inline(always)]
-fn aggregate<const TABLES: bool>(
+fn aggregate(
     ctx: &PerfEventContext,
     config: &SamplerConfig,
     request: &RequestConfig,
     pid_tgid: u64,
+    walked: Option<Walked>,
 ) -> bool {
     let tgid = (pid_tgid >> 32) as u32;
     // The counters are accounted to the sampled thread whether or not the sample is counted.
     let values = group::account(pid_tgid, false);
     let stacks = request.flags & request_flags::STACKS != 0;
     let mut user = None;
-    if TABLES
-        && stacks
-        && config.capture & capture::USER_STACK != 0
-        && config.capture & capture::UNWIND_TABLES != 0
-    {
-        match walk_user(ctx, tgid) {
+    if let Some(walked) = walked {
+        match walked {
             // The ring path copies it (or keeps the frames walked, past the budget).
             Walked::Done(walk) if walk.wants_copy() => return false,
             // A runtime's frames are named from the live process: the ring takes them now,

@@ -279,6 +279,7 @@ struct LoopCtx {
 }
 
 /// The outcome of [`walk_user`].
+#[derive(Clone, Copy)]
 pub(crate) enum Walked {
     Done(&'static Walk),
     /// The process has no tables yet: the caller copies the stack for user space to walk

@@ -34,6 +34,10 @@ pub const SCENARIOS: &[Scenario] = &[
         run: counting::list,
     },
     Scenario {
+        name: "load",
+        run: record::load,
+    },
+    Scenario {
         name: "record-fp",
         run: record::record_fp,
     },

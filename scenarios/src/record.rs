@@ -546,3 +546,78 @@ fn group_faults(env: &Env, args: &[&str]) -> Outcome {
         "page faults on faulter's stacks {on_faulter} (fixture {truth}){collided}"
     ))
 }
+
+/// `record --off-cpu -- chain 1` with `PROFILER_DEBUG_VERIFIER=1`: how long the kernel took
+/// to load each program (the verifier, mostly) and how many instructions it verified, as
+/// `NAME SECS s INSNS`, the slowest first, and the seconds the whole run took. Fails only
+/// when `record` does.
+pub fn load(env: &Env) -> Outcome {
+    let chain = env.fixture("chain");
+    let out = env.out("load.folded");
+    let t0 = std::time::Instant::now();
+    let (_, stderr) = crate::run::program_streams(
+        env.profiler_command()
+            .env("PROFILER_DEBUG_VERIFIER", "1")
+            .args([
+                "record",
+                "--off-cpu",
+                "-F",
+                "99",
+                "-q",
+                "-o",
+                &out,
+                "--",
+                &chain,
+                "1",
+            ]),
+    )?;
+    let took = t0.elapsed().as_secs_f64();
+    let programs = verified(&stderr);
+    if programs.is_empty() {
+        return Err(Failure::with("no program load was reported", &stderr));
+    }
+    Ok(format!("{}; {took:.1} s in all", programs.join(", ")))
+}
+
+/// The `verifier: NAME SECS s [INSNS insns]` lines `PROFILER_DEBUG_VERIFIER` prints, as
+/// `NAME SECS s INSNS`, the slowest first (the tracepoints' few dozen instructions left out;
+/// no count before 5.16).
+fn verified(stderr: &str) -> Vec<String> {
+    let mut loads: Vec<(f64, String)> = stderr
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.strip_prefix("verifier: ")?.split_whitespace().collect();
+            let secs: f64 = f.get(1)?.parse().ok()?;
+            // Kernels before 5.16 do not count verified instructions.
+            match f.get(3).and_then(|n| n.parse::<u64>().ok()) {
+                Some(insns) if insns >= 1000 => {
+                    Some((secs, format!("{} {secs:.1} s {insns}", f[0])))
+                }
+                Some(_) => None,
+                None => Some((secs, format!("{} {secs:.1} s", f[0]))),
+            }
+        })
+        .collect();
+    loads.sort_by(|a, b| b.0.total_cmp(&a.0));
+    loads.into_iter().map(|(_, s)| s).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn verified_programs_are_listed_slowest_first() {
+        let stderr = "verifier: unwind_exec 0.00 s 35 insns\n\
+                      verifier: offcpu_switch 0.21 s 158002 insns\n\
+                      something else\n\
+                      verifier: record_sample 0.81 s 339089 insns\n";
+        assert_eq!(
+            super::verified(stderr),
+            ["record_sample 0.8 s 339089", "offcpu_switch 0.2 s 158002"]
+        );
+        let old_kernel = "verifier: record_fp 0.30 s\nverifier: on_fork 0.00 s\n";
+        assert_eq!(
+            super::verified(old_kernel),
+            ["record_fp 0.3 s", "on_fork 0.0 s"]
+        );
+    }
+}

@@ -68,6 +68,7 @@ macro_rules! host_tests {
 
 host_tests! {
     list => "list",
+    load => "load",
     record_fp => "record-fp",
     record_dwarf => "record-dwarf",
     record_pf_count => "record-pf-count",

@@ -147,6 +147,12 @@ pub const KERNELS_HOST: &[Need] = &[
         package: "cpio",
         probe: || runs("cpio", &["--version"]),
     },
+    Need {
+        what: "Ruby 3.1 (the `ruby` check: Debian's ruby3.1 and its encoding tables are \
+               copied into the amd64 images)",
+        package: "ruby3.1",
+        probe: || runs("ruby3.1", &["--version"]),
+    },
 ];
 
 /// What `cargo xtask kernels` needs to boot other kernels (the host's architecture).
@@ -154,6 +160,7 @@ pub const KERNELS: &[Need] = &[
     KERNELS_HOST[0],
     KERNELS_HOST[1],
     KERNELS_HOST[2],
+    KERNELS_HOST[3],
     Need {
         what: "qemu (boots the kernels, TCG)",
         package: "qemu-system-x86",

@@ -78,7 +78,9 @@ impl CgroupCounter {
             .program_mut(programs::CG_SWITCH)
             .ok_or(BpfError::Missing(programs::CG_SWITCH))?
             .try_into()?;
+        let t0 = std::time::Instant::now();
         program.load()?;
+        super::object::say_verified(programs::CG_SWITCH, t0, || program.info());
         // The link belongs to the program, which this value owns: detached on drop.
         program.attach("sched_switch")?;
         for ev in &opened {

@@ -133,13 +133,7 @@ impl Loaded {
             .try_into()?;
         let t0 = std::time::Instant::now();
         perf.load()?;
-        if std::env::var_os("PROFILER_DEBUG_VERIFIER").is_some() {
-            let n = perf
-                .info()
-                .ok()
-                .and_then(|i| i.verified_instruction_count());
-            eprintln!("verifier: {program} {:?} {n:?} insns", t0.elapsed());
-        }
+        say_verified(program, t0, || perf.info());
         maps::set_config(&mut ebpf, map::CONFIG, config)?;
         Ok(Self {
             attached: Attachments::new(kernel),
@@ -268,7 +262,9 @@ impl Loaded {
             .program_mut(name)
             .ok_or(BpfError::Missing(name))?
             .try_into()?;
+        let t0 = std::time::Instant::now();
         program.load()?;
+        say_verified(name, t0, || program.info());
         program.attach(category, event)?;
         Ok(())
     }
@@ -284,9 +280,30 @@ impl Loaded {
             .program_mut(name)
             .ok_or(BpfError::Missing(name))?
             .try_into()?;
+        let t0 = std::time::Instant::now();
         program.load()?;
+        say_verified(name, t0, || program.info());
         program.attach(event)?;
         Ok(())
+    }
+}
+
+/// With `PROFILER_DEBUG_VERIFIER` set, one stderr line per program loaded: its name, how
+/// long the kernel took to load it (the verifier, mostly) and the instructions it verified
+/// (the kernel matrix's `load` check reports them per kernel).
+pub(super) fn say_verified(
+    name: &str,
+    t0: std::time::Instant,
+    info: impl FnOnce() -> Result<aya::programs::ProgramInfo, aya::programs::ProgramError>,
+) {
+    if std::env::var_os("PROFILER_DEBUG_VERIFIER").is_none() {
+        return;
+    }
+    let took = t0.elapsed();
+    let insns = info().ok().and_then(|i| i.verified_instruction_count());
+    match insns {
+        Some(n) => eprintln!("verifier: {name} {:.2} s {n} insns", took.as_secs_f64()),
+        None => eprintln!("verifier: {name} {:.2} s", took.as_secs_f64()),
     }
 }
 

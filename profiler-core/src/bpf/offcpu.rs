@@ -68,7 +68,9 @@ impl RecordProgram {
             .program_mut(program)
             .ok_or(BpfError::Missing("the off-CPU program"))?
             .try_into()?;
+        let t0 = std::time::Instant::now();
         tp.load()?;
+        super::object::say_verified(program, t0, || tp.info());
         let link = tp.attach("sched", "sched_switch")?;
         Ok(OffCpuHook { program, link })
     }
