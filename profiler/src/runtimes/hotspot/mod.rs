@@ -36,7 +36,7 @@
 //!   very PC (the call's), inlined methods expanded innermost first, each with its line;
 //! - the top compiled frame: the first debug point after the PC (`LineKind::
 //!   NextDebugPoint`, AsyncGetCallTrace's and JFR's `pc_desc_near(pc + 1)`); when that is the end
-//!   sentinel, the last one before the PC (`LineKind::PreviousDebugPoint`: C1 lays a loop's
+//!   sentinel, the last one at or before the PC (`LineKind::PreviousDebugPoint`: C1 lays a loop's
 //!   header out after its back-edge poll, so most stops in a C1 loop need it), for the
 //!   compiled method only (the PC may have left what was inlined there). Debug points
 //!   are calls and safepoint polls, so a hot loop's samples all land on its back-edge poll's
