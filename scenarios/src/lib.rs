@@ -14,6 +14,7 @@ mod python;
 mod record;
 mod ruby;
 mod run;
+mod runtime;
 
 pub use env::{C_FIXTURES, Cpu, Env, Kernel, LIBCPC_EXAMPLES, RUST_FIXTURES};
 pub use python::host_python;

@@ -8,17 +8,14 @@ use std::path::{Path, PathBuf};
 
 use crate::{
     env::{Cpu, Env},
-    folded::{self, Stack, user_frames},
-    run::{Failure, LIMIT, Outcome, ensure, program_streams_within},
+    folded::{Stack, user_frames},
+    run::{Failure, Outcome},
+    runtime::{self, NO_WALKER, Recorded, Script},
 };
 
 /// The script, written into the scratch directory for each run.
 const SCRIPT: &str = include_str!("../../tests/fixtures/python/chain.py");
 const SCRIPT_NAME: &str = "chain.py";
-
-/// What `record` says on a kernel without `bpf_loop` (Linux 5.17), where the Python walker
-/// (part of the unwind-table program) cannot run.
-const NO_WALKER: &str = "has no bpf_loop (Linux 5.17): walking user stacks with frame pointers";
 
 /// The Python a scenario runs: Debian's `/usr/bin/python3` (a static interpreter, stripped,
 /// with a debuglink), else the newest of pyenv's CPython 3 builds (shared `libpython`).
@@ -119,58 +116,23 @@ pub fn python(env: &Env) -> Outcome {
              machine that built this environment",
         )
     })?;
-    let script = env.scratch.join(SCRIPT_NAME);
-    std::fs::write(&script, SCRIPT)
-        .map_err(|e| Failure::new(format!("writing {}: {e}", script.display())))?;
-    // Long enough for a real profile of two threads on TCG's slow CPUs.
-    let secs = match env.cpu {
-        Cpu::Native => "3",
-        Cpu::Emulated => "6",
-    };
-    let folded_path = env.out("python.folded");
-    let python = python.display().to_string();
-    let script = script.display().to_string();
-    // -S -E -B: no site, no environment, no bytecode written (the guests' interpreter
-    // carries only what start-up needs).
-    let args = [
-        "record",
-        "-F",
-        "999",
-        "-o",
-        &folded_path,
-        "--",
-        &python,
-        "-S",
-        "-E",
-        "-B",
-        &script,
-        secs,
-    ];
-    // 7.x's verifier takes ~35 s under TCG for the unwind-table program, and the
-    // interpreter's tables (6.8 MB of Debian's python3) are built before it is walked.
-    let limit = match env.cpu {
-        Cpu::Native => LIMIT,
-        Cpu::Emulated => LIMIT * 3,
-    };
-    let (stdout, stderr) = program_streams_within(env.profiler_command().args(args), limit)?;
-    let stacks = folded::read(&folded_path)?;
-    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
-    // The evidence of a failure: what the profiler said and the whole profile.
-    let check = |cond: bool, what: &str| -> Result<(), Failure> {
-        if cond {
-            return Ok(());
-        }
-        let folded = std::fs::read_to_string(&folded_path).unwrap_or_default();
-        let evidence = format!("stderr:\n{stderr}\nstdout:\n{stdout}\nfolded:\n{folded}");
-        ensure(false, what, &evidence)
-    };
-    check(
-        total >= min_samples(env),
-        &format!("at least {} samples ({total})", min_samples(env)),
+    let run = runtime::record(
+        env,
+        &Script {
+            name: "python",
+            interpreter: python,
+            // No site, no environment, no bytecode written (the guests' interpreter carries
+            // only what start-up needs).
+            options: &["-S", "-E", "-B"],
+            file: SCRIPT_NAME,
+            text: SCRIPT,
+        },
     )?;
-    let said = stderr.matches(NO_WALKER).count();
+    let (stacks, total) = (&run.stacks, run.total);
+    let check = |cond: bool, what: &str| run.check(cond, what);
+    let said = run.no_walker_notes();
     if !env.kernel.unwind_tables {
-        return native_only(total, &stacks, said, &check);
+        return native_only(&run, said);
     }
     check(said == 0, "no frame-pointer note with the walker")?;
     let main: Vec<String> = ["<module>", "main", "outer", "inner"]
@@ -181,10 +143,10 @@ pub fn python(env: &Env) -> Outcome {
         .into_iter()
         .map(frame)
         .collect::<Result<_, _>>()?;
-    let m = thread(&stacks, &main, |f| f == "_start");
+    let m = thread(stacks, &main, |f| f == "_start");
     // A thread starts in libc's clone3 (or clone), which the guests cannot name: they
     // carry libc without its debug information, and clone3 is not exported.
-    let w = thread(&stacks, &worker, |f| {
+    let w = thread(stacks, &worker, |f| {
         f == "clone3" || f == "clone" || f.starts_with("[libc.so.6]+")
     });
     // The rest is CPython's start-up and exit, a second of TCG's slow CPU.
@@ -238,29 +200,20 @@ pub fn python(env: &Env) -> Outcome {
     ))
 }
 
-/// A real profile of both threads, whichever the kernel: the GIL lets one run at a time, so
-/// 3 s at 999 Hz is at most ~3000 samples, and a busy machine (or TCG) gives far fewer.
-fn min_samples(env: &Env) -> u64 {
-    match env.cpu {
-        Cpu::Native => 300,
-        Cpu::Emulated => 200,
-    }
-}
-
 /// Before 5.17: the note, once; native frames only, walked with frame pointers (which
 /// lose the callers of code built without them, as Debian's CPython is: only the innermost
 /// frame, where the sample was taken, is asked to be placed).
-fn native_only(
-    total: u64,
-    stacks: &[Stack],
-    said: usize,
-    check: &dyn Fn(bool, &str) -> Result<(), Failure>,
-) -> Outcome {
+fn native_only(run: &Recorded, said: usize) -> Outcome {
+    let (total, check) = (run.total, |cond: bool, what: &str| run.check(cond, what));
     check(said == 1, &format!("{NO_WALKER:?} said once ({said})"))?;
     let count = |keep: &dyn Fn(&[String]) -> bool| -> u64 {
-        stacks.iter().filter(|(f, _)| keep(f)).map(|(_, n)| n).sum()
+        run.stacks
+            .iter()
+            .filter(|(f, _)| keep(f))
+            .map(|(_, n)| n)
+            .sum()
     };
-    let with_python = count(&|f| f.iter().any(|x| is_python(x)));
+    let with_python = run.samples_with(is_python);
     check(
         with_python == 0,
         &format!("no Python frame ({with_python} samples with one)"),

@@ -8,9 +8,10 @@
 use std::path::{Path, PathBuf};
 
 use crate::{
-    env::{Cpu, Env},
-    folded::{self, Stack, user_frames},
-    run::{Failure, LIMIT, Outcome, ensure, program_streams_within},
+    env::Env,
+    folded::{Stack, user_frames},
+    run::{Failure, Outcome},
+    runtime::{self, NO_WALKER, Script},
 };
 
 const SCRIPT: &str = include_str!("../../tests/fixtures/ruby/chain.rb");
@@ -18,9 +19,6 @@ const SCRIPT_NAME: &str = "chain.rb";
 
 /// Debian's ruby, the one the walker's live tests run (images carry it at the same path).
 pub const RUBY: &str = "/usr/bin/ruby3.1";
-
-/// What `record` says on a kernel without `bpf_loop` (Linux 5.17).
-const NO_WALKER: &str = "has no bpf_loop (Linux 5.17): walking user stacks with frame pointers";
 
 /// This machine's ruby for the scenario, if it has one.
 pub fn host_ruby() -> Option<PathBuf> {
@@ -80,61 +78,23 @@ pub fn ruby(env: &Env) -> Outcome {
             "no {RUBY} on the machine that built this environment"
         ))
     })?;
-    let script = env.scratch.join(SCRIPT_NAME);
-    std::fs::write(&script, SCRIPT)
-        .map_err(|e| Failure::new(format!("writing {}: {e}", script.display())))?;
-    let secs = match env.cpu {
-        Cpu::Native => "3",
-        Cpu::Emulated => "6",
-    };
-    let folded_path = env.out("ruby.folded");
-    let ruby = ruby.display().to_string();
-    let script = script.display().to_string();
-    // --disable-gems: the guests carry the interpreter and its encodings, no library.
-    let args = [
-        "record",
-        "-F",
-        "999",
-        "-o",
-        &folded_path,
-        "--",
-        &ruby,
-        "--disable-gems",
-        &script,
-        secs,
-    ];
-    // As for Python: 7.x's verifier under TCG, and libruby's tables built before its walk.
-    let limit = match env.cpu {
-        Cpu::Native => LIMIT,
-        Cpu::Emulated => LIMIT * 3,
-    };
-    let (stdout, stderr) = program_streams_within(env.profiler_command().args(args), limit)?;
-    let stacks = folded::read(&folded_path)?;
-    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
-    let check = |cond: bool, what: &str| -> Result<(), Failure> {
-        if cond {
-            return Ok(());
-        }
-        let folded = std::fs::read_to_string(&folded_path).unwrap_or_default();
-        let evidence = format!("stderr:\n{stderr}\nstdout:\n{stdout}\nfolded:\n{folded}");
-        ensure(false, what, &evidence)
-    };
-    let least = match env.cpu {
-        Cpu::Native => 300,
-        Cpu::Emulated => 200,
-    };
-    check(
-        total >= least,
-        &format!("at least {least} samples ({total})"),
+    let run = runtime::record(
+        env,
+        &Script {
+            name: "ruby",
+            interpreter: ruby,
+            // The guests carry the interpreter and its encodings, no library.
+            options: &["--disable-gems"],
+            file: SCRIPT_NAME,
+            text: SCRIPT,
+        },
     )?;
-    let said = stderr.matches(NO_WALKER).count();
+    let (stacks, total) = (&run.stacks, run.total);
+    let check = |cond: bool, what: &str| run.check(cond, what);
+    let said = run.no_walker_notes();
     if !env.kernel.unwind_tables {
         check(said == 1, &format!("{NO_WALKER:?} said once ({said})"))?;
-        let with_ruby: u64 = stacks
-            .iter()
-            .filter(|(f, _)| f.iter().any(|x| is_ruby(x)))
-            .map(|(_, n)| n)
-            .sum();
+        let with_ruby = run.samples_with(is_ruby);
         check(
             with_ruby == 0,
             &format!("no Ruby frame ({with_ruby} samples with one)"),
@@ -161,8 +121,8 @@ pub fn ruby(env: &Env) -> Outcome {
     let chain = |c: &[(&str, &str)]| -> Result<Vec<String>, Failure> {
         c.iter().map(|(label, mark)| frame(label, mark)).collect()
     };
-    let m = thread(&stacks, &chain(&main)?);
-    let w = thread(&stacks, &chain(&worker)?);
+    let m = thread(stacks, &chain(&main)?);
+    let w = thread(stacks, &chain(&worker)?);
     for (name, t) in [("block in Chain.leaf", &m), ("Object#spin", &w)] {
         check(
             t.samples * 5 >= total,

@@ -8,14 +8,13 @@
 
 use std::{path::PathBuf, process::Command};
 
-use nix::sys::signal::Signal;
 use serde_json::json;
 
 use super::{
     Ctx, Goal, Section,
     env::BpfStats,
-    proc::{self, median},
-    runtime_cost::{HZ, Run, Runs, runs, steady},
+    proc,
+    runtime_cost::{HZ, Run, measure_target},
 };
 use crate::util::workspace_root;
 
@@ -41,62 +40,30 @@ fn python() -> PathBuf {
 }
 
 pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
-    let secs = ctx.size(6.0f64, 2.0);
-    let rounds = ctx.rounds(3);
     let _stats = BpfStats::enable()?;
     let spy = crate::venv::py_spy()?;
     let python = python();
     let script = workspace_root().join("tests/fixtures/python/stdlib_work.py");
-    // Long enough for every run of every round (each run attaches, records, detaches).
-    let total = rounds as f64 * (3.0 * (secs + 10.0) + 2.0 * (3.0 * secs + 10.0)) + 30.0;
-    let log = ctx.log("python-target");
-    let target = proc::start(
-        Command::new(&python)
-            .arg(&script)
-            .arg(format!("{total:.0}")),
-        &log,
-    )?;
-    let pid = target.pid().to_string();
     let sampler =
         |ctx: &mut Ctx, pid: &str, secs: f64, tag: &str| spy_run(ctx, &spy, pid, secs, tag);
-    let result = runs(ctx, "python", "--no-python", &sampler, &pid, secs, rounds);
-    let _ = target.stop(Signal::SIGKILL, &[128 + 9, 0]);
-    let r = result?;
-    let steady = steady(&r, secs);
-    let Runs {
-        kernel,
-        cpu,
-        samples,
-        long_cpu,
-        commands,
-    } = r;
-    let k = |i: usize| median(&kernel[i]);
-    let c = |i: usize| median(&cpu[i]);
-    let s = |i: usize| median(&samples[i]);
+    let m = measure_target(
+        ctx,
+        "python",
+        "--no-python",
+        Command::new(&python).arg(&script),
+        &sampler,
+    )?;
+    let (secs, rounds, steady) = (m.secs, m.rounds, m.steady);
+    let (k, c) = (|i| m.kernel(i), |i| m.cpu(i));
     let fixed = [
         c(1) - steady[0] * secs.ceil(),
         c(2) - steady[1] * secs.ceil(),
     ];
-    let labels = [
+    let rows = m.rows([
         "profiler record --no-python",
         "profiler record (Python frames)",
         "py-spy record",
-    ];
-    let rows = (0..3)
-        .map(|i| {
-            vec![
-                labels[i].to_string(),
-                if i < 2 {
-                    format!("{:.0}", k(i))
-                } else {
-                    "-".into()
-                },
-                format!("{:.3}", c(i)),
-                format!("{:.0}", s(i)),
-                format!("{:.1}", 1e6 * c(i) / s(i).max(1.0)),
-            ]
-        })
-        .collect();
+    ]);
     let ratio = c(1) / c(2);
     let steady_ratio = steady[0] / steady[1];
     Ok(Section {
@@ -126,7 +93,7 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             "CPU us per sample",
         ],
         rows,
-        commands,
+        commands: m.runs.commands.clone(),
         goal: Goal {
             target: "the CPU cost of Python frames at most a third of py-spy's at the same rate \
                      (per second of recording, the way a continuous profiler runs)",
@@ -154,11 +121,11 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
         notes: vec![],
         raw: json!({
             "python": python.display().to_string(),
-            "kernel_ns_per_run": kernel,
-            "cpu_s": cpu,
-            "cpu_s_3x_duration": long_cpu,
+            "kernel_ns_per_run": m.runs.kernel,
+            "cpu_s": m.runs.cpu,
+            "cpu_s_3x_duration": m.runs.long_cpu,
             "steady_cpu_s_per_s": steady,
-            "samples": samples,
+            "samples": m.runs.samples,
         }),
     })
 }

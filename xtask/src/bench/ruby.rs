@@ -8,14 +8,13 @@
 
 use std::{path::Path, process::Command};
 
-use nix::sys::signal::Signal;
 use serde_json::json;
 
 use super::{
     Ctx, Goal, Section,
     env::BpfStats,
-    proc::{self, median},
-    runtime_cost::{HZ, Run, Runs, runs, steady},
+    proc,
+    runtime_cost::{HZ, Run, measure_target},
 };
 use crate::util::workspace_root;
 
@@ -23,8 +22,6 @@ const RUBY: &str = "/usr/bin/ruby3.1";
 const RBSPY: &str = "0.55.0";
 
 pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
-    let secs = ctx.size(6.0f64, 2.0);
-    let rounds = ctx.rounds(3);
     let _stats = BpfStats::enable()?;
     anyhow::ensure!(
         Path::new(RUBY).exists(),
@@ -32,50 +29,22 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
     );
     let spy = crate::tools::rbspy()?;
     let script = workspace_root().join("tests/fixtures/ruby/stdlib_work.rb");
-    // Long enough for every run of every round (each run attaches, records, detaches).
-    let total = rounds as f64 * (3.0 * (secs + 10.0) + 2.0 * (3.0 * secs + 10.0)) + 30.0;
-    let log = ctx.log("ruby-target");
-    let target = proc::start(
-        Command::new(RUBY).arg(&script).arg(format!("{total:.0}")),
-        &log,
-    )?;
-    let pid = target.pid().to_string();
     let sampler =
         |ctx: &mut Ctx, pid: &str, secs: f64, tag: &str| rbspy_run(ctx, &spy, pid, secs, tag);
-    let result = runs(ctx, "ruby", "--no-ruby", &sampler, &pid, secs, rounds);
-    let _ = target.stop(Signal::SIGKILL, &[128 + 9, 0]);
-    let r = result?;
-    let steady = steady(&r, secs);
-    let Runs {
-        kernel,
-        cpu,
-        samples,
-        long_cpu,
-        commands,
-    } = r;
-    let k = |i: usize| median(&kernel[i]);
-    let c = |i: usize| median(&cpu[i]);
-    let s = |i: usize| median(&samples[i]);
-    let labels = [
+    let m = measure_target(
+        ctx,
+        "ruby",
+        "--no-ruby",
+        Command::new(RUBY).arg(&script),
+        &sampler,
+    )?;
+    let (secs, rounds, steady) = (m.secs, m.rounds, m.steady);
+    let (k, c) = (|i| m.kernel(i), |i| m.cpu(i));
+    let rows = m.rows([
         "profiler record --no-ruby",
         "profiler record (Ruby frames)",
         "rbspy record",
-    ];
-    let rows = (0..3)
-        .map(|i| {
-            vec![
-                labels[i].to_string(),
-                if i < 2 {
-                    format!("{:.0}", k(i))
-                } else {
-                    "-".into()
-                },
-                format!("{:.3}", c(i)),
-                format!("{:.0}", s(i)),
-                format!("{:.1}", 1e6 * c(i) / s(i).max(1.0)),
-            ]
-        })
-        .collect();
+    ]);
     let kernel_ratio = k(1) / k(0).max(1.0);
     let steady_ratio = steady[0] / steady[1];
     Ok(Section {
@@ -102,7 +71,7 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
             "CPU us per sample",
         ],
         rows,
-        commands,
+        commands: m.runs.commands.clone(),
         goal: Goal {
             target: "Ruby frames at most double the eBPF program's cost per sample of a \
                      native-only walk, and the CPU of a further second of recording below \
@@ -128,11 +97,11 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
         raw: json!({
             "ruby": RUBY,
             "rbspy": RBSPY,
-            "kernel_ns_per_run": kernel,
-            "cpu_s": cpu,
-            "cpu_s_3x_duration": long_cpu,
+            "kernel_ns_per_run": m.runs.kernel,
+            "cpu_s": m.runs.cpu,
+            "cpu_s_3x_duration": m.runs.long_cpu,
             "steady_cpu_s_per_s": steady,
-            "samples": samples,
+            "samples": m.runs.samples,
         }),
     })
 }

@@ -2,6 +2,8 @@
 //! rounds of `profiler record -p PID` with a runtime's frames off and on, and beside the
 //! runtime's own sampler, with the CPU of a further second of recording.
 
+use std::process::Command;
+
 use anyhow::bail;
 use nix::sys::signal::Signal;
 
@@ -74,6 +76,81 @@ pub(super) fn runs(
         r.long_cpu[1].push(long.cpu_s);
     }
     Ok(r)
+}
+
+/// What [`measure_target`] measured.
+pub(super) struct Measured {
+    pub(super) runs: Runs,
+    /// [`steady`]'s CPU per further second (the profiler's, the sampler's).
+    pub(super) steady: [f64; 2],
+    pub(super) secs: f64,
+    pub(super) rounds: usize,
+}
+
+/// A runtime section's rounds ([`runs`]: 6 s runs, 3 rounds; 2 s and 1 with `--quick`)
+/// against one process of `target` (the runtime doing library work, given the seconds to
+/// run as its last argument: long enough for every run), started here and killed after.
+pub(super) fn measure_target(
+    ctx: &mut Ctx,
+    what: &str,
+    off: &str,
+    target: &mut Command,
+    sampler: Sampler,
+) -> anyhow::Result<Measured> {
+    let secs = ctx.size(6.0f64, 2.0);
+    let rounds = ctx.rounds(3);
+    // Each run attaches, records, detaches: three short runs and two long ones a round.
+    let total = rounds as f64 * (3.0 * (secs + 10.0) + 2.0 * (3.0 * secs + 10.0)) + 30.0;
+    target.arg(format!("{total:.0}"));
+    let log = ctx.log(&format!("{what}-target"));
+    let running = proc::start(target, &log)?;
+    let pid = running.pid().to_string();
+    let result = runs(ctx, what, off, sampler, &pid, secs, rounds);
+    let _ = running.stop(Signal::SIGKILL, &[128 + 9, 0]);
+    let runs = result?;
+    let steady = steady(&runs, secs);
+    Ok(Measured {
+        runs,
+        steady,
+        secs,
+        rounds,
+    })
+}
+
+impl Measured {
+    /// Medians per configuration (0: the runtime's frames off, 1: on, 2: the sampler): the
+    /// eBPF program's ns per sample (the profiler's two), CPU s, samples.
+    pub(super) fn kernel(&self, i: usize) -> f64 {
+        proc::median(&self.runs.kernel[i])
+    }
+
+    pub(super) fn cpu(&self, i: usize) -> f64 {
+        proc::median(&self.runs.cpu[i])
+    }
+
+    pub(super) fn samples(&self, i: usize) -> f64 {
+        proc::median(&self.runs.samples[i])
+    }
+
+    /// The section's table: per configuration (named by `labels`), eBPF ns per sample, CPU
+    /// s, samples, CPU us per sample.
+    pub(super) fn rows(&self, labels: [&str; 3]) -> Vec<Vec<String>> {
+        (0..3)
+            .map(|i| {
+                vec![
+                    labels[i].to_string(),
+                    if i < 2 {
+                        format!("{:.0}", self.kernel(i))
+                    } else {
+                        "-".into()
+                    },
+                    format!("{:.3}", self.cpu(i)),
+                    format!("{:.0}", self.samples(i)),
+                    format!("{:.1}", 1e6 * self.cpu(i) / self.samples(i).max(1.0)),
+                ]
+            })
+            .collect()
+    }
 }
 
 /// CPU per further second of recording, per tool (the profiler with the runtime's frames,
