@@ -36,7 +36,20 @@ sub walk {
   }
 }
 sub inner { walk() }
+# `perl walk.pl` (default): a sort block, a closure, a string eval; `perl walk.pl callbacks`:
+# the callbacks that re-enter runops (List::Util's first, a tied FETCH, a DESTROY).
+use List::Util qw(first);
 package Foo; sub meth { my $f = sub { main::inner() }; $f->() }
+package T; sub TIESCALAR { bless {}, shift } sub FETCH { main::inner(); 1 }
+package D; sub new { bless {}, shift } sub DESTROY { main::inner() }
 package main;
 sub outer { my @x = sort { Foo::meth(); $a <=> $b } (2,1); eval "Foo::meth(); 1" or die $@ }
-outer();
+sub viafirst { first { inner(); 1 } (1) }
+sub viatie { tie my $x, "T"; my $y = $x }
+sub viadestroy { { my $d = D->new } }
+# Statement modifiers, not blocks: a block would push a context of its own.
+my $callbacks = ($ARGV[0] // "") eq "callbacks";
+outer() unless $callbacks;
+printf("PL_runops=%#x runops_standard=%#x\n", q64(q64($curinterp)+0x8f0), $base+0x119f20),
+  print("== first\n"), viafirst(), print("== tie\n"), viatie(), print("== destroy\n"),
+  viadestroy() if $callbacks;
