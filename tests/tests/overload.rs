@@ -77,23 +77,26 @@ fn assert_bounded(what: &str, held: &[Held], files: usize, slack_mib: u64) {
 }
 
 /// Flat over a long run: after a fifth of it to warm up, the second half of the rest holds
-/// no more than the first half (plus a little slack): fds by their peaks, RSS by its median.
-/// A leak raises the median; a spike does not (symbolizing one interval's files: a big one,
-/// such as a compiler's library when a build runs beside the test, peaks and is let go).
+/// no more than the first half (plus a little slack): fds by their peaks, RSS by its floor
+/// (the low tenth of the readings). In continuous mode RSS is a sawtooth: each interval's
+/// symbolization (the files and maps of the thousands of processes it saw) rises and is let
+/// go, and on a busy machine it takes half of each interval, so a median lands on the tooth
+/// or the trough by chance (a CI run: 87 then 147 MiB with the troughs at 72-83 MiB
+/// throughout). A leak raises the floor between the teeth; a tooth does not.
 fn assert_flat(what: &str, held: &[Held]) {
     show(what, held);
     let rest = &held[held.len() / 5..];
     let (early, late) = rest.split_at(rest.len() / 2);
     let peak = |hs: &[Held], f: fn(&Held) -> u64| hs.iter().map(f).max().unwrap();
-    let median = |hs: &[Held], f: fn(&Held) -> u64| {
+    let floor = |hs: &[Held], f: fn(&Held) -> u64| {
         let mut v: Vec<u64> = hs.iter().map(f).collect();
         v.sort_unstable();
-        v[v.len() / 2]
+        v[v.len() / 10]
     };
     let (fds_early, fds_late) = (peak(early, |h| h.fds as u64), peak(late, |h| h.fds as u64));
-    let (rss_early, rss_late) = (median(early, |h| h.rss_kib), median(late, |h| h.rss_kib));
+    let (rss_early, rss_late) = (floor(early, |h| h.rss_kib), floor(late, |h| h.rss_kib));
     eprintln!(
-        "{what}: peak fds {fds_early} then {fds_late}; median RSS {} MiB then {} MiB \
+        "{what}: peak fds {fds_early} then {fds_late}; RSS floor {} MiB then {} MiB \
          (peaks {} and {} MiB)",
         rss_early / 1024,
         rss_late / 1024,
@@ -103,7 +106,7 @@ fn assert_flat(what: &str, held: &[Held]) {
     assert!(fds_late <= fds_early + 8, "{what}: fds grew");
     assert!(
         rss_late <= rss_early + rss_early / 4 + 16 * 1024,
-        "{what}: RSS grew from a median of {rss_early} to {rss_late} KiB"
+        "{what}: RSS grew from a floor of {rss_early} to {rss_late} KiB"
     );
 }
 
