@@ -236,8 +236,16 @@ fn python_agrees_with_py_spy_on_library_code() {
             "{what}: py-spy: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let (ours, total, none) = innermost_shares(&read_folded(&ours));
-        let (theirs, their_total, _) = innermost_shares(&read_raw(&theirs));
+        let (mut ours, mut total, none) = innermost_shares(&read_folded(&ours));
+        let (mut theirs, mut their_total, _) = innermost_shares(&read_raw(&theirs));
+        let share = 100.0 * (total - none) as f64 / total as f64;
+        // The script's own loop (`<module>`, at its `time.process_time()` check) is left out
+        // of both: py-spy samples wall-clock time, and on a busy host it puts a thread that
+        // waits for a CPU there (measured: 1 of 2139 samples with the host idle, 264 of 3760
+        // beside two busy loops; 8.2 % in a CI run), where ours samples CPU time (0.1 %).
+        for (by, n) in [(&mut ours, &mut total), (&mut theirs, &mut their_total)] {
+            *n -= by.remove("<module>").unwrap_or(0);
+        }
         // Enough that a share's sampling noise is far inside the bound (sigma <= 0.6 points
         // at 2000 samples). The script runs SECS of its own CPU time, so ours (CPU time)
         // takes about 499 Hz x SECS on a busy host too; it ran SECS of wall clock before,
@@ -246,8 +254,7 @@ fn python_agrees_with_py_spy_on_library_code() {
             total >= 2000 && their_total >= 2000,
             "{what}: {total} and {their_total} samples"
         );
-        let share = 100.0 * (total - none) as f64 / total as f64;
-        eprintln!("{what}: {share:.1} % of our {total} samples carry a Python frame");
+        eprintln!("{what}: {share:.1} % of our samples carry a Python frame");
         for b in compare(&what, &percent(theirs, their_total), &percent(ours, total)) {
             failures.push(format!("{what}: {b}"));
         }

@@ -8,9 +8,10 @@
 
 use std::collections::HashMap;
 
-use object::{Object, ObjectSection, ObjectSymbol, SectionKind};
+use object::{Object, ObjectSection, SectionKind};
 
 use super::baseline::{self, BytecodeSizes};
+use crate::runtimes::shared::elf::for_each_symbol;
 
 /// V8's version, as `v8::internal::Version` holds it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -295,22 +296,27 @@ impl Constants {
         let mut bytecode_sizes = None;
         // .symtab when present (it holds all of them), .dynsym too: a stripped build keeps
         // the exported ones there.
-        for sym in obj.symbols().chain(obj.dynamic_symbols()) {
-            let Ok(name) = sym.name() else { continue };
-            let size = sym.size().min(8) as usize;
-            if let Some(short) = name.strip_prefix("v8dbg_") {
-                if values.contains_key(short) {
-                    continue;
-                }
-                if let Some(v) = read_int(obj, sym.address(), size) {
+        // Bytes compared first: most of node's 235,000 names are none of these.
+        for_each_symbol(obj, data, |sym| {
+            let size = sym.size.min(8) as usize;
+            if let Some(short) = sym.name.strip_prefix(b"v8dbg_") {
+                let Ok(short) = std::str::from_utf8(short) else {
+                    return;
+                };
+                if !values.contains_key(short)
+                    && let Some(v) = read_int(obj, sym.address, size)
+                {
                     values.insert(short.to_string(), v);
                 }
-            } else if let Some(i) = VERSION_SYMBOLS.iter().position(|v| *v == name) {
-                version[i] = read_int(obj, sym.address(), size);
-            } else if name == baseline::SIZES_SYMBOL && bytecode_sizes.is_none() {
-                bytecode_sizes = read_bytes(obj, data, sym.address(), sym.size());
+            } else if let Some(i) = VERSION_SYMBOLS
+                .iter()
+                .position(|v| v.as_bytes() == sym.name)
+            {
+                version[i] = read_int(obj, sym.address, size);
+            } else if sym.name == baseline::SIZES_SYMBOL.as_bytes() && bytecode_sizes.is_none() {
+                bytecode_sizes = read_bytes(obj, data, sym.address, sym.size);
             }
-        }
+        });
         let version = match version {
             [Some(major), Some(minor), Some(build), Some(patch)] => Some(V8Version {
                 major: major as u32,
