@@ -612,6 +612,9 @@ unsafe fn user_stack(
                 {
                     (*buf).header.flags |=
                         record_flags::UNWIND_NO_PROCESS | record_flags::STACK_COPY;
+                    // A frame in no mapping (not a module being built): user space reloads
+                    // the process at its own pace, not at every such copy.
+                    (*buf).header.flags |= walk.flags & record_flags::UNWIND_NO_MAPPING;
                     return 0;
                 }
                 Walked::Done(walk) => walk_done = Some(walk),

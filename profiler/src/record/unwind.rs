@@ -234,7 +234,17 @@ impl TableLoader {
     /// Looks at one record's unwind marks.
     pub fn note(&mut self, rec: &StackSampleHeader) {
         let now = Instant::now();
-        if rec.flags & record_flags::UNWIND_NO_PROCESS != 0 {
+        // A copy the kernel made for a frame in none of a published process's mappings (a
+        // library mapped since, or a walk gone astray through a module without a table):
+        // reloaded at the process's rescan pace, as a sample marked so. At every such copy
+        // it was reloaded whole: on a build host, whose rustc's libLLVM did not fit in the
+        // row array, ~10 times a second per rustc, most of the reader's time.
+        let astray = rec.flags & record_flags::UNWIND_NO_MAPPING != 0
+            && self
+                .procs
+                .get(&rec.pid)
+                .is_some_and(|p| !p.entries.is_empty());
+        if rec.flags & record_flags::UNWIND_NO_PROCESS != 0 && !astray {
             // (A process waiting for a module's table on the worker is published again when
             // it is built: its copies need no reload meanwhile.)
             let building = self.waiting.values().any(|pids| pids.contains(&rec.pid));
