@@ -4,7 +4,11 @@
 //! process's heap soon after the sample (a moving GC may reuse a JSFunction's address, so a
 //! cached name is kept only while the address still holds the same SharedFunctionInfo).
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use profiler_common::{
     runtimes::rt_payload,
@@ -32,6 +36,12 @@ use crate::{
 /// Names cached per process before its cache is cleared.
 const MAX_CACHED: usize = 1 << 16;
 
+/// How long a JSFunction's SharedFunctionInfo, once read, stands for the address: the
+/// records of one read of the ring were sampled together, and a busy node's samples carry
+/// the same outer functions over and over (a read of the process's memory for each of them,
+/// each time, was 8 % of the reader's time under the fleet load).
+const RECHECK: Duration = Duration::from_millis(20);
+
 /// What a process runs, as far as the walker is concerned.
 enum Proc {
     V8 {
@@ -39,6 +49,8 @@ enum Proc {
         layout: Arc<Layout>,
         /// (JSFunction, second word) → its frames, as named.
         names: HashMap<(u64, u64), Named>,
+        /// JSFunction → its SharedFunctionInfo and when that was read.
+        checked: HashMap<u64, (u64, Instant)>,
         /// The code its functions were seen running.
         code: CodeRanges,
         /// Its executable file mappings, sorted: code there (V8's builtins, in the binary
@@ -112,6 +124,7 @@ impl V8Walker {
                 path: Arc::from(path),
                 layout: Arc::from(layout),
                 names: HashMap::new(),
+                checked: HashMap::new(),
                 code: CodeRanges::default(),
                 modules: module_ranges(mappings),
             },
@@ -140,6 +153,7 @@ impl V8Walker {
         let Some(Proc::V8 {
             layout,
             names,
+            checked,
             code,
             modules,
             ..
@@ -150,10 +164,24 @@ impl V8Walker {
         let function = rt_payload(word);
         let mem = ProcessMemory::new(pid);
         let namer = Namer::new(&mem, layout);
-        let shared = namer
-            .heap()
-            .field(function, layout.fields.js_function_shared)
-            .ok();
+        let now = Instant::now();
+        let shared = match checked.get(&function) {
+            Some(&(sfi, at)) if now.duration_since(at) < RECHECK => Some(sfi),
+            _ => {
+                let read = namer
+                    .heap()
+                    .field(function, layout.fields.js_function_shared)
+                    .ok();
+                if checked.len() >= MAX_CACHED {
+                    checked.clear();
+                }
+                match read {
+                    Some(sfi) => checked.insert(function, (sfi, now)),
+                    None => checked.remove(&function),
+                };
+                read
+            }
+        };
         // A process gone (its last samples are read after it exits) moves nothing more:
         // what was named at this address is kept.
         if let Some(named) = names.get(&(function, data))
