@@ -17,7 +17,8 @@ pub type FrameId = u32;
 #[derive(Clone, Debug, Default)]
 pub struct FrameTable {
     frames: Vec<Frame>,
-    ids: HashMap<Frame, FrameId>,
+    /// (foldhash: every frame of every stack is looked up here.)
+    ids: HashMap<Frame, FrameId, foldhash::fast::RandomState>,
     strings: Strings,
 }
 
