@@ -27,6 +27,7 @@ and unit, and the value; rows sorted. Plus the run's counters (pprof comments
 `profiler.K=V`, OTLP profile attributes)."""
 
 import argparse
+import fcntl
 import gzip
 import hashlib
 import json
@@ -218,6 +219,24 @@ class Log:
     def __init__(self, path):
         self.f = open(path, "a", encoding="utf-8")
         self.lock = threading.Lock()
+        self.in_flight = 0
+
+    # While a request is between its arrival and its line (its answer may already be out),
+    # the log is locked (flock): a test reading it after the profiler saw the answer waits
+    # for the line instead of missing it (it read an empty log once: the profiler had its
+    # 200 and had exited, the line was not written yet). Counted: the handlers' threads share
+    # one open file, whose flock is one lock.
+    def begin(self):
+        with self.lock:
+            self.in_flight += 1
+            if self.in_flight == 1:
+                fcntl.flock(self.f, fcntl.LOCK_EX)
+
+    def end(self):
+        with self.lock:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                fcntl.flock(self.f, fcntl.LOCK_UN)
 
     def write(self, protocol, status, headers, summary=None, extra=None):
         line = {"protocol": protocol, "status": status, "headers": headers,
@@ -249,9 +268,16 @@ def serve(args):
                 context.abort(getattr(grpc.StatusCode, GRPC_CODES.get(code, "UNAVAILABLE")),
                               "test receiver answers %d" % code)
             rows = otlp_rows(request)
+            log.begin()
+
             # Logged as accepted once the answer is out (the RPC has ended), as for HTTP.
-            context.add_callback(lambda: log.write("grpc", 200, headers, rows,
-                                                   {"bytes": request.ByteSize()}))
+            def logged():
+                try:
+                    log.write("grpc", 200, headers, rows, {"bytes": request.ByteSize()})
+                finally:
+                    log.end()
+            if not context.add_callback(logged):
+                logged()  # the RPC has ended already
             return pb.ExportProfilesServiceResponse()
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -280,6 +306,13 @@ def serve(args):
             self.wfile.write(body)
 
         def do_POST(self):
+            log.begin()
+            try:
+                self.post()
+            finally:
+                log.end()
+
+        def post(self):
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             url = urlparse(self.path)
             protocol = self.server.protocol

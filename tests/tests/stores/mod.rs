@@ -135,11 +135,18 @@ impl Receiver {
     }
 }
 
-/// The requests logged so far.
+/// The requests logged so far: read under a shared lock on the log, which the receiver
+/// holds while a request it has answered is not logged yet (tests/export/receiver.py, `Log`).
 pub fn requests(log: &Path) -> Vec<Value> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
+    let text = std::fs::File::open(log)
+        .map(|f| {
+            use std::os::fd::AsRawFd;
+            // SAFETY: flock(2) on a descriptor this function owns; released when it closes.
+            unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH) };
+            std::io::read_to_string(&f).unwrap_or_default()
+        })
+        .unwrap_or_default();
+    text.lines()
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect()
 }
