@@ -1028,7 +1028,13 @@ pub fn record_command(args: &[&str], out: &std::path::Path, command: &[&str]) {
 /// took to build the tables of every process it found running (their stacks meanwhile
 /// walked from copies, within a budget per process).
 pub fn record_system_wide(dir: &std::path::Path, args: &[&str]) -> Vec<StackSample> {
+    record_system_wide_for(dir, 4, args)
+}
+
+/// [`record_system_wide`] for `secs` seconds.
+pub fn record_system_wide_for(dir: &std::path::Path, secs: u32, args: &[&str]) -> Vec<StackSample> {
     std::fs::create_dir_all(dir).expect("interval dir");
+    let secs = secs.to_string();
     let mut all = vec![
         "record",
         "-F",
@@ -1037,7 +1043,7 @@ pub fn record_system_wide(dir: &std::path::Path, args: &[&str]) -> Vec<StackSamp
         "--interval",
         "1",
         "-d",
-        "4",
+        &secs,
         "-q",
     ];
     all.extend(args);
