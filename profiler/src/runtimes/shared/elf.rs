@@ -110,8 +110,15 @@ pub fn for_each_symbol<'d, R: ReadRef<'d>>(
     match obj {
         object::File::Elf64(elf) => elf_symbols(elf, data, &mut visit),
         object::File::Elf32(elf) => elf_symbols(elf, data, &mut visit),
+        // Not ELF (no runtime's file is): the same table rule through `object`'s iterators.
         _ => {
-            for sym in obj.symbols().chain(obj.dynamic_symbols()) {
+            let symtab = obj.symbols().next().is_some();
+            let table = if symtab {
+                obj.symbols()
+            } else {
+                obj.dynamic_symbols()
+            };
+            for sym in table {
                 if let Ok(name) = sym.name_bytes() {
                     visit(ElfSym {
                         name,

@@ -294,9 +294,9 @@ impl Constants {
         let mut values = HashMap::new();
         let mut version = [None; 4];
         let mut bytecode_sizes = None;
-        // .symtab when present (it holds all of them), .dynsym too: a stripped build keeps
-        // the exported ones there.
-        // Bytes compared first: most of node's 235,000 names are none of these.
+        // .symtab when present (it holds all of them), else .dynsym: a stripped build keeps
+        // the exported ones there. Bytes compared first: most of node's 235,000 names are
+        // none of these.
         for_each_symbol(obj, data, |sym| {
             let size = sym.size.min(8) as usize;
             if let Some(short) = sym.name.strip_prefix(b"v8dbg_") {
