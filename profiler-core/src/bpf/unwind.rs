@@ -329,6 +329,16 @@ impl UnwindMaps {
         })
     }
 
+    /// How many rows module `id` holds in the array (0 when it holds none).
+    pub fn rows_of(&self, id: u32) -> u32 {
+        self.placed.get(&id).map_or(0, |r| r.len)
+    }
+
+    /// Rows no module holds.
+    pub fn free_rows(&self) -> u32 {
+        self.space.capacity() - self.space.used()
+    }
+
     /// Whether module `id`'s rows are in the array.
     pub fn is_placed(&self, id: u32) -> bool {
         self.placed.contains_key(&id)

@@ -95,6 +95,25 @@ fn same_modules(a: &[Mapping], b: &[Mapping]) -> bool {
         .eq(b.iter().filter(|m| m.has_module()))
 }
 
+/// The placed modules that may make room for module `id`, in the order to evict them: none
+/// a process uses or `keep` lists; never used first, then the longest unused.
+fn eviction_order(
+    placed: &[ModuleId],
+    users: &HashMap<ModuleId, u32>,
+    unused_since: &HashMap<ModuleId, Instant>,
+    keep: &[ModuleId],
+    id: ModuleId,
+) -> Vec<ModuleId> {
+    let mut unused: Vec<(Option<Instant>, ModuleId)> = placed
+        .iter()
+        .filter(|m| !users.contains_key(m) && !keep.contains(m) && **m != id)
+        .map(|&m| (unused_since.get(&m).copied(), m))
+        .collect();
+    // `None < Some(_)`: a module no process ever used goes first.
+    unused.sort_unstable();
+    unused.into_iter().map(|(_, m)| m).collect()
+}
+
 /// What [`TableLoader::rewrite`] made of a record.
 pub enum Rewritten {
     /// Not a copied stack: the record as it is.
@@ -177,6 +196,10 @@ pub struct TableLoader {
     /// Processes (and this one, for its preloaded libraries) whose entries use a placed
     /// module: a module with none may be evicted when the array is full.
     users: HashMap<ModuleId, u32>,
+    /// When each placed module lost its last user: the array evicts the longest unused
+    /// first, and only as many as the new rows need (a build host's rustc libraries, unused
+    /// between two compiler runs, were evicted with every other unused module and rebuilt).
+    unused_since: HashMap<ModuleId, Instant>,
     swept: Instant,
     /// Build every table on this thread (while preloading, before sampling starts).
     build_now: bool,
@@ -198,6 +221,7 @@ impl TableLoader {
             worker: Worker::start(),
             waiting: HashMap::new(),
             users: HashMap::new(),
+            unused_since: HashMap::new(),
             swept: Instant::now(),
             build_now: false,
             runtimes: None,
@@ -545,6 +569,7 @@ impl TableLoader {
     fn add_users(&mut self, modules: &[ModuleId]) {
         for &id in modules {
             *self.users.entry(id).or_default() += 1;
+            self.unused_since.remove(&id);
         }
     }
 
@@ -554,6 +579,7 @@ impl TableLoader {
                 *n -= 1;
                 if *n == 0 {
                     self.users.remove(id);
+                    self.unused_since.insert(*id, Instant::now());
                 }
             }
         }
@@ -576,30 +602,44 @@ impl TableLoader {
         }
     }
 
-    /// Places module `id`'s rows; when the array is full, first evicts the modules no
-    /// process uses (except those of the process being published, `keep`).
+    /// Places module `id`'s rows; when the array is full, evicts modules no process uses
+    /// (never those of the process being published, `keep`), the longest unused first, until
+    /// the rows fit.
     fn place(
         &mut self,
         id: ModuleId,
         table: &UnwindTable,
         keep: &[ModuleId],
     ) -> Result<RowRange, UnwindMapError> {
-        match self.maps.place(id, &table.rows) {
-            Err(UnwindMapError::Full { .. }) => {}
+        let full = match self.maps.place(id, &table.rows) {
+            Err(e @ UnwindMapError::Full { .. }) => e,
             other => return other,
-        }
+        };
         self.sweep_now();
-        let unused: Vec<ModuleId> = self
-            .maps
-            .placed()
-            .filter(|m| !self.users.contains_key(m) && !keep.contains(m) && *m != id)
-            .collect();
-        for m in unused {
+        let placed: Vec<ModuleId> = self.maps.placed().collect();
+        let candidates = eviction_order(&placed, &self.users, &self.unused_since, keep, id);
+        // Rows that would not fit even in all the room evictions could make (a libLLVM beside
+        // the modules in use) evict nothing: each new process mapping them would otherwise
+        // empty the array of every unused module, for nothing.
+        let room: u64 = u64::from(self.maps.free_rows())
+            + candidates
+                .iter()
+                .map(|&m| u64::from(self.maps.rows_of(m)))
+                .sum::<u64>();
+        if (table.rows.len() as u64) > room {
+            return Err(full);
+        }
+        for m in candidates {
             self.maps.evict(m);
             self.registry.forget(m);
+            self.unused_since.remove(&m);
             self.stats.modules_evicted += 1;
+            match self.maps.place(id, &table.rows) {
+                Err(UnwindMapError::Full { .. }) => {}
+                other => return other,
+            }
         }
-        self.maps.place(id, &table.rows)
+        Err(full)
     }
 
     /// The kernel's view of `mappings`: each file-backed one with its module's rows (none
@@ -903,5 +943,17 @@ mod tests {
              7ffd1000-7ffd2000 r-xp 00000000 00:00 0 [vdso]\n",
         );
         assert!(!same_modules(&before, &library_loaded));
+    }
+
+    #[test]
+    fn a_full_array_evicts_the_longest_unused_first_and_never_a_used_one() {
+        let t0 = Instant::now();
+        let later = |ms| t0 + Duration::from_millis(ms);
+        // 1 in use; 2 unused since 30 ms, 3 since 10 ms, 4 never used, 5 kept for the
+        // process being published, 6 the module being placed.
+        let users = HashMap::from([(1, 2)]);
+        let since = HashMap::from([(2, later(30)), (3, later(10))]);
+        let order = eviction_order(&[1, 2, 3, 4, 5, 6], &users, &since, &[5], 6);
+        assert_eq!(order, vec![4, 3, 2]);
     }
 }
