@@ -4,7 +4,7 @@
 
 use std::{ops::Range, sync::Arc};
 
-use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSection, ReadRef};
 use profiler_common::python::PythonOffsets;
 
 use super::{
@@ -15,7 +15,7 @@ use crate::{
     modules::Mapping,
     runtimes::shared::{
         self,
-        elf::{ElfError, load_bias, process_mappings, with_elf},
+        elf::{ElfError, for_each_symbol, load_bias, process_mappings, with_elf},
         memory::{Memory, ProcessMemory},
     },
 };
@@ -108,7 +108,9 @@ pub fn detect(pid: u32) -> Result<Detection, DetectError> {
         return Ok(Detection::NotPython);
     };
     let path = mapping.name.to_string();
-    let found = with_elf(pid, &mapping, |obj, _| inspect(obj, &path, &mapping))??;
+    let found = with_elf(pid, &mapping, |obj, data| {
+        inspect(obj, data, &path, &mapping)
+    })??;
     Ok(match found {
         Ok((version, build_id, bias, symbols)) => match offsets::for_version(version) {
             Ok(offsets) => {
@@ -191,8 +193,9 @@ fn pick_mapping(maps: &[Mapping], exe: Option<&str>) -> Option<Mapping> {
 
 type Inspected = Result<(Version, Option<Vec<u8>>, u64, Symbols), Unsupported>;
 
-fn inspect<'d, O: Object<'d>>(
-    obj: &O,
+fn inspect<'d, R: ReadRef<'d>>(
+    obj: &object::File<'d, R>,
+    data: R,
     path: &str,
     mapping: &Mapping,
 ) -> Result<Inspected, DetectError> {
@@ -200,7 +203,7 @@ fn inspect<'d, O: Object<'d>>(
         path: path.to_string(),
         offset: mapping.offset,
     })?;
-    let table = SymbolTable::read(obj);
+    let table = SymbolTable::read(obj, data);
     let file_name = path.rsplit('/').next().unwrap_or(path);
     let from_name = Version::from_file_name(file_name);
     let free_threaded = from_name.is_some_and(|(_, t)| t);
@@ -252,7 +255,7 @@ fn inspect<'d, O: Object<'d>>(
     Ok(Ok((version, build_id, bias, symbols)))
 }
 
-/// The symbols we look for, by name: `.symtab` first (locals and `.cold` parts), then
+/// The symbols we look for, by name: from `.symtab` (locals and `.cold` parts), or from
 /// `.dynsym` (all a stripped build has).
 struct SymbolTable {
     found: Vec<(&'static str, Range<u64>, bool)>,
@@ -271,19 +274,17 @@ const WANTED: &[&str] = &[
 ];
 
 impl SymbolTable {
-    fn read<'d, O: Object<'d>>(obj: &O) -> SymbolTable {
+    fn read<'d, R: ReadRef<'d>>(obj: &object::File<'d, R>, data: R) -> SymbolTable {
         let mut found: Vec<(&'static str, Range<u64>, bool)> = Vec::new();
-        for sym in obj.symbols().chain(obj.dynamic_symbols()) {
-            let Ok(name) = sym.name() else { continue };
-            let Some(&wanted) = WANTED.iter().find(|w| **w == name) else {
-                continue;
+        for_each_symbol(obj, data, |sym| {
+            let Some(&wanted) = WANTED.iter().find(|w| w.as_bytes() == sym.name) else {
+                return;
             };
-            if found.iter().any(|(n, _, _)| *n == wanted) || sym.is_undefined() {
-                continue;
+            if found.iter().any(|(n, _, _)| *n == wanted) || !sym.defined {
+                return;
             }
-            let tls = sym.kind() == SymbolKind::Tls;
-            found.push((wanted, sym.address()..sym.address() + sym.size(), tls));
-        }
+            found.push((wanted, sym.address..sym.address + sym.size, sym.tls));
+        });
         SymbolTable { found }
     }
 
