@@ -17,8 +17,8 @@
 use std::{ops::Range, sync::Arc};
 
 use object::{
-    Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, RelocationFlags, RelocationTarget,
-    SymbolKind,
+    Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, ReadRef, RelocationFlags,
+    RelocationTarget,
 };
 use profiler_common::ruby::{EC_GLOBAL, EC_MAIN_RACTOR, EC_TLS_DTV, EC_TLS_TPOFF, RubyProc};
 
@@ -30,7 +30,7 @@ use crate::{
     modules::Mapping,
     runtimes::shared::{
         self,
-        elf::{ElfError, load_bias, process_mappings, with_elf},
+        elf::{ElfError, ElfSym, for_each_symbol, load_bias, process_mappings, with_elf},
         memory::{Memory, ProcessMemory},
     },
 };
@@ -178,9 +178,9 @@ pub fn detect_in(pid: u32, maps: &[Mapping], exe: Option<&str>) -> Result<Detect
         return Ok(Detection::NotRuby);
     };
     let path = mapping.name.to_string();
-    let found = with_elf(pid, &mapping, |obj, _| {
+    let found = with_elf(pid, &mapping, |obj, data| {
         let bias = load_bias(obj, &mapping);
-        (inspect(obj, is_exe), bias)
+        (inspect(obj, data, is_exe), bias)
     })?;
     let (facts, bias) = match found {
         (Ok(facts), Some(bias)) => (facts, bias),
@@ -218,37 +218,57 @@ fn pick_mapping(maps: &[Mapping], exe: Option<&str>) -> Option<(Mapping, bool)> 
 }
 
 /// The file's facts, or why this build cannot be walked.
-pub fn inspect<'d, O: Object<'d>>(obj: &O, is_exe: bool) -> Result<FileFacts, String> {
-    let find = |name: &str| {
-        obj.dynamic_symbols()
-            .chain(obj.symbols())
-            .find(|s| s.name() == Ok(name) && !s.is_undefined())
-    };
+pub fn inspect<'d, R: ReadRef<'d>>(
+    obj: &object::File<'d, R>,
+    data: R,
+    is_exe: bool,
+) -> Result<FileFacts, String> {
+    // The symbols wanted below, found in one pass over the table.
+    const WANTED: &[&str] = &[
+        "ruby_version",
+        "rb_vm_exec",
+        "ruby_current_ec",
+        "ruby_single_main_ractor",
+        "ruby_current_execution_context_ptr",
+        "rb_id2str",
+        "global_symbols",
+        "ruby_global_symbols",
+    ];
+    let mut found: Vec<ElfSym<'d>> = Vec::new();
+    for_each_symbol(obj, data, |sym| {
+        if sym.defined
+            && WANTED.iter().any(|w| w.as_bytes() == sym.name)
+            && !found.iter().any(|f| f.name == sym.name)
+        {
+            found.push(sym);
+        }
+    });
+    let find = |name: &str| found.iter().find(|s| s.name == name.as_bytes());
     let read = |addr: u64, len: u64| {
         obj.sections()
             .find_map(|s| s.data_range(addr, len).ok().flatten())
             .map(<[u8]>::to_vec)
     };
     let version_sym = find("ruby_version").ok_or("no ruby_version symbol")?;
-    let raw = read(version_sym.address(), 16).ok_or("ruby_version's bytes are not in the file")?;
+    let raw = read(version_sym.address, 16).ok_or("ruby_version's bytes are not in the file")?;
     let raw = raw.split(|&b| b == 0).next().unwrap_or(&[]);
     let text = String::from_utf8_lossy(raw);
     let version = Version::parse(&text).ok_or_else(|| format!("ruby_version {text:?}"))?;
     let vm_exec = find("rb_vm_exec")
-        .map(|s| s.address()..s.address() + s.size())
+        .map(|s| s.address..s.address + s.size)
         .filter(|r| !r.is_empty())
         .ok_or_else(|| format!("Ruby {version}: no rb_vm_exec symbol (.dynsym or .symtab)"))?;
 
-    let current_ec = find("ruby_current_ec").filter(|s| s.kind() == SymbolKind::Tls);
+    let current_ec = find("ruby_current_ec").filter(|s| s.tls);
     let tls = current_ec.and_then(|sym| {
         if is_exe {
             return Some(TlsAccess::Executable {
-                offset: sym.address() as i64,
+                offset: sym.address as i64,
             });
         }
-        tls_access(obj, "ruby_current_ec", sym.address())
+        tls_access(obj, "ruby_current_ec", sym.address)
     });
-    let at = |name: &str| find(name).map(|s| s.address());
+    let at = |name: &str| find(name).map(|s| s.address);
     let main_ractor = at("ruby_single_main_ractor").filter(|_| version.major >= 3);
     let global_ec = at("ruby_current_execution_context_ptr");
     let layout_name = for_version(version).map(|l| l.global_symbols).ok();

@@ -164,7 +164,7 @@ fn debian_libruby_3_1_2() {
     }
     let data = std::fs::read(LIBRUBY).unwrap();
     let obj = object::File::parse(&*data).unwrap();
-    let f = inspect(&obj, false).unwrap();
+    let f = inspect(&obj, &*data, false).unwrap();
     assert_eq!(f.version, Version::new(3, 1, 2));
     assert_eq!(f.vm_exec, 0x253060..0x253060 + 2922);
     assert_eq!(
