@@ -55,11 +55,7 @@ fn cargo_fuzz() -> anyhow::Result<PathBuf> {
     if output(Command::new("cargo-fuzz").arg("--version")).is_ok_and(|o| o.status.success()) {
         return Ok(PathBuf::from("cargo-fuzz"));
     }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .context("neither XDG_CACHE_HOME nor HOME is set")?
-        .join("profiler-tools");
+    let cache = crate::util::tools_cache()?;
     let bin = cache.join("bin/cargo-fuzz");
     if !bin.exists() {
         run(Command::new(env!("CARGO"))

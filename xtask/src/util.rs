@@ -58,3 +58,13 @@ pub fn show(cmd: &Command) -> String {
     }
     s
 }
+
+/// `~/.cache/profiler-tools` (or under `XDG_CACHE_HOME`): third-party tools built once per
+/// user, not once per clone (cargo-fuzz, rbspy).
+pub fn tools_cache() -> anyhow::Result<PathBuf> {
+    Ok(std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .ok_or_else(|| anyhow::anyhow!("neither XDG_CACHE_HOME nor HOME is set"))?
+        .join("profiler-tools"))
+}
