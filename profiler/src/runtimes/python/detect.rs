@@ -15,7 +15,7 @@ use crate::{
     modules::Mapping,
     runtimes::shared::{
         self,
-        elf::{ElfError, for_each_symbol, load_bias, process_mappings, with_elf},
+        elf::{ElfError, ElfSym, find_symbols, load_bias, process_mappings, with_elf},
         memory::{Memory, ProcessMemory},
     },
 };
@@ -257,8 +257,8 @@ fn inspect<'d, R: ReadRef<'d>>(
 
 /// The symbols we look for, by name: from `.symtab` (locals and `.cold` parts), or from
 /// `.dynsym` (all a stripped build has).
-struct SymbolTable {
-    found: Vec<(&'static str, Range<u64>, bool)>,
+struct SymbolTable<'d> {
+    found: Vec<ElfSym<'d>>,
 }
 
 const WANTED: &[&str] = &[
@@ -273,35 +273,28 @@ const WANTED: &[&str] = &[
     "_Py_tss_tstate",
 ];
 
-impl SymbolTable {
-    fn read<'d, R: ReadRef<'d>>(obj: &object::File<'d, R>, data: R) -> SymbolTable {
-        let mut found: Vec<(&'static str, Range<u64>, bool)> = Vec::new();
-        for_each_symbol(obj, data, |sym| {
-            let Some(&wanted) = WANTED.iter().find(|w| w.as_bytes() == sym.name) else {
-                return;
-            };
-            if found.iter().any(|(n, _, _)| *n == wanted) || !sym.defined {
-                return;
-            }
-            found.push((wanted, sym.address..sym.address + sym.size, sym.tls));
-        });
-        SymbolTable { found }
+impl<'d> SymbolTable<'d> {
+    fn read<R: ReadRef<'d>>(obj: &object::File<'d, R>, data: R) -> Self {
+        SymbolTable {
+            found: find_symbols(obj, data, WANTED),
+        }
+    }
+
+    fn find(&self, name: &str, tls: bool) -> Option<&ElfSym<'d>> {
+        self.found
+            .iter()
+            .find(|s| s.name == name.as_bytes() && s.tls == tls)
     }
 
     /// The virtual address range of a (non-TLS) symbol.
     fn get(&self, name: &str) -> Option<Range<u64>> {
-        self.found
-            .iter()
-            .find(|(n, _, tls)| *n == name && !tls)
-            .map(|(_, r, _)| r.clone())
+        self.find(name, false)
+            .map(|s| s.address..s.address + s.size)
     }
 
     /// The TLS-block offset of a TLS symbol.
     fn tls(&self, name: &str) -> Option<u64> {
-        self.found
-            .iter()
-            .find(|(n, _, tls)| *n == name && *tls)
-            .map(|(_, r, _)| r.start)
+        self.find(name, true).map(|s| s.address)
     }
 }
 

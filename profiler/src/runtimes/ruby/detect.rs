@@ -23,14 +23,14 @@ use object::{
 use profiler_common::ruby::{EC_GLOBAL, EC_MAIN_RACTOR, EC_TLS_DTV, EC_TLS_TPOFF, RubyProc};
 
 use super::{
-    layout::{Layout, Version, for_version},
+    layout::{GLOBAL_SYMBOLS_NAMES, Layout, Version, for_version},
     symbol_table,
 };
 use crate::{
     modules::Mapping,
     runtimes::shared::{
         self,
-        elf::{ElfError, ElfSym, for_each_symbol, load_bias, process_mappings, with_elf},
+        elf::{ElfError, find_symbols, load_bias, process_mappings, with_elf},
         memory::{Memory, ProcessMemory},
     },
 };
@@ -223,26 +223,21 @@ pub fn inspect<'d, R: ReadRef<'d>>(
     data: R,
     is_exe: bool,
 ) -> Result<FileFacts, String> {
-    // The symbols wanted below, found in one pass over the table.
-    const WANTED: &[&str] = &[
+    // The symbols wanted below, found in one pass over the table (the symbol table's
+    // name is the layout's, by version: every layout's name is looked for).
+    let wanted = [
         "ruby_version",
         "rb_vm_exec",
         "ruby_current_ec",
         "ruby_single_main_ractor",
         "ruby_current_execution_context_ptr",
         "rb_id2str",
-        "global_symbols",
-        "ruby_global_symbols",
     ];
-    let mut found: Vec<ElfSym<'d>> = Vec::new();
-    for_each_symbol(obj, data, |sym| {
-        if sym.defined
-            && WANTED.iter().any(|w| w.as_bytes() == sym.name)
-            && !found.iter().any(|f| f.name == sym.name)
-        {
-            found.push(sym);
-        }
-    });
+    let names: Vec<&str> = wanted
+        .into_iter()
+        .chain(GLOBAL_SYMBOLS_NAMES.iter().copied())
+        .collect();
+    let found = find_symbols(obj, data, &names);
     let find = |name: &str| found.iter().find(|s| s.name == name.as_bytes());
     let read = |addr: u64, len: u64| {
         obj.sections()

@@ -168,13 +168,17 @@ pub const SYMBOLS_IDS: u64 = 16;
 /// `rb_symbols_t.last_id` (a 4-byte serial, 2.6 to 3.4).
 pub const SYMBOLS_LAST_ID: u64 = 0;
 
+/// Every name the VM's symbol table (`rb_symbols_t`) has had: `ruby_global_symbols` (2.7+),
+/// `global_symbols` (2.6). A layout's `global_symbols` is one of them.
+pub const GLOBAL_SYMBOLS_NAMES: [&str; 2] = ["ruby_global_symbols", "global_symbols"];
+
 /// The layout of release `v`, or why there is none.
 pub fn for_version(v: Version) -> Result<Layout, LayoutError> {
     let base = LAYOUT_3_1;
     let layout = match (v.major, v.minor) {
         (2, 6) => Layout {
             last_op_id: 164,
-            global_symbols: "global_symbols",
+            global_symbols: GLOBAL_SYMBOLS_NAMES[1],
             class_path: iv_table(3009),
             ..LAYOUT_2_X
         },
@@ -272,7 +276,7 @@ const LAYOUT_3_1: Layout = Layout {
     class_path: iv_table(3089),
     fl_singleton: 1 << 12,
     last_op_id: 169,
-    global_symbols: "ruby_global_symbols",
+    global_symbols: GLOBAL_SYMBOLS_NAMES[0],
 };
 
 /// 2.7 (2.6 differs only in `tLAST_OP_ID` and the symbol table's name): no ractors, the

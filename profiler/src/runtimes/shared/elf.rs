@@ -133,6 +133,25 @@ pub fn for_each_symbol<'d, R: ReadRef<'d>>(
     }
 }
 
+/// The first defined symbol of each name in `wanted`, in one pass of [`for_each_symbol`]
+/// (a runtime's detection looks up a handful of names).
+pub fn find_symbols<'d, R: ReadRef<'d>>(
+    obj: &object::File<'d, R>,
+    data: R,
+    wanted: &[&str],
+) -> Vec<ElfSym<'d>> {
+    let mut found: Vec<ElfSym<'d>> = Vec::new();
+    for_each_symbol(obj, data, |sym| {
+        if sym.defined
+            && wanted.iter().any(|w| w.as_bytes() == sym.name)
+            && !found.iter().any(|f| f.name == sym.name)
+        {
+            found.push(sym);
+        }
+    });
+    found
+}
+
 fn elf_symbols<'d, Elf: FileHeader, R: ReadRef<'d>>(
     elf: &ElfFile<'d, Elf, R>,
     data: R,
