@@ -65,11 +65,26 @@ struct Thread {
     all: u64,
     exact: u64,
     /// Samples (not in `all`) taken while the thread was starting or ending: every Python
-    /// frame in threading.py, the thread's own outermost frame outermost.
+    /// frame in threading.py, the thread's own outermost frame outermost; or no Python frame
+    /// yet or any more ([`without_python_frames`]).
     startup: u64,
     /// Samples with a native frame between `spin_key` and `callback_worker`.
     native_between: u64,
     example_miss: Option<String>,
+}
+
+/// A thread with no Python frame to show: in the interpreter's C thread start
+/// (`t_bootstrap`; `thread_run` from 3.11) and not yet in the eval loop, e.g. taking the GIL
+/// or pushing its first frame (`PyEval_AcquireThread > take_gil`, `_PyEvalFramePushAndInit >
+/// mmap`, both seen beside busy loops); or killed in `do_exit` as the process ends, after
+/// finalization freed its thread state (seen on 3.11: a daemon thread waiting for the GIL in
+/// the eval loop). A walk that lost a running thread's frames leaves the eval loop's native
+/// frame in the stack, and stays a miss.
+fn without_python_frames(s: &Sample) -> bool {
+    let names = || s.frames.iter().map(|f| f.0.as_str());
+    let starting = names().any(|n| n == "t_bootstrap" || n == "thread_run")
+        && !names().any(|n| n.contains("EvalFrameDefault") || n.contains("EvalFrameEx"));
+    starting || names().any(|n| n == "do_exit")
 }
 
 fn threads(samples: &[Sample], want: &[Vec<PyFrame>]) -> Vec<Thread> {
@@ -105,11 +120,10 @@ fn threads(samples: &[Sample], want: &[Vec<PyFrame>]) -> Vec<Thread> {
         };
         for s in &ss {
             let py = python(s);
-            if py != *w
-                && !py.is_empty()
+            let in_threading = !py.is_empty()
                 && py.last() == w.last()
-                && py.iter().all(|f| f.1.ends_with("/threading.py"))
-            {
+                && py.iter().all(|f| f.1.ends_with("/threading.py"));
+            if py != *w && (in_threading || (py.is_empty() && without_python_frames(s))) {
                 t.startup += s.n;
                 continue;
             }
