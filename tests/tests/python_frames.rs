@@ -78,13 +78,22 @@ struct Thread {
 /// or pushing its first frame (`PyEval_AcquireThread > take_gil`, `_PyEvalFramePushAndInit >
 /// mmap`, both seen beside busy loops); or killed in `do_exit` as the process ends, after
 /// finalization freed its thread state (seen on 3.11: a daemon thread waiting for the GIL in
-/// the eval loop). A walk that lost a running thread's frames leaves the eval loop's native
-/// frame in the stack, and stays a miss.
+/// the eval loop). Debian's python3.11 has no symbol table, so its static `thread_run` is an
+/// unnamed frame (no line in the pprof, so not in `frames`): there a thread start shows as
+/// `PyEval_AcquireThread` (only the thread start and C threads call it; the eval loop takes
+/// the GIL back through `take_gil` or `PyEval_RestoreThread`) or as libc's thread entry with
+/// only unnamed frames above it (both seen beside busy loops, 3.11.2). A walk that lost a
+/// running thread's frames leaves the eval loop's native frame (exported, so always named)
+/// in the stack, or does not reach the thread's entry, and stays a miss.
 fn without_python_frames(s: &Sample) -> bool {
     let names = || s.frames.iter().map(|f| f.0.as_str());
-    let starting = names().any(|n| n == "t_bootstrap" || n == "thread_run")
-        && !names().any(|n| n.contains("EvalFrameDefault") || n.contains("EvalFrameEx"));
-    starting || names().any(|n| n == "do_exit")
+    let user = || s.frames.iter().filter(|f| f.3 != "[kernel.kallsyms]");
+    let in_eval_loop = names().any(|n| n.contains("EvalFrameDefault") || n.contains("EvalFrameEx"));
+    let thread_entry = |n: &str| n == "start_thread" || n.starts_with("clone");
+    let starting = names()
+        .any(|n| n == "t_bootstrap" || n == "thread_run" || n == "PyEval_AcquireThread")
+        || (user().any(|f| f.0 == "start_thread") && user().all(|f| thread_entry(&f.0)));
+    (starting && !in_eval_loop) || names().any(|n| n == "do_exit")
 }
 
 fn threads(samples: &[Sample], want: &[Vec<PyFrame>]) -> Vec<Thread> {
