@@ -82,9 +82,12 @@ struct Thread {
 /// unnamed frame (no line in the pprof, so not in `frames`): there a thread start shows as
 /// `PyEval_AcquireThread` (only the thread start and C threads call it; the eval loop takes
 /// the GIL back through `take_gil` or `PyEval_RestoreThread`) or as libc's thread entry with
-/// only unnamed frames above it (both seen beside busy loops, 3.11.2). A walk that lost a
-/// running thread's frames leaves the eval loop's native frame (exported, so always named)
-/// in the stack, or does not reach the thread's entry, and stays a miss.
+/// only unnamed frames above it (both seen beside busy loops, 3.11.2). Any build's new thread
+/// can also be sampled in libc's `clone3` itself, its stack's first page faulting in (3.8.18,
+/// beside busy loops). A walk that lost a running thread's frames leaves the eval loop's
+/// native frame (exported, so always named) in the stack, or does not reach the thread's
+/// entry, and stays a miss (as a walk stopped by the lazy-binding resolver does: see
+/// docs/limits.md).
 fn without_python_frames(s: &Sample) -> bool {
     let names = || s.frames.iter().map(|f| f.0.as_str());
     let user = || s.frames.iter().filter(|f| f.3 != "[kernel.kallsyms]");
@@ -92,7 +95,7 @@ fn without_python_frames(s: &Sample) -> bool {
     let thread_entry = |n: &str| n == "start_thread" || n.starts_with("clone");
     let starting = names()
         .any(|n| n == "t_bootstrap" || n == "thread_run" || n == "PyEval_AcquireThread")
-        || (user().any(|f| f.0 == "start_thread") && user().all(|f| thread_entry(&f.0)));
+        || (user().next().is_some() && user().all(|f| thread_entry(&f.0)));
     (starting && !in_eval_loop) || names().any(|n| n == "do_exit")
 }
 
