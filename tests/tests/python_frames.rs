@@ -73,30 +73,36 @@ struct Thread {
     example_miss: Option<String>,
 }
 
-/// A thread with no Python frame to show: in the interpreter's C thread start
-/// (`t_bootstrap`; `thread_run` from 3.11) and not yet in the eval loop, e.g. taking the GIL
-/// or pushing its first frame (`PyEval_AcquireThread > take_gil`, `_PyEvalFramePushAndInit >
-/// mmap`, both seen beside busy loops); or killed in `do_exit` as the process ends, after
-/// finalization freed its thread state (seen on 3.11: a daemon thread waiting for the GIL in
-/// the eval loop). Debian's python3.11 has no symbol table, so its static `thread_run` is an
-/// unnamed frame (no line in the pprof, so not in `frames`): there a thread start shows as
-/// `PyEval_AcquireThread` (only the thread start and C threads call it; the eval loop takes
-/// the GIL back through `take_gil` or `PyEval_RestoreThread`) or as libc's thread entry with
-/// only unnamed frames above it (both seen beside busy loops, 3.11.2). Any build's new thread
-/// can also be sampled in libc's `clone3` itself, its stack's first page faulting in (3.8.18,
-/// beside busy loops). A walk that lost a running thread's frames leaves the eval loop's
-/// native frame (exported, so always named) in the stack, or does not reach the thread's
-/// entry, and stays a miss (as a walk stopped by the lazy-binding resolver does: see
-/// docs/limits.md).
+/// A thread with no Python frame to show, as py-spy would show none: its native stack, walked
+/// whole down to libc's thread entry (`start_thread`, `clone3`), passes through no eval loop
+/// (the thread's C start or end: libc setting the thread up, `t_bootstrap`/`thread_run`
+/// taking the GIL or pushing the first frame, freeing its thread state), or only through its
+/// outermost eval loop, innermost, before the first frame is pushed or after the last is
+/// popped; or it is killed in `do_exit` as the process ends, after finalization freed its
+/// thread state (a daemon thread waiting for the GIL). All seen beside busy loops, on pyenv's
+/// builds and Debian's 3.11 (whose static `thread_run` is unnamed: no symbol table). The
+/// eval loop's native frame is exported, so always named: a walk that lost a running
+/// thread's Python frames keeps it, or does not reach the thread's entry, and stays a miss
+/// (as a walk stopped by the lazy-binding resolver does: see docs/limits.md). The thread
+/// start's own functions count even when the walk stopped short of libc.
 fn without_python_frames(s: &Sample) -> bool {
-    let names = || s.frames.iter().map(|f| f.0.as_str());
-    let user = || s.frames.iter().filter(|f| f.3 != "[kernel.kallsyms]");
-    let in_eval_loop = names().any(|n| n.contains("EvalFrameDefault") || n.contains("EvalFrameEx"));
-    let thread_entry = |n: &str| n == "start_thread" || n.starts_with("clone");
-    let starting = names()
-        .any(|n| n == "t_bootstrap" || n == "thread_run" || n == "PyEval_AcquireThread")
-        || (user().next().is_some() && user().all(|f| thread_entry(&f.0)));
-    (starting && !in_eval_loop) || names().any(|n| n == "do_exit")
+    let user: Vec<&str> = s
+        .frames
+        .iter()
+        .filter(|f| f.3 != "[kernel.kallsyms]")
+        .map(|f| f.0.as_str())
+        .collect();
+    let eval_loop = |n: &str| n.contains("EvalFrameDefault") || n.contains("EvalFrameEx");
+    let whole = user
+        .last()
+        .is_some_and(|n| *n == "start_thread" || n.starts_with("clone"));
+    let evals = user.iter().filter(|n| eval_loop(n)).count();
+    let thread_start = user
+        .iter()
+        .any(|n| matches!(*n, "t_bootstrap" | "thread_run" | "PyEval_AcquireThread"));
+    let outside_python = evals == 0 && (whole || thread_start);
+    let outermost_loop = evals == 1 && whole && user.first().is_some_and(|n| eval_loop(n));
+    outside_python || outermost_loop || s.frames.iter().any(|f| f.0 == "do_exit")
 }
 
 fn threads(samples: &[Sample], want: &[Vec<PyFrame>]) -> Vec<Thread> {
