@@ -323,8 +323,27 @@ pub struct SamplerConfig {
     /// Offset of `group_dead` in the `sched:sched_process_exit` record, or
     /// [`NO_GROUP_DEAD`] on kernels whose record has no such field (before 6.16).
     pub exit_group_dead_offset: u32,
-    /// Explicit padding.
-    pub _pad: u32,
+    /// Least milliseconds between two wake-ups of the reader for records with a runtime's
+    /// frames (named from the process's memory, so read while it lives); 0:
+    /// [`DEFAULT_RUNTIME_WAKEUP_MS`]. Continuous recording asks for more: each wake-up costs
+    /// the reader a batch, and a fleet host's runtimes keep it awake.
+    pub runtime_wakeup_ms: u32,
+}
+
+/// [`SamplerConfig::runtime_wakeup_ms`] when it is 0.
+pub const DEFAULT_RUNTIME_WAKEUP_MS: u32 = 10;
+
+impl SamplerConfig {
+    /// [`SamplerConfig::runtime_wakeup_ms`] in nanoseconds, the default for 0.
+    #[inline(always)]
+    pub fn runtime_wakeup_ns(&self) -> u64 {
+        let ms = if self.runtime_wakeup_ms == 0 {
+            DEFAULT_RUNTIME_WAKEUP_MS
+        } else {
+            self.runtime_wakeup_ms
+        };
+        u64::from(ms) * 1_000_000
+    }
 }
 
 /// [`SamplerConfig::exit_group_dead_offset`] when the exit record has no `group_dead`: a

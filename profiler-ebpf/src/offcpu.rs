@@ -318,7 +318,9 @@ unsafe fn to_ring(buf: *mut OffCpuBuf, away: u64, config: &SamplerConfig, now: u
 #[inline(always)]
 unsafe fn output(data: *const u8, size: u64, flags: u32, config: &SamplerConfig, now: u64) -> bool {
     let pending = RECORD_EVENTS.query(BPF_RB_AVAIL_DATA as u64);
-    let wake = if pending + size >= config.wakeup_bytes || wake_reader(flags, now) {
+    let wake = if pending + size >= config.wakeup_bytes
+        || wake_reader(flags, now, config.runtime_wakeup_ns())
+    {
         BPF_RB_FORCE_WAKEUP
     } else {
         BPF_RB_NO_WAKEUP
@@ -544,7 +546,7 @@ fn switch_out<const TABLES: bool>(
     if TABLES
         && flags & (record_flags::UNWIND_NO_PROCESS | record_flags::UNWIND_NO_MAPPING) != 0
         // At most every 10 ms per CPU, whichever is missing.
-        && wake_reader(record_flags::UNWIND_NO_MAPPING, now)
+        && wake_reader(record_flags::UNWIND_NO_MAPPING, now, 0)
     {
         // The walk lacked tables (a new process, a library mapped since): a header without
         // frames or weight tells the reader which process to load (and counts nothing), as a

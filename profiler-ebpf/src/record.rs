@@ -204,7 +204,9 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
     let pending = RECORD_EVENTS.query(BPF_RB_AVAIL_DATA as u64);
     // SAFETY: this CPU's record buffer, filled above.
     let time_ns = unsafe { (*buf).header.time_ns };
-    let wake = if pending + size >= config.wakeup_bytes || (TABLES && wake_reader(flags, time_ns)) {
+    let wake = if pending + size >= config.wakeup_bytes
+        || (TABLES && wake_reader(flags, time_ns, config.runtime_wakeup_ns()))
+    {
         BPF_RB_FORCE_WAKEUP
     } else {
         BPF_RB_NO_WAKEUP
@@ -327,7 +329,8 @@ fn aggregate(
             Walked::Done(walk) => {
                 // SAFETY: the helper only reads the clock.
                 let now = unsafe { bpf_ktime_get_ns() };
-                if walk.flags & record_flags::UNWIND_NO_MAPPING != 0 && wake_reader(walk.flags, now)
+                if walk.flags & record_flags::UNWIND_NO_MAPPING != 0
+                    && wake_reader(walk.flags, now, config.runtime_wakeup_ns())
                 {
                     return false;
                 }

@@ -234,24 +234,21 @@ shared_name!(map RUNTIME_WOKE_AT);
 /// mapping for good, and must not wake the reader at every sample.
 const MAPPING_WAKEUP_NS: u64 = 10_000_000;
 
-/// Least time between two wake-ups for runtime frames, over all CPUs: their names are read
-/// from the process's memory, so a record should reach the reader before the process
-/// exits, without a wake-up per sample of a busy host.
-const RUNTIME_WAKEUP_NS: u64 = 10_000_000;
-
 /// Whether a record with these `record_flags` should wake the reader at once: always for a
 /// process without tables (so it loads them), at most every `MAPPING_WAKEUP_NS` per CPU for
-/// a frame in an unknown mapping (a library just loaded), at most every
-/// `RUNTIME_WAKEUP_NS` for a runtime's frames (named while the process lives).
+/// a frame in an unknown mapping (a library just loaded), at most every `runtime_ns`
+/// (`SamplerConfig::runtime_wakeup_ns`) over all CPUs for a runtime's frames: their names
+/// are read from the process's memory, so a record should reach the reader before the
+/// process exits, without a wake-up per sample of a busy host.
 #[inline(always)]
-pub(crate) fn wake_reader(flags: u32, now: u64) -> bool {
+pub(crate) fn wake_reader(flags: u32, now: u64, runtime_ns: u64) -> bool {
     if flags & record_flags::UNWIND_NO_PROCESS != 0 {
         return true;
     }
     let (slot, least) = if flags & record_flags::UNWIND_NO_MAPPING != 0 {
         (WOKE_AT.get_ptr_mut(0), MAPPING_WAKEUP_NS)
     } else if flags & record_flags::RUNTIME_FRAMES != 0 {
-        (RUNTIME_WOKE_AT.get_ptr_mut(0), RUNTIME_WAKEUP_NS)
+        (RUNTIME_WOKE_AT.get_ptr_mut(0), runtime_ns)
     } else {
         return false;
     };

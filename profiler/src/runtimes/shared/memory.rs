@@ -91,6 +91,50 @@ impl Memory for ProcessMemory {
     }
 }
 
+impl ProcessMemory {
+    /// The 8-byte words at `addrs`, in one `process_vm_readv` per 1024 (the kernel's
+    /// `UIO_MAXIOV`): `None` for a word that could not be read, and for the words after it in
+    /// its call (the kernel stops at the first unreadable one).
+    pub fn read_words(&self, addrs: &[u64]) -> Vec<Option<u64>> {
+        let mut out = Vec::with_capacity(addrs.len());
+        for chunk in addrs.chunks(1024) {
+            let mut words = vec![0u64; chunk.len()];
+            let local = libc::iovec {
+                iov_base: words.as_mut_ptr().cast(),
+                iov_len: words.len() * 8,
+            };
+            let remote: Vec<libc::iovec> = chunk
+                .iter()
+                .map(|&a| libc::iovec {
+                    iov_base: a as *mut libc::c_void,
+                    iov_len: 8,
+                })
+                .collect();
+            // SAFETY: `local` describes `words`, exclusively borrowed and `8 * len` bytes
+            // long, which is what the remote iovecs add up to; the remote ones are never
+            // dereferenced by us (the kernel checks them against the target's mappings).
+            let n = unsafe {
+                libc::process_vm_readv(
+                    self.pid as libc::pid_t,
+                    &local,
+                    1,
+                    remote.as_ptr(),
+                    remote.len() as libc::c_ulong,
+                    0,
+                )
+            };
+            let whole = if n < 0 { 0 } else { n as usize / 8 };
+            out.extend(
+                words
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &w)| (i < whole).then_some(w)),
+            );
+        }
+        out
+    }
+}
+
 /// The one syscall: `process_vm_readv` of `buf.len()` bytes at `addr` of `pid` into `buf`.
 fn vm_readv(pid: u32, addr: u64, buf: &mut [u8]) -> io::Result<usize> {
     let local = libc::iovec {
@@ -191,5 +235,26 @@ mod tests {
         m.put(0x1ffa, &b);
         assert_eq!(read_cstr(&m, 0x1ffa, 64).unwrap(), "abcdef");
         assert!(read_cstr(&m, 0x1ffa, 4).is_err());
+    }
+
+    #[test]
+    fn words_are_read_together_until_one_is_unreadable() {
+        let words: [u64; 3] = [11, 22, 33];
+        let at = |i: usize| &words[i] as *const u64 as u64;
+        let me = ProcessMemory::new(std::process::id());
+        assert_eq!(
+            me.read_words(&[at(2), at(0), at(1)]),
+            [Some(33), Some(11), Some(22)]
+        );
+        // Page 0 is never mapped: the read stops there.
+        assert_eq!(me.read_words(&[at(1), 8, at(2)]), [Some(22), None, None]);
+        let many: Vec<u64> = (0..2500).map(|i| at(i % 3)).collect();
+        let got = me.read_words(&many);
+        assert_eq!(got.len(), 2500);
+        assert!(
+            got.iter()
+                .enumerate()
+                .all(|(i, w)| *w == Some(words[i % 3]))
+        );
     }
 }

@@ -10,6 +10,14 @@ use super::{
     layout::Layout,
     positions::{count_line_ends, decode_source_positions, line_of, position_at},
 };
+use std::{
+    cell::RefCell,
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use super::positions::SourcePosition;
 use crate::runtimes::shared::memory::{Memory, ReadError};
 
 /// Where in its function a frame was, as the kernel half can read it.
@@ -65,9 +73,42 @@ const MAX_INLINED_LOCAL_NAMES: u64 = 75;
 /// `String::kMaxLength`-sized garbage is refused before it is read.
 const MAX_LOCALS: i64 = 1 << 16;
 
+/// How long what a SharedFunctionInfo's frames share (its name, its script's name, its
+/// position table and the script's line ends) serves its other positions before it is read
+/// again: a busy process's functions are sampled at new bytecode offsets and PCs for as long
+/// as it runs, and naming each was some twenty reads of its memory. V8 builds position
+/// tables lazily, so one found missing is looked for again after this.
+const SHARED_FRESH: Duration = Duration::from_secs(1);
+
+/// SharedFunctionInfos kept per process before the cache is cleared.
+const MAX_SHARED: usize = 1 << 14;
+
+/// What [`Namer`] read of one process's SharedFunctionInfos, by address (kept by its caller
+/// between frames).
+#[derive(Default)]
+pub struct SharedCache {
+    map: RefCell<HashMap<u64, (Instant, Arc<SharedInfo>)>>,
+    /// Scripts' line ends by address, with the script's name they were read under: a
+    /// script's source never changes, and one without V8's own line table was read whole
+    /// to count them.
+    scripts: RefCell<HashMap<u64, ScriptLines>>,
+}
+
+/// A script's name and its line ends.
+type ScriptLines = (String, Arc<[u32]>);
+
+/// A SharedFunctionInfo's names and what finds a line in it.
+struct SharedInfo {
+    function: String,
+    script: String,
+    /// Its source positions and its script's line ends, when both could be read.
+    lines: Option<(Vec<SourcePosition>, Arc<[u32]>)>,
+}
+
 /// Names frames of one process.
 pub struct Namer<'a, M: Memory + ?Sized> {
     heap: Heap<'a, M>,
+    shared: Option<&'a SharedCache>,
 }
 
 /// What holds a stopped PC that is not in the code its frame's function runs
@@ -84,6 +125,16 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
     pub fn new(mem: &'a M, layout: &'a Layout) -> Self {
         Namer {
             heap: Heap::new(mem, layout),
+            shared: None,
+        }
+    }
+
+    /// A namer that reads each SharedFunctionInfo's names once per [`SHARED_FRESH`],
+    /// through `shared`.
+    pub fn with_cache(mem: &'a M, layout: &'a Layout, shared: &'a SharedCache) -> Self {
+        Namer {
+            heap: Heap::new(mem, layout),
+            shared: Some(shared),
         }
     }
 
@@ -248,6 +299,40 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
 
     /// The frame of the SharedFunctionInfo `sfi` at `position`.
     pub fn frame_of_shared(&self, sfi: u64, position: Position) -> Result<JsFrame, ReadError> {
+        let info = self.shared_info(sfi)?;
+        let (line, line_kind) = match &info.lines {
+            Some((entries, ends)) => self.line_in(entries, ends, position),
+            None => (None, LineKind::None),
+        };
+        Ok(JsFrame {
+            function: info.function.clone(),
+            script: info.script.clone(),
+            line,
+            line_kind,
+            inlined: false,
+        })
+    }
+
+    /// `sfi`'s names and lines: from the cache while fresh, else read.
+    fn shared_info(&self, sfi: u64) -> Result<Arc<SharedInfo>, ReadError> {
+        if let Some(cache) = self.shared
+            && let Some((at, info)) = cache.map.borrow().get(&sfi)
+            && at.elapsed() < SHARED_FRESH
+        {
+            return Ok(info.clone());
+        }
+        let info = Arc::new(self.read_shared(sfi)?);
+        if let Some(cache) = self.shared {
+            let mut map = cache.map.borrow_mut();
+            if map.len() >= MAX_SHARED {
+                map.clear();
+            }
+            map.insert(sfi, (Instant::now(), info.clone()));
+        }
+        Ok(info)
+    }
+
+    fn read_shared(&self, sfi: u64) -> Result<SharedInfo, ReadError> {
         let l = self.layout();
         self.heap
             .expect(sfi, l.types.shared_function_info, "SharedFunctionInfo")?;
@@ -265,16 +350,14 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
             }
             None => String::new(),
         };
-        let (line, line_kind) = match script {
-            Some(s) => self.line(sfi, s, position),
-            None => (None, LineKind::None),
-        };
-        Ok(JsFrame {
+        let lines = script.and_then(|s| {
+            let positions = self.source_positions(sfi)?;
+            Some((positions, self.script_line_ends(s, &script_name)?))
+        });
+        Ok(SharedInfo {
             function,
             script: script_name,
-            line,
-            line_kind,
-            inlined: false,
+            lines,
         })
     }
 
@@ -361,24 +444,52 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
         }
     }
 
-    fn line(&self, sfi: u64, script: u64, position: Position) -> (Option<u32>, LineKind) {
+    /// The line ends of `script`, named `name`: kept by the cache for a named script.
+    fn script_line_ends(&self, script: u64, name: &str) -> Option<Arc<[u32]>> {
+        let cache = self.shared.filter(|_| !name.is_empty());
+        if let Some(cache) = cache
+            && let Some((known, ends)) = cache.scripts.borrow().get(&script)
+            && known == name
+        {
+            return Some(ends.clone());
+        }
+        let ends: Arc<[u32]> = self.line_ends(script)?.into();
+        if let Some(cache) = cache {
+            let mut scripts = cache.scripts.borrow_mut();
+            if scripts.len() >= MAX_SHARED {
+                scripts.clear();
+            }
+            scripts.insert(script, (name.to_string(), ends.clone()));
+        }
+        Some(ends)
+    }
+
+    /// The function's source positions (its BytecodeArray's table), when V8 has built them.
+    fn source_positions(&self, sfi: u64) -> Option<Vec<SourcePosition>> {
         let l = self.layout();
-        let Some(bytecode) = self.bytecode_array(sfi) else {
-            return (None, LineKind::None);
-        };
-        let Ok(table) = self
+        let bytecode = self.bytecode_array(sfi)?;
+        let table = self
             .heap
             .field(bytecode, l.fields.bytecode_array_source_positions)
-        else {
-            return (None, LineKind::None);
-        };
-        let entries = match self.heap.instance_type(table) {
-            Ok(ty) if ty == l.types.byte_array => match self.heap.byte_array(table) {
-                Ok(bytes) => decode_source_positions(&bytes),
-                Err(_) => return (None, LineKind::None),
-            },
-            _ => return (None, LineKind::None),
-        };
+            .ok()?;
+        match self.heap.instance_type(table) {
+            Ok(ty) if ty == l.types.byte_array => {
+                let bytes = self.heap.byte_array(table).ok()?;
+                Some(decode_source_positions(&bytes))
+            }
+            _ => None,
+        }
+    }
+
+    /// The line of `position` in a function with these source positions, in a script with
+    /// these line ends.
+    fn line_in(
+        &self,
+        entries: &[SourcePosition],
+        ends: &[u32],
+        position: Position,
+    ) -> (Option<u32>, LineKind) {
+        let l = self.layout();
         let offset = match position {
             Position::RawBytecodeOffset(raw) => l
                 .smi(raw)
@@ -393,7 +504,7 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
         };
         let exact = match position {
             Position::ScriptOffset(at) => Some(at),
-            _ => offset.and_then(|o| position_at(&entries, o)),
+            _ => offset.and_then(|o| position_at(entries, o)),
         };
         let (pos, kind) = match exact {
             Some(p) => (p, LineKind::Exact),
@@ -402,10 +513,7 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
                 None => return (None, LineKind::None),
             },
         };
-        match self.line_ends(script) {
-            Some(ends) => (Some(line_of(&ends, pos)), kind),
-            None => (None, LineKind::None),
-        }
+        (Some(line_of(ends, pos)), kind)
     }
 
     /// The script's line ends: V8's own table when it built one, else counted from the
@@ -523,5 +631,35 @@ mod tests {
             // Not a JSFunction: refused.
             assert!(namer.frame(0x11001, Position::Unknown).is_err());
         }
+    }
+
+    #[test]
+    fn a_function_read_once_names_its_other_positions_until_stale() {
+        let l = layout_11_3();
+        let h = FakeHeap::default();
+        let f = function(&h, 2);
+        let cache = SharedCache::default();
+        let namer = Namer::with_cache(&h, &l, &cache);
+        let first = namer.frame(f, Position::BytecodeOffset(3)).unwrap();
+        assert_eq!((first.function.as_str(), first.line), ("inner", Some(2)));
+        // The script's name changes in memory: the cached function still gives the lines of
+        // its other positions from what was read, without reading it again.
+        string(&h, 0x18000, "/srv/new.js");
+        let other = namer.frame(f, Position::BytecodeOffset(9)).unwrap();
+        assert_eq!(
+            (other.script.as_str(), other.line, other.line_kind),
+            ("/srv/app.js", Some(3), LineKind::Exact)
+        );
+        // A namer without the cache reads it.
+        let fresh = Namer::new(&h, &l)
+            .frame(f, Position::BytecodeOffset(9))
+            .unwrap();
+        assert_eq!(fresh.script, "/srv/new.js");
+        // Past its freshness, the cached entry is read again.
+        for (at, _) in cache.map.borrow_mut().values_mut() {
+            *at -= SHARED_FRESH;
+        }
+        let again = namer.frame(f, Position::BytecodeOffset(9)).unwrap();
+        assert_eq!(again.script, "/srv/new.js");
     }
 }

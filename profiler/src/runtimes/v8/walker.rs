@@ -18,7 +18,7 @@ use profiler_common::{
 use super::{
     detect::{Detection, detect_in, v8_mapping},
     layout::Layout,
-    naming::{AtPc, JsFrame, LineKind, Namer, Position},
+    naming::{AtPc, JsFrame, LineKind, Namer, Position, SharedCache},
     ranges::CodeRanges,
 };
 use crate::{
@@ -49,8 +49,10 @@ enum Proc {
         layout: Arc<Layout>,
         /// (JSFunction, second word) → its frames, as named.
         names: HashMap<(u64, u64), Named>,
-        /// JSFunction → its SharedFunctionInfo and when that was read.
-        checked: HashMap<u64, (u64, Instant)>,
+        /// JSFunction → its SharedFunctionInfo as last read.
+        checked: HashMap<u64, Checked>,
+        /// What its SharedFunctionInfos' frames share, read once for their positions.
+        shared: Box<SharedCache>,
         /// The code its functions were seen running.
         code: CodeRanges,
         /// Its executable file mappings, sorted: code there (V8's builtins, in the binary
@@ -59,6 +61,18 @@ enum Proc {
     },
     Native,
 }
+
+/// A JSFunction's SharedFunctionInfo, when it was read and when the function was last seen.
+#[derive(Clone, Copy)]
+struct Checked {
+    sfi: u64,
+    read: Instant,
+    used: Instant,
+}
+
+/// Functions seen within this long are checked again together with the one that needs it
+/// (one read of the process for all of them).
+const CHECK_TOGETHER: Duration = Duration::from_secs(1);
 
 /// A frame's names.
 struct Named {
@@ -125,6 +139,7 @@ impl V8Walker {
                 layout: Arc::from(layout),
                 names: HashMap::new(),
                 checked: HashMap::new(),
+                shared: Box::default(),
                 code: CodeRanges::default(),
                 modules: module_ranges(mappings),
             },
@@ -154,6 +169,7 @@ impl V8Walker {
             layout,
             names,
             checked,
+            shared,
             code,
             modules,
             ..
@@ -163,23 +179,16 @@ impl V8Walker {
         };
         let function = rt_payload(word);
         let mem = ProcessMemory::new(pid);
-        let namer = Namer::new(&mem, layout);
+        let namer = Namer::with_cache(&mem, layout, shared);
         let now = Instant::now();
-        let shared = match checked.get(&function) {
-            Some(&(sfi, at)) if now.duration_since(at) < RECHECK => Some(sfi),
+        let shared = match checked.get_mut(&function) {
+            Some(c) if now.duration_since(c.read) < RECHECK => {
+                c.used = now;
+                Some(c.sfi)
+            }
             _ => {
-                let read = namer
-                    .heap()
-                    .field(function, layout.fields.js_function_shared)
-                    .ok();
-                if checked.len() >= MAX_CACHED {
-                    checked.clear();
-                }
-                match read {
-                    Some(sfi) => checked.insert(function, (sfi, now)),
-                    None => checked.remove(&function),
-                };
-                read
+                let field = u64::from(layout.fields.js_function_shared);
+                recheck(&mem, layout, checked, function, field, now)
             }
         };
         // A process gone (its last samples are read after it exits) moves nothing more:
@@ -355,6 +364,67 @@ fn walkable(layout: &Layout) -> Result<(), &'static str> {
 }
 
 /// The kernel's entry for a V8 of this layout.
+/// Reads `function`'s SharedFunctionInfo again, and in the same read those of the functions
+/// seen within [`CHECK_TOGETHER`] whose check is due too: a busy process's samples carry the
+/// same functions batch after batch, and one read per function was most of the reader's
+/// reads of its memory. Returns `function`'s (`None`: not readable, forgotten).
+fn recheck(
+    mem: &ProcessMemory,
+    layout: &Layout,
+    checked: &mut HashMap<u64, Checked>,
+    function: u64,
+    field: u64,
+    now: Instant,
+) -> Option<u64> {
+    if checked.len() >= MAX_CACHED {
+        checked.clear();
+    }
+    let mut due: Vec<u64> = checked
+        .iter()
+        .filter(|&(&f, c)| {
+            f != function
+                && now.duration_since(c.read) >= RECHECK
+                && now.duration_since(c.used) < CHECK_TOGETHER
+        })
+        .map(|(&f, _)| f)
+        .collect();
+    due.insert(0, function);
+    let addrs: Vec<u64> = due.iter().map(|&f| layout.untag(f) + field).collect();
+    let read = mem.read_words(&addrs);
+    let mut mine = None;
+    let mut unreadable_seen = false;
+    for (i, (f, sfi)) in due.iter().zip(read).enumerate() {
+        match sfi {
+            Some(sfi) => {
+                let used = if i == 0 {
+                    now
+                } else {
+                    checked.get(f).map_or(now, |c| c.used)
+                };
+                checked.insert(
+                    *f,
+                    Checked {
+                        sfi,
+                        read: now,
+                        used,
+                    },
+                );
+                if i == 0 {
+                    mine = Some(sfi);
+                }
+            }
+            // The first word not read is unreadable: its function is forgotten. The ones
+            // after it in its call are unknown, left for their own checks.
+            None if !unreadable_seen => {
+                unreadable_seen = true;
+                checked.remove(f);
+            }
+            None => {}
+        }
+    }
+    mine
+}
+
 fn entry(l: &Layout) -> V8Proc {
     V8Proc {
         enabled: 1,
