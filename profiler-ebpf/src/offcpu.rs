@@ -546,7 +546,7 @@ fn switch_out<const TABLES: bool>(
     if TABLES
         && flags & (record_flags::UNWIND_NO_PROCESS | record_flags::UNWIND_NO_MAPPING) != 0
         // At most every 10 ms per CPU, whichever is missing.
-        && wake_reader(record_flags::UNWIND_NO_MAPPING, now, 0)
+        && wake_reader(record_flags::UNWIND_NO_MAPPING, now, config.runtime_wakeup_ns())
     {
         // The walk lacked tables (a new process, a library mapped since): a header without
         // frames or weight tells the reader which process to load (and counts nothing), as a

@@ -63,8 +63,8 @@ fn sampler_config(opts: &RecordOptions, ring_bytes: u32, warnings: &mut dyn Warn
 /// continuously (`--interval`): a fleet host's Python, Java and Node services keep it awake
 /// otherwise, a batch every 10 ms (the default, which a command's or a process's recording
 /// keeps: its runtime's last samples are named before it exits). Measured under bench
-/// section 14's load at 99 Hz, one binary after the other: 2.4-3.2 % of a CPU at 10 ms,
-/// 1.6-1.8 % at 50 ms. What it costs: a process that exits within this time of a sample may
+/// section 14's load at 99 Hz, one binary after the other: 2.0-3.2 % of a CPU at 10 ms,
+/// 1.5-2.0 % at 50 ms. What it costs: a process that exits within this time of a sample may
 /// leave that sample's runtime frames unnamed.
 const CONTINUOUS_RUNTIME_WAKEUP_MS: u32 = 50;
 

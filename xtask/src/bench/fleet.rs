@@ -310,54 +310,24 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
     let mut ratios: Vec<(u32, &str, f64, f64)> = Vec::new();
     for &rate in rates {
         let r = rate.to_string();
-        let mut cmd = ctx.profiler(&[
-            "record",
-            "-a",
-            "-F",
-            &r,
-            "-q",
-            "--interval",
-            "10",
-            "--export",
-            &format!("otlp+grpc://127.0.0.1:{grpc}"),
-        ]);
-        let ours = run_agent(
-            ctx,
-            &format!("profiler-{rate}"),
-            &mut cmd,
-            settle,
-            secs,
-            &receiver_log,
-        )?;
-        anyhow::ensure!(ours.requests > 0, "`{}` sent nothing", ours.command);
+        let export = format!("otlp+grpc://127.0.0.1:{grpc}");
+        // This profiler with `extra` arguments, as run `what`; it must have sent something.
+        let mut ours_with = |what: &str, extra: &[&str]| -> anyhow::Result<Run> {
+            let mut args = vec!["record", "-a", "-F", &r, "-q", "--interval", "10"];
+            args.extend_from_slice(extra);
+            args.extend(["--export", &export]);
+            let mut cmd = ctx.profiler(&args);
+            let run = run_agent(ctx, what, &mut cmd, settle, secs, &receiver_log)?;
+            anyhow::ensure!(run.requests > 0, "`{}` sent nothing", run.command);
+            Ok(run)
+        };
+        let ours = ours_with(&format!("profiler-{rate}"), &[])?;
         // Like for like with the peer: native frames as build ids and file offsets for the
         // store to name, runtime frames named on the host.
-        let mut cmd = ctx.profiler(&[
-            "record",
-            "-a",
-            "-F",
-            &r,
-            "-q",
-            "--interval",
-            "10",
-            "--symbolize",
-            "none",
-            "--export",
-            &format!("otlp+grpc://127.0.0.1:{grpc}"),
-        ]);
-        let ours_addresses = run_agent(
-            ctx,
+        let ours_addresses = ours_with(
             &format!("profiler-addresses-{rate}"),
-            &mut cmd,
-            settle,
-            secs,
-            &receiver_log,
+            &["--symbolize", "none"],
         )?;
-        anyhow::ensure!(
-            ours_addresses.requests > 0,
-            "`{}` sent nothing",
-            ours_addresses.command
-        );
         let peer = match &otel {
             Some(agent) => {
                 let run = run_agent(

@@ -1,15 +1,6 @@
 //! Naming a JavaScript frame from its JSFunction (or SharedFunctionInfo) and where in the
 //! function it was: function name, script name, line.
 
-use super::{
-    baseline::bytecode_offset,
-    code::{
-        CodeInfo, code_at_pc, code_holding, code_of, code_shared, position_of_pc, positions_of_pc,
-    },
-    heap::Heap,
-    layout::Layout,
-    positions::{count_line_ends, decode_source_positions, line_of, position_at},
-};
 use std::{
     cell::RefCell,
     collections::HashMap,
@@ -17,7 +8,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::positions::SourcePosition;
+use super::{
+    baseline::bytecode_offset,
+    code::{
+        CodeInfo, code_at_pc, code_holding, code_of, code_shared, position_of_pc, positions_of_pc,
+    },
+    heap::Heap,
+    layout::Layout,
+    positions::{SourcePosition, count_line_ends, decode_source_positions, line_of, position_at},
+};
 use crate::runtimes::shared::memory::{Memory, ReadError};
 
 /// Where in its function a frame was, as the kernel half can read it.
@@ -96,6 +95,14 @@ pub struct SharedCache {
 
 /// A script's name and its line ends.
 type ScriptLines = (String, Arc<[u32]>);
+
+/// Inserts into one of [`SharedCache`]'s maps, cleared first once it holds [`MAX_SHARED`].
+fn insert_bounded<V>(map: &mut HashMap<u64, V>, key: u64, value: V) {
+    if map.len() >= MAX_SHARED {
+        map.clear();
+    }
+    map.insert(key, value);
+}
 
 /// A SharedFunctionInfo's names and what finds a line in it.
 struct SharedInfo {
@@ -323,11 +330,11 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
         }
         let info = Arc::new(self.read_shared(sfi)?);
         if let Some(cache) = self.shared {
-            let mut map = cache.map.borrow_mut();
-            if map.len() >= MAX_SHARED {
-                map.clear();
-            }
-            map.insert(sfi, (Instant::now(), info.clone()));
+            insert_bounded(
+                &mut cache.map.borrow_mut(),
+                sfi,
+                (Instant::now(), info.clone()),
+            );
         }
         Ok(info)
     }
@@ -455,11 +462,8 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
         }
         let ends: Arc<[u32]> = self.line_ends(script)?.into();
         if let Some(cache) = cache {
-            let mut scripts = cache.scripts.borrow_mut();
-            if scripts.len() >= MAX_SHARED {
-                scripts.clear();
-            }
-            scripts.insert(script, (name.to_string(), ends.clone()));
+            let entry = (name.to_string(), ends.clone());
+            insert_bounded(&mut cache.scripts.borrow_mut(), script, entry);
         }
         Some(ends)
     }

@@ -186,10 +186,7 @@ impl V8Walker {
                 c.used = now;
                 Some(c.sfi)
             }
-            _ => {
-                let field = u64::from(layout.fields.js_function_shared);
-                recheck(&mem, layout, checked, function, field, now)
-            }
+            _ => recheck(&mem, layout, checked, function, now),
         };
         // A process gone (its last samples are read after it exits) moves nothing more:
         // what was named at this address is kept.
@@ -363,7 +360,6 @@ fn walkable(layout: &Layout) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// The kernel's entry for a V8 of this layout.
 /// Reads `function`'s SharedFunctionInfo again, and in the same read those of the functions
 /// seen within [`CHECK_TOGETHER`] whose check is due too: a busy process's samples carry the
 /// same functions batch after batch, and one read per function was most of the reader's
@@ -373,7 +369,6 @@ fn recheck(
     layout: &Layout,
     checked: &mut HashMap<u64, Checked>,
     function: u64,
-    field: u64,
     now: Instant,
 ) -> Option<u64> {
     if checked.len() >= MAX_CACHED {
@@ -389,6 +384,7 @@ fn recheck(
         .map(|(&f, _)| f)
         .collect();
     due.insert(0, function);
+    let field = u64::from(layout.fields.js_function_shared);
     let addrs: Vec<u64> = due.iter().map(|&f| layout.untag(f) + field).collect();
     let read = mem.read_words(&addrs);
     let mut mine = None;
@@ -425,6 +421,7 @@ fn recheck(
     mine
 }
 
+/// The kernel's entry for a V8 of this layout.
 fn entry(l: &Layout) -> V8Proc {
     V8Proc {
         enabled: 1,
