@@ -96,14 +96,42 @@ pub fn kernel_mode_at_entry(stacks: &[Stack]) -> u64 {
         .sum()
 }
 
-/// The profile of a process built from chain.c (`chain`, `nofp`): its samples, its samples
-/// in leaf, and the leaf samples whose stack is the whole chain `main > outer > middle >
-/// leaf` (below whatever starts main).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The profile of a process built from chain.c (`chain`, `nofp`): its samples, those in its
+/// chain (a frame of `main > outer > middle > leaf` among their user frames: the process's
+/// start-up, the dynamic loader's work before `main`, is not the chain's), its samples in
+/// leaf, and the leaf samples whose stack is the whole chain (below whatever starts main).
+/// Shares are of `chain`: start-up is a fixed amount of CPU, and on a busy host (a starved
+/// emulated CPU) it is a larger part of a run timed by the clock, while the chain's own
+/// split between leaf and its callers is the same.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChainProfile {
     pub total: u64,
+    pub chain: u64,
     pub leaf: u64,
     pub whole: u64,
+    /// The leaf samples that were not whole, by their innermost user frames, most first.
+    pub misses: Vec<(String, u64)>,
+}
+
+impl ChainProfile {
+    /// Whether at least `pct` percent of the chain's samples are in leaf.
+    pub fn leaf_share_at_least(&self, pct: u64) -> bool {
+        self.leaf * 100 >= self.chain * pct
+    }
+
+    /// The misses, for a failure's one line: the three commonest, innermost frames last.
+    pub fn misses_line(&self) -> String {
+        if self.misses.is_empty() {
+            return String::new();
+        }
+        let shown: Vec<String> = self
+            .misses
+            .iter()
+            .take(3)
+            .map(|(s, n)| format!("{n}x {s}"))
+            .collect();
+        format!("; not whole: {}", shown.join(", "))
+    }
 }
 
 /// [`ChainProfile`] of the process named `comm`.
@@ -117,20 +145,69 @@ pub fn chain_profile_named(comm: &str, prefix: &str, stacks: &[Stack]) -> ChainP
     let chain = ["main", "outer", "middle", "leaf"].map(name);
     let mine: Vec<_> = stacks.iter().filter(|(f, _)| f[0] == comm).collect();
     let total = mine.iter().map(|(_, n)| n).sum();
-    let in_leaf: Vec<_> = mine
-        .iter()
-        .filter(|(f, _)| innermost_user(f) == Some(chain[3].as_str()))
-        .collect();
-    let leaf = in_leaf.iter().map(|(_, n)| n).sum();
-    let whole = in_leaf
+    let in_chain = mine
         .iter()
         .filter(|(f, _)| {
-            let user = user_frames(f);
-            user.len() >= 4 && user[user.len() - 4..] == chain
+            user_frames(&f[1..])
+                .iter()
+                .any(|u| chain.contains(&u.to_string()))
         })
         .map(|(_, n)| n)
         .sum();
-    ChainProfile { total, leaf, whole }
+    let (mut leaf, mut whole) = (0, 0);
+    let mut misses: Vec<(String, u64)> = Vec::new();
+    for (f, n) in mine {
+        // (The process name first: not a frame.)
+        let user = user_frames(&f[1..]);
+        if user.last().copied() != Some(chain[3].as_str()) {
+            continue;
+        }
+        leaf += n;
+        if user.len() >= 4 && user[user.len() - 4..] == chain {
+            whole += n;
+            continue;
+        }
+        let key = innermost_line(&user, prefix);
+        match misses.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, c)) => *c += n,
+            None => misses.push((key, *n)),
+        }
+    }
+    misses.sort_by_key(|m| std::cmp::Reverse(m.1));
+    ChainProfile {
+        total,
+        chain: in_chain,
+        leaf,
+        whole,
+        misses,
+    }
+}
+
+/// A stack's innermost five user frames, outermost first (`prefix` dropped, long names cut):
+/// enough to tell a lost caller from a wrong one in a failure's line.
+fn innermost_line(user: &[&str], prefix: &str) -> String {
+    let from = user.len().saturating_sub(5);
+    let frames: Vec<String> = user[from..]
+        .iter()
+        .map(|f| {
+            let f = f.strip_prefix(prefix).unwrap_or(f);
+            match f.char_indices().nth(40) {
+                Some((i, _)) => format!("{}..", &f[..i]),
+                None => f.to_string(),
+            }
+        })
+        .collect();
+    let cut = if from > 0 { "... > " } else { "" };
+    format!("{cut}{}", frames.join(" > "))
+}
+
+/// The `unwind-stats ...` line `record --unwind-stats` prints on stderr, for a failure's
+/// message (copies, partial walks and loads tell a late table from a wrong one).
+pub fn unwind_stats(stderr: &str) -> String {
+    stderr
+        .lines()
+        .find_map(|l| l.find("unwind-stats ").map(|i| format!("; {}", &l[i..])))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -151,16 +228,14 @@ mod tests {
                 3,
             ),
             stack("chain;main", 2),
+            stack("chain;_dl_start;_dl_relocate_object", 10),
             stack("other;leaf", 7),
         ];
-        assert_eq!(
-            chain_profile("chain", &stacks),
-            ChainProfile {
-                total: 100,
-                leaf: 98,
-                whole: 93
-            }
-        );
+        let p = chain_profile("chain", &stacks);
+        assert_eq!((p.total, p.chain, p.leaf, p.whole), (110, 100, 98, 93));
+        assert!(p.leaf_share_at_least(98) && !p.leaf_share_at_least(99));
+        assert_eq!(p.misses, [("main > outer > leaf".to_string(), 5)]);
+        assert_eq!(p.misses_line(), "; not whole: 5x main > outer > leaf");
         let at_entry = [
             stack(
                 "chain;main;outer;leaf;asm_sysvec_apic_timer_interrupt_[k]",

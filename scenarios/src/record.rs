@@ -39,7 +39,7 @@ fn record_chain(env: &Env, mode: &str) -> Outcome {
     ])?;
     let stacks = folded::read(&folded)?;
     let p = chain_profile("chain", &stacks);
-    let (total, leaf, whole) = (p.total, p.leaf, p.whole);
+    let (total, leaf, whole) = (p.chain, p.leaf, p.whole);
     // Without bpf_task_pt_regs, kernel-mode samples at leaf's entry lack middle (documented
     // in docs/limits.md); every other leaf sample must be whole.
     let excused = if env.kernel.kernel_mode_callers {
@@ -51,21 +51,22 @@ fn record_chain(env: &Env, mode: &str) -> Outcome {
     // so demand a real profile (enough samples for the share below), not a rate.
     if total < 400 {
         return Err(Failure::with(
-            format!("only {total} samples of chain"),
+            format!("only {total} samples in chain's chain"),
             &out,
         ));
     }
-    if leaf * 100 < total * env.leaf_share() {
+    if !p.leaf_share_at_least(env.leaf_share()) {
         return Err(Failure::with(
-            format!("leaf has {leaf} of {total} samples"),
+            format!("leaf has {leaf} of the chain's {total} samples"),
             &out,
         ));
     }
     if whole + excused != leaf {
         return Err(Failure::with(
             format!(
-                "{} of {leaf} leaf samples lack main > outer > middle > leaf",
-                leaf - whole
+                "{} of {leaf} leaf samples lack main > outer > middle > leaf{}",
+                leaf - whole,
+                p.misses_line()
             ),
             &std::fs::read_to_string(&folded).unwrap_or_default(),
         ));
@@ -98,7 +99,8 @@ fn record_chain(env: &Env, mode: &str) -> Outcome {
         format!("all {leaf} leaf stacks whole")
     };
     Ok(format!(
-        "{total} samples, leaf {}%, {whole_note}",
+        "{} samples, leaf {}% of {total} in the chain, {whole_note}",
+        p.total,
         leaf * 100 / total
     ))
 }
@@ -235,11 +237,11 @@ pub fn record_all(env: &Env) -> Outcome {
     }
     let p = chain_profile("chain", &folded::read(&folded)?);
     // 1 s at 199 Hz: ~199 samples of chain on a quiet machine, fewer on a busy host.
-    if p.total < 20 || p.leaf * 100 < p.total * env.leaf_share() {
+    if p.chain < 20 || !p.leaf_share_at_least(env.leaf_share()) {
         return Err(Failure::with(
             format!(
-                "chain has {} samples ({} in leaf) of {samples}",
-                p.total, p.leaf
+                "chain has {} samples ({} in its chain, {} in leaf) of {samples}",
+                p.total, p.chain, p.leaf
             ),
             &format!(
                 "{out}\n{}",
@@ -274,11 +276,12 @@ pub fn record_aggregate(env: &Env) -> Outcome {
     let p = chain_profile("chain", &stacks);
     // The file holds what the report counted (a few samples of the child before its exec
     // carry the profiler's name).
-    if p.total < 300 || in_file != samples || p.leaf * 100 < p.total * env.leaf_share() {
+    if p.chain < 300 || in_file != samples || !p.leaf_share_at_least(env.leaf_share()) {
         return Err(Failure::with(
             format!(
-                "{samples} samples reported, {in_file} in the file, {} of chain, {} in leaf",
-                p.total, p.leaf
+                "{samples} samples reported, {in_file} in the file, {} of chain, {} in its \
+                 chain, {} in leaf",
+                p.total, p.chain, p.leaf
             ),
             &out,
         ));
@@ -288,7 +291,7 @@ pub fn record_aggregate(env: &Env) -> Outcome {
     }
     Ok(format!(
         "{samples} samples, leaf {}%",
-        p.leaf * 100 / p.total
+        p.leaf * 100 / p.chain
     ))
 }
 
@@ -302,23 +305,41 @@ pub fn record_rust(env: &Env) -> Outcome {
     }
     let folded = env.out("chain-rs.folded");
     let chain = env.fixture("chain_rs");
-    env.run_profiler(&["record", "-F", "999", "-o", &folded, "--", &chain, "1.5"])?;
+    let (_, stderr) = env.run_profiler_streams(&[
+        "record",
+        "-F",
+        "999",
+        "--unwind-stats",
+        "-o",
+        &folded,
+        "--",
+        &chain,
+        "1.5",
+    ])?;
     let p = chain_profile_named("chain_rs", "chain_rs::", &folded::read(&folded)?);
-    if p.total < 300 || p.leaf * 100 < p.total * env.leaf_share() || p.whole * 100 < p.leaf * 99 {
+    if p.chain < 300 || !p.leaf_share_at_least(env.leaf_share()) || p.whole * 100 < p.leaf * 99 {
         return Err(Failure::with(
             format!(
-                "{} samples of chain_rs, {} in leaf, {} whole to main",
-                p.total, p.leaf, p.whole
+                "{} samples of chain_rs, {} in its chain, {} in leaf, {} whole to main{}{}",
+                p.total,
+                p.chain,
+                p.leaf,
+                p.whole,
+                p.misses_line(),
+                folded::unwind_stats(&stderr)
             ),
             &std::fs::read_to_string(&folded).unwrap_or_default(),
         ));
     }
+    // The misses a pass allows are named too: the log then shows what they were.
     Ok(format!(
-        "{} samples, leaf {}%, {} of {} leaf stacks whole",
+        "{} samples, leaf {}% of {} in the chain, {} of {} leaf stacks whole{}",
         p.total,
-        p.leaf * 100 / p.total,
+        p.leaf * 100 / p.chain,
+        p.chain,
         p.whole,
-        p.leaf
+        p.leaf,
+        p.misses_line()
     ))
 }
 
@@ -377,6 +398,7 @@ pub fn record_aggregate_nofp(env: &Env) -> Outcome {
         "--aggregate",
         "-F",
         "999",
+        "--unwind-stats",
         "-o",
         &folded,
         "--",
@@ -398,19 +420,25 @@ pub fn record_aggregate_nofp(env: &Env) -> Outcome {
         return Err(Failure::with(format!("{SAID:?} with the walker"), &stderr));
     }
     let p = chain_profile("nofp", &folded::read(&folded)?);
-    if p.total < 300 || p.leaf * 100 < p.total * env.leaf_share() || p.whole * 100 < p.leaf * 99 {
+    if p.chain < 300 || !p.leaf_share_at_least(env.leaf_share()) || p.whole * 100 < p.leaf * 99 {
         return Err(Failure::with(
             format!(
-                "{} samples of nofp, {} in leaf, {} whole to main",
-                p.total, p.leaf, p.whole
+                "{} samples of nofp, {} in its chain, {} in leaf, {} whole to main{}{}",
+                p.total,
+                p.chain,
+                p.leaf,
+                p.whole,
+                p.misses_line(),
+                folded::unwind_stats(&stderr)
             ),
             &stderr,
         ));
     }
     Ok(format!(
-        "{} samples, {}% of leaf whole",
+        "{} samples, {}% of leaf whole{}",
         p.total,
-        p.whole * 100 / p.leaf
+        p.whole * 100 / p.leaf,
+        p.misses_line()
     ))
 }
 
