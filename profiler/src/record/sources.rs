@@ -178,6 +178,9 @@ pub(super) fn add_targets(
         (Target::Command(_), Some(_)) if opts.whole_system => {}
         (Target::Command(_), Some(w)) => {
             sampler.add_tgid(w.pid())?;
+            if let Some(t) = tables {
+                t.preload_executable(w.program(), files)?;
+            }
             // Children of the command are profiled too (a shell script's commands, say).
             follow_children(catalog, sampler, "the command's", warnings);
         }

@@ -255,6 +255,49 @@ impl TableLoader {
         Ok(())
     }
 
+    /// Builds and places the table of the executable a started command is about to exec (an
+    /// ELF file; a script's interpreter is found at the exec, as before), whatever its size,
+    /// while the child is parked: its process is published from its first sample with that
+    /// module ready, where a big one (a Rust or C++ program's, over [`SYNC_CFI_BYTES`]) was
+    /// built on the worker meanwhile and the samples through it were copied while the copy
+    /// budget lasted and cut at that module after (`leaf` alone). Kept as used by this
+    /// process (never evicted).
+    pub fn preload_executable(
+        &mut self,
+        path: &std::path::Path,
+        files: &mut ElfFiles,
+    ) -> Result<(), UnwindMapError> {
+        use std::{io::Read as _, os::unix::fs::MetadataExt as _};
+        let mut magic = [0u8; 4];
+        let is_elf = std::fs::File::open(path)
+            .and_then(|mut f| f.read_exact(&mut magic))
+            .is_ok()
+            && magic == *b"\x7fELF";
+        // The file table opens a module by its absolute path, as a mapping names it.
+        let (true, Ok(path)) = (is_elf, std::fs::canonicalize(path)) else {
+            return Ok(());
+        };
+        let Ok(meta) = std::fs::metadata(&path) else {
+            return Ok(());
+        };
+        // The file as a mapping of its start: the registry knows modules by device and
+        // inode, so the process's own mapping of it finds this module at its exec.
+        let mapping = Mapping {
+            start: 0,
+            end: 0,
+            offset: 0,
+            dev: meta.dev(),
+            ino: meta.ino(),
+            name: path.to_string_lossy().into(),
+        };
+        self.build_now = true;
+        let entries = self.entries(std::process::id(), &[mapping], files);
+        self.build_now = false;
+        let (_, modules) = entries?;
+        self.add_users(&modules);
+        Ok(())
+    }
+
     /// Looks at one record's unwind marks.
     pub fn note(&mut self, rec: &StackSampleHeader) {
         let now = Instant::now();

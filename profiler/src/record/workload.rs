@@ -69,6 +69,8 @@ pub fn resolve_command(cmd: &OsString) -> Result<PathBuf, WorkloadError> {
 /// A forked child parked before exec.
 pub struct Workload {
     pid: Pid,
+    /// The file it execs (`argv[0]` found on PATH).
+    program: PathBuf,
     go: Option<OwnedFd>,
     exec_err: Option<OwnedFd>,
     reaped: bool,
@@ -129,6 +131,7 @@ impl Workload {
                 drop(err_w);
                 Ok(Self {
                     pid: child,
+                    program,
                     go: Some(go_w),
                     exec_err: Some(err_r),
                     reaped: false,
@@ -140,6 +143,11 @@ impl Workload {
 
     pub fn pid(&self) -> u32 {
         self.pid.as_raw() as u32
+    }
+
+    /// The file the child will exec.
+    pub fn program(&self) -> &Path {
+        &self.program
     }
 
     /// Lets the child exec; fails if the exec did.
