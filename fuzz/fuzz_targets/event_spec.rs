@@ -6,7 +6,8 @@
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use profiler::{cpc::events::Catalog, tools::spec};
+use profiler_core::cpc::events::Catalog;
+use profiler_formats::spec;
 
 static CATALOG: LazyLock<Catalog> = LazyLock::new(Catalog::load);
 

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use profiler::profile::{
+use profiler_formats::profile::{
     ReportOptions, profile_from_folded, render_report, write_flamegraph, write_folded,
 };
 

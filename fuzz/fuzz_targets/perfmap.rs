@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use profiler::symbolize::PerfMap;
+use profiler_formats::symbolize::PerfMap;
 
 fuzz_target!(|data: &[u8]| {
     let map = PerfMap::parse(&String::from_utf8_lossy(data));

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use profiler::profile::{ReportOptions, read_pprof, render_report, write_pprof};
+use profiler_formats::profile::{ReportOptions, read_pprof, render_report, write_pprof};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(profile) = read_pprof(data) {

@@ -5,9 +5,12 @@
 //! into frames between the ring buffer and `profile`; `modules` (the ELF module registry)
 //! builds the unwind tables `record` puts into the kernel. The counting model lives in
 //! `profiler-core` (which `libcpc.so` also links); its modules are re-exported here under
-//! their own names.
+//! their own names. So are those of `profiler-formats` (the profile model and its formats,
+//! frames, perf maps, the `-c` spec parser, the untrusted-file rules: what the fuzz targets
+//! build, without this crate).
 
 pub use profiler_core::{host, perf};
+pub use profiler_formats::{cgroup, untrusted};
 
 /// The eBPF engine (`profiler_core::bpf`), plus its ring buffer read through tokio.
 pub mod bpf {
@@ -21,7 +24,6 @@ pub mod cpc {
     pub use profiler_core::cpc::*;
 }
 
-pub mod cgroup;
 pub mod cli;
 pub mod export;
 pub mod modules;
@@ -33,4 +35,3 @@ pub mod sink;
 mod stream;
 pub mod symbolize;
 pub mod tools;
-pub mod untrusted;

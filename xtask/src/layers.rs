@@ -233,8 +233,9 @@ pub fn report() -> anyhow::Result<()> {
     Ok(())
 }
 
-const CRATES: [&str; 5] = [
+const CRATES: [&str; 6] = [
     "profiler-core",
+    "formats",
     "profiler",
     "libcpc",
     "libperfmon",

@@ -5,11 +5,9 @@
 use std::{fs::File, io, os::unix::fs::MetadataExt};
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ReadCache};
+use profiler_formats::ReadAt;
 
-use super::{
-    cfi::{Arch, CfiSections, Section},
-    files::ReadAt,
-};
+use super::cfi::{Arch, CfiSections, Section};
 
 /// Largest CFI section read into memory.
 const MAX_SECTION_BYTES: u64 = 256 << 20;

@@ -7,19 +7,17 @@
 //! bounded size with the device and inode the mapping had, and kept open; blazesym then reads
 //! it as `/proc/self/fd/N`, so nothing can be swapped between the check and the read.
 //! This is the one table of opened files: the unwinder's module registry reads a file's
-//! identity and CFI through it too (with [`ReadAt`]), so every file is opened and checked in
-//! one place, and while the symbolizer holds one open the registry reads that descriptor.
+//! identity and CFI through it too (with [`super::ReadAt`]), so every file is opened and
+//! checked in one place, and while the symbolizer holds one open the registry reads that
+//! descriptor.
 
 use std::{
     collections::HashMap,
     fs::File,
-    io,
-    os::{fd::AsRawFd, unix::fs::FileExt},
+    os::fd::AsRawFd,
     path::{Path, PathBuf},
     sync::Arc,
 };
-
-use object::read::ReadCacheOps;
 
 use super::maps::{MapEntry, exec_mappings};
 use crate::untrusted::{self, MAX_ELF_BYTES, Refusal, Rules};
@@ -41,54 +39,6 @@ impl ElfFile {
     /// The path blazesym may open: our own descriptor of the checked file.
     pub fn fd_path(&self) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
-    }
-}
-
-/// One reader's position in a shared file: reads are positional (pread), so the threads
-/// that read one descriptor (the unwinder's registry, the symbolizer) never move each
-/// other's offset. Wrap it in [`object::ReadCache`] to parse the file.
-pub struct ReadAt<'a> {
-    file: &'a File,
-    pos: u64,
-}
-
-impl<'a> ReadAt<'a> {
-    pub fn new(file: &'a File) -> Self {
-        Self { file, pos: 0 }
-    }
-
-    /// Reading on from `pos` (as an [`io::Read`]).
-    pub fn positioned(file: &'a File, pos: u64) -> Self {
-        Self { file, pos }
-    }
-}
-
-impl io::Read for ReadAt<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.file.read_at(buf, self.pos)?;
-        self.pos += n as u64;
-        Ok(n)
-    }
-}
-
-impl ReadCacheOps for ReadAt<'_> {
-    fn len(&mut self) -> Result<u64, ()> {
-        self.file.metadata().map(|m| m.len()).map_err(drop)
-    }
-
-    fn seek(&mut self, pos: u64) -> Result<u64, ()> {
-        self.pos = pos;
-        Ok(pos)
-    }
-
-    fn read(&mut self, buf: &mut [u8]) -> Result<usize, ()> {
-        io::Read::read(self, buf).map_err(drop)
-    }
-
-    fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), ()> {
-        self.file.read_exact_at(buf, self.pos).map_err(drop)?;
-        self.pos += buf.len() as u64;
-        Ok(())
     }
 }
 
@@ -298,7 +248,7 @@ fn open_map_file(path: &Path) -> std::io::Result<File> {
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::fs::{FileExt, MetadataExt};
 
     use super::*;
     use crate::symbolize::ProcessMaps;

@@ -15,10 +15,11 @@ mod maps;
 use std::{collections::HashMap, sync::Arc};
 
 use profiler_common::unwind::UnwindRow;
+pub use profiler_formats::ReadAt;
 
 pub use cfi::CfiError;
 pub use elf::ElfError;
-pub use files::{ElfFile, ElfFiles, FileId, ReadAt};
+pub use files::{ElfFile, ElfFiles, FileId};
 pub use history::MapHistory;
 pub use maps::{MapEntry, Mapping, exec_mappings, parse as parse_maps};
 

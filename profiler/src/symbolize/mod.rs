@@ -8,13 +8,11 @@
 //! batch, and kernel addresses through kallsyms. A miss is a value (`[module]+0xoffset`),
 //! never an error.
 
-mod debug_file;
 mod frame;
 mod inflated;
 mod kallsyms;
 mod leaf;
 mod maps;
-mod perfmap;
 mod plt;
 mod resolve;
 
@@ -28,15 +26,13 @@ use blazesym::symbolize::{
     self as bz, Input, Symbolized,
     source::{Elf, Source},
 };
+pub use profiler_formats::symbolize::{Frame, FrameKind, Identity, PerfMap, by_build_id};
 
 use crate::modules::ElfFiles;
 pub use crate::modules::{ElfFile, FileId};
-pub use debug_file::{Identity, by_build_id};
 
 use crate::modules::MapHistory;
-pub use frame::{Frame, FrameKind};
 pub use maps::{MapEntry, ProcessMaps};
-pub use perfmap::PerfMap;
 pub use resolve::{SymbolizeErrors, Symbolizer};
 
 /// A location in a file: (path, file offset).

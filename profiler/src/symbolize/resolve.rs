@@ -15,12 +15,8 @@ use blazesym::symbolize::{
 };
 
 use super::{
-    ElfFile, FileId,
-    debug_file::{Identity, by_build_id},
-    frame::{self, Frame, FrameKind},
-    inflated::Inflated,
-    kallsyms::KernelSymbols,
-    plt::PltStubs,
+    ElfFile, FileId, Frame, FrameKind, Identity, by_build_id, frame, inflated::Inflated,
+    kallsyms::KernelSymbols, plt::PltStubs,
 };
 
 /// Directories searched for separate debug information (their `.build-id/` trees, and

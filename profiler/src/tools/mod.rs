@@ -9,16 +9,16 @@
 
 pub mod caps;
 pub mod cgstat;
-pub mod cnum;
 pub mod counting;
 pub mod format;
 pub mod json;
 pub mod sample;
 pub mod signals;
 pub mod soak;
-pub mod spec;
 pub mod stat;
 pub mod track;
+
+pub use profiler_formats::{cnum, spec};
 
 use crate::cpc::{Cpc, consts::VER_CURRENT};
 

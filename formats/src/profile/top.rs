@@ -6,7 +6,8 @@ use std::{collections::HashMap, fmt::Write as _, sync::Arc};
 use super::{Profile, StackCount, Unit};
 
 /// What the rows of the table are.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum By {
     #[default]
     Function,
@@ -20,12 +21,13 @@ pub enum By {
 }
 
 /// How rows are ordered.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Sort {
     #[default]
-    #[value(name = "self")]
+    #[cfg_attr(feature = "clap", value(name = "self"))]
     SelfSamples,
-    #[value(name = "total")]
+    #[cfg_attr(feature = "clap", value(name = "total"))]
     Total,
     Name,
 }

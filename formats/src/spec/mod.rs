@@ -14,9 +14,9 @@
 //! ignored. Parsing is pure: the event check and the attribute names come from a
 //! [`SpecContext`], which [`SpecContext::for_cpc`] fills from the libcpc handle.
 
-use crate::cpc::{Attr, Cpc, CpcError, Set, consts::request, events::EventError};
+use profiler_core::cpc::{Attr, Cpc, CpcError, Set, consts::request, events::EventError};
 
-use super::cnum::strtoll;
+use crate::cnum::strtoll;
 
 #[cfg(test)]
 mod tests;

@@ -7,8 +7,9 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::modules::ReadAt;
 use object::{Object, ObjectSegment, ReadCache};
+
+use crate::ReadAt;
 
 /// What ties an ELF file to its debug file: its build id, and its load segments to turn
 /// file offsets into the virtual addresses both files share.

@@ -4,7 +4,8 @@ use std::{io, path::Path};
 
 use super::{Profile, TopTable, write_flamegraph, write_folded, write_pprof, write_speedscope};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Format {
     /// gzip-compressed pprof protobuf (the native format; `profiler report` reads it).
     Pprof,

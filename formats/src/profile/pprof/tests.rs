@@ -246,6 +246,40 @@ fn foreign_profiles_without_our_labels_still_read() {
 }
 
 #[test]
+fn a_file_s_named_and_unnamed_frames_carry_its_build_id() {
+    let exe = std::env::current_exe().unwrap();
+    let path: Arc<str> = Arc::from(exe.to_str().unwrap());
+    let mut named = Frame::named("main", FrameKind::User);
+    named.path = Some(path.clone());
+    let raw = Frame::at_offset(
+        FrameKind::User,
+        Arc::from("exe"),
+        Some(path.clone()),
+        0x1000,
+    );
+    let mut p = Profile::default();
+    p.push("cpu-clock", "exe", &[named, raw], 1);
+    let message = super::encode(&p);
+    let s = |i: i64| message.string_table[i as usize].as_str();
+    let ids: Vec<&str> = message.mapping.iter().map(|m| s(m.build_id)).collect();
+    assert_eq!(ids.len(), 2, "a named mapping and a load segment's");
+    assert!(ids[0].len() >= 16 && ids[0] == ids[1], "{ids:?}");
+    // The same id binutils reads, where it is installed.
+    let readelf = std::process::Command::new("readelf")
+        .arg("-n")
+        .arg(&exe)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    if readelf.contains("Build ID") {
+        assert!(
+            readelf.contains(&format!("Build ID: {}", ids[0])),
+            "{readelf}"
+        );
+    }
+}
+
+#[test]
 fn build_id_note() {
     let mut notes = Vec::new();
     // An unrelated note first, then the GNU build id.

@@ -50,7 +50,8 @@ struct Tables<'a> {
     function_ids: HashMap<(Arc<str>, Option<Arc<str>>), u64>,
     locations: Vec<proto::Location>,
     location_ids: HashMap<(u64, Vec<(u64, i64)>), u64>,
-    /// Files of unsymbolized frames, read once each (`None`: not readable here).
+    /// Files of mappings and unsymbolized frames, read once each (`None`: not readable
+    /// here).
     identities: HashMap<Arc<str>, Option<Identity>>,
     /// Mappings of unsymbolized frames: one per (file, load segment).
     raw_mapping_ids: HashMap<(Arc<str>, u64), u64>,
@@ -58,6 +59,14 @@ struct Tables<'a> {
 }
 
 impl<'a> Tables<'a> {
+    /// The build id and load segments of the file at `path`, read once.
+    fn identity(&mut self, path: &Arc<str>) -> Option<&Identity> {
+        self.identities
+            .entry(path.clone())
+            .or_insert_with(|| read_identity(path))
+            .as_ref()
+    }
+
     fn mapping(&mut self, frame: &Frame) -> u64 {
         let name: Arc<str> = match (&frame.path, &frame.module, frame.kind) {
             (Some(p), _, _) => p.clone(),
@@ -82,7 +91,9 @@ impl<'a> Tables<'a> {
         let build_id = if name.as_ref() == KERNEL_MODULE {
             kernel_build_id()
         } else if name.starts_with('/') {
-            elf_build_id(&name)
+            self.identity(&name)
+                .and_then(|i| i.build_id.as_deref())
+                .map(hex)
         } else {
             None
         };
@@ -128,15 +139,9 @@ impl<'a> Tables<'a> {
         let Some(path) = frame.path.clone().or_else(|| frame.module.clone()) else {
             return self.location_unnamed(offset);
         };
-        let identity = self
-            .identities
-            .entry(path.clone())
-            .or_insert_with(|| read_identity(&path));
-        let segment = identity.as_ref().and_then(|i| i.segment(offset));
-        let build_id = identity
-            .as_ref()
-            .and_then(|i| i.build_id.as_deref())
-            .map(hex);
+        let identity = self.identity(&path);
+        let segment = identity.and_then(|i| i.segment(offset));
+        let build_id = identity.and_then(|i| i.build_id.as_deref()).map(hex);
         let (start, size, file_offset) = segment.map_or((0, 0, 0), |(o, v, s)| (v, s, o));
         let address = start + (offset - file_offset);
         let mapping_id = match self.raw_mapping_ids.get(&(path.clone(), start)) {
@@ -456,7 +461,8 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The build id and load segments of a file named by an unsymbolized frame.
+/// The build id and load segments of a file named by a frame. The path came from a
+/// target's maps: it is opened as untrusted (no FIFO, device or symlink).
 fn read_identity(path: &str) -> Option<Identity> {
     let rules = crate::untrusted::Rules {
         max_bytes: crate::untrusted::MAX_ELF_BYTES,
@@ -465,20 +471,6 @@ fn read_identity(path: &str) -> Option<Identity> {
     };
     let file = crate::untrusted::open(None, std::path::Path::new(path), &rules).ok()?;
     Identity::read(&file)
-}
-
-fn elf_build_id(path: &str) -> Option<String> {
-    // The path came from a target's maps: open it as untrusted (no FIFO, device or symlink),
-    // then let blazesym read the opened file.
-    let rules = crate::untrusted::Rules {
-        max_bytes: crate::untrusted::MAX_ELF_BYTES,
-        owner: None,
-        identity: None,
-    };
-    let file = crate::untrusted::open(None, std::path::Path::new(path), &rules).ok()?;
-    let fd_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file));
-    let id = blazesym::helper::read_elf_build_id(&fd_path).ok()??;
-    Some(hex(&id))
 }
 
 /// The running kernel's GNU build id, from its ELF notes in /sys/kernel/notes.
