@@ -119,6 +119,12 @@ impl ChainProfile {
         self.leaf * 100 >= self.chain * pct
     }
 
+    /// The bound of the checks of a program without frame pointers walked by the tables: 300
+    /// samples in the chain, `pct` percent of them in leaf, 99 % of those whole to `main`.
+    pub fn whole_to_main(&self, pct: u64) -> bool {
+        self.chain >= 300 && self.leaf_share_at_least(pct) && self.whole * 100 >= self.leaf * 99
+    }
+
     /// The misses, for a failure's one line: the three commonest, innermost frames last.
     pub fn misses_line(&self) -> String {
         if self.misses.is_empty() {
@@ -234,6 +240,8 @@ mod tests {
         let p = chain_profile("chain", &stacks);
         assert_eq!((p.total, p.chain, p.leaf, p.whole), (110, 100, 98, 93));
         assert!(p.leaf_share_at_least(98) && !p.leaf_share_at_least(99));
+        // 93 of 98 whole, and fewer than 300 in the chain.
+        assert!(!p.whole_to_main(80));
         assert_eq!(p.misses, [("main > outer > leaf".to_string(), 5)]);
         assert_eq!(p.misses_line(), "; not whole: 5x main > outer > leaf");
         let at_entry = [

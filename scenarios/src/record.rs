@@ -51,7 +51,7 @@ fn record_chain(env: &Env, mode: &str) -> Outcome {
     // so demand a real profile (enough samples for the share below), not a rate.
     if total < 400 {
         return Err(Failure::with(
-            format!("only {total} samples in chain's chain"),
+            format!("only {total} samples in the chain"),
             &out,
         ));
     }
@@ -317,7 +317,7 @@ pub fn record_rust(env: &Env) -> Outcome {
         "1.5",
     ])?;
     let p = chain_profile_named("chain_rs", "chain_rs::", &folded::read(&folded)?);
-    if p.chain < 300 || !p.leaf_share_at_least(env.leaf_share()) || p.whole * 100 < p.leaf * 99 {
+    if !p.whole_to_main(env.leaf_share()) {
         return Err(Failure::with(
             format!(
                 "{} samples of chain_rs, {} in its chain, {} in leaf, {} whole to main{}{}",
@@ -420,7 +420,7 @@ pub fn record_aggregate_nofp(env: &Env) -> Outcome {
         return Err(Failure::with(format!("{SAID:?} with the walker"), &stderr));
     }
     let p = chain_profile("nofp", &folded::read(&folded)?);
-    if p.chain < 300 || !p.leaf_share_at_least(env.leaf_share()) || p.whole * 100 < p.leaf * 99 {
+    if !p.whole_to_main(env.leaf_share()) {
         return Err(Failure::with(
             format!(
                 "{} samples of nofp, {} in its chain, {} in leaf, {} whole to main{}{}",

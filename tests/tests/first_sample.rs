@@ -480,45 +480,26 @@ fn a_thread_blocked_from_its_start_keeps_its_caller_off_cpu() {
     }
 }
 
-/// A C program whose `.eh_frame` is over the size the reader builds at once (64 KiB: 5000
-/// one-instruction functions in assembly, 24 bytes of CFI each, besides chain.c's), at -O2
-/// without frame pointers: the worker built its table while the process's first samples
-/// waited, and those past the copy budget's share of the ring were cut at their first frame
-/// (`leaf` alone; 25 and 76 of 232 leaf samples in 2 of 10 runs of 0.4 s here, beside a
-/// build).
+/// The `nofp` fixture (chain.c at -O2 without frame pointers) linked with 5000
+/// one-instruction functions in assembly (24 bytes of CFI each), so its `.eh_frame` is over
+/// the size the reader builds at once (64 KiB): the worker built its table while the
+/// process's first samples waited, and those past the copy budget's share of the ring were
+/// cut at their first frame (`leaf` alone; 71 and 78 of 384 leaf samples in 2 of 10 runs of
+/// 0.4 s here, beside a build).
 fn big_chain(dir: &Path) -> PathBuf {
-    let mut src = String::from(
-        "#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <time.h>\n\
-         static volatile uint64_t sink;\n__asm__(\".text\\n\"\n",
-    );
+    let mut pads = String::from(".text\n");
     for i in 0..5000 {
-        src.push_str(&format!(
-            "\"pad{i}: .cfi_startproc\\n ret\\n .cfi_endproc\\n\"\n"
-        ));
+        pads.push_str(&format!("pad{i}: .cfi_startproc\n ret\n .cfi_endproc\n"));
     }
-    src.push_str(
-        ");\n\
-         __attribute__((noinline)) void leaf(void) {\n\
-         uint64_t x = sink;\n\
-         for (int i = 0; i < 1000000; i++) x = x * 2862933555777941757ULL + 3037000493ULL;\n\
-         sink = x;\n}\n\
-         __attribute__((noinline)) void middle(void) { leaf(); sink++; }\n\
-         __attribute__((noinline)) void outer(void) { middle(); sink++; }\n\
-         static double now(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); \
-         return ts.tv_sec + ts.tv_nsec / 1e9; }\n\
-         int main(int argc, char **argv) {\n\
-         double end = now() + (argc > 1 ? atof(argv[1]) : 1.0);\n\
-         while (now() < end) outer();\n\
-         printf(\"%llu\\n\", (unsigned long long)(sink & 1));\n\
-         return 0;\n}\n",
-    );
-    let c = dir.join("bigchain.c");
+    let asm = dir.join("pads.s");
     let exe = dir.join("bigchain");
-    std::fs::write(&c, src).unwrap();
+    std::fs::write(&asm, pads).unwrap();
+    let nofp = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/nofp.c");
     let out = Command::new("cc")
-        .args(["-O2", "-fomit-frame-pointer", "-o"])
+        .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
         .arg(&exe)
-        .arg(&c)
+        .arg(&nofp)
+        .arg(&asm)
         .output()
         .expect("cc");
     assert!(
