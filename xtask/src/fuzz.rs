@@ -29,25 +29,38 @@ pub fn fuzz(secs: u32, targets: &[String]) -> anyhow::Result<()> {
         let work = fuzz_dir.join("target/corpus").join(target);
         std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
         let seeds = fuzz_dir.join("corpus").join(target);
-        run(Command::new("nice")
-            .args(["-n", "19"])
-            .args(["rustup", "run", "nightly"])
-            .arg(&cargo_fuzz)
-            .args(["fuzz", "run", target])
+        run(cargo_fuzz_command(&cargo_fuzz, &fuzz_dir)
+            .args(["run", target])
             .arg(&work)
             .arg(&seeds)
             .args([
                 "--",
                 &format!("-max_total_time={secs}"),
                 "-print_final_stats=1",
-            ])
-            // The fuzzed parsers never load the eBPF object.
-            .env("AYA_BUILD_SKIP", "1")
-            .env_remove("RUSTC")
-            .env_remove("RUSTC_WORKSPACE_WRAPPER")
-            .current_dir(&fuzz_dir))?;
+            ]))?;
     }
     Ok(())
+}
+
+/// Builds every target as [`fuzz`] does before it runs one (`cargo xtask warm`).
+pub fn build() -> anyhow::Result<()> {
+    let cargo_fuzz = cargo_fuzz()?;
+    run(cargo_fuzz_command(&cargo_fuzz, &workspace_root().join("fuzz")).arg("build"))
+}
+
+/// `cargo fuzz` at the lowest CPU priority, with nightly, for the workspace in `fuzz_dir`.
+fn cargo_fuzz_command(cargo_fuzz: &std::path::Path, fuzz_dir: &std::path::Path) -> Command {
+    let mut cmd = Command::new("nice");
+    cmd.args(["-n", "19"])
+        .args(["rustup", "run", "nightly"])
+        .arg(cargo_fuzz)
+        .arg("fuzz")
+        // The fuzzed parsers never load the eBPF object.
+        .env("AYA_BUILD_SKIP", "1")
+        .env_remove("RUSTC")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .current_dir(fuzz_dir);
+    cmd
 }
 
 /// `cargo-fuzz`: on PATH, or installed (once) under `~/.cache/profiler-tools`.

@@ -1,5 +1,5 @@
 //! Project automation: `cargo xtask setup | build | test | repeat | run | install | fuzz | bench |
-//! layers | kernels`.
+//! layers | kernels | warm`.
 
 mod arch;
 mod bench;
@@ -16,6 +16,7 @@ mod test;
 mod tools;
 mod util;
 mod venv;
+mod warm;
 
 use std::process::ExitCode;
 
@@ -119,6 +120,9 @@ enum Command {
         limit: u64,
     },
     /// Inside a guest (or natively for `host`): run the suite against the tree under ROOT.
+    /// Builds and fetches ahead what `fuzz`, `bench` and `kernels` need (CI runs it at idle
+    /// priority beside `test`); installs no package, so run `setup` first.
+    Warm,
     #[command(hide = true)]
     KernelsGuest {
         #[arg(long)]
@@ -138,6 +142,7 @@ fn main() -> ExitCode {
         Command::Test { args } => test::test(&args),
         Command::Run { args } => run(&args),
         Command::Install { prefix } => install::install(&prefix),
+        Command::Warm => warm::warm(),
         Command::Fuzz { secs, targets } => fuzz::fuzz(secs, &targets),
         Command::Bench { quick, only } => bench::bench(quick, only.as_deref()),
         Command::Repeat { times, busy, tests } => repeat::repeat(times, busy, &tests),

@@ -9,6 +9,9 @@ use crate::{
 
 pub fn test(extra: &[String]) -> anyhow::Result<()> {
     setup()?;
+    // rbspy, the reference the Ruby frames are compared with (built from crates.io), is built
+    // beside everything up to the tests, which need it.
+    let rbspy = crate::tools::Rbspy::start()?;
     crate::packages::ensure(crate::packages::TEST)?;
     // The export tests' receivers (made here, once, rather than by each test binary).
     crate::venv::otlp_python()?;
@@ -16,8 +19,6 @@ pub fn test(extra: &[String]) -> anyhow::Result<()> {
     crate::venv::py_spy()?;
     crate::venv::node18()?;
     crate::venv::node20_release()?;
-    // rbspy, the reference the Ruby frames are compared with (built from crates.io).
-    crate::tools::rbspy()?;
     cargo(&["fmt", "--all", "--check"])?;
     crate::deps::check()?;
     // Host crates. The eBPF crate is not a default member and builds only for BPF.
@@ -43,6 +44,7 @@ pub fn test(extra: &[String]) -> anyhow::Result<()> {
         "-p",
         "libperfmon",
     ])?;
+    rbspy.finish()?;
     let mut args = vec!["test", "--workspace", "--exclude", "profiler-ebpf"];
     if !extra.is_empty() {
         args.push("--");

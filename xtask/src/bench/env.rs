@@ -32,10 +32,9 @@ impl Tools {
     }
 }
 
-/// Builds what is measured (release: a debug build's reader and symbolizer are many times
-/// slower, which would be measured instead), finds or installs perf and inferno, and compiles
-/// the fixtures into `dir`.
-pub fn prepare(dir: &Path) -> anyhow::Result<Tools> {
+/// The bench's builds: the release profiler and its per-sample example, and inferno from
+/// crates.io when no inferno is on PATH (`cargo xtask warm` makes them ahead of the bench).
+pub fn build() -> anyhow::Result<()> {
     cargo(&[
         "build",
         "--release",
@@ -46,6 +45,14 @@ pub fn prepare(dir: &Path) -> anyhow::Result<Tools> {
         "--example",
         "bench_sample",
     ])?;
+    inferno("inferno-collapse-perf").map(drop)
+}
+
+/// Builds what is measured (release: a debug build's reader and symbolizer are many times
+/// slower, which would be measured instead), finds or installs perf and inferno, and compiles
+/// the fixtures into `dir`.
+pub fn prepare(dir: &Path) -> anyhow::Result<Tools> {
+    build()?;
     let target = workspace_root().join("target/release");
     let bin = dir.join("bin");
     fs::create_dir_all(&bin)?;

@@ -5,7 +5,7 @@
 //! measurement could not be taken.
 
 mod counting;
-mod env;
+pub mod env;
 mod export;
 mod fleet;
 mod group;

@@ -195,6 +195,58 @@ fn image_for(
     image::build(&parts, &dir)
 }
 
+/// What [`kernels`] fetches and builds before its first boot, made ahead of it (`cargo xtask
+/// warm`): every kernel image and each other architecture's busybox, then each architecture's
+/// release build, the host's also with the broken program (CI's refusal check). It installs
+/// no package: an architecture whose cross toolchain is not installed within `wait` is left
+/// to [`kernels`], saying so.
+pub fn warm(wait: Duration) -> anyhow::Result<()> {
+    let all = parse_list(&fs::read_to_string(
+        workspace_root().join("xtask/kernels.txt"),
+    )?)?;
+    let mut archs: Vec<Arch> = Vec::new();
+    for k in &all {
+        if !archs.contains(&k.arch) {
+            archs.push(k.arch);
+        }
+    }
+    for k in all.iter().filter(|k| !k.is_host()) {
+        let suites = suites_for(&all, k.arch);
+        let suites: Vec<&str> = suites.iter().map(String::as_str).collect();
+        fetch::image(k, &suites, false)?;
+    }
+    for &arch in archs.iter().filter(|a| !a.is_host()) {
+        let suites = suites_for(&all, arch);
+        let suites: Vec<&str> = suites.iter().map(String::as_str).collect();
+        fetch::busybox(arch, &suites, false)?;
+    }
+    // The host's first: the bench needs it sooner, and another architecture's toolchain may
+    // still be on its way (the test command installs it).
+    archs.sort_by_key(|a| !a.is_host());
+    for arch in archs {
+        let mut packages = crate::release::INSTALLED.to_vec();
+        if arch.is_host() {
+            crate::release::build_release(arch, &packages, &["profiler/broken-ebpf"])?;
+        } else {
+            let deadline = Instant::now() + wait;
+            while !crate::packages::present(crate::packages::cross(arch)) {
+                if Instant::now() >= deadline {
+                    eprintln!(
+                        "warm: no {} cross toolchain after {} s; its build is left to `kernels`",
+                        arch.debian(),
+                        wait.as_secs()
+                    );
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_secs(5));
+            }
+            packages.push("xtask");
+        }
+        crate::release::build_release(arch, &packages, &[])?;
+    }
+    Ok(())
+}
+
 pub fn kernels(opts: &Options) -> anyhow::Result<()> {
     let root = workspace_root();
     let all = parse_list(&fs::read_to_string(root.join("xtask/kernels.txt"))?)?;
