@@ -119,10 +119,10 @@ enum Command {
         #[arg(long, default_value_t = kernels::DEFAULT_LIMIT_SECS, value_name = "SECS")]
         limit: u64,
     },
-    /// Inside a guest (or natively for `host`): run the suite against the tree under ROOT.
-    /// Builds and fetches ahead what `fuzz`, `bench` and `kernels` need (CI runs it at idle
-    /// priority beside `test`); installs no package, so run `setup` first.
+    /// Builds and fetches ahead what `fuzz`, `bench` and `kernels` need (for idle priority
+    /// beside `test`); installs no package, so run `setup` first.
     Warm,
+    /// Inside a guest (or natively for `host`): run the suite against the tree under ROOT.
     #[command(hide = true)]
     KernelsGuest {
         #[arg(long)]

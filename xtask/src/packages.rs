@@ -212,13 +212,13 @@ pub fn kernels(arch: Arch) -> &'static [Need] {
     }
 }
 
-/// Installs the packages of `needs` this machine lacks (one `apt-get install`), printing what
-/// it installed or that everything was present.
 /// Whether every one of `needs` is installed (nothing is installed here).
 pub fn present(needs: &[Need]) -> bool {
     needs.iter().all(|n| (n.probe)())
 }
 
+/// Installs the packages of `needs` this machine lacks (one `apt-get install`), printing what
+/// it installed or that everything was present.
 pub fn ensure(needs: &[Need]) -> anyhow::Result<()> {
     install(needs, false)
 }

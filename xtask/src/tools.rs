@@ -35,7 +35,7 @@ impl Rbspy {
     pub fn start() -> anyhow::Result<Self> {
         let log = exe().with_file_name("build.log");
         let mut me = Rbspy { build: None, log };
-        if version(&exe()).is_some() || version(&built()?).is_some() {
+        if is_ours(&exe()) || is_ours(&cache_root()?.join("bin/rbspy")) {
             return Ok(me);
         }
         let mut cmd = Command::new(env!("CARGO"));
@@ -48,12 +48,7 @@ impl Rbspy {
             RBSPY,
             "--root",
         ])
-        .arg(
-            built()?
-                .parent()
-                .and_then(Path::parent)
-                .expect("ROOT/bin/rbspy"),
-        )
+        .arg(cache_root()?)
         // Its own build, not the workspace's settings or target directory.
         .env_remove("CARGO_TARGET_DIR")
         .env_remove("RUSTC_WORKSPACE_WRAPPER")
@@ -88,12 +83,12 @@ impl Rbspy {
                 );
             }
         }
-        let (exe, built) = (exe(), built()?);
-        if version(&exe).is_some() {
+        let (exe, built) = (exe(), cache_root()?.join("bin/rbspy"));
+        if is_ours(&exe) {
             return Ok(exe);
         }
         anyhow::ensure!(
-            version(&built).is_some(),
+            is_ours(&built),
             "{} is not rbspy {RBSPY} after cargo install",
             built.display()
         );
@@ -119,18 +114,19 @@ fn exe() -> PathBuf {
     workspace_root().join("target/tools-rbspy/bin/rbspy")
 }
 
-/// Where the tools cache keeps it.
-fn built() -> anyhow::Result<PathBuf> {
-    Ok(tools_cache()?.join(format!("rbspy-{RBSPY}/bin/rbspy")))
+/// The tools cache's install root for [`RBSPY`] (`bin/rbspy` under it).
+fn cache_root() -> anyhow::Result<PathBuf> {
+    Ok(tools_cache()?.join(format!("rbspy-{RBSPY}")))
 }
 
-/// `Some` when `exe` is rbspy [`RBSPY`].
-fn version(exe: &Path) -> Option<()> {
-    let out = Command::new(exe)
+/// Whether `exe` runs and says it is rbspy [`RBSPY`].
+fn is_ours(exe: &Path) -> bool {
+    Command::new(exe)
         .arg("--version")
         .stderr(Stdio::null())
         .output()
-        .ok()
-        .filter(|o| o.status.success())?;
-    (String::from_utf8_lossy(&out.stdout).trim() == format!("rbspy {RBSPY}")).then_some(())
+        .is_ok_and(|o| {
+            o.status.success()
+                && String::from_utf8_lossy(&o.stdout).trim() == format!("rbspy {RBSPY}")
+        })
 }

@@ -135,6 +135,17 @@ fn select(all: &[Kernel], labels: &[String]) -> anyhow::Result<Vec<Kernel>> {
 /// The suites `all` names for `arch`'s kernels (the private apt sources, one set per
 /// architecture), and for another architecture than this machine's the suite its busybox
 /// comes from.
+/// The architectures of `kernels`, each once, in their order.
+fn archs_of(kernels: &[Kernel]) -> Vec<Arch> {
+    let mut archs: Vec<Arch> = Vec::new();
+    for k in kernels {
+        if !archs.contains(&k.arch) {
+            archs.push(k.arch);
+        }
+    }
+    archs
+}
+
 fn suites_for(all: &[Kernel], arch: Arch) -> Vec<String> {
     let mut suites: Vec<String> = all
         .iter()
@@ -204,12 +215,7 @@ pub fn warm(wait: Duration) -> anyhow::Result<()> {
     let all = parse_list(&fs::read_to_string(
         workspace_root().join("xtask/kernels.txt"),
     )?)?;
-    let mut archs: Vec<Arch> = Vec::new();
-    for k in &all {
-        if !archs.contains(&k.arch) {
-            archs.push(k.arch);
-        }
-    }
+    let mut archs = archs_of(&all);
     for k in all.iter().filter(|k| !k.is_host()) {
         let suites = suites_for(&all, k.arch);
         let suites: Vec<&str> = suites.iter().map(String::as_str).collect();
@@ -252,12 +258,7 @@ pub fn kernels(opts: &Options) -> anyhow::Result<()> {
     let all = parse_list(&fs::read_to_string(root.join("xtask/kernels.txt"))?)?;
     let selected = select(&all, &opts.labels)?;
     crate::setup::setup()?;
-    let mut archs: Vec<Arch> = Vec::new();
-    for k in &selected {
-        if !archs.contains(&k.arch) {
-            archs.push(k.arch);
-        }
-    }
+    let archs = archs_of(&selected);
     for &arch in &archs {
         let needs_qemu = selected.iter().any(|k| !k.is_host() && k.arch == arch);
         crate::packages::ensure_minimal(if needs_qemu {
