@@ -95,6 +95,18 @@ fn same_modules(a: &[Mapping], b: &[Mapping]) -> bool {
         .eq(b.iter().filter(|m| m.has_module()))
 }
 
+/// Whether `mappings` has anonymous executable code that no published entry covers, while
+/// the kernel's entry has room for it (past its room anonymous code is left out anyway).
+fn new_anonymous_code(published: &[UnwindMapping], mappings: &[Mapping]) -> bool {
+    published.len() < MAX_PROC_MAPPINGS
+        && mappings.iter().any(|m| {
+            !m.has_module()
+                && !published
+                    .iter()
+                    .any(|e| e.start <= m.start && m.end <= e.end)
+        })
+}
+
 /// The placed modules that may make room for module `id`, in the order to evict them: none
 /// a process uses or `keep` lists; never used first, then the longest unused.
 fn eviction_order(
@@ -434,7 +446,21 @@ impl TableLoader {
         // regions come and go (V8 flips its code pages between writable and executable)
         // and, compared too, reloaded the process and restarted the quickest rescans each
         // time: a busy node's maps read many times a second.
+        // Anonymous code the published entry lacks (CPython's `-X perf` trampolines, mapped
+        // when the interpreter turns them on, maybe long after its last library) is walked
+        // in the kernel only once published: until then every stack through it is copied
+        // and, past the process's copies, cut there. Not for a JIT whose kernel walker goes
+        // through such code by frame pointers (V8 flips its code pages without end).
+        let new_code = self.procs.get(&pid).is_some_and(|state| {
+            new_anonymous_code(&state.entries, &mappings)
+                && !self
+                    .runtimes
+                    .as_ref()
+                    .and_then(|r| r.lock().ok().map(|r| r.walks_unmapped_code(pid)))
+                    .unwrap_or(false)
+        });
         if !absent
+            && !new_code
             && let Some(state) = self.procs.get_mut(&pid)
             && same_modules(&state.mappings, &mappings)
         {
@@ -986,6 +1012,35 @@ mod tests {
              7ffd1000-7ffd2000 r-xp 00000000 00:00 0 [vdso]\n",
         );
         assert!(!same_modules(&before, &library_loaded));
+    }
+
+    #[test]
+    fn anonymous_code_the_entry_lacks_is_new_until_published() {
+        let entry = |start, end| UnwindMapping {
+            start,
+            end,
+            ..Default::default()
+        };
+        // The executable and the vDSO published, then `-X perf`'s trampoline arena mapped.
+        let published = [entry(0x55d0c000, 0x55d0d000), entry(0x7ffd1000, 0x7ffd2000)];
+        let arena = parse_maps(
+            "55d0c000-55d0d000 r-xp 00001000 08:01 1234 /usr/bin/python3.12\n\
+             7f00a000-7f00b000 r-xp 00000000 00:00 0 \n\
+             7ffd1000-7ffd2000 r-xp 00000000 00:00 0 [vdso]\n",
+        );
+        assert!(new_anonymous_code(&published, &arena));
+        let republished = [
+            entry(0x55d0c000, 0x55d0d000),
+            entry(0x7f00a000, 0x7f00b000),
+            entry(0x7ffd1000, 0x7ffd2000),
+        ];
+        assert!(!new_anonymous_code(&republished, &arena));
+        // A file-backed mapping is the modules' business (`same_modules`), not this.
+        let library = parse_maps("7f020000-7f021000 r-xp 00001000 08:01 99 /usr/lib/libz.so.1\n");
+        assert!(!new_anonymous_code(&published, &library));
+        // An entry already full has no room for it: nothing to gain from publishing again.
+        let full = vec![entry(0x1000, 0x2000); MAX_PROC_MAPPINGS];
+        assert!(!new_anonymous_code(&full, &arena));
     }
 
     #[test]

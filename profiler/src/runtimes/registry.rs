@@ -130,6 +130,12 @@ impl Runtimes {
         self.started.iter().flat_map(|r| r.waiting_pids()).collect()
     }
 
+    /// Whether some runtime's kernel walker goes through process `pid`'s code in no mapping
+    /// (see [`Runtime::walks_unmapped_code`]).
+    pub fn walks_unmapped_code(&self, pid: u32) -> bool {
+        self.started.iter().any(|r| r.walks_unmapped_code(pid))
+    }
+
     /// A process that exited.
     pub fn forget(&mut self, pid: u32) {
         for r in &mut self.started {

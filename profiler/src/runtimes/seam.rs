@@ -77,6 +77,13 @@ pub trait Runtime: Send {
         Vec::new()
     }
 
+    /// Whether its kernel walker goes through process `pid`'s code in no mapping by frame
+    /// pointers (a JIT that maps and flips code pages without end: V8), so that new
+    /// anonymous code there needs no new publication.
+    fn walks_unmapped_code(&self, _pid: u32) -> bool {
+        false
+    }
+
     /// A process that exited.
     fn forget(&mut self, pid: u32);
 

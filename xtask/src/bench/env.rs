@@ -35,16 +35,15 @@ impl Tools {
 /// The bench's builds: the release profiler and its per-sample example, and inferno from
 /// crates.io when no inferno is on PATH (`cargo xtask warm` makes them ahead of the bench).
 pub fn build() -> anyhow::Result<()> {
-    cargo(&[
-        "build",
-        "--release",
-        "-p",
-        "profiler",
-        "--bin",
-        "profiler",
-        "--example",
-        "bench_sample",
-    ])?;
+    // The packages of the kernels' release build (`cargo xtask install`'s), so that both
+    // unify their dependencies' features alike and share every artifact: with `-p profiler`
+    // alone, a build after the kernels' rebuilt tonic and the profiler (about 2 minutes).
+    let mut args = vec!["build", "--release"];
+    for p in crate::release::INSTALLED {
+        args.extend(["-p", p]);
+    }
+    args.extend(["--bin", "profiler", "--example", "bench_sample"]);
+    cargo(&args)?;
     inferno("inferno-collapse-perf").map(drop)
 }
 

@@ -48,6 +48,12 @@ impl Runtime for V8 {
         self.0.forget(pid);
     }
 
+    /// Its JIT code flips between writable and executable pages: the kernel's walk goes
+    /// through them by frame pointers, never copying the stack for them.
+    fn walks_unmapped_code(&self, pid: u32) -> bool {
+        self.0.entry(pid).is_some()
+    }
+
     /// The names the walker caches are checked against the heap at each use (objects
     /// move), so nothing is cached here.
     fn name(&mut self, pid: u32, words: &[u64]) -> Option<Arc<[Frame]>> {
