@@ -205,35 +205,64 @@ fn python_agrees_with_py_spy_on_library_code() {
         let py = python.to_str().unwrap();
         let secs = SECS.to_string();
         let ours = dir.join(format!("ours-{version}.folded"));
-        let out = profiler(&[
-            "record",
-            "-F",
-            "499",
-            "-q",
-            "-o",
-            ours.to_str().unwrap(),
-            "--",
-            py,
-            script,
-            &secs,
-        ]);
-        assert!(
-            out.status.success(),
-            "{what}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
         let theirs = dir.join(format!("py-spy-{version}.txt"));
-        let out = Command::new(&spy)
-            .args(["record", "-r", "499", "-f", "raw", "-o"])
-            .arg(&theirs)
-            .args(["--", py, script, &secs])
-            .output()
-            .expect("py-spy");
-        assert!(
-            out.status.success(),
-            "{what}: py-spy: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        // One process sampled by both at once (as Node's and the JVM's): in separate runs
+        // `TextWrapper._split` once read 25.4 % in ours and 21.4 % in py-spy's (3.12.1). Timed
+        // inside the script (`time.thread_time_ns()` around every call), ours was within 0.5
+        // points of `_split`'s CPU time in five runs, py-spy 0.0 to 2.0 below it: py-spy stops
+        // the process at wall-clock moments, which pile up where it was off the CPU. A py-spy
+        // that fell behind (it says so, then samples back to back) is run again, twice at most.
+        for attempt in 1..=3 {
+            // SECS of the script's own CPU time (on a busy host both see as much of its work),
+            // each sampler until it exits.
+            let target = KillOnDrop(
+                Command::new(py)
+                    .args([script, &secs])
+                    .spawn()
+                    .expect("python"),
+            );
+            // Past the imports.
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            let pid = target.0.id().to_string();
+            let spy_run = Command::new(&spy)
+                .args(["record", "-r", "499", "-f", "raw", "-o"])
+                .arg(&theirs)
+                .args(["-p", &pid])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("py-spy");
+            let out = profiler(&[
+                "record",
+                "-F",
+                "499",
+                "-q",
+                "-p",
+                &pid,
+                "-o",
+                ours.to_str().unwrap(),
+            ]);
+            let spy_out = spy_run.wait_with_output().expect("py-spy");
+            drop(target);
+            assert!(
+                out.status.success(),
+                "{what}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&spy_out.stdout),
+                String::from_utf8_lossy(&spy_out.stderr)
+            );
+            assert!(spy_out.status.success(), "{what}: py-spy: {said}");
+            if !said.contains("behind in sampling") {
+                break;
+            }
+            eprintln!(
+                "{what}: py-spy fell behind (attempt {attempt}): {}",
+                said.trim()
+            );
+        }
         let (mut ours, mut total, none) = innermost_shares(&read_folded(&ours));
         let (mut theirs, mut their_total, _) = innermost_shares(&read_raw(&theirs));
         let share = 100.0 * (total - none) as f64 / total as f64;
@@ -246,8 +275,8 @@ fn python_agrees_with_py_spy_on_library_code() {
         }
         // Enough that a share's sampling noise is far inside the bound (sigma <= 0.6 points
         // at 2000 samples). The script runs SECS of its own CPU time, so ours (CPU time)
-        // takes about 499 Hz x SECS on a busy host too; it ran SECS of wall clock before,
-        // and beside a busy loop per CPU ours took 3325 (py-spy, wall clock, 5220).
+        // takes about 499 Hz x SECS on a busy host too (beside a busy loop per CPU, 3325 of
+        // 10 s of wall clock before; py-spy, wall clock, 5220).
         assert!(
             total >= 2000 && their_total >= 2000,
             "{what}: {total} and {their_total} samples"

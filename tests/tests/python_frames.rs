@@ -445,8 +445,8 @@ fn python_functions_match_py_spy_on_standard_library_work() {
 }
 
 /// `python -X perf` (3.12+) runs each eval loop through a trampoline in anonymous memory,
-/// with no unwind table and no frame pointer: stacks walk through it (`<module>` > `outer`
-/// > `inner`, each trampoline between, named from the interpreter's perf map) to `_start`.
+/// with no unwind table and no frame pointer: stacks walk through it (`<module>`, `outer`,
+/// `inner`, each trampoline between, named from the interpreter's perf map) to `_start`.
 /// Also with the trampolines turned on 0.6 s after the start
 /// (`sys.activate_stack_trampoline`), their memory mapped long after the interpreter's last
 /// library: a loaded CI machine did that to `-X perf` itself (0 of 716 samples whole, each
