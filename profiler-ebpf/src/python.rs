@@ -183,6 +183,12 @@ pub(crate) fn step(w: &mut Walk, p: &PyProc) -> i64 {
     ) else {
         return fail(w);
     };
+    // A frame caught while being pushed (or freed) can hold words that are no code object
+    // (0xffffffff was seen on 3.12) or point back at itself: end the walk with an error
+    // rather than write hundreds of garbage frames.
+    if back == frame || !plausible_object(code) {
+        return fail(w);
+    }
     let offset = match o.instr_kind {
         LASTI_BYTES => raw as u32 as i32,
         LASTI_UNITS => (raw as u32 as i32).wrapping_mul(2),
@@ -250,6 +256,12 @@ fn fail(w: &mut Walk) -> i64 {
     w.py_state = FAILED;
     w.flags |= record_flags::RUNTIME_ERROR;
     end_call(w)
+}
+
+/// An address a CPython object can have: 8-aligned, above the first page, in user space.
+#[inline(always)]
+fn plausible_object(addr: u64) -> bool {
+    addr & 7 == 0 && (0x1000..1 << 56).contains(&addr)
 }
 
 #[inline(always)]

@@ -318,24 +318,27 @@ fn each_containers_flame_graph_holds_only_its_own_workload() {
     let dir = scratch("cgroup-flame");
     let file = dir.join("all.pb.gz");
     let mut rec = profiler_command()
-        .args(["record", "-a", "-F", "499", "-d", "3", "-q", "-o"])
+        .args(["record", "-a", "-F", "499", "-d", "600", "-q", "-o"])
         .arg(&file)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Attached once our program is loaded (seen from outside).
-    for _ in 0..500 {
-        if !our_programs().is_empty() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    // The workloads start once the perf events and links are in place, and the recording
+    // ends when they have (SIGINT), however long a loaded host took to load the programs.
+    wait_attached(&mut rec);
     let mut x = run_in(&a, "chain", &["1.5"]);
     let mut y = run_in(&b, "spin", &["1", "1.5"]);
     assert!(x.wait().unwrap().success() && y.wait().unwrap().success());
-    let status = rec.wait().unwrap();
-    assert!(status.success(), "record failed");
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    let out = rec.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "record: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let by = run_ok(&["report", "-i", file.to_str().unwrap(), "--by", "cgroup"]);
     assert!(by.contains(&rel(&a)) && by.contains(&rel(&b)), "{by}");
     for (cg, comm, own, foreign) in [(&a, "chain", "leaf", "spin"), (&b, "spin", "run", "chain")] {

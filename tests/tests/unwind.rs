@@ -4,7 +4,6 @@
 use std::{
     path::Path,
     process::{Command, Stdio},
-    time::{Duration, Instant},
 };
 
 use profiler_tests::*;
@@ -200,19 +199,16 @@ fn process_started_after_the_recording_began_has_whole_stacks() {
     let _guard = serial();
     let dir = scratch("unwind-late");
     let folded = dir.join("out.folded");
-    let rec = profiler_command()
-        .args(["record", "-a", "-F", "999", "-d", "6.5", "-q", "-o"])
+    let mut rec = profiler_command()
+        .args(["record", "-a", "-F", "999", "-d", "600", "-q", "-o"])
         .arg(&folded)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn record");
-    // Started once the recording is attached.
-    let started = Instant::now();
-    while our_programs().is_empty() && started.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(300));
+    // Started once the recording is attached, and the recording ends (SIGINT) when it has
+    // exited, however long a loaded host took to load the programs.
+    wait_attached(&mut rec);
     // 5 s, so its steady state is measured: its first samples are walked with frame
     // pointers until the reader has loaded its tables (tens of milliseconds on a busy
     // 2-CPU VM with a debug build; documented in docs/limits.md).
@@ -222,9 +218,12 @@ fn process_started_after_the_recording_began_has_whole_stacks() {
         .status()
         .expect("run nofp");
     assert!(status.success());
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
     let out = rec.wait_with_output().expect("record");
-    assert!(
-        out.status.success(),
+    assert_eq!(
+        out.status.code(),
+        Some(130),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
