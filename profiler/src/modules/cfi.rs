@@ -49,6 +49,10 @@ pub struct CfiSections {
     /// it, where a handler's return address minus one falls): Debian's arm64 vDSOs have no
     /// CFI at all, so its signal-frame row is made here.
     pub signal_trampoline: Option<(u64, u64)>,
+    /// A Go binary (it has Go's function table): Go keeps frame pointers in all its code, so
+    /// CFI it lacks (`-s -w`) or that cannot be read (its zlib-compressed `.debug_frame`)
+    /// leaves it to the frame-pointer walk, which is right for it, without a warning.
+    pub go: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -101,6 +105,13 @@ pub struct Rows {
 /// row) plus the list, not every row's span (librustc_driver's 1.1 million rows took 45 MiB
 /// at the peak that way).
 pub fn rows(sections: &CfiSections) -> Result<Rows, CfiError> {
+    match cfi_rows(sections) {
+        Err(CfiError::Missing | CfiError::Parse(_)) if sections.go => Ok(Rows::default()),
+        other => other,
+    }
+}
+
+fn cfi_rows(sections: &CfiSections) -> Result<Rows, CfiError> {
     let mut bases = BaseAddresses::default()
         .set_text(sections.text_addr)
         .set_got(sections.got_addr);
@@ -451,6 +462,32 @@ mod tests {
             ..Default::default()
         };
         assert!(matches!(rows(&x86), Err(CfiError::Missing)));
+    }
+
+    /// A Go binary without CFI, or with CFI that cannot be read, is walked by its frame
+    /// pointers without a warning; any other binary is told about.
+    #[test]
+    fn a_go_binary_without_readable_cfi_has_an_empty_table() {
+        let broken = Section {
+            addr: 0x1000,
+            data: vec![0x78, 0x9c, 1, 2, 3],
+        };
+        let go = CfiSections {
+            go: true,
+            ..Default::default()
+        };
+        assert_eq!(rows(&go).unwrap(), Rows::default());
+        let go_zlib = CfiSections {
+            debug_frame: Some(broken.clone()),
+            go: true,
+            ..Default::default()
+        };
+        assert_eq!(rows(&go_zlib).unwrap(), Rows::default());
+        let c = CfiSections {
+            debug_frame: Some(broken),
+            ..Default::default()
+        };
+        assert!(matches!(rows(&c), Err(CfiError::Parse(_))));
     }
 
     #[test]

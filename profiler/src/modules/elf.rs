@@ -118,6 +118,8 @@ fn parse_object<'data, O: Object<'data>>(elf: &O) -> ElfInfo {
             signal_trampoline: (arch == Arch::Aarch64)
                 .then(|| aarch64_sigreturn(elf))
                 .flatten(),
+            go: elf.section_by_name(".gopclntab").is_some()
+                || elf.section_by_name(".go.buildinfo").is_some(),
         },
     }
 }

@@ -9,6 +9,7 @@
 //! never an error.
 
 mod frame;
+mod go;
 mod inflated;
 mod kallsyms;
 mod leaf;

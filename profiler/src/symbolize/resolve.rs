@@ -15,8 +15,8 @@ use blazesym::symbolize::{
 };
 
 use super::{
-    ElfFile, FileId, Frame, FrameKind, Identity, by_build_id, frame, inflated::Inflated,
-    kallsyms::KernelSymbols, plt::PltStubs,
+    ElfFile, FileId, Frame, FrameKind, Identity, by_build_id, frame, go::GoTable,
+    inflated::Inflated, kallsyms::KernelSymbols, plt::PltStubs,
 };
 
 /// Directories searched for separate debug information (their `.build-id/` trees, and
@@ -44,7 +44,12 @@ pub struct Symbolizer {
     inflated: Inflated,
     /// False: user frames keep their offsets (`record --symbolize none`).
     user: bool,
+    /// Files whose Go function table was refused (said once each).
+    go_refused: std::collections::HashSet<FileId>,
 }
+
+/// One file's frames, and why its Go function table was refused, if it was.
+type FileFrames = (Vec<Arc<[Frame]>>, Option<String>);
 
 /// Why one file's offsets could not be symbolized (its frames are then misses).
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +72,7 @@ impl Symbolizer {
             debug_dirs: dirs,
             inflated: Inflated::default(),
             user: true,
+            go_refused: Default::default(),
         }
     }
 
@@ -130,7 +136,14 @@ impl Symbolizer {
                 continue;
             }
             let frames = match self.file_frames(file, &offsets) {
-                Ok(frames) => frames,
+                Ok((frames, go_refused)) => {
+                    if let Some(why) = go_refused
+                        && self.go_refused.insert(id)
+                    {
+                        errors.files.push(format!("{}: {why}", file.path));
+                    }
+                    frames
+                }
                 Err(_) if ahead.is_some() => continue,
                 Err(why) => {
                     errors.files.push(format!("{}: {why}", file.path));
@@ -147,12 +160,9 @@ impl Symbolizer {
         errors
     }
 
-    /// The frames of one file's offsets (sorted), in their order.
-    fn file_frames(
-        &mut self,
-        file: &ElfFile,
-        offsets: &[u64],
-    ) -> Result<Vec<Arc<[Frame]>>, FileError> {
+    /// The frames of one file's offsets (sorted), in their order, and why the file's Go
+    /// function table was refused, if it was.
+    fn file_frames(&mut self, file: &ElfFile, offsets: &[u64]) -> Result<FileFrames, FileError> {
         let plt = PltStubs::read(&file.file);
         let named_by_plt = |o: u64| plt.contains(o);
         let rest: Vec<u64> = offsets
@@ -201,7 +211,22 @@ impl Symbolizer {
         };
         let mut symbols = rest.iter().zip(symbols);
         let path = Some(&file.path);
-        Ok(offsets
+        // Go's own table names what no symbol does (Go binaries linked with -s -w); read
+        // once per call, at the first such offset.
+        let mut go: Option<Option<GoTable>> = None;
+        let mut go_refused = None;
+        let mut go_frames = |o: u64| {
+            let table = go.get_or_insert_with(|| match GoTable::read(&file.file) {
+                Ok(t) => t,
+                Err(why) => {
+                    go_refused = Some(why.to_string());
+                    None
+                }
+            });
+            let vaddr = identity.as_ref()?.vaddr(o)?;
+            table.as_ref()?.frames(vaddr, &file.name, path)
+        };
+        let frames = offsets
             .iter()
             .map(|&o| {
                 if named_by_plt(o) {
@@ -219,10 +244,11 @@ impl Symbolizer {
                     Some((_, Symbolized::Sym(sym))) => {
                         frame::from_sym(&sym, FrameKind::User, &file.name, path)
                     }
-                    _ => miss(&file.name, path, o),
+                    _ => go_frames(o).unwrap_or_else(|| miss(&file.name, path, o)),
                 }
             })
-            .collect())
+            .collect();
+        Ok((frames, go_refused))
     }
 
     /// The frames of virtual addresses of a file of which only the separate debug file
