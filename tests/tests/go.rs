@@ -13,10 +13,15 @@ use profiler_tests::*;
 
 /// Builds the fixture into `dir` as `name` with `ldflags`; `None` (said why) without Go.
 fn build(dir: &Path, name: &str, ldflags: &str) -> Option<PathBuf> {
+    build_as(dir, name, ldflags, "exe")
+}
+
+/// [`build`] with a `-buildmode` (`exe`, `pie`).
+fn build_as(dir: &Path, name: &str, ldflags: &str, mode: &str) -> Option<PathBuf> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/go/chain.go");
     let out = dir.join(name);
     let built = Command::new("go")
-        .args(["build", "-ldflags", ldflags, "-o"])
+        .args(["build", "-buildmode", mode, "-ldflags", ldflags, "-o"])
         .arg(&out)
         .arg(&src)
         .env("GOCACHE", dir.join("gocache"))
@@ -36,6 +41,41 @@ fn build(dir: &Path, name: &str, ldflags: &str) -> Option<PathBuf> {
             None
         }
     }
+}
+
+/// Every function of the `.symtab` of `bin` against the name the Go table gives its entry:
+/// (functions compared, names that differ).
+fn symtab_against_table(bin: &Path) -> (usize, Vec<String>) {
+    use object::{Object, ObjectSymbol, SymbolKind};
+    let file = std::sync::Arc::new(std::fs::File::open(bin).unwrap());
+    let data = std::fs::read(bin).unwrap();
+    let elf = object::File::parse(&*data).unwrap();
+    let table = profiler::symbolize::go::GoTable::read(&file)
+        .expect("a readable Go table")
+        .expect("a Go table");
+    let mut compared = 0;
+    let mut wrong = Vec::new();
+    for sym in elf.symbols() {
+        let Ok(name) = sym.name() else { continue };
+        if sym.kind() != SymbolKind::Text || sym.size() == 0 {
+            continue;
+        }
+        // Assembly functions carry their ABI in .symtab only.
+        let name = name.trim_end_matches(".abi0");
+        compared += 1;
+        // The linker shortens type arguments in the table's names (`type..eq.[...]T`) and
+        // writes `·` where the symbol has `.` before a local type's index, as Go's own
+        // tracebacks print them.
+        let same = |f: &str| match f.replace('·', ".").split_once("[...]") {
+            Some((a, b)) => name.starts_with(a) && name.ends_with(b),
+            None => f.replace('·', ".") == name,
+        };
+        match table.function(sym.address()) {
+            Some(f) if same(&f) => {}
+            other => wrong.push(format!("{name} at {:#x}: {other:?}", sym.address())),
+        }
+    }
+    (compared, wrong)
 }
 
 /// Each distinct user stack (kernel frames and the command dropped) with its sample count.
@@ -71,8 +111,10 @@ fn stripped_go_is_named_as_the_build_with_symbols() {
         return;
     };
     let stripped = build(&dir, "stripped", "-s -w").unwrap();
+    // PIE: the table has no section of its own (it is inside .data.rel.ro).
+    let pie = build_as(&dir, "pie", "-s -w", "pie").unwrap();
     let mut profiles = Vec::new();
-    for bin in [&full, &stripped] {
+    for bin in [&full, &stripped, &pie] {
         let folded = bin.with_extension("folded");
         let out = profiler(&[
             "record",
@@ -90,53 +132,88 @@ fn stripped_go_is_named_as_the_build_with_symbols() {
         assert!(!stderr.contains("no unwind table"), "{stderr}");
         profiles.push(user_stacks(&read_folded(&folded)));
     }
-    let (full, stripped) = (&profiles[0], &profiles[1]);
-    let total: u64 = stripped.values().sum();
-    assert!(total > 1000, "{total} samples");
-    // Every frame named: no `[stripped]+0x...` address.
-    let unnamed: u64 = stripped
-        .iter()
-        .filter(|(s, _)| s.iter().any(|f| f.contains("+0x")))
-        .map(|(_, n)| n)
-        .sum();
-    assert!(
-        unnamed * 100 <= total,
-        "{unnamed} of {total} samples have an address for a name: {stripped:?}"
-    );
+    let full = &profiles[0];
     // The hot chain, the inlined call included, as the build with symbols names it.
     let chain = ["main.outer", "main.middle", "main.leaf"];
-    for p in [full, stripped] {
-        let leaf: u64 = p
-            .iter()
-            .filter(|(s, _)| s.iter().any(|f| f == "main.leaf"))
-            .map(|(_, n)| n)
-            .sum();
-        let whole: u64 = p
-            .iter()
-            .filter(|(s, _)| s.windows(3).any(|w| w == chain))
-            .map(|(_, n)| n)
-            .sum();
-        let mix: u64 = p
-            .iter()
-            .filter(|(s, _)| s.ends_with(&["main.leaf".into(), "main.mix".into()]))
-            .map(|(_, n)| n)
-            .sum();
-        eprintln!("leaf {leaf}, whole chain {whole}, inlined mix {mix}");
-        assert!(leaf * 100 >= total * 90, "leaf {leaf} of {total}: {p:?}");
-        assert!(whole * 100 >= leaf * 99, "whole {whole} of {leaf}: {p:?}");
-        assert!(mix * 10 >= leaf, "inlined mix {mix} of {leaf}: {p:?}");
+    for (what, p) in ["full", "stripped", "stripped PIE"].iter().zip(&profiles) {
+        let sum = |keep: &dyn Fn(&[String]) -> bool| -> u64 {
+            p.iter().filter(|(s, _)| keep(s)).map(|(_, n)| n).sum()
+        };
+        let total = sum(&|_| true);
+        // Every frame named: no `[stripped]+0x...` address.
+        let unnamed = sum(&|s| s.iter().any(|f| f.contains("+0x")));
+        let leaf = sum(&|s| s.iter().any(|f| f == "main.leaf"));
+        let whole = sum(&|s| s.windows(3).any(|w| w == chain));
+        let mix = sum(&|s| s.ends_with(&["main.leaf".into(), "main.mix".into()]));
+        // Samples in stacks the build with symbols never showed.
+        let foreign = sum(&|s| !full.contains_key(s));
+        eprintln!(
+            "{what}: {total} samples, {unnamed} unnamed, leaf {leaf}, whole chain {whole}, \
+             inlined mix {mix}, {foreign} in stacks the full build lacks"
+        );
+        assert!(total > 1000, "{what}: {total} samples");
+        assert!(
+            unnamed * 100 <= total,
+            "{what}: {unnamed} of {total} samples have an address for a name: {p:?}"
+        );
+        assert!(
+            leaf * 100 >= total * 90,
+            "{what}: leaf {leaf} of {total}: {p:?}"
+        );
+        assert!(
+            whole * 100 >= leaf * 99,
+            "{what}: whole {whole} of {leaf}: {p:?}"
+        );
+        assert!(
+            mix * 10 >= leaf,
+            "{what}: inlined mix {mix} of {leaf}: {p:?}"
+        );
+        assert!(
+            foreign * 100 <= total * 5,
+            "{what}: {foreign} of {total} samples in stacks the full build lacks"
+        );
     }
-    // Samples in stacks the build with symbols never showed: at most 5 %.
-    let foreign: u64 = stripped
-        .iter()
-        .filter(|(s, _)| !full.contains_key(*s))
-        .map(|(_, n)| n)
-        .sum();
-    eprintln!("{unnamed} unnamed, {foreign} in stacks the full build lacks, of {total}");
-    assert!(
-        foreign * 100 <= total * 5,
-        "{foreign} of {total} stripped samples in stacks the full build lacks"
-    );
+}
+
+/// The table's name of every function's entry is its `.symtab` name: Debian's Go 1.19 build
+/// of the fixture (the 1.18-1.19 layout), and a Go 1.20+ binary where the machine has one
+/// (`$PROFILER_TEST_GO_BINARY`, else this workplace's OpenTelemetry agent, built with Go
+/// 1.26, whose table's start of text is 0 and whose module data has a section of its own:
+/// 23,951 functions, every one named as its symbol).
+#[test]
+fn the_go_table_names_every_function_as_its_symbol_table() {
+    let dir = scratch("go-symtab");
+    let Some(full) = build(&dir, "full", "") else {
+        return;
+    };
+    let mut bins = vec![full];
+    // Beside this repository, the workplace keeps the OpenTelemetry agent (bench's peer).
+    let agent = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/tools/otel-ebpf-profiler/ebpf-profiler");
+    match std::env::var_os("PROFILER_TEST_GO_BINARY") {
+        Some(other) => bins.push(PathBuf::from(other)),
+        None if agent.exists() => bins.push(agent),
+        None => eprintln!(
+            "only Go 1.19: no PROFILER_TEST_GO_BINARY, no {}",
+            agent.display()
+        ),
+    }
+    for bin in bins {
+        let (compared, wrong) = symtab_against_table(&bin);
+        eprintln!(
+            "{}: {compared} functions, {} differ",
+            bin.display(),
+            wrong.len()
+        );
+        assert!(compared > 1000, "{}: {compared} functions", bin.display());
+        assert!(
+            wrong.is_empty(),
+            "{}: {} of {compared} differ: {:?}",
+            bin.display(),
+            wrong.len(),
+            &wrong[..wrong.len().min(10)]
+        );
+    }
 }
 
 #[test]
@@ -193,5 +270,33 @@ fn stripped_go_has_files_and_lines_in_pprof() {
                 .iter()
                 .any(|n| l.contains(&format!("chain.go:{n}")))),
         "no main.leaf at lines {leaf_lines:?} in:\n{top}"
+    );
+    // Named later from the same table: `record --symbolize none`, then `profiler symbolize`.
+    let (raw, named) = (dir.join("raw.pb.gz"), dir.join("named.pb.gz"));
+    run_ok(&[
+        "record",
+        "-F",
+        "499",
+        "-q",
+        "--symbolize",
+        "none",
+        "-o",
+        raw.to_str().unwrap(),
+        "--",
+        bin.to_str().unwrap(),
+        "1",
+    ]);
+    run_ok(&[
+        "symbolize",
+        "-i",
+        raw.to_str().unwrap(),
+        "-o",
+        named.to_str().unwrap(),
+    ]);
+    let report = run_ok(&["report", "-i", named.to_str().unwrap()]);
+    assert!(
+        report.lines().any(|l| l.starts_with("hottest stack")
+            && l.contains("main.outer > main.middle > main.leaf")),
+        "{report}"
     );
 }

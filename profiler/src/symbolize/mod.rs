@@ -9,7 +9,7 @@
 //! never an error.
 
 mod frame;
-mod go;
+pub mod go;
 mod inflated;
 mod kallsyms;
 mod leaf;

@@ -69,12 +69,16 @@ impl GoTable {
                 Err(_) => return Err(PclntabError::Corrupt("its section cannot be read")),
             },
             Some(_) => return Err(PclntabError::Corrupt("larger than 256 MiB")),
-            // No section headers for it (PIE, or stripped of them): search the read-only
-            // segments for the header.
-            None => match find_in_segments(file, &elf) {
-                Some(found) => found,
-                None => return Ok(None),
-            },
+            // No section for it (PIE, or no section headers at all): search the read-only
+            // segments for the header, in a file that says it is Go or says nothing (a
+            // stripped C library's misses must not read its whole data each batch).
+            None if is_go(&elf) || elf.sections().next().is_none() => {
+                match find_in_segments(file, &elf) {
+                    Some(found) => found,
+                    None => return Ok(None),
+                }
+            }
+            None => return Ok(None),
         };
         let table = Pclntab::parse(data, vaddr, text)?;
         let mut go = Self {
@@ -117,11 +121,16 @@ impl GoTable {
                     && word(m, 1) == Some(pclntab + funcname)
                     && word(m, 4) == Some(pclntab + cu)
                 {
-                    return word(m, index).filter(|&g| self.read(g, 1).is_some());
+                    return word(m, index).filter(|&g| read_only(elf, g));
                 }
             }
         }
         None
+    }
+
+    /// The function holding virtual address `pc`, without what is inlined at it.
+    pub fn function(&self, pc: u64) -> Option<String> {
+        self.table.frames(pc, self)?.pop().map(|f| f.function)
     }
 
     /// The frames of virtual address `pc`, as [`Frame`]s in call order (the function, then
@@ -150,6 +159,23 @@ impl GoTable {
                 .collect(),
         )
     }
+}
+
+/// A Go build's own marks: its build information, or its build id note.
+fn is_go<'d, O: Object<'d>>(elf: &O) -> bool {
+    elf.section_by_name(".go.buildinfo").is_some()
+        || elf.section_by_name(".note.go.buildid").is_some()
+}
+
+/// True if `vaddr` is in a load segment that is neither writable nor executable, as Go's
+/// funcdata (`go:func.*`) is: a wrong word taken for `gofunc` is refused, not followed.
+fn read_only<'d, O: Object<'d>>(elf: &O, vaddr: u64) -> bool {
+    elf.segments().any(|s| {
+        let (_, size) = s.file_range();
+        matches!(s.flags(), SegmentFlags::Elf { p_flags } if p_flags & 3 == 0)
+            && vaddr >= s.address()
+            && vaddr < s.address() + size
+    })
 }
 
 /// (vaddr, bytes from there to the segment's end) of a Go table header found in a
