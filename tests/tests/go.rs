@@ -175,6 +175,52 @@ fn stripped_go_is_named_as_the_build_with_symbols() {
     }
 }
 
+/// A leaf without a stack frame (`main.spin`): frame pointers skip its caller, the rows made
+/// from the Go table's frame sizes do not; stripped or not.
+#[test]
+fn a_frameless_go_leaf_keeps_its_caller() {
+    if !privileged() {
+        return;
+    }
+    let _s = serial();
+    let dir = scratch("go-frameless");
+    let Some(full) = build(&dir, "full", "") else {
+        return;
+    };
+    let stripped = build(&dir, "stripped", "-s -w").unwrap();
+    let chain = ["main.outerFl", "main.middleFl", "main.spin"];
+    for bin in [&full, &stripped] {
+        let folded = bin.with_extension("folded");
+        run_ok(&[
+            "record",
+            "-F",
+            "499",
+            "-q",
+            "-o",
+            folded.to_str().unwrap(),
+            "--",
+            bin.to_str().unwrap(),
+            "2",
+            "frameless",
+        ]);
+        let stacks = user_stacks(&read_folded(&folded));
+        let sum = |keep: &dyn Fn(&[String]) -> bool| -> u64 {
+            stacks.iter().filter(|(s, _)| keep(s)).map(|(_, n)| n).sum()
+        };
+        let spin = sum(&|s| s.last().is_some_and(|f| f == "main.spin"));
+        let whole = sum(&|s| s.ends_with(&chain.map(String::from)) && s[0] == "runtime.goexit");
+        eprintln!(
+            "{}: {whole} of {spin} samples in main.spin whole",
+            bin.display()
+        );
+        assert!(spin > 200, "{spin} samples in main.spin: {stacks:?}");
+        assert!(
+            whole * 100 >= spin * 99,
+            "{whole} of {spin} whole: {stacks:?}"
+        );
+    }
+}
+
 /// The table's name of every function's entry is its `.symtab` name: Debian's Go 1.19 build
 /// of the fixture (the 1.18-1.19 layout), and a Go 1.20+ binary where the machine has one
 /// (`$PROFILER_TEST_GO_BINARY`, else this workplace's OpenTelemetry agent, built with Go

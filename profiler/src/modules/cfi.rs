@@ -49,10 +49,13 @@ pub struct CfiSections {
     /// it, where a handler's return address minus one falls): Debian's arm64 vDSOs have no
     /// CFI at all, so its signal-frame row is made here.
     pub signal_trampoline: Option<(u64, u64)>,
-    /// A Go binary (it has Go's function table): Go keeps frame pointers in all its code, so
-    /// CFI it lacks (`-s -w`) or that cannot be read (its zlib-compressed `.debug_frame`)
-    /// leaves it to the frame-pointer walk, which is right for it, without a warning.
+    /// A Go binary (it has Go's function table): CFI it lacks (`-s -w`) or that cannot be
+    /// read (its zlib-compressed `.debug_frame`)
+    /// gets its rows from its function table instead (x86-64), else is left to the
+    /// frame-pointer walk, without a warning.
     pub go: bool,
+    /// A Go binary's function table (`.gopclntab`), whose frame sizes give its rows.
+    pub gopclntab: Option<Section>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -106,9 +109,55 @@ pub struct Rows {
 /// at the peak that way).
 pub fn rows(sections: &CfiSections) -> Result<Rows, CfiError> {
     match cfi_rows(sections) {
-        Err(CfiError::Missing | CfiError::Parse(_)) if sections.go => Ok(Rows::default()),
+        Err(CfiError::Missing | CfiError::Parse(_)) if sections.go => {
+            Ok(go_rows(sections).unwrap_or_default())
+        }
         other => other,
     }
+}
+
+/// The rows of a Go binary from its function table's frame sizes (pcsp): on x86-64 the
+/// return address is at rsp + size, and a function with a frame keeps its caller's rbp at
+/// CFA - 16. Go's frame pointers miss the caller of a function without a frame (a small
+/// leaf), which these rows do not. Functions that end a walk (`runtime.goexit`,
+/// `runtime.mstart`) end it; those that move the stack pointer arbitrarily (`morestack`,
+/// `systemstack`) are left to the frame pointer. `None`: no rows (frame pointers).
+fn go_rows(sections: &CfiSections) -> Option<Rows> {
+    const TOPFRAME: u8 = 1;
+    const SPWRITE: u8 = 2;
+    if sections.arch != Arch::X86_64 {
+        return None;
+    }
+    let sec = sections.gopclntab.as_ref()?;
+    let text = (sections.text_addr != 0).then_some(sections.text_addr);
+    let table = crate::symbolize::go::Pclntab::parse(sec.data.clone(), sec.addr, text).ok()?;
+    let mut rows = Table::default();
+    let mut failed = false;
+    table.frame_runs(|start, end, size, flag| {
+        let rule = if flag & TOPFRAME != 0 {
+            Rule {
+                cfa: cfa::END,
+                cfa_offset: 0,
+                rbp: 0,
+            }
+        } else if flag & SPWRITE != 0 {
+            NONE
+        } else {
+            match u16::try_from(i64::from(size) + 8) {
+                Ok(cfa_offset) if size >= 0 => Rule {
+                    cfa: cfa::RSP,
+                    cfa_offset,
+                    rbp: if size >= 16 { -2 } else { 0 },
+                },
+                _ => NONE,
+            }
+        };
+        failed |= rows.push(start, end, rule).is_err();
+    });
+    if failed {
+        return None;
+    }
+    rows.finish().ok()
 }
 
 fn cfi_rows(sections: &CfiSections) -> Result<Rows, CfiError> {

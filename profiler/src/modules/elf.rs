@@ -120,6 +120,7 @@ fn parse_object<'data, O: Object<'data>>(elf: &O) -> ElfInfo {
                 .flatten(),
             go: elf.section_by_name(".gopclntab").is_some()
                 || elf.section_by_name(".go.buildinfo").is_some(),
+            gopclntab: section(".gopclntab").or_else(|| section(".data.rel.ro.gopclntab")),
         },
     }
 }

@@ -81,6 +81,8 @@ pub struct Normalizer {
     inner: bz::Symbolizer,
     maps: HashMap<u32, Images>,
     prologue_cache: HashMap<FileKey, PrologueAt>,
+    /// Go binaries' function tables by path (`None`: not Go), for their frame sizes.
+    go_tables: HashMap<Arc<str>, Option<Arc<go::GoTable>>>,
     call_cache: HashMap<FileKey, bool>,
     /// JIT symbols per process (`/tmp/perf-PID.map`), read while it lives.
     perf_maps: HashMap<u32, PerfMap>,
@@ -133,6 +135,7 @@ impl Normalizer {
             inner,
             maps: HashMap::new(),
             prologue_cache: HashMap::new(),
+            go_tables: HashMap::new(),
             call_cache: HashMap::new(),
             perf_maps: HashMap::new(),
             jit_cache: HashMap::new(),
@@ -311,6 +314,7 @@ impl Normalizer {
         // afresh (this also lets go of what it parsed).
         self.inner = Self::new().inner;
         self.prologue_cache.clear();
+        self.go_tables.clear();
         self.call_cache.clear();
         out
     }
@@ -488,36 +492,50 @@ impl Normalizer {
                 if small_files_only && file.file.metadata().ok()?.len() > SMALL_FILE_BYTES {
                     return None;
                 }
-                let mut src = Elf::new(file.fd_path());
-                src.debug_syms = false;
-                let found = match self
-                    .inner
-                    .symbolize_single(&Source::Elf(src), Input::FileOffset(offset))
-                {
-                    Ok(Symbolized::Sym(sym)) => {
-                        let start = offset - sym.offset as u64;
-                        let prologue = if AARCH64 {
-                            // At its return (x29 restored already) a function's return
-                            // address is in x30, as before its record was linked.
-                            let returning = leaf::read_bytes::<4>(&file.file, offset)
-                                .is_some_and(|b| leaf::returns_aarch64(&b));
-                            leaf::read_bytes::<32>(&file.file, start).map(|b| {
-                                if returning {
-                                    leaf::Prologue::Frameless
-                                } else {
-                                    leaf::classify_prologue_aarch64(&b)
-                                }
-                            })
-                        } else {
-                            leaf::read_bytes::<8>(&file.file, start)
-                                .map(|b| leaf::classify_prologue(&b))
-                        };
-                        prologue.map(|p| (p, sym.offset as u64))
-                    }
-                    _ => None,
-                };
-                self.prologue_cache.insert(key, found);
-                found?
+                // A Go binary says exactly where each PC's return address is (its pcsp
+                // table: 0 bytes of frame means at the stack pointer), stripped or not.
+                if let Some(go) = self.go_table(&key.0, &file) {
+                    let found = go
+                        .vaddr(offset)
+                        .and_then(|pc| go.frame_size(pc))
+                        .map(|size| match size {
+                            0 => (leaf::Prologue::Frameless, 0),
+                            _ => (leaf::Prologue::FramePointer { prologue_len: 0 }, 1),
+                        });
+                    self.prologue_cache.insert(key, found);
+                    found?
+                } else {
+                    let mut src = Elf::new(file.fd_path());
+                    src.debug_syms = false;
+                    let found = match self
+                        .inner
+                        .symbolize_single(&Source::Elf(src), Input::FileOffset(offset))
+                    {
+                        Ok(Symbolized::Sym(sym)) => {
+                            let start = offset - sym.offset as u64;
+                            let prologue = if AARCH64 {
+                                // At its return (x29 restored already) a function's return
+                                // address is in x30, as before its record was linked.
+                                let returning = leaf::read_bytes::<4>(&file.file, offset)
+                                    .is_some_and(|b| leaf::returns_aarch64(&b));
+                                leaf::read_bytes::<32>(&file.file, start).map(|b| {
+                                    if returning {
+                                        leaf::Prologue::Frameless
+                                    } else {
+                                        leaf::classify_prologue_aarch64(&b)
+                                    }
+                                })
+                            } else {
+                                leaf::read_bytes::<8>(&file.file, start)
+                                    .map(|b| leaf::classify_prologue(&b))
+                            };
+                            prologue.map(|p| (p, sym.offset as u64))
+                        }
+                        _ => None,
+                    };
+                    self.prologue_cache.insert(key, found);
+                    found?
+                }
             }
         };
         if !leaf::return_address_at_sp(prologue, offset_in_fn) {
@@ -552,6 +570,20 @@ impl Normalizer {
             }
         };
         is_call.then_some(sp_word)
+    }
+
+    /// The Go function table of the file at `path` (kept: a few, read once each).
+    fn go_table(&mut self, path: &Arc<str>, file: &ElfFile) -> Option<Arc<go::GoTable>> {
+        const MAX_GO_TABLES: usize = 8;
+        if let Some(t) = self.go_tables.get(path) {
+            return t.clone();
+        }
+        if self.go_tables.len() >= MAX_GO_TABLES {
+            self.go_tables.clear();
+        }
+        let t = go::GoTable::read(&file.file).ok().flatten().map(Arc::new);
+        self.go_tables.insert(path.clone(), t.clone());
+        t
     }
 
     /// (mapping, file offset) of a user address of `pid` in a file, from the captured maps.

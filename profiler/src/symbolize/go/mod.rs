@@ -9,8 +9,8 @@ use std::{fs::File, os::unix::fs::FileExt, sync::Arc};
 use object::{Object, ObjectSection, ObjectSegment, ReadCache, SegmentFlags};
 use profiler_formats::ReadAt;
 
-use pclntab::{Image, Pclntab};
-pub use pclntab::{Layout, PclntabError};
+use pclntab::Image;
+pub use pclntab::{Layout, Pclntab, PclntabError};
 
 use super::{Frame, FrameKind};
 
@@ -126,6 +126,20 @@ impl GoTable {
             }
         }
         None
+    }
+
+    /// The virtual address of file offset `offset`, through the load segment holding it.
+    pub fn vaddr(&self, offset: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|&&(_, off, size)| offset >= off && offset < off + size)
+            .map(|&(v, off, _)| v + (offset - off))
+    }
+
+    /// Bytes between the stack pointer and the return address at `pc`: 0 where the
+    /// function has no frame (so the word at the stack pointer returns into its caller).
+    pub fn frame_size(&self, pc: u64) -> Option<u32> {
+        self.table.frame_size(pc)
     }
 
     /// The function holding virtual address `pc`, without what is inlined at it.

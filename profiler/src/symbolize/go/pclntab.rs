@@ -76,6 +76,7 @@ struct Func {
     at: usize,
     entry: u64,
     nameoff: u32,
+    pcsp: u32,
     pcfile: u32,
     pcln: u32,
     npcdata: u32,
@@ -201,6 +202,7 @@ impl Pclntab {
                 at,
                 entry: u64_at(d, at)?,
                 nameoff: u32_at(d, at + 8)?,
+                pcsp: u32_at(d, at + 20)?,
                 pcfile: u32_at(d, at + 24)?,
                 pcln: u32_at(d, at + 28)?,
                 npcdata: u32_at(d, at + 32)?,
@@ -211,6 +213,7 @@ impl Pclntab {
                 at,
                 entry: self.text_start + u64::from(u32_at(d, at)?),
                 nameoff: u32_at(d, at + 4)?,
+                pcsp: u32_at(d, at + 16)?,
                 pcfile: u32_at(d, at + 20)?,
                 pcln: u32_at(d, at + 24)?,
                 npcdata: u32_at(d, at + 28)?,
@@ -317,6 +320,66 @@ impl Pclntab {
         }
         let off = u32_at(&self.data, at).filter(|&o| o != u32::MAX)?;
         self.string(self.filetab, self.pctab, off)
+    }
+
+    /// Every function's frame sizes, in address order: `each(start, end, size, flag)` for
+    /// each run of PCs with one pcsp value (`size` -1: none known), `flag` the function's
+    /// `funcFlag` (1 TOPFRAME: a walk ends there; 2 SPWRITE: it moves the stack pointer
+    /// arbitrarily). For unwind rows of binaries that have no other CFI.
+    pub fn frame_runs(&self, mut each: impl FnMut(u64, u64, i32, u8)) {
+        for i in 0..self.nfunc {
+            let (Some((entry, _)), Some((end, _))) = (self.ftab(i), self.ftab(i + 1)) else {
+                return;
+            };
+            let Some(f) = self.func(entry) else {
+                each(entry, end, -1, 0);
+                continue;
+            };
+            let flag_at = match self.layout {
+                Layout::Go116 => 41, // 1.17's flag; 1.16's padding (0)
+                Layout::Go118 => 37,
+                Layout::Go120 => 41,
+            };
+            let flag = self.data.get(f.at + flag_at).copied().unwrap_or(0);
+            // The pcsp table's runs: (value delta, pc delta) pairs from the entry.
+            let mut p = self.pctab.saturating_add(f.pcsp as usize);
+            let (mut val, mut at) = (-1i32, entry);
+            let mut first = true;
+            while f.pcsp != 0 && at < end && p < self.data.len() {
+                if self.data[p] == 0 && !first {
+                    break;
+                }
+                let Some((uv, n)) = uvarint(&self.data[p..]) else {
+                    break;
+                };
+                p += n;
+                let Some((pcd, n)) = uvarint(&self.data[p..]) else {
+                    break;
+                };
+                p += n;
+                val = val.wrapping_add(if uv & 1 != 0 {
+                    !(uv >> 1) as i32
+                } else {
+                    (uv >> 1) as i32
+                });
+                let next = at.saturating_add(pcd * self.quantum).min(end);
+                each(at, next, val, flag);
+                at = next;
+                first = false;
+            }
+            if at < end {
+                each(at, end, -1, flag);
+            }
+        }
+    }
+
+    /// The bytes between the stack pointer and the return address at `pc` (its function's
+    /// pcsp table): 0 where the function has no frame (yet, or any more), so that the
+    /// return address into its caller is the word at the stack pointer.
+    pub fn frame_size(&self, pc: u64) -> Option<u32> {
+        let f = self.func(pc)?;
+        self.pcvalue(f.pcsp, f.entry, pc)
+            .and_then(|v| u32::try_from(v).ok())
     }
 
     fn line(&self, f: &Func, pc: u64) -> Option<u32> {

@@ -69,6 +69,10 @@ fn build(layout: Layout) -> (Vec<u8>, Fake) {
     let leaf_file = add(pcvalue_table(&[(0, 0x10), (1, 0x20), (0, 0x40)], q));
     let leaf_line = add(pcvalue_table(&[(10, 0x10), (3, 0x20), (12, 0x40)], q));
     let leaf_inl = add(pcvalue_table(&[(-1, 0x10), (0, 0x20), (-1, 0x40)], q));
+    // outer: a 0x18-byte frame after its first 4 bytes, gone for its last byte (the ret).
+    let outer_sp = add(pcvalue_table(&[(0, 0x4), (0x18, 0x3f), (0, 0x40)], q));
+    // leaf: no frame at all.
+    let leaf_sp = add(pcvalue_table(&[(0, 0x40)], q));
 
     // The inline tree: one call, whose caller's instruction is at leaf + 8 (line 10).
     let mut tree = Vec::new();
@@ -102,51 +106,59 @@ fn build(layout: Layout) -> (Vec<u8>, Fake) {
     let stride = if layout == Layout::Go116 { 16 } else { 8 };
     let funcs_at = pcln + 3 * stride;
 
-    let func = |entry: u64, name: u32, file: u32, line: u32, inl: Option<u32>| -> Vec<u8> {
-        let mut f = Vec::new();
-        match layout {
-            Layout::Go116 => f.extend(entry.to_le_bytes()),
-            _ => f.extend(((entry - TEXT) as u32).to_le_bytes()),
-        }
-        f.extend(name.to_le_bytes());
-        f.extend([0u8; 8]); // args, deferreturn
-        f.extend(0u32.to_le_bytes()); // pcsp
-        f.extend(file.to_le_bytes());
-        f.extend(line.to_le_bytes());
-        let npcdata = if inl.is_some() { 3u32 } else { 0 };
-        f.extend(npcdata.to_le_bytes());
-        f.extend(0u32.to_le_bytes()); // cuOffset
-        let nfuncdata = if inl.is_some() { 4u8 } else { 0 };
-        match layout {
-            Layout::Go116 | Layout::Go118 => f.extend([0, 0, 0, nfuncdata]),
-            Layout::Go120 => f.extend([0, 0, 0, 0, 0, 0, 0, nfuncdata]),
-        }
-        if let Some(inl) = inl {
-            f.extend([0u32, 0, inl].iter().flat_map(|v| v.to_le_bytes()));
+    let func =
+        |entry: u64, name: u32, sp: u32, file: u32, line: u32, inl: Option<u32>| -> Vec<u8> {
+            let mut f = Vec::new();
             match layout {
-                Layout::Go116 => {
-                    // 8-aligned words of addresses (the table's vaddr is 8-aligned).
-                    while f.len() % 8 != 0 {
-                        f.push(0);
+                Layout::Go116 => f.extend(entry.to_le_bytes()),
+                _ => f.extend(((entry - TEXT) as u32).to_le_bytes()),
+            }
+            f.extend(name.to_le_bytes());
+            f.extend([0u8; 8]); // args, deferreturn
+            f.extend(sp.to_le_bytes());
+            f.extend(file.to_le_bytes());
+            f.extend(line.to_le_bytes());
+            let npcdata = if inl.is_some() { 3u32 } else { 0 };
+            f.extend(npcdata.to_le_bytes());
+            f.extend(0u32.to_le_bytes()); // cuOffset
+            let nfuncdata = if inl.is_some() { 4u8 } else { 0 };
+            match layout {
+                Layout::Go116 | Layout::Go118 => f.extend([0, 0, 0, nfuncdata]),
+                Layout::Go120 => f.extend([0, 0, 0, 0, 0, 0, 0, nfuncdata]),
+            }
+            if let Some(inl) = inl {
+                f.extend([0u32, 0, inl].iter().flat_map(|v| v.to_le_bytes()));
+                match layout {
+                    Layout::Go116 => {
+                        // 8-aligned words of addresses (the table's vaddr is 8-aligned).
+                        while f.len() % 8 != 0 {
+                            f.push(0);
+                        }
+                        for a in [0u64, 0, 0, tree_at] {
+                            f.extend(a.to_le_bytes());
+                        }
                     }
-                    for a in [0u64, 0, 0, tree_at] {
-                        f.extend(a.to_le_bytes());
-                    }
-                }
-                _ => {
-                    for o in [u32::MAX, u32::MAX, u32::MAX, tree_off] {
-                        f.extend(o.to_le_bytes());
+                    _ => {
+                        for o in [u32::MAX, u32::MAX, u32::MAX, tree_off] {
+                            f.extend(o.to_le_bytes());
+                        }
                     }
                 }
             }
-        }
-        while f.len() % 8 != 0 {
-            f.push(0);
-        }
-        f
-    };
-    let outer = func(TEXT, outer_name, outer_file, outer_line, None);
-    let leaf = func(TEXT + 0x40, leaf_name, leaf_file, leaf_line, Some(leaf_inl));
+            while f.len() % 8 != 0 {
+                f.push(0);
+            }
+            f
+        };
+    let outer = func(TEXT, outer_name, outer_sp, outer_file, outer_line, None);
+    let leaf = func(
+        TEXT + 0x40,
+        leaf_name,
+        leaf_sp,
+        leaf_file,
+        leaf_line,
+        Some(leaf_inl),
+    );
     let (outer_off, leaf_off) = (3 * stride, 3 * stride + outer.len());
 
     let mut t = Vec::new();
@@ -241,6 +253,33 @@ fn every_layout_names_functions_lines_and_inlined_calls() {
         );
         assert_eq!(at(TEXT - 1), None);
         assert_eq!(at(TEXT + 0x80), None);
+    }
+}
+
+#[test]
+fn the_frame_size_says_where_the_return_address_is() {
+    for layout in [Layout::Go116, Layout::Go118, Layout::Go120] {
+        let (bytes, _) = build(layout);
+        let t = Pclntab::parse(bytes, TABLE_VADDR, None).unwrap();
+        let at = |o| t.frame_size(TEXT + o);
+        assert_eq!(
+            [at(0), at(3), at(4), at(0x3e), at(0x3f)],
+            [Some(0), Some(0), Some(0x18), Some(0x18), Some(0)],
+            "{layout:?}"
+        );
+        assert_eq!([at(0x40), at(0x7f), at(0x80)], [Some(0), Some(0), None]);
+        let mut runs = Vec::new();
+        t.frame_runs(|start, end, size, flag| runs.push((start - TEXT, end - TEXT, size, flag)));
+        assert_eq!(
+            runs,
+            [
+                (0, 4, 0, 0),
+                (4, 0x3f, 0x18, 0),
+                (0x3f, 0x40, 0, 0),
+                (0x40, 0x80, 0, 0)
+            ],
+            "{layout:?}"
+        );
     }
 }
 
