@@ -926,13 +926,23 @@ fn intervals_go_to_the_stores_without_a_directory() {
             .collect::<Vec<_>>(),
         "both stores got the same intervals"
     );
-    let leafs: u64 = grpc
+    let rows: Vec<Value> = grpc
         .iter()
         .flat_map(|s| s["rows"].as_array().cloned().unwrap_or_default())
-        .filter(|r| r["type"] == "samples" && r["stack"][0] == "leaf")
-        .map(|r| r["value"].as_u64().unwrap())
-        .sum();
-    assert!(leafs >= 200, "the chain's leaf: {leafs} samples");
+        .filter(|r| r["type"] == "samples")
+        .collect();
+    let sum = |leaf_only: bool| -> u64 {
+        rows.iter()
+            .filter(|r| !leaf_only || r["stack"][0] == "leaf")
+            .map(|r| r["value"].as_u64().unwrap())
+            .sum()
+    };
+    // The chain's samples, whatever CPU a busy host gave it (a loaded one gave it a third).
+    let (leafs, all) = (sum(true), sum(false));
+    assert!(
+        all >= 50 && leafs * 10 >= all * 9,
+        "the chain's leaf: {leafs} of {all} samples"
+    );
     for (url, n) in totals(&stderr) {
         assert_eq!(n, [grpc.len() as u64, 0, 0], "{url}: {stderr}");
     }
