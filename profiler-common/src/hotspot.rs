@@ -80,7 +80,10 @@ pub struct HsProc {
     /// likewise the deoptimisation handler.
     pub code_is_offset: u8,
     pub deopt_is_offset: u8,
-    pub _pad0: u8,
+    /// How `verified_entry` gives the nmethod's verified entry point: [`HS_VEP_NONE`] (the
+    /// build exports none: a frame stopped in its prologue is not walked),
+    /// [`HS_VEP_POINTER`] (≤ 22) or [`HS_VEP_OFFSET`] (from the code start, 23+).
+    pub verified_entry_is: u8,
     /// Bytes of the code block read (every field below inside it).
     pub block_bytes: u16,
     /// `Method::_constMethod`, `ConstMethod::_code_size` (a u2), `sizeof(ConstMethod)` (the
@@ -100,7 +103,7 @@ pub struct HsProc {
     /// Fields of the code block (from its start: the HeapBlock header, then the blob at
     /// `blob`): `_used`, the blob's `_name` pointer, `_frame_size` (words), code start,
     /// `_frame_complete_offset` (from the code start), and an nmethod's `_compile_id`,
-    /// deoptimisation handler and `_orig_pc_offset`.
+    /// deoptimisation handler, `_orig_pc_offset` and verified entry point.
     pub blob: u16,
     pub _pad2: u16,
     pub used: HsField,
@@ -111,13 +114,62 @@ pub struct HsProc {
     pub compile_id: HsField,
     pub deopt: HsField,
     pub orig_pc_offset: HsField,
-    pub _pad3: u32,
+    pub verified_entry: HsField,
 }
 
 const _: () = assert!(core::mem::size_of::<HsHeap>() == 32);
 const _: () = assert!(core::mem::size_of::<HsField>() == 4);
 const _: () = assert!(core::mem::size_of::<HsProc>() == 16 + 40 + 32 * MAX_HS_HEAPS + 40);
 const _: () = assert!(core::mem::align_of::<HsProc>() == 8);
+
+/// [`HsProc::verified_entry_is`]: no verified entry point known.
+pub const HS_VEP_NONE: u8 = 0;
+/// [`HsProc::verified_entry_is`]: a pointer (`nmethod::_verified_entry_point`).
+pub const HS_VEP_POINTER: u8 = 1;
+/// [`HsProc::verified_entry_is`]: an offset from the code start
+/// (`nmethod::_verified_entry_offset`).
+pub const HS_VEP_OFFSET: u8 = 2;
+
+/// [`hs_prologue`]: the return address is on top of the stack (nothing pushed yet).
+pub const HS_PROLOGUE_RA_TOP: u8 = 0;
+/// [`hs_prologue`]: rbp is pushed on top of the stack, the return address above it.
+pub const HS_PROLOGUE_RA_ABOVE_RBP: u8 = 1;
+/// [`hs_prologue`]: the frame is built (rsp lowered by the frame size): stepped by it.
+pub const HS_PROLOGUE_BUILT: u8 = 2;
+/// [`hs_prologue`]: the frame is built but rbp is not saved in it yet (the instruction
+/// saving it is the stopped one): stepped by the frame size, rbp kept.
+pub const HS_PROLOGUE_BUILT_RBP_LIVE: u8 = 3;
+
+/// Where a compiled frame stopped before its frame is complete (x86_64 HotSpot, C1, C2 and
+/// JNI wrappers) has its caller: `at_or_before_vep`, whether the PC is at or before the
+/// nmethod's verified entry point (the inline cache check and the first instruction of the
+/// entry: nothing pushed yet); else `insn`, the 8 code bytes from 3 before the PC (the
+/// stopped instruction at byte 3). After the verified entry HotSpot's x86_64 prologue is
+/// the stack bang (`mov [rsp-N], eax`, maybe several), `push rbp`, `mov rbp, rsp` (JNI
+/// wrappers, PreserveFramePointer), `sub rsp, N`, then the nmethod entry barrier; C2's
+/// frameless-bang variant is `sub rsp, N` at the entry then `mov [rsp+N-16], rbp`.
+pub const fn hs_prologue(at_or_before_vep: bool, insn: u64) -> u8 {
+    if at_or_before_vep {
+        return HS_PROLOGUE_RA_TOP;
+    }
+    let b = insn.to_le_bytes();
+    let (prev3, prev1) = ([b[0], b[1], b[2]], b[2]);
+    match [b[3], b[4], b[5], b[6]] {
+        // push rbp; the stack bang.
+        [0x55, ..] | [0x89, 0x84, 0x24, _] => HS_PROLOGUE_RA_TOP,
+        // mov rbp, rsp (after push rbp).
+        [0x48, 0x89, 0xe5, _] => HS_PROLOGUE_RA_ABOVE_RBP,
+        // sub rsp, imm8 / imm32 after push rbp or mov rbp, rsp.
+        [0x48, 0x83 | 0x81, 0xec, _]
+            if prev1 == 0x55 || (prev3[0] == 0x48 && prev3[1] == 0x89 && prev3[2] == 0xe5) =>
+        {
+            HS_PROLOGUE_RA_ABOVE_RBP
+        }
+        // mov [rsp+disp8/32], rbp: C2's frame built by `sub rsp` first.
+        [0x48, 0x89, 0x6c | 0xac, 0x24] => HS_PROLOGUE_BUILT_RBP_LIVE,
+        _ => HS_PROLOGUE_BUILT,
+    }
+}
 
 /// The first 8 bytes of an nmethod's blob name (`"nmethod"`).
 pub const NMETHOD_NAME: u64 = u64::from_le_bytes(*b"nmethod\0");
@@ -160,6 +212,58 @@ mod tests {
             0xdead_beef
         );
         assert_eq!(hs_compiled(77, 0x140), 77 << 32 | 0x140);
+    }
+
+    #[test]
+    fn a_prologue_is_read_by_its_instruction() {
+        // 8 code bytes from 3 before the PC (the stopped instruction at byte 3).
+        let at = |before: [u8; 3], insn: &[u8]| {
+            let mut b = [0x90u8; 8];
+            b[..3].copy_from_slice(&before);
+            b[3..3 + insn.len()].copy_from_slice(insn);
+            u64::from_le_bytes(b)
+        };
+        let bang = [0x89, 0x84, 0x24, 0x00, 0xc0];
+        assert_eq!(hs_prologue(true, 0), HS_PROLOGUE_RA_TOP);
+        assert_eq!(
+            hs_prologue(false, at([0xc0, 0xfe, 0xff], &bang)),
+            HS_PROLOGUE_RA_TOP
+        );
+        assert_eq!(
+            hs_prologue(false, at([0xc0, 0xfe, 0xff], &[0x55])),
+            HS_PROLOGUE_RA_TOP
+        );
+        // sub rsp after push rbp (C1, C2), after mov rbp, rsp (JNI wrappers).
+        let sub8 = [0x48, 0x83, 0xec, 0x20];
+        let sub32 = [0x48, 0x81, 0xec, 0x00, 0x01];
+        assert_eq!(
+            hs_prologue(false, at([0xfe, 0xff, 0x55], &sub8)),
+            HS_PROLOGUE_RA_ABOVE_RBP
+        );
+        assert_eq!(
+            hs_prologue(false, at([0x48, 0x89, 0xe5], &sub32)),
+            HS_PROLOGUE_RA_ABOVE_RBP
+        );
+        assert_eq!(
+            hs_prologue(false, at([0xff, 0xff, 0x55], &[0x48, 0x89, 0xe5])),
+            HS_PROLOGUE_RA_ABOVE_RBP
+        );
+        // C2 without a bang: sub rsp at the entry, then rbp saved into the frame.
+        assert_eq!(
+            hs_prologue(
+                false,
+                at([0x00, 0x00, 0x00], &[0x48, 0x89, 0x6c, 0x24, 0x10])
+            ),
+            HS_PROLOGUE_BUILT_RBP_LIVE
+        );
+        // The entry barrier (cmp [r15+0x20], imm32): built.
+        assert_eq!(
+            hs_prologue(
+                false,
+                at([0x83, 0xec, 0x20], &[0x41, 0x81, 0x7f, 0x20, 0x01])
+            ),
+            HS_PROLOGUE_BUILT
+        );
     }
 
     #[test]

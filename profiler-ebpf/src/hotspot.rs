@@ -11,8 +11,10 @@ use aya_ebpf::{helpers::generated, macros::map, maps::HashMap};
 use profiler_common::{
     MAX_WALK_WORDS,
     hotspot::{
-        HS_BLOCK_BYTES, HS_COMPILED, HS_MAX_HOPS, HS_TOP, HsField, HsProc, MAX_HS_HEAPS,
-        NATIVE_NMETHOD_NAME, NMETHOD_NAME, hs_compiled, hs_field, hs_frame, hs_interpreted,
+        HS_BLOCK_BYTES, HS_COMPILED, HS_MAX_HOPS, HS_PROLOGUE_BUILT, HS_PROLOGUE_BUILT_RBP_LIVE,
+        HS_PROLOGUE_RA_ABOVE_RBP, HS_TOP, HS_VEP_OFFSET, HS_VEP_POINTER, HsField, HsProc,
+        MAX_HS_HEAPS, NATIVE_NMETHOD_NAME, NMETHOD_NAME, hs_compiled, hs_field, hs_frame,
+        hs_interpreted, hs_prologue,
     },
     record_flags,
     unwind::MAX_UNWIND_PROCS,
@@ -200,15 +202,36 @@ fn interpreted(w: &mut Walk) -> Step {
 }
 
 /// A compiled frame (an nmethod or a JNI wrapper) at `blob` whose frame is `w.hs_v[1]`
-/// bytes; `w.hs_v[0]` is the blob, [2] the PC it ran at.
+/// bytes; `w.hs_v[0]` is the blob, [2] the PC it ran at. A stopped frame in its prologue
+/// (before its frame is complete) is left as far as it is built ([`hs_prologue`]).
 #[inline(always)]
 fn compiled(w: &mut Walk) -> Step {
     let code = blob_address(w, &w.hs.code, w.hs.code_is_offset);
-    if w.hs_top != 0 && w.pc < code.wrapping_add(field(w, &w.hs.frame_complete)) {
-        // The prologue: the frame is not built yet (its caller is not where the frame
-        // size says).
-        return partial(w);
+    let mut state = HS_PROLOGUE_BUILT;
+    let entry = w.hs_top != 0 && w.pc < code.wrapping_add(field(w, &w.hs.frame_complete));
+    if entry {
+        // The prologue: the frame is not complete, its caller maybe not where the frame
+        // size says. Where it is follows from the PC: at or before the verified entry
+        // (the inline cache check, the entry's first instruction: a megamorphic call's
+        // stub jumps there, and the mispredicted jump's samples land on it) the return
+        // address is on top of the stack; after it, from the instruction (`hs_prologue`).
+        let vep = match w.hs.verified_entry_is {
+            HS_VEP_POINTER => field(w, &w.hs.verified_entry),
+            HS_VEP_OFFSET => code.wrapping_add(field(w, &w.hs.verified_entry)),
+            _ => return partial(w),
+        };
+        let early = w.pc <= vep;
+        let insn = if early {
+            0
+        } else {
+            match read(w, w.pc - 3) {
+                Some(insn) => insn,
+                None => return partial(w),
+            }
+        };
+        state = hs_prologue(early, insn);
     }
+    let framed = state >= HS_PROLOGUE_BUILT;
     w.hs_v[2] = w.pc;
     if w.hs_top == 0 {
         let deopt = blob_address(w, &w.hs.deopt, w.hs.deopt_is_offset);
@@ -221,13 +244,40 @@ fn compiled(w: &mut Walk) -> Step {
         }
     }
     let (blob, at) = (w.hs_v[0], w.hs_v[2]);
-    if w.hs_v[1] == 0 || w.hs_v[1] > 1 << 20 || at < blob || at - blob > u64::from(u32::MAX) {
+    if (framed && (w.hs_v[1] == 0 || w.hs_v[1] > 1 << 20))
+        || at < blob
+        || at - blob > u64::from(u32::MAX)
+    {
         return partial(w);
     }
     let word = hs_frame(HS_COMPILED | if w.hs_top != 0 { HS_TOP } else { 0 }, blob);
     let data = hs_compiled(field(w, &w.hs.compile_id) as u32, (at - blob) as u32);
     if !java_words(w, word, data) {
         return Step::Stop;
+    }
+    if !framed {
+        // Nothing pushed yet, or only rbp: the return address on top, or above rbp.
+        let above: u64 = if state == HS_PROLOGUE_RA_ABOVE_RBP {
+            8
+        } else {
+            0
+        };
+        let Some(ra) = read(w, w.sp + above) else {
+            return partial(w);
+        };
+        if ra < w.hs.low || ra >= w.hs.high {
+            return partial(w);
+        }
+        w.pc_next = ra;
+        if above != 0 {
+            let Some(bp) = read(w, w.sp) else {
+                return partial(w);
+            };
+            w.bp = bp;
+        }
+        w.sp += above + 8;
+        w.pc = w.pc_next;
+        return Step::Next;
     }
     // The caller's sp.
     w.hs_v[1] += w.sp;
@@ -241,13 +291,17 @@ fn compiled(w: &mut Walk) -> Step {
         };
         w.sp = w.hs_v[1];
         w.pc = w.pc_next;
-        w.bp = bp;
+        if state != HS_PROLOGUE_BUILT_RBP_LIVE {
+            w.bp = bp;
+        }
         return Step::Next;
     }
     // Compiled code returns only into the code cache (native code enters Java through the
     // call stub): a stopped frame whose frame-size step leaves it is in its epilogue, its
-    // frame popped, rbp restored, the return address on top of the stack.
+    // frame popped, rbp restored, the return address on top of the stack (not in the
+    // prologue: there the top of the built frame is no return address).
     if w.hs_top != 0
+        && !entry
         && let Some(ra) = read(w, w.sp)
         && ra >= w.hs.low
         && ra < w.hs.high

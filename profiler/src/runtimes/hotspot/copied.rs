@@ -6,8 +6,10 @@
 //! (they outlive the frames of a starting JVM).
 
 use profiler_common::hotspot::{
-    HS_BLOCK_BYTES, HS_COMPILED, HS_MAX_HOPS, HS_TOP, HsField, HsProc, MAX_HS_HEAPS,
+    HS_BLOCK_BYTES, HS_COMPILED, HS_MAX_HOPS, HS_PROLOGUE_BUILT, HS_PROLOGUE_BUILT_RBP_LIVE,
+    HS_PROLOGUE_RA_ABOVE_RBP, HS_TOP, HS_VEP_OFFSET, HS_VEP_POINTER, HsField, HsProc, MAX_HS_HEAPS,
     NATIVE_NMETHOD_NAME, NMETHOD_NAME, hs_compiled, hs_field, hs_frame, hs_interpreted,
+    hs_prologue,
 };
 
 use crate::runtimes::{
@@ -110,17 +112,34 @@ fn blob<M: Memory + ?Sized>(
         }
     };
     if name == NMETHOD_NAME || name == NATIVE_NMETHOD_NAME {
-        if f.top && f.pc < address(&e.code, e.code_is_offset).wrapping_add(field(&e.frame_complete))
-        {
-            // The prologue: the frame is not built yet.
-            return None;
+        let code = address(&e.code, e.code_is_offset);
+        let mut state = HS_PROLOGUE_BUILT;
+        let entry = f.top && f.pc < code.wrapping_add(field(&e.frame_complete));
+        if entry {
+            // The prologue: where the caller is follows from the PC (as in the kernel).
+            let vep = match e.verified_entry_is {
+                HS_VEP_POINTER => field(&e.verified_entry),
+                HS_VEP_OFFSET => code.wrapping_add(field(&e.verified_entry)),
+                _ => return None,
+            };
+            let early = f.pc <= vep;
+            let insn = if early {
+                0
+            } else {
+                heap.read_u64(f.pc - 3).ok()?
+            };
+            state = hs_prologue(early, insn);
         }
+        let framed = state >= HS_PROLOGUE_BUILT;
         let mut at = f.pc;
         if !f.top && f.pc == address(&e.deopt, e.deopt_is_offset) {
             // Returning into the deopt handler: the PC it was deoptimised at is in the frame.
             at = stack(f.sp.wrapping_add(field(&e.orig_pc_offset)))?;
         }
-        if frame_size == 0 || frame_size > 1 << 20 || at < blob || at - blob > u64::from(u32::MAX) {
+        if (framed && (frame_size == 0 || frame_size > 1 << 20))
+            || at < blob
+            || at - blob > u64::from(u32::MAX)
+        {
             return None;
         }
         let word = hs_frame(HS_COMPILED | if f.top { HS_TOP } else { 0 }, blob);
@@ -128,10 +147,30 @@ fn blob<M: Memory + ?Sized>(
             word,
             hs_compiled(field(&e.compile_id) as u32, (at - blob) as u32),
         ]);
+        if !framed {
+            // Nothing pushed yet, or only rbp: the return address on top, or above rbp.
+            let above = if state == HS_PROLOGUE_RA_ABOVE_RBP {
+                8
+            } else {
+                0
+            };
+            let ra = stack(f.sp + above).filter(|&ra| ra >= e.low && ra < e.high)?;
+            let bp = if above != 0 { stack(f.sp)? } else { f.bp };
+            return Some(CopiedStep::Next {
+                words,
+                pc: ra,
+                sp: f.sp + above + 8,
+                bp,
+            });
+        }
         let caller = f.sp + frame_size;
         let ra = stack(caller - 8)?;
         if ra >= e.low && ra < e.high {
-            let bp = stack(caller - 16)?;
+            let bp = if state == HS_PROLOGUE_BUILT_RBP_LIVE {
+                f.bp
+            } else {
+                stack(caller - 16)?
+            };
             return Some(CopiedStep::Next {
                 words,
                 pc: ra,
@@ -140,8 +179,8 @@ fn blob<M: Memory + ?Sized>(
             });
         }
         // A stopped frame whose frame-size step leaves the code cache is in its epilogue:
-        // its frame popped, the return address on top of the stack.
-        let ra = stack(f.sp).filter(|_| f.top)?;
+        // its frame popped, the return address on top of the stack (not in the prologue).
+        let ra = stack(f.sp).filter(|_| f.top && !entry)?;
         return (ra >= e.low && ra < e.high).then_some(CopiedStep::Next {
             words,
             pc: ra,
@@ -371,6 +410,86 @@ mod tests {
             java_step(&e, |a| stack.get(&a).copied(), &heap, f),
             Some(CopiedStep::Stop)
         );
+    }
+
+    #[test]
+    fn a_compiled_frame_stopped_in_its_prologue() {
+        // JDK 25's C2 entry, code at blob + 0x20: the inline cache check (8 bytes), the
+        // verified entry at +8 (the stack bang), push rbp at +0xf, sub rsp at +0x10, the
+        // entry barrier at +0x14 (frame complete at +0x1c). A 6-word frame.
+        let mut e = jvm();
+        e.verified_entry_is = HS_VEP_OFFSET;
+        e.verified_entry = HsField {
+            offset: 72,
+            size: 2,
+            signed: 0,
+        };
+        let mut heap = FakeMemory::default();
+        heap.put(0x30_0000, &[0xff, 0xff, 0, 1, 2, 3, 0xff, 0xff]);
+        let block = 0x11_0080u64;
+        let blob = block + 16;
+        let code = blob + 0x20;
+        let mut b = vec![0u8; 136];
+        b[0] = 1; // used
+        b[24..32].copy_from_slice(&0x70_0000u64.to_le_bytes()); // name
+        b[32..36].copy_from_slice(&6u32.to_le_bytes()); // frame size: 6 words
+        b[40..48].copy_from_slice(&code.to_le_bytes()); // code
+        b[48..52].copy_from_slice(&0x1cu32.to_le_bytes()); // frame complete
+        b[56..60].copy_from_slice(&42u32.to_le_bytes()); // compile id
+        b[72..74].copy_from_slice(&8u16.to_le_bytes()); // verified entry
+        heap.put(block, &b);
+        heap.put(
+            code,
+            &[
+                0x44, 0x8b, 0x56, 0x08, 0x44, 0x3b, 0x50, 0x08, // mov, cmp (the ic check)
+                0x89, 0x84, 0x24, 0x00, 0xc0, 0xfe, 0xff, // mov [rsp-0x14000], eax
+                0x55, // push rbp
+                0x48, 0x83, 0xec, 0x20, // sub rsp, 0x20
+                0x41, 0x81, 0x7f, 0x20, 0x01, 0x00, 0x00, 0x00, // cmp [r15+0x20], 1
+            ],
+        );
+        heap.put(0x70_0000, b"nmethod\0");
+        let sp = 0x7f00_0000u64;
+        let (ra, rbp) = (0x10_0200u64, 0x7f00_0400u64);
+        let step = |pc: u64, stack: &[(u64, u64)]| {
+            let stack = words(stack);
+            let f = RegsAt {
+                pc,
+                sp,
+                bp: 0x55,
+                top: true,
+            };
+            java_step(&e, |a| stack.get(&a).copied(), &heap, f)
+        };
+        let next = |pc: u64, sp: u64, bp: u64| {
+            Some(CopiedStep::Next {
+                words: Some([
+                    hs_frame(HS_COMPILED | HS_TOP, blob),
+                    hs_compiled(42, (pc - blob) as u32),
+                ]),
+                pc: ra,
+                sp,
+                bp,
+            })
+        };
+        // The ic check, the verified entry, push rbp: the return address on top.
+        for pc in [code + 4, code + 8, code + 0xf] {
+            assert_eq!(step(pc, &[(sp, ra)]), next(pc, sp + 8, 0x55), "{pc:#x}");
+        }
+        // sub rsp after push rbp: rbp on top, the return address above it.
+        let pc = code + 0x10;
+        assert_eq!(step(pc, &[(sp, rbp), (sp + 8, ra)]), next(pc, sp + 16, rbp));
+        // The entry barrier: the frame is built, stepped by its size.
+        let pc = code + 0x14;
+        assert_eq!(
+            step(pc, &[(sp + 40, ra), (sp + 32, rbp)]),
+            next(pc, sp + 48, rbp)
+        );
+        // Built, no return address where the frame size says: not walked (the top of a
+        // frame being built is no epilogue's return address).
+        assert_eq!(step(pc, &[(sp, ra)]), Some(CopiedStep::Stop));
+        // No return address into the code cache where the prologue says: not walked.
+        assert_eq!(step(code + 8, &[(sp, 0x40_0000)]), Some(CopiedStep::Stop));
     }
 
     #[test]

@@ -87,6 +87,14 @@ pub enum DeoptHandler {
     Offset(Scalar),
 }
 
+/// Where the verified entry point is (after the inline cache check): a pointer (≤ 22) or an
+/// offset from the code start (23+).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerifiedEntry {
+    Pointer(u16),
+    Offset(Scalar),
+}
+
 /// Where an nmethod keeps its PcDescs, scopes data and metadata.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DebugData {
@@ -122,6 +130,9 @@ pub struct NmethodLayout {
     pub entry_bci: Scalar,
     pub orig_pc_offset: Scalar,
     pub deopt_handler: DeoptHandler,
+    /// `None` when the build exports neither (then a frame stopped in its prologue is not
+    /// walked).
+    pub verified_entry: Option<VerifiedEntry>,
     pub debug: DebugData,
     pub pc_desc_size: u16,
     pub pc_desc_pc_offset: u16,
@@ -363,6 +374,17 @@ impl Layout {
                 ("nmethod", "_deopt_handler_begin"),
             ])?),
         };
+        let verified_entry = if r.t.field("nmethod", "_verified_entry_offset").is_some() {
+            Some(VerifiedEntry::Offset(
+                r.scalar("nmethod", "_verified_entry_offset")?,
+            ))
+        } else if r.t.field("nmethod", "_verified_entry_point").is_some() {
+            Some(VerifiedEntry::Pointer(
+                r.member("nmethod", "_verified_entry_point")?,
+            ))
+        } else {
+            None
+        };
         let nmethod = NmethodLayout {
             method: r.member_of(&[("nmethod", "_method"), ("CompiledMethod", "_method")])?,
             compile_id: r.scalar("nmethod", "_compile_id")?,
@@ -370,6 +392,7 @@ impl Layout {
             entry_bci: r.scalar("nmethod", "_entry_bci")?,
             orig_pc_offset: r.scalar("nmethod", "_orig_pc_offset")?,
             deopt_handler,
+            verified_entry,
             debug,
             pc_desc_size: r.size("PcDesc")?,
             pc_desc_pc_offset: r.member("PcDesc", "_pc_offset")?,

@@ -72,7 +72,11 @@
 //!   return address `[sp-8]`, rbp `[sp-16]`. A compiled frame returns only into the code cache
 //!   (native code enters Java through the call stub): a top frame whose return address is
 //!   outside it was stopped in its epilogue, frame popped, return address at `[sp]`. Top PC
-//!   before `code + _frame_complete_offset`: the prologue, mark truncated. A return address
+//!   before `code + _frame_complete_offset`: the prologue (`hs_prologue`): at or before the
+//!   verified entry (`_verified_entry_point`, 25's `_verified_entry_offset`) the return
+//!   address is at `[sp]`; after it the stopped instruction says (stack bang or `push rbp`:
+//!   `[sp]`; `sub rsp` after `push rbp`: rbp `[sp]`, return address `[sp+8]`; else built:
+//!   by frame size); a build exporting no verified entry: truncated. A return address
 //!   equal to the deopt handler: the real PC is at `[sp + _orig_pc_offset]`.
 //! - stubs: step by their frame size when it is not 0, else by rbp, which must point into
 //!   the stack above sp (a top PC in a stub may have rbp as a general register).

@@ -80,6 +80,9 @@ pub struct JavaFrame {
 pub enum PcKind {
     Stopped,
     ReturnAddress,
+    /// Stopped in its prologue (before its frame is complete): the method is entered, none
+    /// of its code run, so no debug point (the next one may be inside an inlined callee).
+    Entry,
 }
 
 /// A method's names and line table, read once.
@@ -387,6 +390,7 @@ impl<'a, M: Memory + ?Sized> Namer<'a, M> {
         let off = pc_offset as i64;
         let scoped = |(p, scope): &&(i32, i32)| *p >= 0 && *scope > 0;
         let (desc, kind) = match pc {
+            PcKind::Entry => (None, LineKind::None),
             // The PcDesc recorded for this very return address (the call's).
             PcKind::ReturnAddress => (
                 info.pcs.iter().find(|(p, _)| i64::from(*p) == off),
@@ -522,6 +526,14 @@ mod tests {
         );
         // Stopped past the last debug point (only the sentinel after it): the one before
         // it, for the compiled method only (the PC may have left the inlined leaf).
+        // Stopped in its prologue: the compiled method, no line (not the inlined leaf).
+        let fs = n.compiled(NM, 42, Tier::C2, 0x10, PcKind::Entry).unwrap();
+        assert_eq!(
+            fs.iter()
+                .map(|f| (f.method.as_str(), f.line, f.line_kind))
+                .collect::<Vec<_>>(),
+            [("fixture.Chain.middle", None, LineKind::None)]
+        );
         let fs = n.compiled(NM, 42, Tier::C2, 0x70, PcKind::Stopped).unwrap();
         assert_eq!(fs.len(), 1);
         assert_eq!(

@@ -11,14 +11,17 @@ use std::{
 };
 
 use profiler_common::{
-    hotspot::{HS_BLOCK_BYTES, HS_COMPILED, HS_TOP, HsField, HsHeap, HsProc, MAX_HS_HEAPS},
+    hotspot::{
+        HS_BLOCK_BYTES, HS_COMPILED, HS_TOP, HS_VEP_NONE, HS_VEP_OFFSET, HS_VEP_POINTER, HsField,
+        HsHeap, HsProc, MAX_HS_HEAPS,
+    },
     runtimes::{rt_flags, rt_payload},
 };
 
 use super::{
     code::{BlobKind, CodeCache, read_blob},
     detect::{Detection, detect_in, libjvm_mapping},
-    layout::{CodeStart, DeoptHandler, Layout, Scalar},
+    layout::{CodeStart, DeoptHandler, Layout, Scalar, VerifiedEntry},
     naming::{JavaFrame, Namer, NamerCache, PcKind, Tier},
 };
 use crate::{
@@ -43,7 +46,7 @@ struct Jvm {
     named: HashMap<(u64, u64), Arc<[JavaFrame]>>,
     /// (nmethod, compile id) → its tier and code start (the id makes the entry exact: a
     /// freed nmethod's memory is reused with a new one).
-    nmethods: HashMap<(u64, u32), (Tier, u64)>,
+    nmethods: HashMap<(u64, u32), (Tier, u64, u64)>,
     code: CodeCache,
     /// A stub's PC → its blob's name (`None`: not a stub).
     stubs: HashMap<u64, Option<Arc<str>>>,
@@ -222,7 +225,7 @@ fn name(
     mem: &ProcessMemory,
     layout: &Layout,
     namer: &mut Namer<'_, ProcessMemory>,
-    nmethods: &mut HashMap<(u64, u32), (Tier, u64)>,
+    nmethods: &mut HashMap<(u64, u32), (Tier, u64, u64)>,
     word: u64,
     data: u64,
 ) -> Option<Vec<JavaFrame>> {
@@ -236,7 +239,7 @@ fn name(
         }
         return namer.interpreted(addr, low as i32).ok().map(|f| vec![f]);
     }
-    let (tier, code_begin) = match nmethods.get(&(addr, high)) {
+    let (tier, code_begin, frame_complete) = match nmethods.get(&(addr, high)) {
         Some(known) => *known,
         None => {
             let blob = read_blob(mem, layout, addr).ok()?;
@@ -247,13 +250,16 @@ fn name(
                 BlobKind::NativeNmethod { compile_id } if compile_id == high => Tier::Native,
                 _ => return None,
             };
-            nmethods.insert((addr, high), (tier, blob.code_begin));
-            (tier, blob.code_begin)
+            let known = (tier, blob.code_begin, blob.frame_complete);
+            nmethods.insert((addr, high), known);
+            known
         }
     };
     let pc = addr + u64::from(low);
     let offset = u32::try_from(pc.checked_sub(code_begin)?).ok()?;
-    let kind = if flags & HS_TOP != 0 {
+    let kind = if flags & HS_TOP != 0 && pc < frame_complete {
+        PcKind::Entry
+    } else if flags & HS_TOP != 0 {
         PcKind::Stopped
     } else {
         PcKind::ReturnAddress
@@ -306,6 +312,11 @@ pub fn entry(l: &Layout, cache: &CodeCache) -> Result<HsProc, String> {
         DeoptHandler::Pointer(at) => (scalar(&pointer(at), blob), 0),
         DeoptHandler::Offset(off) => (scalar(&off, blob), 1),
     };
+    let (verified_entry, verified_entry_is) = match n.verified_entry {
+        Some(VerifiedEntry::Pointer(at)) => (scalar(&pointer(at), blob), HS_VEP_POINTER),
+        Some(VerifiedEntry::Offset(off)) => (scalar(&off, blob), HS_VEP_OFFSET),
+        None => (HsField::default(), HS_VEP_NONE),
+    };
     let name = scalar(&pointer(b.name), blob);
     if end > HS_BLOCK_BYTES {
         return Err(format!(
@@ -321,6 +332,7 @@ pub fn entry(l: &Layout, cache: &CodeCache) -> Result<HsProc, String> {
         slot_sender_sp: i.sender_sp,
         code_is_offset,
         deopt_is_offset,
+        verified_entry_is,
         block_bytes: end.next_multiple_of(8) as u16,
         method_const_method: l.method.const_method,
         cm_code_size: l.method.cm_code_size.offset,
@@ -340,6 +352,7 @@ pub fn entry(l: &Layout, cache: &CodeCache) -> Result<HsProc, String> {
         compile_id,
         deopt,
         orig_pc_offset,
+        verified_entry,
         ..HsProc::default()
     })
 }
@@ -397,6 +410,12 @@ mod tests {
         assert_eq!((e17.code.size, e17.frame_complete.size), (8, 4));
         assert_eq!(e17.compile_id.offset, 16 + 304);
         assert_eq!(e17.used.offset, 8);
+        // The verified entry: a pointer on 17, an offset from the code on 25.
+        assert_eq!(e17.verified_entry_is, HS_VEP_POINTER);
+        assert_eq!(
+            (e17.verified_entry.offset, e17.verified_entry.size),
+            (16 + 224, 8)
+        );
         assert!(u32::from(e17.block_bytes) <= HS_BLOCK_BYTES);
         assert!(e17.block_bytes >= 16 + 308);
         assert_eq!(e17.heaps[1].low, 0x7f00_2000_0000);
@@ -408,6 +427,11 @@ mod tests {
         assert_eq!(e25.code.offset, 8 + 36);
         assert_eq!((e25.frame_complete.size, e25.frame_complete.signed), (2, 1));
         assert_eq!(e25.compile_id.offset, 8 + 212);
+        assert_eq!(e25.verified_entry_is, HS_VEP_OFFSET);
+        assert_eq!(
+            (e25.verified_entry.offset, e25.verified_entry.size),
+            (8 + 154, 2)
+        );
     }
 
     #[test]
