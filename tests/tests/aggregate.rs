@@ -135,10 +135,11 @@ fn an_aggregated_command_that_ends_before_the_run_keeps_its_names() {
         return;
     }
     let _guard = serial();
-    // spin (2 threads for 0.5 s) ends a second before the run; its process is new to the
+    // spin (2 threads for 1 s) ends a second before the run; its process is new to the
     // kernel's tables, so its first samples come through the ring and are walked in user
     // space, the rest are counted in the kernel.
-    let script = format!("{} 2 0.5; sleep 1", path("spin"));
+    // A second of two threads: 200 of its ~2000 samples are asked for, on a busy host too.
+    let script = format!("{} 2 1; sleep 1", path("spin"));
     // The threads' stacks run through libc, whose table is built on the loader's worker at
     // the run's start: until it is, samples there are copied and walked in user space, not
     // guessed with frame pointers (which lost clone3 under start_thread).

@@ -231,9 +231,9 @@ fn a_target_that_exits_before_or_during_the_run_is_not_an_error() {
     assert_eq!(reported_samples(&String::from_utf8_lossy(&out.stdout)), 0);
     drop(zombie);
     // Exits during the run: the report covers what it ran, and the run ends with it. The
-    // target is stopped until the profiler has attached (on a busy host, attaching can
-    // take longer than the target's second), then runs its second and exits.
-    let mut chain = Command::new(fixture("chain")).arg("1").spawn().unwrap();
+    // target is stopped until the profiler has attached; its 3 s are wall-clock seconds
+    // from its start, so a busy host's slow attach (seconds) must leave some of them.
+    let mut chain = Command::new(fixture("chain")).arg("3").spawn().unwrap();
     let pid = chain.id().to_string();
     let out = record_from_the_start(&mut chain, &["record", "-F", "499", "-p", &pid, "-d", "60"]);
     assert_eq!(out.status.code(), Some(0), "{}", one_error_line(&out));
@@ -411,7 +411,9 @@ fn garbage_perf_maps_do_not_break_a_recording() {
     // The jit fixture names its code in /tmp/perf-PID.map; a map full of garbage (binary,
     // overlong lines, overflowing ranges, a truncated last line) is read by the profiler
     // as untrusted input: bad lines are skipped, the report still comes out.
-    let mut chain = Command::new(fixture("chain")).arg("1.5").spawn().unwrap();
+    // chain runs for wall-clock seconds, stopped or not: 4, so that a busy host's slow
+    // attach (the target is stopped meanwhile) leaves it time to run.
+    let mut chain = Command::new(fixture("chain")).arg("4").spawn().unwrap();
     let map = std::path::PathBuf::from(format!("/tmp/perf-{}.map", chain.id()));
     let mut junk = Vec::new();
     junk.extend_from_slice(b"ffffffffffffffff ffffffffffffffff wraps\n");
