@@ -247,35 +247,41 @@ impl Pclntab {
             .filter(|n| !n.is_empty())
     }
 
-    /// The value of pc-value table `off` at `pc` in the function entered at `entry`.
-    fn pcvalue(&self, off: u32, entry: u64, pc: u64) -> Option<i32> {
-        if off == 0 {
-            return None;
-        }
-        let mut p = self.pctab.checked_add(off as usize)?;
-        let end = self.data.len();
+    /// The runs of pc-value table `off` of the function entered at `entry`: (start, end,
+    /// value), as Go's `step` decodes them (zig-zag value deltas, PC deltas in quanta; a
+    /// zero value delta after the first pair ends the table). None for offset 0.
+    fn runs(&self, off: u32, entry: u64) -> impl Iterator<Item = (u64, u64, i32)> + '_ {
+        let mut p = (off != 0)
+            .then(|| self.pctab.checked_add(off as usize))
+            .flatten()
+            .unwrap_or(usize::MAX);
         let (mut val, mut at) = (-1i32, entry);
         let mut first = true;
-        loop {
-            if p >= end || (self.data[p] == 0 && !first) {
+        std::iter::from_fn(move || {
+            if *self.data.get(p)? == 0 && !first {
                 return None;
             }
             let (uv, n) = uvarint(self.data.get(p..)?)?;
             p += n;
-            let delta = if uv & 1 != 0 {
+            val = val.wrapping_add(if uv & 1 != 0 {
                 !(uv >> 1) as i32
             } else {
                 (uv >> 1) as i32
-            };
-            val = val.wrapping_add(delta);
+            });
             let (pcd, n) = uvarint(self.data.get(p..)?)?;
             p += n;
+            let start = at;
             at = at.checked_add(pcd.checked_mul(self.quantum)?)?;
             first = false;
-            if pc < at {
-                return Some(val);
-            }
-        }
+            Some((start, at, val))
+        })
+    }
+
+    /// The value of pc-value table `off` at `pc` in the function entered at `entry`.
+    fn pcvalue(&self, off: u32, entry: u64, pc: u64) -> Option<i32> {
+        self.runs(off, entry)
+            .find(|&(_, end, _)| pc < end)
+            .map(|(_, _, v)| v)
     }
 
     fn pcdata_slot(&self, f: &Func, slot: u32) -> Option<u32> {
@@ -341,31 +347,14 @@ impl Pclntab {
                 Layout::Go120 => 41,
             };
             let flag = self.data.get(f.at + flag_at).copied().unwrap_or(0);
-            // The pcsp table's runs: (value delta, pc delta) pairs from the entry.
-            let mut p = self.pctab.saturating_add(f.pcsp as usize);
-            let (mut val, mut at) = (-1i32, entry);
-            let mut first = true;
-            while f.pcsp != 0 && at < end && p < self.data.len() {
-                if self.data[p] == 0 && !first {
+            let mut at = entry;
+            for (_, next, size) in self.runs(f.pcsp, entry) {
+                if at >= end {
                     break;
                 }
-                let Some((uv, n)) = uvarint(&self.data[p..]) else {
-                    break;
-                };
-                p += n;
-                let Some((pcd, n)) = uvarint(&self.data[p..]) else {
-                    break;
-                };
-                p += n;
-                val = val.wrapping_add(if uv & 1 != 0 {
-                    !(uv >> 1) as i32
-                } else {
-                    (uv >> 1) as i32
-                });
-                let next = at.saturating_add(pcd * self.quantum).min(end);
-                each(at, next, val, flag);
+                let next = next.min(end);
+                each(at, next, size, flag);
                 at = next;
-                first = false;
             }
             if at < end {
                 each(at, end, -1, flag);
