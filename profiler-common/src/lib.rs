@@ -5,6 +5,7 @@
 //! time. No `usize`, `bool` or `Option` may appear in these structs.
 #![no_std]
 
+pub mod golabels;
 pub mod group;
 pub mod hotspot;
 pub mod names;
@@ -302,6 +303,9 @@ pub mod record_flags {
     /// A runtime's walk failed (no thread state, or a frame that could not be read): its
     /// frames from there on are native.
     pub const RUNTIME_ERROR: u32 = 1 << 9;
+    /// The running goroutine's labels follow the frames and group words
+    /// (`crate::golabels`, `crate::stack::go_labels`).
+    pub const GO_LABELS: u32 = 1 << 10;
 }
 
 /// Run-time configuration of the sampling program, slot 0 of the `CONFIG` array.

@@ -53,6 +53,8 @@ pub mod maps {
     pub const V8_PROCS: &str = "V8_PROCS";
     /// The HotSpot walker's processes (`crate::hotspot::HsProc`, by tgid).
     pub const HS_PROCS: &str = "HS_PROCS";
+    /// Go processes whose goroutine labels samples carry (`crate::golabels::GoProc`).
+    pub const GO_PROCS: &str = "GO_PROCS";
     /// Runtimes' hooks per process (`crate::runtimes::RtProc`, by tgid).
     pub const RT_PROCS: &str = "RT_PROCS";
     /// Runtimes' states per process (`crate::runtimes::RtState`, by tgid and slot).
@@ -118,6 +120,7 @@ pub mod maps {
         PY_CUR,
         V8_PROCS,
         HS_PROCS,
+        GO_PROCS,
         RT_PROCS,
         RT_STATE,
         GROUP_CONFIG,

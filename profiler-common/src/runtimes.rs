@@ -23,6 +23,8 @@ pub mod slots {
     pub const JAVA: u8 = 2;
     pub const JS: u8 = 3;
     pub const RUBY: u8 = 4;
+    /// Go writes no frames (its code is native): goroutine labels (`crate::golabels`).
+    pub const GO: u8 = 5;
 }
 
 /// Most words one runtime frame takes.

@@ -45,8 +45,9 @@ pub struct StackSampleBuf {
     pub header: StackSampleHeader,
     pub frames: [u64; MAX_RECORD_FRAMES],
     /// Room after the last possible frame for a counter group's values
-    /// ([`crate::group::TAIL_WORDS`], written right after the frames walked), and one word
-    /// so that a masked offset of up to 255 frames stays inside.
+    /// ([`crate::group::TAIL_WORDS`], written right after the frames walked), a goroutine's
+    /// label words after them ([`crate::golabels::GO_LABEL_WORDS`]), and one word so that a
+    /// masked offset of up to 255 frames stays inside.
     pub tail: [u64; GROUP_TAIL_ROOM],
     /// Room for a copy of the user stack ([`crate::record_flags::STACK_COPY`]), written
     /// right after the frames and the group's words, at a word offset of at most 255.
@@ -100,7 +101,7 @@ pub const COPY_ROOM: usize = (256 + STACK_COPY_HEAD_WORDS + STACK_COPY_BYTES / 8
     .saturating_sub(MAX_RECORD_FRAMES + GROUP_TAIL_ROOM);
 
 /// Words of [`StackSampleBuf::tail`].
-pub const GROUP_TAIL_ROOM: usize = crate::group::TAIL_WORDS + 1;
+pub const GROUP_TAIL_ROOM: usize = crate::group::TAIL_WORDS + crate::golabels::GO_LABEL_WORDS + 1;
 
 pub const STACK_HEADER_SIZE: usize = core::mem::size_of::<StackSampleHeader>();
 
@@ -114,7 +115,10 @@ const _: () = assert!(core::mem::size_of::<StackCopyHead>() == 8 * STACK_COPY_HE
 const _: () = assert!(STACK_COPY_BYTES.is_multiple_of(STACK_COPY_BLOCK));
 // A per-CPU array's value must stay under the kernel's 32 KiB per-CPU allocation unit.
 const _: () = assert!(core::mem::size_of::<StackSampleBuf>() < 32 << 10);
-const _: () = assert!(MAX_RECORD_FRAMES + GROUP_TAIL_ROOM >= 255 + crate::group::TAIL_WORDS);
+const _: () = assert!(
+    MAX_RECORD_FRAMES + GROUP_TAIL_ROOM
+        >= 255 + crate::group::TAIL_WORDS + crate::golabels::GO_LABEL_WORDS
+);
 const _: () = assert!(
     MAX_RECORD_FRAMES + GROUP_TAIL_ROOM + COPY_ROOM
         >= 256 + STACK_COPY_HEAD_WORDS + STACK_COPY_BYTES / 8
@@ -162,14 +166,39 @@ pub fn group_values<'a>(header: &StackSampleHeader, bytes: &'a [u8]) -> Option<&
     bytes.get(at + 8..at + 8 + 8 * count)
 }
 
-/// Where a record's stack copy starts ([`crate::record_flags::STACK_COPY`]): after its
-/// frames and its group's words, if any, or an off-CPU record's time away.
-fn copy_at(header: &StackSampleHeader, bytes: &[u8]) -> Option<usize> {
+/// Where what follows a record's group words starts: after its frames and its group's
+/// words, if any.
+fn after_group(header: &StackSampleHeader, bytes: &[u8]) -> Option<usize> {
     let n = usize::from(header.kernel_frames) + usize::from(header.user_frames);
     let mut at = STACK_HEADER_SIZE + 8 * n;
     if header.flags & crate::record_flags::GROUP_VALUES != 0 {
         let count = frame_at(bytes.get(at..at + 8)?, 0) as usize;
         at += 8 + 8 * count.min(crate::group::MAX_COUNTERS);
+    }
+    Some(at)
+}
+
+/// The running goroutine's label words ([`crate::record_flags::GO_LABELS`],
+/// [`crate::golabels`]), or `None` when the record carries none (or is truncated).
+pub fn go_labels(
+    header: &StackSampleHeader,
+    bytes: &[u8],
+) -> Option<[u64; crate::golabels::GO_LABEL_WORDS]> {
+    if header.flags & crate::record_flags::GO_LABELS == 0 {
+        return None;
+    }
+    let at = after_group(header, bytes)?;
+    let words = bytes.get(at..at + 8 * crate::golabels::GO_LABEL_WORDS)?;
+    Some([frame_at(words, 0), frame_at(words, 1)])
+}
+
+/// Where a record's stack copy starts ([`crate::record_flags::STACK_COPY`]): after its
+/// frames and its group's words, if any, then its goroutine's labels or an off-CPU
+/// record's time away.
+fn copy_at(header: &StackSampleHeader, bytes: &[u8]) -> Option<usize> {
+    let mut at = after_group(header, bytes)?;
+    if header.flags & crate::record_flags::GO_LABELS != 0 {
+        at += 8 * crate::golabels::GO_LABEL_WORDS;
     }
     if header.flags & crate::offcpu::OFF_CPU != 0 {
         at += 8;

@@ -62,6 +62,7 @@ macro_rules! program_names {
 
 mod cgcount;
 mod follow;
+mod golabels;
 mod group;
 mod hotspot;
 mod offcpu;

@@ -18,13 +18,15 @@ use aya_ebpf::{
 use profiler_common::{
     AGGREGATE_ENTRIES, AGGREGATE_STACKS, AggregateKey, AggregateValue, DEFAULT_RING_BYTES,
     MAX_STACK_DEPTH, MAX_WALK_WORDS, RequestConfig, SamplerConfig, USER_HASH_SEED, UserStack,
-    capture, group as group_consts, record_flags, request_flags,
+    capture,
+    golabels::GO_LABEL_WORDS,
+    group as group_consts, record_flags, request_flags,
     stack::{MAX_RECORD_FRAMES, STACK_COPY_HEAD_WORDS, STACK_HEADER_SIZE, StackSampleBuf},
     stack_id, stat, user_hash_finish, user_hash_step,
 };
 
 use crate::{
-    group, regs,
+    golabels, group, regs,
     sampler::{CONFIG, REQUESTS, bump, request_cookie, targeted},
     unwind::{
         STACK_BYTES, Walk, Walked, copied_bytes, copy_allowed, copy_user_stack, user_frames,
@@ -107,7 +109,10 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
         && config.capture & capture::USER_STACK != 0
         && config.capture & capture::UNWIND_TABLES != 0)
         .then(|| walk_user(ctx, tgid));
-    if aggregated && aggregate(ctx, config, &request, pid_tgid, walked) {
+    // The running goroutine's labels, for a Go process user space published (tables only:
+    // it publishes processes as it loads their tables).
+    let go_labels = if TABLES { golabels::read(tgid) } else { None };
+    if aggregated && aggregate(ctx, config, &request, pid_tgid, walked, go_labels.is_some()) {
         return;
     }
     let Some(buf) = RECORD_BUF.get_ptr_mut(0) else {
@@ -177,6 +182,27 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
         }
     }
     let mut words = frames + tail_words;
+    if let Some(labels) = go_labels {
+        // SAFETY: copies two words from our stack to frames[words..], inside the buffer:
+        // words <= MAX_RECORD_FRAMES + TAIL_WORDS and the tail holds GO_LABEL_WORDS more
+        // (profiler_common::stack).
+        unsafe {
+            let at = words.min(MAX_RECORD_FRAMES + group_consts::TAIL_WORDS);
+            generated::bpf_probe_read_kernel(
+                (*buf).frames.as_mut_ptr().add(at).cast(),
+                (8 * GO_LABEL_WORDS) as u32,
+                (&raw const labels).cast(),
+            );
+            (*buf).header.flags |= record_flags::GO_LABELS;
+        }
+        words += GO_LABEL_WORDS;
+    }
+    let flags = flags
+        | if go_labels.is_some() {
+            record_flags::GO_LABELS
+        } else {
+            0
+        };
     let mut copied = 0usize;
     if TABLES && flags & record_flags::STACK_COPY != 0 {
         // SAFETY: this CPU's buffer; the copy goes after the frames and the group's words,
@@ -313,10 +339,15 @@ fn aggregate(
     request: &RequestConfig,
     pid_tgid: u64,
     walked: Option<Walked>,
+    go_labels: bool,
 ) -> bool {
     let tgid = (pid_tgid >> 32) as u32;
     // The counters are accounted to the sampled thread whether or not the sample is counted.
     let values = group::account(pid_tgid, false);
+    // Labels are read from the live process, as runtimes' frames are: the ring takes them.
+    if go_labels {
+        return false;
+    }
     let stacks = request.flags & request_flags::STACKS != 0;
     let mut user = None;
     if let Some(walked) = walked {

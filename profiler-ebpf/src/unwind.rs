@@ -247,7 +247,7 @@ pub(crate) fn wake_reader(flags: u32, now: u64, runtime_ns: u64) -> bool {
     }
     let (slot, least) = if flags & record_flags::UNWIND_NO_MAPPING != 0 {
         (WOKE_AT.get_ptr_mut(0), MAPPING_WAKEUP_NS)
-    } else if flags & record_flags::RUNTIME_FRAMES != 0 {
+    } else if flags & (record_flags::RUNTIME_FRAMES | record_flags::GO_LABELS) != 0 {
         (RUNTIME_WOKE_AT.get_ptr_mut(0), runtime_ns)
     } else {
         return false;
@@ -731,6 +731,7 @@ pub fn unwind_exec(_ctx: TracePointContext) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     let _ = UNWIND_PROCS.remove(tgid);
     let _ = COPIES.remove(tgid);
+    crate::golabels::forget(tgid);
     python::forget(tgid);
     v8::forget(tgid);
     hotspot::forget(tgid);
@@ -746,6 +747,7 @@ pub fn unwind_exit(_ctx: TracePointContext) -> u32 {
     if pid_tgid >> 32 == pid_tgid & 0xffff_ffff {
         let _ = UNWIND_PROCS.remove((pid_tgid >> 32) as u32);
         let _ = COPIES.remove((pid_tgid >> 32) as u32);
+        crate::golabels::forget((pid_tgid >> 32) as u32);
         python::forget((pid_tgid >> 32) as u32);
         v8::forget((pid_tgid >> 32) as u32);
         hotspot::forget((pid_tgid >> 32) as u32);

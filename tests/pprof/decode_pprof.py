@@ -95,8 +95,9 @@ def stacks(p):
                                mappings.get(loc.mapping_id, "")])
         ev = labels.get("event", "")
         value = sample.value[columns[ev]] if ev in columns else sample.value[0]
+        text = {s[l.key]: s[l.str] for l in sample.label if l.str}
         out.append({"tid": labels.get("tid", 0), "n": sample.value[0], "event": ev,
-                    "value": value, "frames": frames})
+                    "value": value, "frames": frames, "labels": text})
     print(json.dumps({"stacks": out}))
 
 

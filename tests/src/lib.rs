@@ -5,7 +5,7 @@ pub mod java;
 pub mod samplers;
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
     process::{Command, Output},
     sync::{Mutex, MutexGuard},
@@ -824,6 +824,8 @@ pub struct StackSample {
     pub event: String,
     pub value: i64,
     pub frames: Vec<(String, String, i64, String)>,
+    /// The sample's text labels (ours, `event` and `comm`, and the sampled code's own).
+    pub labels: BTreeMap<String, String>,
 }
 
 /// `record -F 499 -p PID -d 2 -o out` of process `pid`, which wrote the perf map
@@ -905,6 +907,14 @@ pub fn stack_samples(pprof: &std::path::Path) -> Vec<StackSample> {
                     )
                 })
                 .collect(),
+            labels: s["labels"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                        .collect()
+                })
+                .unwrap_or_default(),
         })
         .collect()
 }

@@ -346,3 +346,75 @@ fn stripped_go_has_files_and_lines_in_pprof() {
         "{report}"
     );
 }
+
+/// Goroutine labels (`pprof.Do`) on samples, stripped or not: each goroutine's work carries
+/// its own route and tenant, main's (no labels) none; `report --by label:route` splits by
+/// them, as `go tool pprof -tagfocus` does.
+#[test]
+fn goroutine_labels_are_on_their_goroutines_samples() {
+    if !privileged() {
+        return;
+    }
+    let _s = serial();
+    let dir = scratch("go-labels");
+    let Some(full) = build(&dir, "full", "") else {
+        return;
+    };
+    let stripped = build(&dir, "stripped", "-s -w").unwrap();
+    for bin in [&full, &stripped] {
+        let pb = bin.with_extension("pb.gz");
+        let out = profiler(&[
+            "record",
+            "-F",
+            "499",
+            "-o",
+            pb.to_str().unwrap(),
+            "--",
+            bin.to_str().unwrap(),
+            "3",
+            "labels",
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let samples = stack_samples(&pb);
+        let want = [
+            ("main.leaf", Some(("/checkout", "t1"))),
+            ("main.spin", Some(("/search", "t2"))),
+            ("main.plain", None),
+        ];
+        for (func, labels) in want {
+            let with: Vec<&StackSample> = samples
+                .iter()
+                .filter(|s| s.frames.iter().any(|f| f.0 == func))
+                .collect();
+            let total: u64 = with.iter().map(|s| s.n).sum();
+            let right: u64 = with
+                .iter()
+                .filter(|s| {
+                    let got = (s.labels.get("route"), s.labels.get("tenant"));
+                    match labels {
+                        Some((route, tenant)) => {
+                            got == (Some(&route.to_string()), Some(&tenant.to_string()))
+                        }
+                        None => got == (None, None),
+                    }
+                })
+                .map(|s| s.n)
+                .sum();
+            eprintln!(
+                "{}: {func}: {right} of {total} samples labelled {labels:?}",
+                bin.display()
+            );
+            assert!(total >= 200, "{func}: {total} samples");
+            assert!(
+                right * 100 >= total * 95,
+                "{func}: {right} of {total} samples labelled {labels:?}"
+            );
+        }
+        let table = run_ok(&["report", "--by", "label:route", pb.to_str().unwrap()]);
+        for row in ["/checkout", "/search", "[none]"] {
+            assert!(table.contains(row), "no {row} row in:\n{table}");
+        }
+        assert!(table.contains("LABEL route"), "{table}");
+    }
+}

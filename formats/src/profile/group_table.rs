@@ -117,16 +117,7 @@ pub fn render_group_table(
         Sort::Name => a.key.cmp(&b.key),
         _ => b.values.cmp(&a.values).then_with(|| a.key.cmp(&b.key)),
     });
-    let (what, detail) = match by {
-        By::Function => ("FUNCTION", "MODULE"),
-        By::Module => ("MODULE", ""),
-        By::Pid => ("PID", "COMM"),
-        By::Tid => ("TID", "COMM"),
-        By::Comm => ("COMM", ""),
-        By::Cpu => ("CPU", ""),
-        By::Cgroup => ("CGROUP", "CONTAINER"),
-        By::Event => ("EVENT", ""),
-    };
+    let (what, detail) = by.headings();
     // Each column in its event's unit; time in milliseconds (a ratio per ms of CPU time).
     let ms = |event: &str| profile.unit(event) == super::Unit::Nanoseconds;
     let mut names = vec![sampled.clone()];

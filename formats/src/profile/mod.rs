@@ -8,6 +8,7 @@ mod folded;
 mod format;
 mod frames;
 mod group_table;
+mod labels;
 pub mod pprof;
 mod read;
 mod report;
@@ -23,6 +24,7 @@ pub use folded::{FoldedError, LOST_STACK, parse_folded, profile_from_folded, wri
 pub use format::Format;
 pub use frames::{FrameId, FrameTable, Strings};
 pub use group_table::{Ratio, RatioError, render_group_table};
+pub use labels::Labels;
 pub use pprof::{read_pprof, write_pprof};
 pub use read::{ReadError, read_profile};
 pub use report::{ReportOptions, default_event, one_event, render_report, summary_line};
@@ -54,6 +56,8 @@ pub struct StackCount {
     pub count: u64,
     /// The samples that carried it (0 for off-CPU time and counter increases).
     pub samples: u64,
+    /// The labels the sampled code set (a goroutine's pprof labels); empty for most.
+    pub labels: Labels,
 }
 
 /// What a recording measured, besides the stacks.
@@ -128,6 +132,7 @@ impl StackCount {
             frames,
             count,
             samples: count,
+            labels: Labels::default(),
         }
     }
 }

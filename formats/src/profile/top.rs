@@ -7,7 +7,6 @@ use super::{Profile, StackCount, Unit};
 
 /// What the rows of the table are.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum By {
     #[default]
     Function,
@@ -18,6 +17,54 @@ pub enum By {
     Cpu,
     Cgroup,
     Event,
+    /// The value of a label the sampled code set (`label:route`: a goroutine's pprof
+    /// label). The key lives as long as the program: a command line names one, once.
+    Label(&'static str),
+}
+
+impl By {
+    /// The table's column headings: the rows' and their detail's.
+    pub fn headings(self) -> (String, &'static str) {
+        let (what, detail) = match self {
+            By::Label(key) => return (format!("LABEL {key}"), ""),
+            By::Function => ("FUNCTION", "MODULE"),
+            By::Module => ("MODULE", ""),
+            By::Pid => ("PID", "COMM"),
+            By::Tid => ("TID", "COMM"),
+            By::Comm => ("COMM", ""),
+            By::Cpu => ("CPU", ""),
+            By::Cgroup => ("CGROUP", "CONTAINER"),
+            By::Event => ("EVENT", ""),
+        };
+        (what.to_string(), detail)
+    }
+}
+
+impl std::str::FromStr for By {
+    type Err = String;
+
+    /// `function`, `module`, `pid`, `tid`, `comm`, `cpu`, `cgroup`, `event` or `label:KEY`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "function" => By::Function,
+            "module" => By::Module,
+            "pid" => By::Pid,
+            "tid" => By::Tid,
+            "comm" => By::Comm,
+            "cpu" => By::Cpu,
+            "cgroup" => By::Cgroup,
+            "event" => By::Event,
+            _ => match s.strip_prefix("label:") {
+                Some(key) if !key.is_empty() => By::Label(Box::leak(Box::from(key))),
+                _ => {
+                    return Err(format!(
+                        "`{s}`: rows are function, module, pid, tid, comm, cpu, cgroup, event \
+                         or label:KEY"
+                    ));
+                }
+            },
+        })
+    }
 }
 
 /// How rows are ordered.
@@ -108,6 +155,7 @@ pub(super) fn keys(profile: &Profile, stack: &StackCount, by: By) -> Vec<Key> {
         By::Comm => vec![(stack.comm.clone(), None)],
         By::Cpu => one(stack.cpu.to_string()),
         By::Event => vec![(stack.event.clone(), None)],
+        By::Label(key) => vec![(Arc::from(stack.labels.get(key).unwrap_or("[none]")), None)],
         By::Cgroup => {
             let path = profile.cgroup_name(stack.cgroup);
             let id = crate::cgroup::container_id(&path).map(|id| Arc::from(id.as_str()));
@@ -188,16 +236,7 @@ impl TopTable {
     /// The table as text, at most `limit` rows.
     pub fn render(&self, limit: usize) -> String {
         let mut s = String::new();
-        let (what, detail) = match self.by {
-            By::Function => ("FUNCTION", "MODULE"),
-            By::Module => ("MODULE", ""),
-            By::Pid => ("PID", "COMM"),
-            By::Tid => ("TID", "COMM"),
-            By::Comm => ("COMM", ""),
-            By::Cpu => ("CPU", ""),
-            By::Cgroup => ("CGROUP", "CONTAINER"),
-            By::Event => ("EVENT", ""),
-        };
+        let (what, detail) = self.by.headings();
         let header = format!(
             "{:>7} {:>7} {:>8}  {:<40} {detail}",
             "SELF%",

@@ -17,6 +17,7 @@ use aya::{
     maps::{HashMap, Map, MapData},
 };
 use profiler_common::{
+    golabels::GoProc,
     hotspot::HsProc,
     names::{maps as map, programs},
     python::PyProc,
@@ -46,6 +47,8 @@ pub struct UnwindMaps {
     v8: HashMap<MapData, u32, V8Proc>,
     /// The HotSpot walker's processes (`HS_PROCS`).
     hotspot: HashMap<MapData, u32, HsProc>,
+    /// Go processes whose samples carry goroutine labels (`GO_PROCS`).
+    go: HashMap<MapData, u32, GoProc>,
     /// Runtimes' hooks (`RT_PROCS`) and states (`RT_STATE`), and which slots each process
     /// has a state for (to remove them with it).
     rt_procs: HashMap<MapData, u32, RtProc>,
@@ -96,6 +99,7 @@ impl RecordProgram {
         let python = take_by_pid(ebpf, map::PY_PROCS)?;
         let v8 = take_by_pid(ebpf, map::V8_PROCS)?;
         let hotspot = take_by_pid(ebpf, map::HS_PROCS)?;
+        let go = take_by_pid(ebpf, map::GO_PROCS)?;
         let rt_procs = take_by_pid(ebpf, map::RT_PROCS)?;
         let rt_state = {
             let m = ebpf
@@ -123,6 +127,7 @@ impl RecordProgram {
             python,
             v8,
             hotspot,
+            go,
             rt_procs,
             rt_state,
             rt_slots: StdHashMap::new(),
@@ -461,6 +466,12 @@ impl UnwindMaps {
     /// Tells the walker that `pid` runs HotSpot (`Some`), or no longer does.
     pub fn set_hotspot(&mut self, pid: u32, entry: Option<&HsProc>) -> Result<(), UnwindMapError> {
         set_runtime_entry(&mut self.hotspot, map::HS_PROCS, pid, entry)
+    }
+
+    /// Tells the sampler where process `pid`'s goroutine labels are (`Some`), or that it
+    /// no longer runs Go.
+    pub fn set_go(&mut self, pid: u32, entry: Option<&GoProc>) -> Result<(), UnwindMapError> {
+        set_runtime_entry(&mut self.go, map::GO_PROCS, pid, entry)
     }
 
     /// Bytes of rows in use.

@@ -146,8 +146,9 @@ pub struct RecordArgs {
     /// sent to the --export stores (one of them is required).
     #[arg(long, value_name = "SECS", requires = "destination")]
     pub interval: Option<f64>,
-    /// Rows of the printed table: function, module, pid, tid, comm, cpu, cgroup, event.
-    #[arg(long, value_enum, default_value = "function")]
+    /// Rows of the printed table: function, module, pid, tid, comm, cpu, cgroup, event,
+    /// or label:KEY (the value of a label the sampled code set).
+    #[arg(long, default_value = "function", value_name = "ROWS")]
     pub by: By,
     /// Order of the printed table: self, total or name.
     #[arg(long, value_enum, default_value = "self")]

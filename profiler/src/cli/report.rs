@@ -23,8 +23,9 @@ pub struct ReportArgs {
     /// The profile to read, as FILE (either spelling, not both).
     #[arg(short, long, value_name = "FILE")]
     pub input: Option<PathBuf>,
-    /// Rows of the table: function, module, pid, tid, comm, cpu, cgroup, event.
-    #[arg(long, value_enum, default_value = "function")]
+    /// Rows of the table: function, module, pid, tid, comm, cpu, cgroup, event, or
+    /// label:KEY (the value of a label the sampled code set, a goroutine's pprof label).
+    #[arg(long, default_value = "function", value_name = "ROWS")]
     pub by: By,
     /// Order: self, total or name.
     #[arg(long, value_enum, default_value = "self")]

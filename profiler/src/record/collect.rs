@@ -21,7 +21,7 @@ use super::{
 };
 use crate::{
     modules::ElfFiles,
-    profile::{FrameId, Profile, RunInfo, StackCount},
+    profile::{FrameId, Labels, Profile, RunInfo, StackCount},
     runtimes::SharedRuntimes,
     symbolize::{ElfFile, FileId, Frame, FrameKind, Normalizer, Symbolizer, UserFrame},
 };
@@ -48,6 +48,8 @@ struct RawStack {
     /// Why the stack is missing, when it is (in-kernel aggregation), or the off-CPU marker:
     /// a named frame innermost.
     missing: Option<&'static str>,
+    /// The labels the sampled code set (a goroutine's).
+    labels: Labels,
 }
 
 /// The stack of one in-kernel aggregation entry (`record --aggregate`): `kernel` and `user`
@@ -118,8 +120,9 @@ impl Collector {
 
     /// Counts one record (its header, and its frames' bytes: kernel, then user). The
     /// process's maps are captured on first sight, while it lives.
-    pub fn add(&mut self, rec: &StackSampleHeader, frames: &[u8]) {
-        self.add_weighted(rec, frames, 0, &[]);
+    /// `labels`: the record's goroutine label words (`profiler_common::stack::go_labels`).
+    pub fn add(&mut self, rec: &StackSampleHeader, frames: &[u8], labels: Option<[u64; 2]>) {
+        self.add_weighted(rec, frames, labels, 0, &[]);
     }
 
     /// [`Collector::add`], and the increase `weights[k]` of each counter of a group on the
@@ -129,6 +132,7 @@ impl Collector {
         &mut self,
         rec: &StackSampleHeader,
         frames: &[u8],
+        labels: Option<[u64; 2]>,
         first_counter: u32,
         weights: &[u64],
     ) {
@@ -137,7 +141,8 @@ impl Collector {
             value: rec.period.max(1),
             samples: 1,
         };
-        self.add_stack(rec, frames, None, weight, (first_counter, weights));
+        let labels = labels.map_or_else(Labels::default, |words| self.labels(rec.pid, words));
+        self.add_stack(rec, frames, None, weight, (first_counter, weights), labels);
     }
 
     /// Counts one off-CPU record (`record --off-cpu`): `ns` nanoseconds off the CPU, under
@@ -153,6 +158,7 @@ impl Collector {
             Some(offcpu::marker(rec.flags)),
             weight,
             (0, &[]),
+            Labels::default(),
         );
     }
 
@@ -163,6 +169,7 @@ impl Collector {
         marker: Option<&'static str>,
         weight: Weight,
         (first_counter, weights): (u32, &[u64]),
+        labels: Labels,
     ) {
         self.normalizer.observe(rec.pid, Some(rec.comm));
         let nk = usize::from(rec.kernel_frames);
@@ -205,6 +212,7 @@ impl Collector {
             kernel,
             user,
             missing: marker,
+            labels,
         };
         for (k, &w) in weights.iter().enumerate() {
             if w != 0 {
@@ -213,6 +221,7 @@ impl Collector {
                     comm: key.comm,
                     kernel: key.kernel.clone(),
                     user: key.user.clone(),
+                    labels: key.labels.clone(),
                     ..key
                 };
                 *self.stacks.entry(counter).or_default() += Weight {
@@ -242,6 +251,15 @@ impl Collector {
             i += 1;
         }
         out.into_boxed_slice()
+    }
+
+    /// The labels of a sample's label words, read by the runtime that asked for them.
+    fn labels(&mut self, pid: u32, words: [u64; 2]) -> Labels {
+        let mut runtimes = self.runtimes.as_ref().and_then(|r| r.lock().ok());
+        runtimes
+            .as_mut()
+            .and_then(|r| r.labels(pid, words))
+            .unwrap_or_default()
     }
 
     /// Names the frames of these runtimes' kernel walkers from now on.
@@ -358,6 +376,7 @@ impl Collector {
             kernel: kernel.into(),
             user,
             missing,
+            labels: Labels::default(),
         };
         self.count(key, weight);
     }
@@ -481,7 +500,7 @@ impl Normalized {
         let mut missing_ids: HashMap<&'static str, FrameId> = HashMap::new();
         // Different addresses can symbolize to the same frames (two call sites in one
         // function): merge them so each distinct stack appears once.
-        type Key = (u32, u32, u32, u32, u64, Arc<str>, Box<[FrameId]>);
+        type Key = (u32, u32, u32, u32, u64, Arc<str>, Box<[FrameId]>, Labels);
         let mut merged: FastMap<Key, Weight> = FastMap::default();
         let mut comms: HashMap<[u8; 16], Arc<str>> = HashMap::new();
         let mut cgroups = BTreeSet::new();
@@ -530,13 +549,14 @@ impl Normalized {
                 raw.cgroup,
                 comm,
                 frames.into_boxed_slice(),
+                raw.labels,
             );
             *merged.entry(key).or_default() += weight;
         }
         profile.stacks = merged
             .into_iter()
             .map(
-                |((event, pid, tid, cpu, cgroup, comm, frames), weight)| StackCount {
+                |((event, pid, tid, cpu, cgroup, comm, frames, labels), weight)| StackCount {
                     event: events
                         .get(event as usize)
                         .cloned()
@@ -549,6 +569,7 @@ impl Normalized {
                     frames,
                     count: weight.value,
                     samples: weight.samples,
+                    labels,
                 },
             )
             .collect();

@@ -175,7 +175,10 @@ pub(super) fn dispatch(features: &mut [Box<dyn Feature>], collector: &mut Collec
     };
     match features.iter_mut().find(|f| f.takes(kind)) {
         Some(f) => f.record(&record, collector),
-        None if kind == RecordKind::Sample => collector.add(&record.header, frames),
+        None if kind == RecordKind::Sample => {
+            let labels = profiler_common::stack::go_labels(&record.header, bytes);
+            collector.add(&record.header, frames, labels)
+        }
         None => {}
     }
 }

@@ -172,7 +172,14 @@ impl Feature for Group {
             .deltas
             .deltas(&record.header, record.bytes)
             .unwrap_or_default();
-        collector.add_weighted(&record.header, record.frames, self.first_event, &weights);
+        let labels = profiler_common::stack::go_labels(&record.header, record.bytes);
+        collector.add_weighted(
+            &record.header,
+            record.frames,
+            labels,
+            self.first_event,
+            &weights,
+        );
     }
 
     /// The counters are stopped: a switch on every CPU accounts what the tasks running

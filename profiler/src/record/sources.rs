@@ -234,14 +234,14 @@ fn sample_attr(opts: &RecordOptions, event: &Event, policy: SamplePolicy) -> Eve
     attr
 }
 
-/// What a kernel without `bpf_loop` loses of the runtimes asked for, as " (no X or Y
-/// frames)", or nothing.
+/// What a kernel without `bpf_loop` loses of the runtimes asked for, as " (no X frames
+/// or Go labels)", or nothing.
 fn runtime_frames_lost(opts: &RecordOptions) -> String {
-    let names = crate::runtimes::registry::labels_on(&opts.runtimes_off);
+    let names = crate::runtimes::registry::shown_by(&opts.runtimes_off);
     match names.as_slice() {
         [] => String::new(),
-        [one] => format!(" (no {one} frames)"),
-        [rest @ .., last] => format!(" (no {} or {last} frames)", rest.join(", ")),
+        [one] => format!(" (no {one})"),
+        [rest @ .., last] => format!(" (no {} or {last})", rest.join(", ")),
     }
 }
 

@@ -3,7 +3,9 @@
 //! the code ranges whose native frames its frames replace and an opaque state
 //! (`RT_PROCS`, `RT_STATE`). This is the one place that routes a runtime's entry to its map.
 
-use profiler_common::{hotspot::HsProc, python::PyProc, runtimes::RtState, v8::V8Proc};
+use profiler_common::{
+    golabels::GoProc, hotspot::HsProc, python::PyProc, runtimes::RtState, v8::V8Proc,
+};
 
 use crate::bpf::{UnwindMapError, UnwindMaps};
 
@@ -12,6 +14,8 @@ pub enum Entry {
     Python(Box<PyProc>),
     V8(Box<V8Proc>),
     Hotspot(Box<HsProc>),
+    /// Where the sampler finds a Go process's goroutine labels.
+    Go(Box<GoProc>),
     /// A runtime on the seam: its slot, the ranges it marks, its state.
     Hooked {
         slot: u8,
@@ -26,6 +30,7 @@ pub enum KernelMap {
     Python,
     V8,
     Hotspot,
+    Go,
     /// A runtime on the seam, by slot.
     Hooked(u8),
 }
@@ -37,6 +42,7 @@ impl Entry {
             Entry::Python(e) => maps.set_python(pid, Some(e)),
             Entry::V8(e) => maps.set_v8(pid, Some(e)),
             Entry::Hotspot(e) => maps.set_hotspot(pid, Some(e)),
+            Entry::Go(e) => maps.set_go(pid, Some(e)),
             Entry::Hooked {
                 slot,
                 ranges,
@@ -53,6 +59,7 @@ impl KernelMap {
             KernelMap::Python => maps.set_python(pid, None),
             KernelMap::V8 => maps.set_v8(pid, None),
             KernelMap::Hotspot => maps.set_hotspot(pid, None),
+            KernelMap::Go => maps.set_go(pid, None),
             KernelMap::Hooked(slot) => maps.set_hooked(pid, slot, None),
         }
     }

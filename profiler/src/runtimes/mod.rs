@@ -8,6 +8,7 @@
 //! [`registry::RUNTIMES`], which the rest of the profiler goes through; what they share is
 //! in [`shared`].
 
+pub mod go;
 pub mod hotspot;
 pub mod kernel;
 pub mod python;

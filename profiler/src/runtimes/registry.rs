@@ -7,7 +7,7 @@ use std::{collections::HashSet, sync::Arc};
 use profiler_common::runtimes::{rt_len, rt_slot};
 
 use super::{
-    hotspot, python, ruby,
+    go, hotspot, python, ruby,
     seam::{CopiedHook, Published, Runtime, Spec, StartCx, unnamed},
     v8,
 };
@@ -23,6 +23,7 @@ pub const RUNTIMES: &[&Spec] = &[
     &v8::runtime::SPEC,
     &hotspot::runtime::SPEC,
     &ruby::runtime::SPEC,
+    &go::runtime::SPEC,
 ];
 
 /// The runtime called `name` on the command line.
@@ -30,12 +31,12 @@ pub fn by_name(name: &str) -> Option<&'static Spec> {
     RUNTIMES.iter().copied().find(|s| s.name == name)
 }
 
-/// The labels ("Python") of the runtimes not in `off`, in registry order.
-pub fn labels_on(off: &[String]) -> Vec<&'static str> {
+/// What the runtimes not in `off` show ("Python frames", "Go labels"), in registry order.
+pub fn shown_by(off: &[String]) -> Vec<String> {
     RUNTIMES
         .iter()
         .filter(|s| !off.iter().any(|o| o == s.name))
-        .map(|s| s.label)
+        .map(|s| format!("{} {}", s.label, s.shows))
         .collect()
 }
 
@@ -60,7 +61,10 @@ impl Runtimes {
         for spec in RUNTIMES.iter().filter(|s| !off.iter().any(|o| o == s.name)) {
             match (spec.start)(&cx) {
                 Ok(runtime) => started.push(runtime),
-                Err(why) => lines.push(format!("{} frames are not shown: {why}", spec.label)),
+                Err(why) => lines.push(format!(
+                    "{} {} are not shown: {why}",
+                    spec.label, spec.shows
+                )),
             }
         }
         let runtimes = (!started.is_empty()).then(|| Self {
@@ -86,7 +90,10 @@ impl Runtimes {
                 Published::Walk(entry) => entry.set(maps, pid)?,
                 Published::Native(why) => {
                     self.say(why.map(|w| {
-                        format!("{} frames not shown for process {pid}: {w}", spec.label)
+                        format!(
+                            "{} {} not shown for process {pid}: {w}",
+                            spec.label, spec.shows
+                        )
                     }));
                     spec.map.clear(maps, pid)?;
                 }
@@ -171,6 +178,11 @@ impl Runtimes {
         Some((words.len(), frames))
     }
 
+    /// The labels of a sample's label words (`profiler_common::golabels`).
+    pub fn labels(&mut self, pid: u32, words: [u64; 2]) -> Option<crate::profile::Labels> {
+        self.started.iter_mut().find_map(|r| r.labels(pid, words))
+    }
+
     /// The kernel steps to do again on process `pid`'s copied stacks.
     pub fn copied(&self, pid: u32) -> Vec<Box<dyn CopiedHook>> {
         self.started.iter().filter_map(|r| r.copied(pid)).collect()
@@ -198,8 +210,12 @@ mod tests {
     }
 
     #[test]
-    fn labels_of_the_runtimes_left_on() {
-        assert_eq!(labels_on(&[]), ["Python", "JavaScript", "Java", "Ruby"]);
-        assert_eq!(labels_on(&["js".into()]), ["Python", "Java", "Ruby"]);
+    fn what_the_runtimes_left_on_show() {
+        let frames = |l: &[&str]| l.iter().map(|l| format!("{l} frames")).collect::<Vec<_>>();
+        let mut all = frames(&["Python", "JavaScript", "Java", "Ruby"]);
+        all.push("Go labels".into());
+        assert_eq!(shown_by(&[]), all);
+        all.remove(1);
+        assert_eq!(shown_by(&["js".into()]), all);
     }
 }

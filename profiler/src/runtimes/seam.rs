@@ -22,8 +22,11 @@ pub struct Spec {
     pub off_flag: &'static str,
     /// That flag's help.
     pub off_help: &'static str,
-    /// How users call its frames: "{label} frames are not shown".
+    /// How users call its frames: "{label} {shows} are not shown".
     pub label: &'static str,
+    /// What it adds to samples: "frames" (its own frames), or "labels" (Go's goroutine
+    /// labels, on native frames).
+    pub shows: &'static str,
     /// The kind of the frames it names.
     pub kind: FrameKind,
     /// Its slot (`profiler_common::runtimes::slots`): its kernel walker's frames carry it
@@ -92,6 +95,12 @@ pub trait Runtime: Send {
     /// runtime does not show either. A frame that cannot be read is named as such, never
     /// dropped.
     fn name(&mut self, pid: u32, words: &[u64]) -> Option<Arc<[Frame]>>;
+
+    /// The labels of the label words its kernel half wrote for a sample of process `pid`
+    /// (`profiler_common::golabels`); `None` when they are not its own.
+    fn labels(&mut self, _pid: u32, _words: [u64; 2]) -> Option<crate::profile::Labels> {
+        None
+    }
 
     /// Names a native address of process `pid` that is its own (HotSpot's stubs in the code
     /// cache); `None` for any other.

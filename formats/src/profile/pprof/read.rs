@@ -8,7 +8,7 @@ use prost::Message as _;
 
 use super::{COMMENT_PREFIX, KERNEL_MODULE, proto};
 use crate::{
-    profile::{CounterTotal, FrameId, Profile, RunInfo, StackCount, Unit},
+    profile::{CounterTotal, FrameId, Labels, Profile, RunInfo, StackCount, Unit},
     symbolize::{Frame, FrameKind},
 };
 
@@ -195,6 +195,7 @@ fn decode(p: &proto::Profile) -> Result<Profile, PprofError> {
         let mut stack = StackCount::new(samples.clone(), no_comm.clone(), frames.into(), count);
         let value_at = |i: usize| s.value.get(i).copied().unwrap_or(0).max(0) as u64;
         let mut cgroup_path = None;
+        let mut own = Vec::new();
         for label in &s.label {
             let value = l.string(label.str)?;
             match l.string(label.key)? {
@@ -205,9 +206,18 @@ fn decode(p: &proto::Profile) -> Result<Profile, PprofError> {
                 "cpu" => stack.cpu = label.num as u32,
                 "cgroup_id" => stack.cgroup = label.num as u64,
                 "cgroup" => cgroup_path = Some(Arc::from(value)),
+                // The sampled code's own (string) labels: Go's, or ours written by
+                // `write`, a reserved key behind its prefix.
+                key if label.str != 0 => {
+                    own.push((
+                        key.strip_prefix(super::write::OWN_PREFIX).unwrap_or(key),
+                        value,
+                    ));
+                }
                 _ => {}
             }
         }
+        stack.labels = Labels::new(own);
         // Each event's values are in the column named after it, in its unit (as written);
         // profiles without one (written before, or by other tools) count samples.
         match event_columns.get(stack.event.as_ref()) {

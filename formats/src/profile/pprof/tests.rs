@@ -4,7 +4,7 @@ use prost::Message as _;
 
 use super::{proto, read_pprof, write::gnu_build_id_note, write_pprof};
 use crate::{
-    profile::{Profile, RunInfo, StackCount},
+    profile::{Labels, Profile, RunInfo, StackCount},
     symbolize::{Frame, FrameKind},
 };
 
@@ -64,6 +64,8 @@ fn sample_profile() -> Profile {
     first.tid = 42;
     first.cpu = 1;
     first.cgroup = 777;
+    // A goroutine's labels, one of them with a key of the writer's own.
+    first.labels = Labels::new([("route", "/checkout"), ("pid", "not ours")]);
     let second = p.push("page-faults", "chain", &[user("main"), user("outer")], 10);
     second.pid = 41;
     second.tid = 43;

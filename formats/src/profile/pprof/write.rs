@@ -7,7 +7,7 @@ use prost::Message as _;
 
 use super::{COMMENT_PREFIX, KERNEL_MODULE, proto};
 use crate::{
-    profile::{FrameId, FrameTable, Profile, StackCount, Unit, is_time_event},
+    profile::{FrameId, FrameTable, Labels, Profile, StackCount, Unit, is_time_event},
     symbolize::{Frame, FrameKind, Identity},
 };
 
@@ -250,7 +250,7 @@ impl<'a> Tables<'a> {
 }
 
 /// A stack and its attribution: samples with equal keys merge in a counter group's profile.
-type GroupKey<'a> = (&'a [FrameId], u32, u32, u32, u64, &'a str);
+type GroupKey<'a> = (&'a [FrameId], u32, u32, u32, u64, &'a str, &'a Labels);
 
 /// The period one sample of the profile's only sampled event stands for, when it is fixed:
 /// `-c N`, or a clock at a frequency (perf turns it into a period of 1e9 / frequency ns).
@@ -331,6 +331,7 @@ pub fn encode(profile: &Profile) -> proto::Profile {
             s.cpu,
             s.cgroup,
             s.comm.as_ref(),
+            &s.labels,
         );
         // Without a group every stack is a sample of its own: no lookups.
         let found = if counters.is_empty() {
@@ -440,8 +441,28 @@ fn labels(strings: &mut Strings, profile: &Profile, s: &StackCount) -> Vec<proto
         out.push(text(strings, "cgroup", &profile.cgroup_name(s.cgroup)));
         out.push(num(strings, "cgroup_id", s.cgroup));
     }
+    for (key, value) in s.labels.iter() {
+        out.push(text(strings, &own_label_key(key), value));
+    }
     out
 }
+
+/// The labels this writer uses for a sample's attribution; the sampled code's own labels
+/// with these keys are written as `label:KEY`.
+pub(super) const RESERVED_KEYS: [&str; 7] =
+    ["event", "comm", "pid", "tid", "cpu", "cgroup", "cgroup_id"];
+
+/// The pprof key of the sampled code's own label `key` (`route`, as Go writes it).
+fn own_label_key(key: &str) -> std::borrow::Cow<'_, str> {
+    if RESERVED_KEYS.contains(&key) || key.starts_with(OWN_PREFIX) {
+        format!("{OWN_PREFIX}{key}").into()
+    } else {
+        key.into()
+    }
+}
+
+/// What marks an own label whose key is one of [`RESERVED_KEYS`].
+pub(super) const OWN_PREFIX: &str = "label:";
 
 /// Writes `profile` as gzip-compressed pprof.
 pub fn write_pprof(profile: &Profile, out: &mut impl io::Write) -> io::Result<()> {

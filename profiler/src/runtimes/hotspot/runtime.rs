@@ -23,6 +23,7 @@ pub static SPEC: Spec = Spec {
                interpreter as anonymous addresses). By default each HotSpot frame is named \
                by its Java method, inlined methods as their own frames",
     label: "Java",
+    shows: "frames",
     kind: FrameKind::Java,
     slot: slots::JAVA,
     map: KernelMap::Hotspot,

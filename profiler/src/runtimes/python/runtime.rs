@@ -21,6 +21,7 @@ pub static SPEC: Spec = Spec {
                loop's C frames). By default each eval call is replaced by the Python \
                functions it runs",
     label: "Python",
+    shows: "frames",
     kind: FrameKind::Python,
     slot: slots::PYTHON,
     map: KernelMap::Python,

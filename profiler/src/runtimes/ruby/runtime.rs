@@ -30,6 +30,7 @@ pub static SPEC: Spec = Spec {
                frames). By default each rb_vm_exec call is replaced by the Ruby methods and \
                blocks it runs",
     label: "Ruby",
+    shows: "frames",
     kind: FrameKind::Ruby,
     slot: slots::RUBY,
     map: KernelMap::Hooked(slots::RUBY),

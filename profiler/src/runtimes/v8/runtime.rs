@@ -23,6 +23,7 @@ pub static SPEC: Spec = Spec {
                code as anonymous addresses). By default each V8 frame is named by its JS \
                function",
     label: "JavaScript",
+    shows: "frames",
     kind: FrameKind::JavaScript,
     slot: slots::JS,
     map: KernelMap::V8,

@@ -142,6 +142,16 @@ impl GoTable {
         self.table.frame_size(pc)
     }
 
+    /// The entry address (virtual) of the function called `name`.
+    pub fn entry_of(&self, name: &str) -> Option<u64> {
+        self.table.entry_of(name)
+    }
+
+    /// `len` bytes of the file at virtual address `vaddr` (code or read-only data).
+    pub fn bytes_at(&self, vaddr: u64, len: usize) -> Option<Vec<u8>> {
+        Image::read(self, vaddr, len)
+    }
+
     /// The function holding virtual address `pc`, without what is inlined at it.
     pub fn function(&self, pc: u64) -> Option<String> {
         self.table.frames(pc, self)?.pop().map(|f| f.function)

@@ -178,6 +178,20 @@ impl Pclntab {
         Some((self.ftab(0)?.0, self.ftab(self.nfunc)?.0))
     }
 
+    /// The entry PC of the function called `name` (a linear search: detection looks up
+    /// one or two names per binary).
+    pub fn entry_of(&self, name: &str) -> Option<u64> {
+        let name_at = match self.layout {
+            Layout::Go116 => 8,
+            Layout::Go118 | Layout::Go120 => 4,
+        };
+        (0..self.nfunc).find_map(|i| {
+            let (entry, funcoff) = self.ftab(i)?;
+            let nameoff = u32_at(&self.data, self.pcln.checked_add(funcoff)? + name_at)?;
+            (self.name(nameoff)? == name).then_some(entry)
+        })
+    }
+
     /// The function holding `pc`.
     fn func(&self, pc: u64) -> Option<Func> {
         let (start, end) = self.range()?;
