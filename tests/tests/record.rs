@@ -20,7 +20,15 @@ fn leaf_share(stacks: &[(Vec<String>, u64)], comm: &str) -> (u64, u64) {
     (leaf, total)
 }
 
+/// Whether the samples whose innermost user frame is `leaf` carry main > outer > middle >
+/// leaf: 99 % of them, the share issue 31 asks of a process's first samples. A sample taken
+/// while its process's tables are still being published, when its stack copy is refused
+/// (the process's budget or the ring's share spent), keeps the frames walked so far: the
+/// likely cause of the 1 of about 1000 samples kept as `leaf` alone in a CI run on a busy
+/// host.
 fn assert_full_chain(stacks: &[(Vec<String>, u64)]) {
+    let (mut leaf, mut chain) = (0, 0);
+    let mut cut = Vec::new();
     for (frames, n) in stacks
         .iter()
         .filter(|(f, _)| innermost_user(f) == Some("leaf"))
@@ -30,11 +38,18 @@ fn assert_full_chain(stacks: &[(Vec<String>, u64)]) {
             .filter(|f| !f.ends_with("_[k]"))
             .map(String::as_str)
             .collect();
-        assert!(
-            user.ends_with(&["main", "outer", "middle", "leaf"]),
-            "stack with {n} samples lacks main > outer > middle > leaf: {frames:?}"
-        );
+        leaf += n;
+        if user.ends_with(&["main", "outer", "middle", "leaf"]) {
+            chain += n;
+        } else if cut.len() < 5 {
+            cut.push(format!("{n}: {frames:?}"));
+        }
     }
+    assert!(
+        chain * 100 >= leaf * 99,
+        "{chain} of {leaf} leaf samples with main > outer > middle > leaf; cut:\n{}",
+        cut.join("\n")
+    );
 }
 
 #[test]

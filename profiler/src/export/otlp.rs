@@ -78,6 +78,7 @@ struct Dictionary {
     strings: Table<String, String>,
     attributes: Table<(i32, AttrValue), otlp::KeyValueAndUnit>,
     stacks: Table<Vec<i32>, otlp::Stack>,
+    links: Table<(Vec<u8>, Vec<u8>), otlp::Link>,
 }
 
 impl Dictionary {
@@ -99,15 +100,41 @@ impl Dictionary {
     }
 }
 
-/// The sample attribute a pprof label becomes; `None` for the pid (the resource's).
+/// The sample attribute a pprof label becomes; `None` for the pid (the resource's). The
+/// sampled code's own labels (a goroutine's) are `process.context.label.KEY`, as the
+/// OpenTelemetry eBPF profiler sends Go's.
 fn label_key(key: &str) -> Option<String> {
     Some(match key {
         "pid" => return None,
         "tid" => "thread.id".into(),
         "comm" => "thread.name".into(),
         "cpu" => "cpu.logical_number".into(),
-        other => format!("profiler.{other}"),
+        "event" | "cgroup" | "cgroup_id" => format!("profiler.{key}"),
+        own => format!(
+            "process.context.label.{}",
+            own.strip_prefix("label:").unwrap_or(own)
+        ),
     })
+}
+
+/// The trace and span a sample ran in, from the labels the sampled code set: `trace_id`
+/// and `span_id` (or OpenTelemetry's `otel.traceid` and `otel.spanid`), 32 and 16 hex
+/// digits. A span id alone (Pyroscope's Go integration sets only `span_id`) is no link.
+fn trace_link(labels: &Labels) -> Option<(Vec<u8>, Vec<u8>)> {
+    let hex = |key: &str, other: &str, len: usize| -> Option<Vec<u8>> {
+        let v = labels.text(key).or_else(|| labels.text(other))?;
+        if v.len() != 2 * len {
+            return None;
+        }
+        let bytes: Option<Vec<u8>> = (0..len)
+            .map(|i| u8::from_str_radix(v.get(2 * i..2 * i + 2)?, 16).ok())
+            .collect();
+        bytes.filter(|b| b.iter().any(|&x| x != 0))
+    };
+    Some((
+        hex("trace_id", "otel.traceid", 16)?,
+        hex("span_id", "otel.spanid", 8)?,
+    ))
 }
 
 /// The run's counters from pprof comments `profiler.KEY=VALUE`, as profile attributes.
@@ -180,6 +207,7 @@ pub fn request(
         strings: Table::new(),
         attributes: Table::new(),
         stacks: Table::new(),
+        links: Table::new(),
     };
 
     // Mappings, functions and locations: pprof's tables in order, ids → indices.
@@ -287,12 +315,19 @@ pub fn request(
             .filter_map(|(k, v)| Some((label_key(k)?, v.clone())))
             .map(|(k, v)| dict.attribute(&k, v))
             .collect();
+        let link_index = trace_link(&labels).map_or(0, |(trace, span)| {
+            dict.links
+                .get((trace.clone(), span.clone()), || otlp::Link {
+                    trace_id: trace,
+                    span_id: span,
+                })
+        });
         for (column, &value) in s.value.iter().enumerate() {
             if value != 0 && column < sample_types.len() {
                 by_pid[at].1[column].push(otlp::Sample {
                     stack_index,
                     attribute_indices: attribute_indices.clone(),
-                    link_index: 0,
+                    link_index,
                     values: vec![value],
                 });
             }
@@ -341,7 +376,7 @@ pub fn request(
             mapping_table: mappings,
             location_table: locations,
             function_table: functions,
-            link_table: vec![otlp::Link::default()],
+            link_table: dict.links.items,
             string_table: dict.strings.items,
             attribute_table: dict.attributes.items,
             stack_table: dict.stacks.items,
@@ -560,5 +595,58 @@ mod tests {
         assert_eq!(dict.string_table[0], "");
         assert_eq!(dict.stack_table[0], otlp::Stack::default());
         assert_eq!(dict.attribute_table[0], otlp::KeyValueAndUnit::default());
+    }
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    #[test]
+    fn goroutine_labels_are_attributes_and_a_trace_is_a_link() {
+        let mut p = Profile::default();
+        p.info.event = "cpu-clock".into();
+        let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+        let span = "00f067aa0ba902b7";
+        let s = p.push("cpu-clock", "app", &[frame("main")], 10);
+        (s.pid, s.tid) = (7, 7);
+        s.labels = crate::profile::Labels::new([
+            ("route", "/checkout"),
+            ("trace_id", trace),
+            ("span_id", span),
+            ("pid", "theirs"),
+        ]);
+        // A span id alone is no link.
+        let s = p.push("cpu-clock", "app", &[frame("other")], 10);
+        (s.pid, s.tid) = (7, 7);
+        s.labels = crate::profile::Labels::new([("span_id", span)]);
+        let req = request(
+            &encode(&p),
+            &ResourceDefaults {
+                host_name: "h".into(),
+                service_name: None,
+            },
+            |_, _| ProcessInfo::default(),
+        );
+        let dict = req.dictionary.as_ref().unwrap();
+        let samples = &req.resource_profiles[0].scope_profiles[0].profiles[0].samples;
+        let keys = |sample: &otlp::Sample| -> Vec<String> {
+            let s = |i: i32| dict.string_table[i as usize].clone();
+            sample
+                .attribute_indices
+                .iter()
+                .map(|&i| s(dict.attribute_table[i as usize].key_strindex))
+                .collect()
+        };
+        let linked = samples.iter().find(|s| s.link_index != 0).expect("a link");
+        let link = &dict.link_table[linked.link_index as usize];
+        assert_eq!(hex(&link.trace_id), trace);
+        assert_eq!(hex(&link.span_id), span);
+        let keys = keys(linked);
+        for k in ["route", "trace_id", "span_id", "pid"] {
+            let want = format!("process.context.label.{k}");
+            assert!(keys.contains(&want), "{want} not in {keys:?}");
+        }
+        assert_eq!(samples.iter().filter(|s| s.link_index != 0).count(), 1);
+        assert_eq!(dict.link_table.len(), 2, "the zero link, and one");
     }
 }
