@@ -361,19 +361,17 @@ fn goroutine_labels_are_on_their_goroutines_samples() {
         return;
     };
     let stripped = build(&dir, "stripped", "-s -w").unwrap();
+    // Go's own CPU profiler samples the build with symbols in the same run.
+    let theirs = dir.join("go.pb.gz");
+    let env = format!("CHAIN_CPUPROFILE={}", theirs.display());
     for bin in [&full, &stripped] {
         let pb = bin.with_extension("pb.gz");
-        let out = profiler(&[
-            "record",
-            "-F",
-            "499",
-            "-o",
-            pb.to_str().unwrap(),
-            "--",
-            bin.to_str().unwrap(),
-            "3",
-            "labels",
-        ]);
+        let mut args = vec!["record", "-F", "499", "-o", pb.to_str().unwrap(), "--"];
+        if bin == &full {
+            args.extend(["env", &env]);
+        }
+        args.extend([bin.to_str().unwrap(), "3", "labels"]);
+        let out = profiler(&args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{stderr}");
         let samples = stack_samples(&pb);
@@ -416,5 +414,41 @@ fn goroutine_labels_are_on_their_goroutines_samples() {
             assert!(table.contains(row), "no {row} row in:\n{table}");
         }
         assert!(table.contains("LABEL route"), "{table}");
+        if bin == &full {
+            let (ours, go) = (
+                route_shares(&samples),
+                route_shares(&stack_samples(&theirs)),
+            );
+            eprintln!("route shares: ours {ours:?}, Go's runtime/pprof {go:?}");
+            for ((route, a), (_, b)) in ours.iter().zip(&go) {
+                assert!(
+                    (a - b).abs() <= 5.0,
+                    "{route}: {a:.1} % of our samples, {b:.1} % of Go's"
+                );
+            }
+        }
     }
+}
+
+/// The share (%) of the fixture's work samples (in `main.leaf`, `main.spin` or
+/// `main.plain`) under each route: /checkout, /search and none.
+fn route_shares(samples: &[StackSample]) -> [(&'static str, f64); 3] {
+    let work: Vec<&StackSample> = samples
+        .iter()
+        .filter(|s| {
+            s.frames
+                .iter()
+                .any(|f| ["main.leaf", "main.spin", "main.plain"].contains(&f.0.as_str()))
+        })
+        .collect();
+    let total: u64 = work.iter().map(|s| s.n).sum();
+    assert!(total >= 200, "{total} work samples");
+    ["/checkout", "/search", ""].map(|route| {
+        let n: u64 = work
+            .iter()
+            .filter(|s| s.labels.get("route").map_or("", String::as_str) == route)
+            .map(|s| s.n)
+            .sum();
+        (route, 100.0 * n as f64 / total as f64)
+    })
 }
