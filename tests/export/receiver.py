@@ -129,6 +129,19 @@ def pprof_rows(data):
 
 # OTLP sample attributes back to the pprof labels they were made from.
 OTLP_LABELS = {"thread.id": "tid", "thread.name": "comm", "cpu.logical_number": "cpu"}
+# The sampled code's own labels (a goroutine's): `process.context.label.KEY`, back to KEY,
+# or `label:KEY` where KEY is one of the profiler's own labels.
+OWN_LABEL = "process.context.label."
+RESERVED = {"pid", "tid", "comm", "cpu", "cgroup", "cgroup_id", "event"}
+
+
+def label_of(key):
+    if key in OTLP_LABELS:
+        return OTLP_LABELS[key]
+    if key.startswith(OWN_LABEL):
+        own = key[len(OWN_LABEL):]
+        return "label:" + own if own in RESERVED else own
+    return key.replace("profiler.", "", 1)
 
 
 def any_value(v):
@@ -157,7 +170,7 @@ def otlp_rows(req):
         offset = loc.address - m.memory_start + m.file_offset
         return "%s@%s+%x" % (s[m.filename_strindex], build, offset)
 
-    rows, counters, resources = [], None, []
+    rows, counters, resources, links = [], None, [], {}
     for rp in req.resource_profiles:
         res = {kv.key: any_value(kv.value) for kv in rp.resource.attributes}
         resources.append(res)
@@ -169,13 +182,20 @@ def otlp_rows(req):
                 for sample in prof.samples:
                     labels = {"pid": res["process.pid"]}
                     for k, v in attrs(sample.attribute_indices).items():
-                        labels[OTLP_LABELS.get(k, k.replace("profiler.", "", 1))] = v
+                        labels[label_of(k)] = v
+                    if sample.link_index:
+                        link = d.link_table[sample.link_index]
+                        key = link.trace_id.hex() + "/" + link.span_id.hex()
+                        of = links.setdefault(key, {})
+                        of[ty] = of.get(ty, 0) + sum(sample.values)
                     stack = [frame(i) for i in d.stack_table[sample.stack_index].location_indices]
                     for value in sample.values:
                         rows.append({"labels": labels, "stack": stack, "type": ty,
                                      "unit": unit, "value": value})
     out = normal(rows, counters)
     out["resources"] = resources
+    # Each trace's linked samples ("TRACE/SPAN" in hex): their values by sample type.
+    out["links"] = links
     return out
 
 

@@ -960,3 +960,130 @@ fn interval_args(dir: &Path, rate: &str) -> (PathBuf, Vec<String>) {
     args.push(series.display().to_string());
     (series, args)
 }
+
+/// A Go service traced with OpenTelemetry's Go SDK (Debian's), each request a span whose
+/// trace and span ids its work carries as pprof labels (`tests/fixtures/go/traced.go`): the
+/// OTLP stores get every sample of a request linked to its trace, the labels as
+/// `process.context.label.*` attributes, and Pyroscope's Push API the same labels as the file.
+#[test]
+fn a_go_services_spans_link_its_samples_to_their_traces() {
+    if !privileged() {
+        return;
+    }
+    let _guard = serial();
+    let dir = scratch("export-traced");
+    let sdk = Path::new("/usr/share/gocode/src/go.opentelemetry.io/otel/sdk/trace");
+    if !sdk.is_dir() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "OpenTelemetry's Go SDK is missing under CI: cargo xtask test installs \
+             golang-opentelemetry-otel-dev"
+        );
+        eprintln!("skipped: no {}", sdk.display());
+        return;
+    }
+    let bin = dir.join("traced");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/go/traced.go");
+    let built = Command::new("go")
+        .args(["build", "-ldflags", "-s -w", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .env("GO111MODULE", "off")
+        .env("GOPATH", "/usr/share/gocode")
+        .env("GOCACHE", dir.join("gocache"))
+        .env("HOME", &dir)
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .expect("go build");
+    assert!(
+        built.status.success(),
+        "go build: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let log = dir.join("requests.jsonl");
+    let receiver = Receiver::start(&log, [0; 3], None);
+    let file = dir.join("traced.pb.gz");
+    let printed = dir.join("spans.txt");
+    let mut args: Vec<String> = ["record", "-F", "499", "-q", "-o"]
+        .map(String::from)
+        .to_vec();
+    args.push(file.display().to_string());
+    args.extend(receiver.exports(&["grpc", "push"]));
+    // The requests' spans, as the service prints them.
+    let script = format!("{} 4 0.5 > {}", bin.display(), printed.display());
+    args.extend(["--", "sh", "-c", &script].map(String::from));
+    let out = Command::new(profiler_bin()).args(&args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let want = decode(&file);
+    assert_same_intervals(&log, "grpc", std::slice::from_ref(&want));
+    assert_same_intervals(&log, "push", std::slice::from_ref(&want));
+    let spans: Vec<String> = std::fs::read_to_string(&printed)
+        .unwrap()
+        .lines()
+        .map(|l| l.replace(' ', "/"))
+        .collect();
+    assert_eq!(spans.len(), 4, "{spans:?}");
+    let got = accepted(&log, "grpc");
+    let links = &got[0]["links"];
+    // Each request's samples: its half second of CPU at 499 Hz (less on a busy host).
+    let in_handle = |span: &str| -> u64 {
+        want["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| {
+                let l = &r["labels"];
+                r["type"] == "samples"
+                    && format!(
+                        "{}/{}",
+                        l["trace_id"].as_str().unwrap_or(""),
+                        l["span_id"].as_str().unwrap_or("")
+                    ) == span
+                    && r["stack"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|f| f.as_str().is_some_and(|f| f.contains("main.handle")))
+            })
+            .map(|r| r["value"].as_u64().unwrap_or(0))
+            .sum()
+    };
+    let mut labelled_all = 0;
+    for span in &spans {
+        let linked = links[span.as_str()]["samples"].as_u64().unwrap_or(0);
+        let labelled = in_handle(span);
+        eprintln!("{span}: {linked} samples linked, {labelled} labelled in main.handle");
+        assert!(labelled >= 50, "{span}: {labelled} samples in main.handle");
+        assert!(
+            linked >= labelled,
+            "{span}: {linked} linked, {labelled} labelled"
+        );
+        labelled_all += labelled;
+    }
+    // main.handle runs only inside a request's span.
+    let handle: u64 = want["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r["type"] == "samples"
+                && r["stack"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|f| f.as_str().is_some_and(|f| f.contains("main.handle")))
+        })
+        .map(|r| r["value"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(
+        labelled_all * 100 >= handle * 95,
+        "{labelled_all} of {handle} samples in main.handle carry their span"
+    );
+    assert_eq!(
+        links.as_object().map_or(0, |l| l.len()),
+        spans.len(),
+        "links to traces the service never made: {links}"
+    );
+    receiver.stop();
+}

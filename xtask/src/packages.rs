@@ -86,6 +86,14 @@ pub const TEST: &[Need] = &[
         probe: || runs("go", &["version"]),
     },
     Need {
+        what: "OpenTelemetry's Go SDK (its spans' ids as goroutine labels: tests/fixtures/go/traced.go)",
+        package: "golang-opentelemetry-otel-dev",
+        probe: || {
+            std::path::Path::new("/usr/share/gocode/src/go.opentelemetry.io/otel/sdk/trace")
+                .is_dir()
+        },
+    },
+    Need {
         what: "Node.js (the V8 tests: tests/tests/v8_layout.rs, js_frames.rs)",
         package: "nodejs",
         probe: || runs("node", &["--version"]),

@@ -205,4 +205,35 @@ mod tests {
         mem.put(0x5000, &[0u8; 32]);
         assert!(version(&mem, 0x5000).is_err());
     }
+
+    /// Go 1.26 as the workplace's OpenTelemetry agent was built (where it is: the bench's
+    /// peer, beside this repository): its version from its build info, that version's
+    /// offsets (which its DWARF gives too: g.m 48, m.curg 184, g.labels 352), and g's TLS
+    /// slot from `runtime.stackcheck` in its Go table.
+    #[test]
+    fn the_opentelemetry_agents_go_1_26_is_found() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/tools/otel-ebpf-profiler/ebpf-profiler");
+        if !path.exists() {
+            eprintln!("skipped: no {}", path.display());
+            return;
+        }
+        let data = std::fs::read(&path).unwrap();
+        let elf = object::File::parse(&*data).unwrap();
+        let info = elf.section_by_name(".go.buildinfo").unwrap();
+        let mut mem = FakeMemory::default();
+        mem.put(info.address(), info.data().unwrap());
+        let v = version(&mem, info.address()).unwrap();
+        assert!(v.starts_with("go1.26"), "{v}");
+        let found = offsets::minor(&v).and_then(offsets::of).unwrap();
+        assert_eq!(
+            (found.g_m, found.m_curg, found.g_labels, found.kind),
+            (48, 184, 352, offsets::LabelsKind::Slice)
+        );
+        let file = std::sync::Arc::new(std::fs::File::open(&path).unwrap());
+        let table = GoTable::read(&file).unwrap().unwrap();
+        let entry = table.entry_of("runtime.stackcheck").unwrap();
+        let code = table.bytes_at(entry, 24).unwrap();
+        assert_eq!(tls_offset(&code, |_| None), Some(-8), "{code:02x?}");
+    }
 }
