@@ -345,6 +345,39 @@ fn stripped_go_has_files_and_lines_in_pprof() {
             && l.contains("main.outer > main.middle > main.leaf")),
         "{report}"
     );
+    // The profile names the binary by Go's build id (it has no GNU one): another build at
+    // the recorded path is not taken for it, and the binary itself, moved and renamed
+    // under a `--debug-dir`, is found again.
+    let moved = dir.join("shipped/bin");
+    std::fs::create_dir_all(&moved).unwrap();
+    std::fs::rename(&bin, moved.join("app-1.0")).unwrap();
+    build(&dir, "stripped", "-s -w -buildid=another-build").unwrap();
+    let other = Command::new(profiler_bin())
+        .args(["symbolize", "-i", raw.to_str().unwrap(), "-o"])
+        .arg(dir.join("other.pb.gz"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        stderr.contains("no file or debug file here for") && stderr.contains("(build id "),
+        "{stderr}"
+    );
+    let found = dir.join("found.pb.gz");
+    run_ok(&[
+        "symbolize",
+        "-i",
+        raw.to_str().unwrap(),
+        "-o",
+        found.to_str().unwrap(),
+        "--debug-dir",
+        dir.join("shipped").to_str().unwrap(),
+    ]);
+    let report = run_ok(&["report", "-i", found.to_str().unwrap()]);
+    assert!(
+        report.lines().any(|l| l.starts_with("hottest stack")
+            && l.contains("main.outer > main.middle > main.leaf")),
+        "{report}"
+    );
 }
 
 /// Goroutine labels (`pprof.Do`) on samples, stripped or not: each goroutine's work carries

@@ -7,7 +7,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use object::{Object, ObjectSegment, ReadCache};
+use object::{Object, ObjectSection, ObjectSegment, ReadCache};
 
 use crate::ReadAt;
 
@@ -15,6 +15,9 @@ use crate::ReadAt;
 /// file offsets into the virtual addresses both files share.
 pub struct Identity {
     pub build_id: Option<Vec<u8>>,
+    /// The Go linker's build id (`.note.go.buildid`), which Go binaries carry where they
+    /// have no GNU build id (Go links without one unless asked).
+    pub go_build_id: Option<String>,
     /// (file offset, virtual address, size in the file) of each load segment.
     segments: Vec<(u64, u64, u64)>,
 }
@@ -25,6 +28,9 @@ impl Identity {
         let elf = object::File::parse(&cache).ok()?;
         Some(Self {
             build_id: elf.build_id().ok().flatten().map(<[u8]>::to_vec),
+            go_build_id: elf
+                .section_by_name(".note.go.buildid")
+                .and_then(|s| go_build_id_note(s.data().ok()?)),
             segments: elf
                 .segments()
                 .map(|s| {
@@ -33,6 +39,20 @@ impl Identity {
                 })
                 .collect(),
         })
+    }
+
+    /// The id a profile's mapping carries for this file: its GNU build id in hex, else its
+    /// Go build id.
+    pub fn mapping_id(&self) -> Option<String> {
+        match &self.build_id {
+            Some(b) => Some(b.iter().map(|x| format!("{x:02x}")).collect()),
+            None => self.go_build_id.clone(),
+        }
+    }
+
+    /// Whether a profile's mapping id (as [`Self::mapping_id`] writes it) names this file.
+    pub fn is(&self, id: &str) -> bool {
+        self.mapping_id().is_some_and(|mine| mine == id) || self.go_build_id.as_deref() == Some(id)
     }
 
     /// The load segment holding file offset `offset`: (file offset, virtual address, size).
@@ -50,6 +70,53 @@ impl Identity {
             .find(|&&(o, _, size)| offset >= o && offset < o + size)
             .map(|&(o, vaddr, _)| vaddr + (offset - o))
     }
+}
+
+/// The build id in a `.note.go.buildid` section: one note, named "Go", of type 4.
+fn go_build_id_note(note: &[u8]) -> Option<String> {
+    let word = |at: usize| Some(u32::from_le_bytes(note.get(at..at + 4)?.try_into().ok()?));
+    let (name_len, desc_len, kind) = (word(0)? as usize, word(4)? as usize, word(8)?);
+    // The Go linker names it "Go\0\0" (4 bytes); "Go\0" is the same name, padded.
+    if kind != 4 || !(3..=4).contains(&name_len) || note.get(12..15)? != b"Go\0" {
+        return None;
+    }
+    // The name is padded to 4 bytes: the description starts at 16.
+    let desc = note.get(16..16 + desc_len)?;
+    let id = std::str::from_utf8(desc).ok()?.trim_end_matches('\0');
+    (!id.is_empty()).then(|| id.to_string())
+}
+
+/// The file under `dirs` (each searched two levels deep, regular files of at most
+/// `max_bytes`) whose mapping id is `id`: an executable moved since it was recorded, or
+/// copied from the host it ran on.
+pub fn file_with_id(dirs: &[PathBuf], id: &str, max_bytes: u64) -> Option<PathBuf> {
+    fn walk(dir: &Path, depth: u32, found: &mut dyn FnMut(&Path) -> bool) -> Option<PathBuf> {
+        let mut entries: Vec<_> = std::fs::read_dir(dir).ok()?.flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let path = e.path();
+            let Ok(kind) = e.file_type() else { continue };
+            if kind.is_file() && found(&path) {
+                return Some(path);
+            }
+            if kind.is_dir()
+                && depth > 0
+                && e.file_name() != ".build-id"
+                && let Some(p) = walk(&path, depth - 1, found)
+            {
+                return Some(p);
+            }
+        }
+        None
+    }
+    let mut found = |path: &Path| {
+        std::fs::metadata(path).is_ok_and(|m| m.len() <= max_bytes)
+            && File::open(path)
+                .ok()
+                .and_then(|f| Identity::read(&f))
+                .is_some_and(|i| i.is(id))
+    };
+    dirs.iter().find_map(|d| walk(d, 1, &mut found))
 }
 
 /// The debug file of build id `id` under the first of `dirs` that has one.
@@ -91,5 +158,33 @@ mod tests {
         std::fs::write(sub.join(format!("{}.debug", &hex[2..])), b"x").unwrap();
         assert!(by_build_id(&[PathBuf::from("/nonexistent"), dir.clone()], &b).is_some());
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_go_build_id_is_read_from_its_note() {
+        let note = |namesz: u32, kind: u32, name: &[u8], id: &[u8]| {
+            let mut n = namesz.to_le_bytes().to_vec();
+            n.extend((id.len() as u32).to_le_bytes());
+            n.extend(kind.to_le_bytes());
+            n.extend(name);
+            n.resize(16, 0);
+            n.extend(id);
+            n
+        };
+        let id = b"gHxM/k18z/8hv3/LBnK";
+        assert_eq!(
+            go_build_id_note(&note(4, 4, b"Go\0\0", id)).as_deref(),
+            Some("gHxM/k18z/8hv3/LBnK")
+        );
+        assert!(go_build_id_note(&note(3, 4, b"Go\0", id)).is_some());
+        assert_eq!(go_build_id_note(&note(4, 3, b"GNU\0", id)), None);
+        assert_eq!(go_build_id_note(&note(4, 4, b"Go\0\0", id)[..20]), None);
+        let identity = Identity {
+            build_id: None,
+            go_build_id: Some("gHxM/k18z".into()),
+            segments: Vec::new(),
+        };
+        assert!(identity.is("gHxM/k18z") && !identity.is("other"));
+        assert_eq!(identity.mapping_id().as_deref(), Some("gHxM/k18z"));
     }
 }

@@ -19,8 +19,10 @@ pub struct SymbolizeArgs {
     /// Where to write the named profile (pprof); `-` is standard output.
     #[arg(short, long, value_name = "FILE")]
     pub output: PathBuf,
-    /// Also look for debug files under DIR (its `.build-id/` tree), before /usr/lib/debug.
-    /// Repeatable.
+    /// Also look for debug files under DIR (its `.build-id/` tree), before /usr/lib/debug,
+    /// and for recorded files that are no longer at their path (moved, or copied from the
+    /// host that ran them), by build id (a Go binary's own), in DIR and its
+    /// subdirectories. Repeatable.
     #[arg(long = "debug-dir", value_name = "DIR")]
     pub debug_dir: Vec<PathBuf>,
 }

@@ -219,10 +219,13 @@ pub fn request(
         let mut attribute_indices = Vec::new();
         let build_id = text(m.build_id);
         if !build_id.is_empty() {
-            attribute_indices.push(dict.attribute(
-                "process.executable.build_id.gnu",
-                AttrValue::Str(build_id.to_string()),
-            ));
+            // A GNU build id is hex; anything else is the Go linker's own.
+            let key = if build_id.bytes().all(|b| b.is_ascii_hexdigit()) {
+                "process.executable.build_id.gnu"
+            } else {
+                "process.executable.build_id.go"
+            };
+            attribute_indices.push(dict.attribute(key, AttrValue::Str(build_id.to_string())));
         }
         mapping_index.insert(m.id, mappings.len() as i32);
         if name == KERNEL_MAPPING {

@@ -27,7 +27,9 @@ use blazesym::symbolize::{
     self as bz, Input, Symbolized,
     source::{Elf, Source},
 };
-pub use profiler_formats::symbolize::{Frame, FrameKind, Identity, PerfMap, by_build_id};
+pub use profiler_formats::symbolize::{
+    Frame, FrameKind, Identity, PerfMap, by_build_id, file_with_id,
+};
 
 use crate::modules::ElfFiles;
 pub use crate::modules::{ElfFile, FileId};

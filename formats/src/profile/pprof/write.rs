@@ -91,9 +91,7 @@ impl<'a> Tables<'a> {
         let build_id = if name.as_ref() == KERNEL_MODULE {
             kernel_build_id()
         } else if name.starts_with('/') {
-            self.identity(&name)
-                .and_then(|i| i.build_id.as_deref())
-                .map(hex)
+            self.identity(&name).and_then(Identity::mapping_id)
         } else {
             None
         };
@@ -141,7 +139,7 @@ impl<'a> Tables<'a> {
         };
         let identity = self.identity(&path);
         let segment = identity.and_then(|i| i.segment(offset));
-        let build_id = identity.and_then(|i| i.build_id.as_deref()).map(hex);
+        let build_id = identity.and_then(Identity::mapping_id);
         let (start, size, file_offset) = segment.map_or((0, 0, 0), |(o, v, s)| (v, s, o));
         let address = start + (offset - file_offset);
         let mapping_id = match self.raw_mapping_ids.get(&(path.clone(), start)) {

@@ -8,7 +8,7 @@ use std::{collections::HashMap, path::PathBuf, sync::Arc};
 
 use super::proto;
 use crate::{
-    symbolize::{ElfFile, FileId, Frame, Identity, Symbolizer, by_build_id},
+    symbolize::{ElfFile, FileId, Frame, Identity, Symbolizer, by_build_id, file_with_id},
     untrusted::{self, MAX_ELF_BYTES, Rules},
 };
 
@@ -50,7 +50,7 @@ pub fn symbolize_message(p: &mut proto::Profile, debug_dirs: &[PathBuf]) -> Symb
         }
         let path = string(p, mapping.filename);
         let build_id = string(p, mapping.build_id);
-        let frames = match find(&path, &build_id, &dirs) {
+        let frames = match find(&path, &build_id, &dirs, debug_dirs) {
             Some(Found::File(file)) => {
                 // File offsets, as the recording normalized them.
                 let offsets: Vec<u64> = wanted
@@ -118,7 +118,9 @@ enum Found {
     Debug(PathBuf),
 }
 
-fn find(path: &str, build_id: &str, dirs: &[PathBuf]) -> Option<Found> {
+/// The file a mapping names: at its recorded path if that file is the one recorded, else
+/// its debug file by build id under `dirs`, else the file itself under `user_dirs`.
+fn find(path: &str, build_id: &str, dirs: &[PathBuf], user_dirs: &[PathBuf]) -> Option<Found> {
     let rules = Rules {
         max_bytes: MAX_ELF_BYTES,
         owner: None,
@@ -127,10 +129,7 @@ fn find(path: &str, build_id: &str, dirs: &[PathBuf]) -> Option<Found> {
     if path.starts_with('/')
         && let Ok(file) = untrusted::open(None, std::path::Path::new(path), &rules)
     {
-        let same = build_id.is_empty()
-            || Identity::read(&file)
-                .and_then(|i| i.build_id)
-                .is_some_and(|b| hex(&b) == build_id);
+        let same = build_id.is_empty() || Identity::read(&file).is_some_and(|i| i.is(build_id));
         if same {
             return Some(Found::File(ElfFile {
                 name: Arc::from(path.rsplit('/').next().unwrap_or(path)),
@@ -139,12 +138,22 @@ fn find(path: &str, build_id: &str, dirs: &[PathBuf]) -> Option<Found> {
             }));
         }
     }
-    let id = unhex(build_id)?;
-    by_build_id(dirs, &id).map(Found::Debug)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    if let Some(debug) = unhex(build_id).and_then(|id| by_build_id(dirs, &id)) {
+        return Some(Found::Debug(debug));
+    }
+    // The file itself, moved or copied under a directory the user named (a Go binary's
+    // only id is Go's own, which no `.build-id` tree files).
+    if build_id.is_empty() {
+        return None;
+    }
+    let moved = file_with_id(user_dirs, build_id, MAX_ELF_BYTES)?;
+    let file = untrusted::open(None, &moved, &rules).ok()?;
+    Some(Found::File(ElfFile {
+        // Named as recorded: the profile's mapping keeps its path.
+        name: Arc::from(path.rsplit('/').next().unwrap_or(path)),
+        path: Arc::from(path),
+        file: Arc::new(file),
+    }))
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
@@ -218,9 +227,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn build_ids_round_trip_through_hex() {
+    fn build_ids_are_read_from_hex() {
         assert_eq!(unhex("00ff1a"), Some(vec![0, 255, 26]));
-        assert_eq!(hex(&[0, 255, 26]), "00ff1a");
         assert_eq!(unhex("abc"), None);
         assert_eq!(unhex("zz"), None);
         assert_eq!(unhex(""), None);
