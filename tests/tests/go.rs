@@ -447,6 +447,34 @@ fn goroutine_labels_are_on_their_goroutines_samples() {
             assert!(table.contains(row), "no {row} row in:\n{table}");
         }
         assert!(table.contains("LABEL route"), "{table}");
+        // Go's own reader: the labels by value, and a focus on one keeps its work only.
+        let pprof = |args: &[&str]| {
+            let out = Command::new("go")
+                .args(["tool", "pprof"])
+                .args(args)
+                .arg(&pb)
+                .env("HOME", &dir)
+                .output()
+                .expect("go tool pprof");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let tags = pprof(&["-tags"]);
+        for want in ["route:", "/checkout", "/search", "tenant:", "t1", "t2"] {
+            assert!(
+                tags.contains(want),
+                "no {want} in go tool pprof -tags:\n{tags}"
+            );
+        }
+        let focused = pprof(&["-top", "-tagfocus", "route=/search"]);
+        assert!(
+            focused.contains("main.spin") && !focused.contains("main.plain"),
+            "-tagfocus route=/search:\n{focused}"
+        );
         if bin == &full {
             let (ours, go) = (
                 route_shares(&samples),
@@ -460,6 +488,51 @@ fn goroutine_labels_are_on_their_goroutines_samples() {
                 );
             }
         }
+    }
+}
+
+/// `--no-go-labels` (and `--no-runtime go`): the same program's samples carry no labels.
+#[test]
+fn no_go_labels_leaves_samples_unlabelled() {
+    if !privileged() {
+        return;
+    }
+    let _s = serial();
+    let dir = scratch("go-no-labels");
+    let Some(bin) = build(&dir, "stripped", "-s -w") else {
+        return;
+    };
+    for flag in ["--no-go-labels", "--no-runtime=go"] {
+        let pb = dir.join("out.pb.gz");
+        let out = profiler(&[
+            "record",
+            "-F",
+            "499",
+            flag,
+            "-o",
+            pb.to_str().unwrap(),
+            "--",
+            bin.to_str().unwrap(),
+            "1",
+            "labels",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let samples = stack_samples(&pb);
+        let total: u64 = samples.iter().map(|s| s.n).sum();
+        let labelled: u64 = samples
+            .iter()
+            .filter(|s| s.labels.contains_key("route"))
+            .map(|s| s.n)
+            .sum();
+        assert!(total >= 200, "{flag}: {total} samples");
+        assert_eq!(
+            labelled, 0,
+            "{flag}: {labelled} of {total} samples labelled"
+        );
     }
 }
 
