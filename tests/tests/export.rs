@@ -1026,20 +1026,15 @@ fn a_go_services_spans_link_its_samples_to_their_traces() {
     assert_eq!(spans.len(), 4, "{spans:?}");
     let got = accepted(&log, "grpc");
     let links = &got[0]["links"];
-    // Each request's samples: its half second of CPU at 499 Hz (less on a busy host).
-    let in_handle = |span: &str| -> u64 {
+    // The file's samples in main.handle whose labels `labels_match`.
+    let in_handle = |labels_match: &dyn Fn(&Value) -> bool| -> u64 {
         want["rows"]
             .as_array()
             .unwrap()
             .iter()
             .filter(|r| {
-                let l = &r["labels"];
                 r["type"] == "samples"
-                    && format!(
-                        "{}/{}",
-                        l["trace_id"].as_str().unwrap_or(""),
-                        l["span_id"].as_str().unwrap_or("")
-                    ) == span
+                    && labels_match(&r["labels"])
                     && r["stack"]
                         .as_array()
                         .unwrap()
@@ -1049,10 +1044,18 @@ fn a_go_services_spans_link_its_samples_to_their_traces() {
             .map(|r| r["value"].as_u64().unwrap_or(0))
             .sum()
     };
+    let span_of = |l: &Value| {
+        format!(
+            "{}/{}",
+            l["trace_id"].as_str().unwrap_or(""),
+            l["span_id"].as_str().unwrap_or("")
+        )
+    };
     let mut labelled_all = 0;
     for span in &spans {
         let linked = links[span.as_str()]["samples"].as_u64().unwrap_or(0);
-        let labelled = in_handle(span);
+        // Each request's samples: its half second of CPU at 499 Hz (less on a busy host).
+        let labelled = in_handle(&|l| span_of(l) == *span);
         eprintln!("{span}: {linked} samples linked, {labelled} labelled in main.handle");
         assert!(labelled >= 50, "{span}: {labelled} samples in main.handle");
         assert!(
@@ -1062,20 +1065,7 @@ fn a_go_services_spans_link_its_samples_to_their_traces() {
         labelled_all += labelled;
     }
     // main.handle runs only inside a request's span.
-    let handle: u64 = want["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| {
-            r["type"] == "samples"
-                && r["stack"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .any(|f| f.as_str().is_some_and(|f| f.contains("main.handle")))
-        })
-        .map(|r| r["value"].as_u64().unwrap_or(0))
-        .sum();
+    let handle = in_handle(&|_| true);
     assert!(
         labelled_all * 100 >= handle * 95,
         "{labelled_all} of {handle} samples in main.handle carry their span"

@@ -11,6 +11,23 @@ use std::{
 
 use profiler_tests::*;
 
+/// `go tool pprof ARGS FILE`'s output (with `dir` as its HOME), asserting it succeeded.
+fn go_pprof(dir: &Path, args: &[&str], file: &Path) -> String {
+    let out = Command::new("go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(file)
+        .env("HOME", dir)
+        .output()
+        .expect("go tool pprof");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Builds the fixture into `dir` as `name` with `ldflags`; `None` (said why) without Go.
 fn build(dir: &Path, name: &str, ldflags: &str) -> Option<PathBuf> {
     build_as(dir, name, ldflags, "exe")
@@ -284,18 +301,7 @@ fn stripped_go_has_files_and_lines_in_pprof() {
         bin.to_str().unwrap(),
         "2",
     ]);
-    let out = Command::new("go")
-        .args(["tool", "pprof", "-top", "-lines", "-symbolize=none"])
-        .arg(&pb)
-        .env("HOME", &dir)
-        .output()
-        .expect("go tool pprof");
-    let top = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let top = go_pprof(&dir, &["-top", "-lines", "-symbolize=none"], &pb);
     let src =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/go/chain.go"))
             .unwrap();
@@ -448,29 +454,14 @@ fn goroutine_labels_are_on_their_goroutines_samples() {
         }
         assert!(table.contains("LABEL route"), "{table}");
         // Go's own reader: the labels by value, and a focus on one keeps its work only.
-        let pprof = |args: &[&str]| {
-            let out = Command::new("go")
-                .args(["tool", "pprof"])
-                .args(args)
-                .arg(&pb)
-                .env("HOME", &dir)
-                .output()
-                .expect("go tool pprof");
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            String::from_utf8_lossy(&out.stdout).into_owned()
-        };
-        let tags = pprof(&["-tags"]);
+        let tags = go_pprof(&dir, &["-tags"], &pb);
         for want in ["route:", "/checkout", "/search", "tenant:", "t1", "t2"] {
             assert!(
                 tags.contains(want),
                 "no {want} in go tool pprof -tags:\n{tags}"
             );
         }
-        let focused = pprof(&["-top", "-tagfocus", "route=/search"]);
+        let focused = go_pprof(&dir, &["-top", "-tagfocus", "route=/search"], &pb);
         assert!(
             focused.contains("main.spin") && !focused.contains("main.plain"),
             "-tagfocus route=/search:\n{focused}"

@@ -3,6 +3,7 @@
 //! (`.gnu_debuglink` names and MiniDebugInfo are followed by blazesym itself.)
 
 use std::{
+    collections::HashMap,
     fs::File,
     path::{Path, PathBuf},
 };
@@ -45,14 +46,14 @@ impl Identity {
     /// Go build id.
     pub fn mapping_id(&self) -> Option<String> {
         match &self.build_id {
-            Some(b) => Some(b.iter().map(|x| format!("{x:02x}")).collect()),
+            Some(b) => Some(hex(b)),
             None => self.go_build_id.clone(),
         }
     }
 
     /// Whether a profile's mapping id (as [`Self::mapping_id`] writes it) names this file.
     pub fn is(&self, id: &str) -> bool {
-        self.mapping_id().is_some_and(|mine| mine == id) || self.go_build_id.as_deref() == Some(id)
+        self.mapping_id().is_some_and(|mine| mine == id)
     }
 
     /// The load segment holding file offset `offset`: (file offset, virtual address, size).
@@ -86,37 +87,42 @@ fn go_build_id_note(note: &[u8]) -> Option<String> {
     (!id.is_empty()).then(|| id.to_string())
 }
 
-/// The file under `dirs` (each searched two levels deep, regular files of at most
-/// `max_bytes`) whose mapping id is `id`: an executable moved since it was recorded, or
-/// copied from the host it ran on.
-pub fn file_with_id(dirs: &[PathBuf], id: &str, max_bytes: u64) -> Option<PathBuf> {
-    fn walk(dir: &Path, depth: u32, found: &mut dyn FnMut(&Path) -> bool) -> Option<PathBuf> {
-        let mut entries: Vec<_> = std::fs::read_dir(dir).ok()?.flatten().collect();
+/// The ELF files under `dirs` (each searched two levels deep, regular files of at most
+/// `max_bytes`) by their mapping id ([`Identity::mapping_id`]; the first found of each id):
+/// where executables moved since they were recorded, or copied from the host they ran
+/// on, are found.
+pub fn files_by_id(dirs: &[PathBuf], max_bytes: u64) -> HashMap<String, PathBuf> {
+    fn walk(dir: &Path, depth: u32, max_bytes: u64, found: &mut HashMap<String, PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        let mut entries: Vec<_> = entries.flatten().collect();
         entries.sort_by_key(|e| e.file_name());
         for e in entries {
             let path = e.path();
             let Ok(kind) = e.file_type() else { continue };
-            if kind.is_file() && found(&path) {
-                return Some(path);
-            }
-            if kind.is_dir()
-                && depth > 0
-                && e.file_name() != ".build-id"
-                && let Some(p) = walk(&path, depth - 1, found)
-            {
-                return Some(p);
+            if kind.is_file() && std::fs::metadata(&path).is_ok_and(|m| m.len() <= max_bytes) {
+                let id = File::open(&path)
+                    .ok()
+                    .and_then(|f| Identity::read(&f))
+                    .and_then(|i| i.mapping_id());
+                if let Some(id) = id {
+                    found.entry(id).or_insert(path);
+                }
+            } else if kind.is_dir() && depth > 0 && e.file_name() != ".build-id" {
+                walk(&path, depth - 1, max_bytes, found);
             }
         }
-        None
     }
-    let mut found = |path: &Path| {
-        std::fs::metadata(path).is_ok_and(|m| m.len() <= max_bytes)
-            && File::open(path)
-                .ok()
-                .and_then(|f| Identity::read(&f))
-                .is_some_and(|i| i.is(id))
-    };
-    dirs.iter().find_map(|d| walk(d, 1, &mut found))
+    let mut found = HashMap::new();
+    for d in dirs {
+        walk(d, 1, max_bytes, &mut found);
+    }
+    found
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The debug file of build id `id` under the first of `dirs` that has one.
@@ -124,7 +130,7 @@ pub fn by_build_id(dirs: &[PathBuf], id: &[u8]) -> Option<PathBuf> {
     if id.len() < 2 {
         return None;
     }
-    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = hex(id);
     dirs.iter()
         .map(|d| {
             d.join(".build-id")

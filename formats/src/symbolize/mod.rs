@@ -6,6 +6,6 @@ mod debug_file;
 mod frame;
 mod perfmap;
 
-pub use debug_file::{Identity, by_build_id, file_with_id};
+pub use debug_file::{Identity, by_build_id, files_by_id};
 pub use frame::{Frame, FrameKind};
 pub use perfmap::PerfMap;

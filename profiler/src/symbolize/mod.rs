@@ -28,7 +28,7 @@ use blazesym::symbolize::{
     source::{Elf, Source},
 };
 pub use profiler_formats::symbolize::{
-    Frame, FrameKind, Identity, PerfMap, by_build_id, file_with_id,
+    Frame, FrameKind, Identity, PerfMap, by_build_id, files_by_id,
 };
 
 use crate::modules::ElfFiles;

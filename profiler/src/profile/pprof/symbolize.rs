@@ -8,7 +8,7 @@ use std::{collections::HashMap, path::PathBuf, sync::Arc};
 
 use super::proto;
 use crate::{
-    symbolize::{ElfFile, FileId, Frame, Identity, Symbolizer, by_build_id, file_with_id},
+    symbolize::{ElfFile, FileId, Frame, Identity, Symbolizer, by_build_id, files_by_id},
     untrusted::{self, MAX_ELF_BYTES, Rules},
 };
 
@@ -37,6 +37,12 @@ pub fn symbolize_message(p: &mut proto::Profile, debug_dirs: &[PathBuf]) -> Symb
     dirs.extend(["/usr/lib/debug", "/lib/debug"].map(PathBuf::from));
     let mut symbolizer = Symbolizer::new(debug_dirs);
     let mut functions = Functions::new(p);
+    // The files under the user's directories by build id, read the first time a mapping's
+    // file is not at its recorded path.
+    let mut moved = Moved {
+        dirs: debug_dirs,
+        by_id: None,
+    };
     for m in 0..p.mapping.len() {
         let mapping = p.mapping[m].clone();
         let wanted: Vec<usize> = (0..p.location.len())
@@ -50,7 +56,7 @@ pub fn symbolize_message(p: &mut proto::Profile, debug_dirs: &[PathBuf]) -> Symb
         }
         let path = string(p, mapping.filename);
         let build_id = string(p, mapping.build_id);
-        let frames = match find(&path, &build_id, &dirs, debug_dirs) {
+        let frames = match find(&path, &build_id, &dirs, &mut moved) {
             Some(Found::File(file)) => {
                 // File offsets, as the recording normalized them.
                 let offsets: Vec<u64> = wanted
@@ -118,25 +124,33 @@ enum Found {
     Debug(PathBuf),
 }
 
+/// Files moved from their recorded paths, found under the user's directories.
+struct Moved<'a> {
+    dirs: &'a [PathBuf],
+    by_id: Option<HashMap<String, PathBuf>>,
+}
+
 /// The file a mapping names: at its recorded path if that file is the one recorded, else
-/// its debug file by build id under `dirs`, else the file itself under `user_dirs`.
-fn find(path: &str, build_id: &str, dirs: &[PathBuf], user_dirs: &[PathBuf]) -> Option<Found> {
+/// its debug file by build id under `dirs`, else the file itself, `moved`.
+fn find(path: &str, build_id: &str, dirs: &[PathBuf], moved: &mut Moved<'_>) -> Option<Found> {
     let rules = Rules {
         max_bytes: MAX_ELF_BYTES,
         owner: None,
         identity: None,
     };
+    // Named as recorded wherever it was found: the profile's mapping keeps its path.
+    let as_recorded = |file| {
+        Found::File(ElfFile {
+            name: Arc::from(path.rsplit('/').next().unwrap_or(path)),
+            path: Arc::from(path),
+            file: Arc::new(file),
+        })
+    };
     if path.starts_with('/')
         && let Ok(file) = untrusted::open(None, std::path::Path::new(path), &rules)
+        && (build_id.is_empty() || Identity::read(&file).is_some_and(|i| i.is(build_id)))
     {
-        let same = build_id.is_empty() || Identity::read(&file).is_some_and(|i| i.is(build_id));
-        if same {
-            return Some(Found::File(ElfFile {
-                name: Arc::from(path.rsplit('/').next().unwrap_or(path)),
-                path: Arc::from(path),
-                file: Arc::new(file),
-            }));
-        }
+        return Some(as_recorded(file));
     }
     if let Some(debug) = unhex(build_id).and_then(|id| by_build_id(dirs, &id)) {
         return Some(Found::Debug(debug));
@@ -146,14 +160,12 @@ fn find(path: &str, build_id: &str, dirs: &[PathBuf], user_dirs: &[PathBuf]) -> 
     if build_id.is_empty() {
         return None;
     }
-    let moved = file_with_id(user_dirs, build_id, MAX_ELF_BYTES)?;
-    let file = untrusted::open(None, &moved, &rules).ok()?;
-    Some(Found::File(ElfFile {
-        // Named as recorded: the profile's mapping keeps its path.
-        name: Arc::from(path.rsplit('/').next().unwrap_or(path)),
-        path: Arc::from(path),
-        file: Arc::new(file),
-    }))
+    let dirs = moved.dirs;
+    let at = moved
+        .by_id
+        .get_or_insert_with(|| files_by_id(dirs, MAX_ELF_BYTES))
+        .get(build_id)?;
+    untrusted::open(None, at, &rules).ok().map(as_recorded)
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
