@@ -162,12 +162,23 @@ pub struct UnwindMapping {
 /// `UnwindMapping::rows_start` of a module whose table is being built (`rows_len` 0).
 pub const ROWS_PENDING: u32 = u32::MAX;
 
+/// Which runtime walkers have an entry for a process ([`ProcUnwind::runtimes`]): the walk
+/// looks up only those, so a native process pays no runtime's lookup.
+pub mod proc_runtimes {
+    pub const PYTHON: u32 = 1 << 0;
+    pub const V8: u32 = 1 << 1;
+    pub const HOTSPOT: u32 = 1 << 2;
+    /// Hooks of seam runtimes (`RT_PROCS`: Ruby, ...).
+    pub const HOOKS: u32 = 1 << 3;
+}
+
 /// The executable mappings of one process, sorted by `start`, `count` valid.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ProcUnwind {
     pub count: u32,
-    pub _pad: u32,
+    /// [`proc_runtimes`] bits.
+    pub runtimes: u32,
     pub mappings: [UnwindMapping; MAX_PROC_MAPPINGS],
 }
 
@@ -175,7 +186,7 @@ impl Default for ProcUnwind {
     fn default() -> Self {
         Self {
             count: 0,
-            _pad: 0,
+            runtimes: 0,
             mappings: [UnwindMapping::default(); MAX_PROC_MAPPINGS],
         }
     }

@@ -40,7 +40,11 @@ pub(crate) enum Step {
 
 /// Copies process `tgid`'s entry into `dst` (`enabled` 0 when it runs no HotSpot we know).
 #[inline(always)]
-pub(crate) fn load(tgid: u32, dst: &mut HsProc) {
+pub(crate) fn load(tgid: u32, has: bool, dst: &mut HsProc) {
+    if !has {
+        dst.enabled = 0;
+        return;
+    }
     // SAFETY: a plain map lookup; the value is copied out.
     match unsafe { HS_PROCS.get(tgid) } {
         Some(p) => *dst = *p,

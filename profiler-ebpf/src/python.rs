@@ -46,14 +46,14 @@ shared_name!(map PY_CUR);
 
 /// This process's entry (copied to this CPU's [`PY_CUR`]); null only if that map is gone.
 #[inline(always)]
-pub(crate) fn process(tgid: u32) -> *const PyProc {
+pub(crate) fn process(tgid: u32, has: bool) -> *const PyProc {
     let Some(cur) = PY_CUR.get_ptr_mut(0) else {
         return core::ptr::null();
     };
     // SAFETY: this CPU's slot (perf_event programs do not nest on one CPU) and a map value
     // that is only read.
     unsafe {
-        match PY_PROCS.get(tgid) {
+        match has.then(|| PY_PROCS.get(tgid)).flatten() {
             Some(p) => *cur = *p,
             None => {
                 (*cur).eval_end = 0;

@@ -30,11 +30,11 @@ shared_name!(map RT_STATE);
 
 /// Starts a walk of process `tgid`: its hooks (none: nothing is marked), no marks yet.
 #[inline(always)]
-pub(crate) fn load(w: &mut Walk, tgid: u32) {
+pub(crate) fn load(w: &mut Walk, tgid: u32, has: bool) {
     w.marks_len = 0;
     w.groups_len = 0;
     // SAFETY: a map value, only read (copied).
-    match unsafe { RT_PROCS.get(tgid) } {
+    match has.then(|| unsafe { RT_PROCS.get(tgid) }).flatten() {
         Some(h) => w.hooks = *h,
         None => {
             w.hooks.len = 0;

@@ -25,7 +25,7 @@ use profiler_common::{
     stack::{STACK_COPY_BLOCK, STACK_COPY_BYTES, STACK_COPY_HEAD_WORDS, StackSampleHeader},
     unwind::{
         DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, MAX_UNWIND_PROCS, ProcUnwind, ROWS_PENDING,
-        UnwindMapping, UnwindRow, cfa,
+        UnwindMapping, UnwindRow, cfa, proc_runtimes,
     },
     v8::V8Proc,
 };
@@ -331,15 +331,18 @@ pub(crate) fn walk_user_from(regs: UserRegs, r13: u64, tgid: u32) -> Walked {
         (*walk).native_done = 0;
         (*walk).pending = 0;
         (*walk).tgid = tgid;
-        (*walk).v8 = v8::process(tgid);
         (*walk).r13 = r13;
-        hotspot::load(tgid, &mut (*walk).hs);
-        rt::load(&mut *walk, tgid);
+        // Only the runtimes the process has are looked up (each lookup a helper call).
+        let has = proc_.runtimes;
+        (*walk).v8 = v8::process(tgid, has & proc_runtimes::V8 != 0);
+        hotspot::load(tgid, has & proc_runtimes::HOTSPOT != 0, &mut (*walk).hs);
+        rt::load(&mut *walk, tgid, has & proc_runtimes::HOOKS != 0);
     }
-    let py = python::process(tgid);
+    let py = python::process(tgid, proc_.runtimes & proc_runtimes::PYTHON != 0);
     if py.is_null() {
         return Walked::NoUser;
     }
+
     let mut lctx = LoopCtx {
         walk,
         proc_: proc_ as *const ProcUnwind,

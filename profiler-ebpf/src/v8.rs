@@ -25,7 +25,10 @@ shared_name!(map V8_PROCS);
 
 /// This process's entry (`enabled` 0 when it runs no V8 we know).
 #[inline(always)]
-pub(crate) fn process(tgid: u32) -> V8Proc {
+pub(crate) fn process(tgid: u32, has: bool) -> V8Proc {
+    if !has {
+        return V8Proc::default();
+    }
     // SAFETY: a plain map lookup; the value is copied out.
     match unsafe { V8_PROCS.get(tgid) } {
         Some(p) => *p,

@@ -13,6 +13,30 @@ use std::{
 
 use std::{fs::File, os::fd::AsRawFd};
 
+/// Process `pid`'s entry in the unwinder's process map (`UNWIND_PROCS`) of the profiler
+/// running as `profiler`, read from outside as the kernel sees it.
+pub fn unwind_entry(profiler: u32, pid: u32) -> Option<profiler_common::unwind::ProcUnwind> {
+    use aya::maps::{HashMap, Map, MapData, loaded_maps};
+    let held: BTreeSet<u32> = std::fs::read_dir(format!("/proc/{profiler}/fdinfo"))
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|i| {
+            i.lines()
+                .find_map(|l| l.strip_prefix("map_id:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .collect();
+    loaded_maps()
+        .filter_map(Result::ok)
+        .filter(|m| m.name_as_str() == Some("UNWIND_PROCS") && held.contains(&m.id()))
+        .filter_map(|m| MapData::from_id(m.id()).ok())
+        .filter_map(|d| Map::from_map_data(d).ok())
+        .filter_map(|m| HashMap::<_, u32, profiler_common::unwind::ProcUnwind>::try_from(m).ok())
+        .find_map(|h| h.get(&pid, 0).ok())
+}
+
 /// A compiled fixture (see `fixtures/`).
 pub fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("OUT_DIR")).join(name)

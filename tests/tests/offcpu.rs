@@ -42,8 +42,6 @@ fn folded_text(stacks: &[(Vec<String>, u64)]) -> String {
 /// `pid` whose path ends in `module` (tables of large modules are built on a worker thread,
 /// after the process joined the filter).
 fn has_tables(profiler: u32, pid: u32, module: &str) -> bool {
-    use aya::maps::{HashMap, Map, MapData, loaded_maps};
-    use profiler_common::unwind::ProcUnwind;
     let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
         return false;
     };
@@ -54,30 +52,11 @@ fn has_tables(profiler: u32, pid: u32, module: &str) -> bool {
     else {
         return false;
     };
-    let held: std::collections::BTreeSet<u32> =
-        std::fs::read_dir(format!("/proc/{profiler}/fdinfo"))
-            .into_iter()
-            .flatten()
-            .filter_map(Result::ok)
-            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-            .filter_map(|i| {
-                i.lines()
-                    .find_map(|l| l.strip_prefix("map_id:"))
-                    .and_then(|v| v.trim().parse().ok())
-            })
-            .collect();
-    loaded_maps()
-        .filter_map(Result::ok)
-        .filter(|m| m.name_as_str() == Some("UNWIND_PROCS") && held.contains(&m.id()))
-        .filter_map(|m| MapData::from_id(m.id()).ok())
-        .filter_map(|d| Map::from_map_data(d).ok())
-        .filter_map(|m| HashMap::<_, u32, ProcUnwind>::try_from(m).ok())
-        .filter_map(|h| h.get(&pid, 0).ok())
-        .any(|p| {
-            p.mappings[..(p.count as usize).min(p.mappings.len())]
-                .iter()
-                .any(|m| m.start == start && m.rows_len > 0)
-        })
+    unwind_entry(profiler, pid).is_some_and(|p| {
+        p.mappings[..(p.count as usize).min(p.mappings.len())]
+            .iter()
+            .any(|m| m.start == start && m.rows_len > 0)
+    })
 }
 
 #[test]

@@ -605,3 +605,57 @@ fn python_chains_with_a_thread_or_a_cgroup_as_the_target() {
     check(&format!("{version} -G"), &t, 20);
     drop(child);
 }
+
+/// The walk looks up a runtime's entry only for a process that runtime found: the process's
+/// unwind entry says which (`ProcUnwind::runtimes`), so a native process's samples pay for
+/// no runtime. Read from outside, as the kernel sees it, with `record -a` beside both.
+#[test]
+fn only_a_python_process_has_the_python_walker_looked_up() {
+    use profiler_common::unwind::proc_runtimes;
+    let _serial = serial();
+    let (python, version) = python_interpreters()
+        .into_iter()
+        .next()
+        .expect("no CPython 3.6-3.13 installed");
+    let dir = scratch("python_runtime_bits");
+    let (child, json) = start(&python, &dir, &format!("{version}"), None);
+    wait_for("the script's stacks", 60, || json.exists().then_some(()));
+    let native = KillOnDrop(
+        Command::new(fixture("chain"))
+            .arg("120")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("starting chain"),
+    );
+    let mut record = KillOnDrop(
+        profiler_command()
+            .args(["record", "-a", "-F", "99", "-q", "-o"])
+            .arg(dir.join("bits.pb.gz"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting the profiler"),
+    );
+    let (py_pid, native_pid) = (child.0.id(), native.0.id());
+    let (py_bits, native_bits) = wait_for("both processes' unwind entries", 120, || {
+        let py = unwind_entry(record.0.id(), py_pid)?;
+        let native = unwind_entry(record.0.id(), native_pid)?;
+        (py.runtimes & proc_runtimes::PYTHON != 0).then_some((py.runtimes, native.runtimes))
+    });
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(record.0.id() as i32, libc::SIGINT) };
+    let status = record.0.wait().expect("waiting for the profiler");
+    assert!(
+        status.code() == Some(130) || status.success(),
+        "record ended with {status}"
+    );
+    assert_eq!(
+        py_bits,
+        proc_runtimes::PYTHON,
+        "{version}: the Python process's entry names CPython's walker only"
+    );
+    assert_eq!(
+        native_bits, 0,
+        "the native process's entry names no runtime"
+    );
+}

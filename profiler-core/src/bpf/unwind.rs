@@ -23,7 +23,9 @@ use profiler_common::{
     python::PyProc,
     runtimes::{MAX_HOOK_RANGES, RtKey, RtProc, RtRange, RtState},
     stat,
-    unwind::{DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, ProcUnwind, UnwindMapping, UnwindRow},
+    unwind::{
+        DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, ProcUnwind, UnwindMapping, UnwindRow, proc_runtimes,
+    },
     v8::V8Proc,
 };
 
@@ -54,6 +56,8 @@ pub struct UnwindMaps {
     rt_procs: HashMap<MapData, u32, RtProc>,
     rt_state: HashMap<MapData, RtKey, RtState>,
     rt_slots: StdHashMap<u32, u32>,
+    /// Which runtimes have an entry for each process (`ProcUnwind::runtimes`).
+    runtime_bits: StdHashMap<u32, u32>,
     placed: StdHashMap<u32, RowRange>,
     /// Pages of the array mapped one at a time for [`UnwindMaps::find_row`]. Not a view of
     /// the array or of a module's run: mapping a BPF array maps every page of the range at
@@ -131,6 +135,7 @@ impl RecordProgram {
             rt_procs,
             rt_state,
             rt_slots: StdHashMap::new(),
+            runtime_bits: StdHashMap::new(),
             placed: StdHashMap::new(),
             pages: RefCell::default(),
         })
@@ -359,6 +364,7 @@ impl UnwindMaps {
         let n = mappings.len().min(MAX_PROC_MAPPINGS);
         value.mappings[..n].copy_from_slice(&mappings[..n]);
         value.count = n as u32;
+        value.runtimes = self.runtime_bits.get(&pid).copied().unwrap_or(0);
         self.procs
             .insert(pid, value, 0)
             .map_err(|source| UnwindMapError::Update {
@@ -384,6 +390,33 @@ impl UnwindMaps {
             }
         }
         self.rt_slots.remove(&pid);
+        self.runtime_bits.remove(&pid);
+    }
+
+    /// Notes whether runtime `bit` (`proc_runtimes`) has an entry for `pid`; a change
+    /// reaches the process's published entry at once (a runtime may find a process after it
+    /// was published: a starting JVM).
+    fn set_runtime_bit(&mut self, pid: u32, bit: u32, on: bool) -> Result<(), UnwindMapError> {
+        let old = self.runtime_bits.get(&pid).copied().unwrap_or(0);
+        let new = if on { old | bit } else { old & !bit };
+        if new == old {
+            return Ok(());
+        }
+        if new == 0 {
+            self.runtime_bits.remove(&pid);
+        } else {
+            self.runtime_bits.insert(pid, new);
+        }
+        let Ok(mut value) = self.procs.get(&pid, 0) else {
+            return Ok(());
+        };
+        value.runtimes = new;
+        self.procs
+            .insert(pid, value, 0)
+            .map_err(|source| UnwindMapError::Update {
+                map: map::UNWIND_PROCS,
+                source,
+            })
     }
 
     /// Tells the walk that runtime `slot` runs in `pid` (`Some`: the code ranges whose
@@ -443,29 +476,33 @@ impl UnwindMaps {
         }
         if hooks.len == 0 {
             let _ = self.rt_procs.remove(&pid);
-            return Ok(());
+            return self.set_runtime_bit(pid, proc_runtimes::HOOKS, false);
         }
         self.rt_procs
             .insert(pid, hooks, 0)
             .map_err(|source| UnwindMapError::Update {
                 map: map::RT_PROCS,
                 source,
-            })
+            })?;
+        self.set_runtime_bit(pid, proc_runtimes::HOOKS, true)
     }
 
     /// Tells the walker that `pid` runs CPython (`Some`), or no longer does.
     pub fn set_python(&mut self, pid: u32, entry: Option<&PyProc>) -> Result<(), UnwindMapError> {
-        set_runtime_entry(&mut self.python, map::PY_PROCS, pid, entry)
+        set_runtime_entry(&mut self.python, map::PY_PROCS, pid, entry)?;
+        self.set_runtime_bit(pid, proc_runtimes::PYTHON, entry.is_some())
     }
 
     /// Tells the walker that `pid` runs V8 (`Some`), or no longer does.
     pub fn set_v8(&mut self, pid: u32, entry: Option<&V8Proc>) -> Result<(), UnwindMapError> {
-        set_runtime_entry(&mut self.v8, map::V8_PROCS, pid, entry)
+        set_runtime_entry(&mut self.v8, map::V8_PROCS, pid, entry)?;
+        self.set_runtime_bit(pid, proc_runtimes::V8, entry.is_some())
     }
 
     /// Tells the walker that `pid` runs HotSpot (`Some`), or no longer does.
     pub fn set_hotspot(&mut self, pid: u32, entry: Option<&HsProc>) -> Result<(), UnwindMapError> {
-        set_runtime_entry(&mut self.hotspot, map::HS_PROCS, pid, entry)
+        set_runtime_entry(&mut self.hotspot, map::HS_PROCS, pid, entry)?;
+        self.set_runtime_bit(pid, proc_runtimes::HOTSPOT, entry.is_some())
     }
 
     /// Tells the sampler where process `pid`'s goroutine labels are (`Some`), or that it
