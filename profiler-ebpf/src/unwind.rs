@@ -316,6 +316,8 @@ pub(crate) fn walk_user_from(regs: UserRegs, r13: u64, tgid: u32) -> Walked {
     let Some(walk) = WALK.get_ptr_mut(0) else {
         return Walked::NoUser;
     };
+    // Only the runtimes the process has are looked up (each lookup a helper call).
+    let has = proc_.runtimes;
     // SAFETY: this CPU's slot; perf_event programs do not nest on one CPU.
     unsafe {
         (*walk).pc = regs.pc;
@@ -332,17 +334,14 @@ pub(crate) fn walk_user_from(regs: UserRegs, r13: u64, tgid: u32) -> Walked {
         (*walk).pending = 0;
         (*walk).tgid = tgid;
         (*walk).r13 = r13;
-        // Only the runtimes the process has are looked up (each lookup a helper call).
-        let has = proc_.runtimes;
         (*walk).v8 = v8::process(tgid, has & proc_runtimes::V8 != 0);
         hotspot::load(tgid, has & proc_runtimes::HOTSPOT != 0, &mut (*walk).hs);
         rt::load(&mut *walk, tgid, has & proc_runtimes::HOOKS != 0);
     }
-    let py = python::process(tgid, proc_.runtimes & proc_runtimes::PYTHON != 0);
+    let py = python::process(tgid, has & proc_runtimes::PYTHON != 0);
     if py.is_null() {
         return Walked::NoUser;
     }
-
     let mut lctx = LoopCtx {
         walk,
         proc_: proc_ as *const ProcUnwind,

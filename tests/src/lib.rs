@@ -16,25 +16,33 @@ use std::{fs::File, os::fd::AsRawFd};
 /// Process `pid`'s entry in the unwinder's process map (`UNWIND_PROCS`) of the profiler
 /// running as `profiler`, read from outside as the kernel sees it.
 pub fn unwind_entry(profiler: u32, pid: u32) -> Option<profiler_common::unwind::ProcUnwind> {
-    use aya::maps::{HashMap, Map, MapData, loaded_maps};
-    let held: BTreeSet<u32> = std::fs::read_dir(format!("/proc/{profiler}/fdinfo"))
+    held_maps(profiler, "UNWIND_PROCS")
+        .filter_map(|m| {
+            aya::maps::HashMap::<_, u32, profiler_common::unwind::ProcUnwind>::try_from(m).ok()
+        })
+        .find_map(|h| h.get(&pid, 0).ok())
+}
+
+/// The BPF maps named `name` that process `pid` holds (by its descriptors' fdinfo), opened
+/// from outside; other processes' maps of that name (another profiler on the host) are not.
+fn held_maps(pid: u32, name: &'static str) -> impl Iterator<Item = aya::maps::Map> {
+    use aya::maps::{Map, MapData, loaded_maps};
+    let held: BTreeSet<u32> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
         .into_iter()
         .flatten()
         .filter_map(Result::ok)
         .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-        .filter_map(|i| {
-            i.lines()
+        .filter_map(|info| {
+            info.lines()
                 .find_map(|l| l.strip_prefix("map_id:"))
                 .and_then(|v| v.trim().parse().ok())
         })
         .collect();
     loaded_maps()
         .filter_map(Result::ok)
-        .filter(|m| m.name_as_str() == Some("UNWIND_PROCS") && held.contains(&m.id()))
+        .filter(move |m| m.name_as_str() == Some(name) && held.contains(&m.id()))
         .filter_map(|m| MapData::from_id(m.id()).ok())
         .filter_map(|d| Map::from_map_data(d).ok())
-        .filter_map(|m| HashMap::<_, u32, profiler_common::unwind::ProcUnwind>::try_from(m).ok())
-        .find_map(|h| h.get(&pid, 0).ok())
 }
 
 /// A compiled fixture (see `fixtures/`).
@@ -256,25 +264,8 @@ pub fn kernel_records_submitted(pid: u32) -> u64 {
 
 /// Slot `slot` ([`profiler_common::stat`]) of process `pid`'s `STATS` maps, summed.
 pub fn kernel_stat(pid: u32, slot: u32) -> u64 {
-    use aya::maps::{Map, MapData, PerCpuArray, loaded_maps};
-    // The ids of the BPF maps the process holds, from its descriptors' fdinfo.
-    let held: BTreeSet<u32> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
-        .into_iter()
-        .flatten()
-        .filter_map(Result::ok)
-        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-        .filter_map(|info| {
-            info.lines()
-                .find_map(|l| l.strip_prefix("map_id:"))
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .collect();
-    loaded_maps()
-        .filter_map(Result::ok)
-        .filter(|m| m.name_as_str() == Some("STATS") && held.contains(&m.id()))
-        .filter_map(|m| MapData::from_id(m.id()).ok())
-        .filter_map(|d| Map::from_map_data(d).ok())
-        .filter_map(|m| PerCpuArray::<_, u64>::try_from(m).ok())
+    held_maps(pid, "STATS")
+        .filter_map(|m| aya::maps::PerCpuArray::<_, u64>::try_from(m).ok())
         .filter_map(|a| a.get(&slot, 0).ok())
         .map(|v| v.iter().sum::<u64>())
         .sum()
