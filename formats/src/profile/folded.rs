@@ -55,10 +55,28 @@ pub fn folded_lines(profile: &Profile) -> BTreeMap<String, u64> {
                 line.push_str("_[k]");
             }
         }
-        let count = lines.entry(line).or_default();
+        let count = lines.entry(guard_tail(line)).or_default();
         *count = count.saturating_add(stack.count);
     }
     lines
+}
+
+/// A line whose last frame ends in ` 123` or ` 1.5` would be read by inferno and
+/// flamegraph.pl as having two counts (a differential line, whose delta inferno's colouring
+/// overflows on) and by our own reader as a different stack: that last space becomes `_`.
+fn guard_tail(mut line: String) -> String {
+    if let Some(space) = line.rfind(' ') {
+        let tail = &line[space + 1..];
+        let (whole, frac) = tail.split_once('.').unwrap_or((tail, ""));
+        if whole
+            .chars()
+            .chain(frac.chars())
+            .all(|c| c.is_ascii_digit())
+        {
+            line.replace_range(space..=space, "_");
+        }
+    }
+    line
 }
 
 /// The stack under which lost samples appear, so every flame graph shows the loss.
@@ -299,6 +317,38 @@ mod tests {
             })
             .collect();
         profile.push("cpu-clock", comm, &frames, count);
+    }
+
+    #[test]
+    fn a_last_frame_ending_in_a_number_is_not_read_as_a_second_count() {
+        let mut profile = Profile::default();
+        stack(
+            &mut profile,
+            "ch",
+            &["outer", "m(iddla 368938881474191032"],
+            1,
+        );
+        stack(&mut profile, "ch", &["f 1.5"], 3);
+        stack(&mut profile, "ch", &["keeps its space (a.rb:3)"], 2);
+        let lines: Vec<_> = folded_lines(&profile).into_keys().collect();
+        assert_eq!(
+            lines,
+            [
+                "ch;f_1.5",
+                "ch;keeps its space (a.rb:3)",
+                "ch;outer;m(iddla_368938881474191032"
+            ]
+        );
+        // The fuzzer's input (fuzz/ found it): inferno drew it as a differential and
+        // overflowed; now it is one stack of one count, read back as written.
+        let text = "ch>>>;outer;m(iddla 368938881474191032 1\n[;st 16 1\n[lost sampl# e+s] 3\n";
+        let profile = profile_from_folded(text).unwrap();
+        let mut svg = Vec::new();
+        crate::profile::write_flamegraph(&profile, "t", &mut svg).unwrap();
+        let mut out = Vec::new();
+        write_folded(&profile, &mut out).unwrap();
+        let again = profile_from_folded(std::str::from_utf8(&out).unwrap()).unwrap();
+        assert_eq!(folded_lines(&again), folded_lines(&profile));
     }
 
     #[test]
