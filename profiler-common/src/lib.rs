@@ -39,6 +39,10 @@ pub mod filter {
     pub const TID: u32 = 1 << 1;
     /// Only samples whose cgroup v2 id is in the `CGROUPS` map are kept.
     pub const CGROUP: u32 = 1 << 2;
+    /// The idle task's samples are dropped (counted as `stat::IDLE`). Clock events do not
+    /// exclude idle in the kernel, so that every expiry of their timer runs the program and
+    /// their time can be checked against the program's runs.
+    pub const NO_IDLE: u32 = 1 << 3;
 }
 
 /// Most threads and cgroups the in-kernel filters can hold.
@@ -233,8 +237,11 @@ pub mod stat {
     /// marked [`super::record_flags::UNWIND_NO_PROCESS`] so user space loads them; with
     /// in-kernel aggregation such a sample goes to the ring).
     pub const UNWIND_NO_PROCESS: u32 = 9;
+    /// Samples of the idle task dropped because the run does not want them
+    /// (`filter::NO_IDLE`).
+    pub const IDLE: u32 = 10;
     /// Number of slots.
-    pub const COUNT: u32 = 10;
+    pub const COUNT: u32 = 11;
 }
 
 /// Most other requests' values one record carries (`SampleRecord::siblings`).

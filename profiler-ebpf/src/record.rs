@@ -18,7 +18,7 @@ use aya_ebpf::{
 use profiler_common::{
     AGGREGATE_ENTRIES, AGGREGATE_STACKS, AggregateKey, AggregateValue, DEFAULT_RING_BYTES,
     MAX_STACK_DEPTH, MAX_WALK_WORDS, RequestConfig, SamplerConfig, USER_HASH_SEED, UserStack,
-    capture,
+    capture, filter,
     golabels::GO_LABEL_WORDS,
     group as group_consts, record_flags, request_flags,
     stack::{MAX_RECORD_FRAMES, STACK_COPY_HEAD_WORDS, STACK_HEADER_SIZE, StackSampleBuf},
@@ -96,6 +96,12 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
         return;
     };
     let pid_tgid = bpf_get_current_pid_tgid();
+    // The idle task (pid 0 on every CPU) when the run does not sample it: counted apart
+    // from other tasks' samples the filters drop.
+    if pid_tgid == 0 && config.filter & filter::NO_IDLE != 0 {
+        bump(stat::IDLE);
+        return;
+    }
     let tgid = (pid_tgid >> 32) as u32;
     if !targeted(config, tgid, pid_tgid as u32) {
         bump(stat::FILTERED);

@@ -163,6 +163,91 @@ fn a_full_ring_at_50k_samples_per_second_is_counted_as_loss() {
     assert_bounded("default ring", &big_held, 32, 64 + kept(&big));
 }
 
+/// `N` after `key` in the report's summary line (0 when the line does not say it).
+fn summary_count(stdout: &str, key: &str) -> u64 {
+    stdout
+        .split(key)
+        .nth(1)
+        .and_then(|r| r.split([';', '\n']).next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The kernel's `perf_event_max_sample_rate`, set for a test and put back after it.
+struct MaxSampleRate(String);
+
+const MAX_SAMPLE_RATE: &str = "/proc/sys/kernel/perf_event_max_sample_rate";
+
+impl MaxSampleRate {
+    fn set(rate: u64) -> Self {
+        let old = std::fs::read_to_string(MAX_SAMPLE_RATE).unwrap();
+        std::fs::write(MAX_SAMPLE_RATE, rate.to_string())
+            .unwrap_or_else(|e| panic!("setting {MAX_SAMPLE_RATE} to {rate}: {e}"));
+        Self(old)
+    }
+}
+
+impl Drop for MaxSampleRate {
+    fn drop(&mut self) {
+        let _ = std::fs::write(MAX_SAMPLE_RATE, self.0.trim());
+    }
+}
+
+#[test]
+fn samples_the_kernel_throttled_are_reported_as_skipped() {
+    if !privileged() {
+        return;
+    }
+    let _s = serial();
+    // The kernel takes at most 1000 samples a second per CPU; the clock asks for 10,000
+    // on every (busy) CPU: it is throttled each tick, its timer stopped until the next.
+    let _rate = MaxSampleRate::set(1000);
+    let cpus = std::thread::available_parallelism().unwrap().get() as u64;
+    let mut spin = Command::new(fixture("spin"))
+        .args([&cpus.to_string(), "5"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let period = 100_000u64;
+    let (report, _) = record_watched(&[
+        "-a",
+        "-e",
+        "cpu-clock",
+        "-c",
+        &period.to_string(),
+        "-d",
+        "2",
+        "--symbolize",
+        "none",
+    ]);
+    let _ = (spin.kill(), spin.wait());
+    let samples = reported_samples(&report);
+    let lost = reported_lost(&report);
+    let skipped = summary_count(&report, "; skipped by the kernel ");
+    let secs: f64 = report
+        .split(" in ")
+        .nth(1)
+        .and_then(|r| r.split(" s;").next())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no duration in:\n{report}"));
+    let called_for = (cpus as f64 * secs * 1e9 / period as f64) as u64;
+    eprintln!(
+        "{cpus} CPUs x {secs} s every {period} ns: {called_for} called for; \
+         {samples} samples, {lost} lost, {skipped} skipped"
+    );
+    assert!(
+        skipped > samples,
+        "throttled to a tenth, most samples were never taken, and said so:\n{report}"
+    );
+    // Every sample the clock's time called for is a sample, a loss or a skip (within the
+    // recording's edges).
+    let accounted = samples + lost + skipped;
+    assert!(
+        accounted.abs_diff(called_for) * 20 < called_for,
+        "{accounted} accounted for of {called_for}:\n{report}"
+    );
+}
+
 #[test]
 fn thousands_of_short_lived_processes_during_a_system_wide_run() {
     if !privileged() {

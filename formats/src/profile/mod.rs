@@ -74,6 +74,9 @@ pub struct RunInfo {
     pub lost: u64,
     /// Overflows outside the target, dropped by the in-kernel filter.
     pub filtered: u64,
+    /// Samples the kernel never took: a clock's timer that fired late (a busy or
+    /// descheduled vCPU) skips the periods in between, a throttled event takes none.
+    pub skipped: u64,
     /// Stack walks the kernel could not complete.
     pub stack_errors: u64,
     /// In-kernel aggregation: stacks counted without frames because another stack held

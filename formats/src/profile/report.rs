@@ -93,6 +93,10 @@ pub fn summary_line(profile: &Profile) -> String {
         (None, hz) => format!(" at {hz} Hz"),
     };
     let mut errors = String::new();
+    if info.skipped > 0 {
+        // A clock's timer that fired late, or a throttled event: never sampled at all.
+        errors += &format!("; skipped by the kernel {}", info.skipped);
+    }
     if info.stack_errors > 0 {
         errors += &format!("; stack walk errors {}", info.stack_errors);
     }

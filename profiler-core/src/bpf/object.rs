@@ -88,7 +88,7 @@ impl MapSizes {
 }
 
 /// Totals of the per-CPU counters the program keeps; every sample it saw is in exactly one of
-/// `submitted`, `aggregated`, `lost` or `filtered`.
+/// `submitted`, `aggregated`, `lost`, `filtered`, `idle` or `unconfigured` ([`Self::runs`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SamplerStats {
     pub submitted: u64,
@@ -103,6 +103,15 @@ pub struct SamplerStats {
     pub collisions: u64,
     /// Children of targets that could not join the in-kernel filter (it was full).
     pub follow_failed: u64,
+    /// Samples of the idle task the run did not want (`filter::NO_IDLE`).
+    pub idle: u64,
+}
+
+impl SamplerStats {
+    /// Every run of the program: each overflow the kernel handed it.
+    pub fn runs(&self) -> u64 {
+        self.submitted + self.aggregated + self.lost + self.filtered + self.idle + self.unconfigured
+    }
 }
 
 /// The loaded object, its perf_event program and everything attached to it. Dropping it
@@ -246,6 +255,7 @@ impl Loaded {
             aggregated: stats.sum(stat::AGGREGATED)?,
             collisions: stats.sum(stat::COLLISIONS)?,
             follow_failed: stats.sum(stat::FOLLOW_FAILED)?,
+            idle: stats.sum(stat::IDLE)?,
         })
     }
 

@@ -198,11 +198,45 @@ impl EventAttr {
     pub fn raw(&self) -> &perf_event_attr {
         &self.raw
     }
+
+    /// For the software clocks (cpu-clock, task-clock), the period of the hrtimer the kernel
+    /// overflows them with: a frequency becomes NSEC_PER_SEC / Hz at open, and the timer
+    /// never runs faster than every 10 µs (`perf_swevent_start_hrtimer`). None for others.
+    pub fn clock_timer_ns(&self) -> Option<u64> {
+        let clock = [SoftwareEvent::CpuClock, SoftwareEvent::TaskClock]
+            .iter()
+            .any(|&c| self.raw.config == c as u64);
+        if self.raw.type_ != bindings::PERF_TYPE_SOFTWARE || !clock {
+            return None;
+        }
+        let period = match self.sample_policy() {
+            SamplePolicy::Counting => return None,
+            SamplePolicy::Frequency(hz) => 1_000_000_000 / hz.max(1),
+            SamplePolicy::Period(n) => n,
+        };
+        Some(period.max(10_000))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_clock_overflows_on_its_timer_and_other_events_have_none() {
+        let mut attr = EventAttr::software(SoftwareEvent::CpuClock);
+        attr.set_sample_policy(SamplePolicy::Frequency(999));
+        assert_eq!(attr.clock_timer_ns(), Some(1_001_001));
+        attr.set_sample_policy(SamplePolicy::Period(40_000));
+        assert_eq!(attr.clock_timer_ns(), Some(40_000));
+        attr.set_sample_policy(SamplePolicy::Period(2_000));
+        assert_eq!(attr.clock_timer_ns(), Some(10_000), "the kernel's floor");
+        attr.set_sample_policy(SamplePolicy::Counting);
+        assert_eq!(attr.clock_timer_ns(), None);
+        let mut faults = EventAttr::software(SoftwareEvent::PageFaults);
+        faults.set_sample_policy(SamplePolicy::Period(100));
+        assert_eq!(faults.clock_timer_ns(), None);
+    }
 
     #[test]
     fn software_cpu_clock_at_frequency() {

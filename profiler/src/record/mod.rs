@@ -16,6 +16,7 @@ mod pidfd;
 mod prefetch;
 mod runtime;
 mod session;
+mod skipped;
 mod sources;
 mod status;
 mod stops;

@@ -22,6 +22,7 @@ use super::{
     online_cpus,
     pidfd::PidFd,
     resolve_events, runtime,
+    skipped::Skipped,
     sources::{add_targets, attach_events, load_sampler},
     status::StatusLine,
     stops::StopSignals,
@@ -60,6 +61,8 @@ pub struct Session<'a> {
     status: StatusLine,
     /// What the kernel counted up to the last interval (continuous mode reports deltas).
     reported: SamplerStats,
+    /// Samples the kernel skipped (the clocks' running time against the program's runs).
+    skipped: Skipped,
     started: Instant,
     interval_started: Instant,
     workload: Option<Workload>,
@@ -128,7 +131,7 @@ impl<'a> Session<'a> {
             first_event: events.len() as u32,
             warnings: &mut *warnings,
         })?;
-        attach_events(opts, &events, &mut sampler)?;
+        let skipped = attach_events(opts, &events, &mut sampler)?;
         for f in &mut features {
             f.attach(&mut sampler)?;
         }
@@ -196,6 +199,7 @@ impl<'a> Session<'a> {
             features,
             status: StatusLine::new(opts.status_line, opts.status_extra.clone()),
             reported: SamplerStats::default(),
+            skipped,
             started,
             interval_started: Instant::now(),
             workload,
@@ -251,6 +255,7 @@ impl<'a> Session<'a> {
         let decoder = &mut self.decoder;
         let status = &mut self.status;
         let reported = &mut self.reported;
+        let skipped = &mut self.skipped;
         let interval_started = &mut self.interval_started;
         let sideband = &mut self.sideband;
         let stop = loop {
@@ -271,6 +276,7 @@ impl<'a> Session<'a> {
                     let stats = sampler.stats()?;
                     let now = Instant::now();
                     let mut info = run_info(opts, &stats, reported, *interval_started, now);
+                    info.skipped = skipped.take(sampler.events(), stats.runs());
                     for f in features.iter_mut() {
                         f.info(sampler, &mut info, &shared, false, warnings)?;
                     }
@@ -379,6 +385,7 @@ impl<'a> Session<'a> {
             self.started
         };
         let mut info = run_info(self.opts, &stats, &mut self.reported, since, ended);
+        info.skipped = self.skipped.take(self.sampler.events(), stats.runs());
         for f in &mut self.features {
             f.info(&mut self.sampler, &mut info, &shared, true, self.warnings)?;
         }
@@ -498,6 +505,7 @@ fn run_info(
         samples: 0,
         lost: stats.lost - reported.lost,
         filtered: stats.filtered - reported.filtered,
+        skipped: 0,
         stack_errors: stats.stack_errors - reported.stack_errors,
         collisions: stats.collisions - reported.collisions,
         untracked: stats.follow_failed - reported.follow_failed,

@@ -2,11 +2,13 @@
 //! features ask of it, its filter filled with the targets, and the sampling events attached.
 
 use crate::record::Warn;
+use perf_event_open_sys::bindings::PERF_FORMAT_TOTAL_TIME_RUNNING;
 use profiler_common::{SamplerConfig, capture, filter};
 
 use super::{
     CallGraph, Mode, RecordError, RecordOptions, Target, Warning, cgroup_id, features,
-    follow_children, online_cpus, pidfd::PidFd, unwind::TableLoader, workload::Workload,
+    follow_children, online_cpus, pidfd::PidFd, skipped::Skipped, unwind::TableLoader,
+    workload::Workload,
 };
 use crate::{
     bpf::{BpfError, RecordConfig, RecordProgram},
@@ -40,14 +42,20 @@ fn sampler_config(opts: &RecordOptions, ring_bytes: u32, warnings: &mut dyn Warn
         }
         tables = false;
     }
+    let targets = match &opts.target {
+        _ if opts.whole_system => 0,
+        Target::SystemWide => 0,
+        Target::Tids(_) => filter::TID,
+        Target::Cgroup(_) => filter::CGROUP,
+        Target::Pids(_) | Target::Command(_) => filter::TGID,
+    };
     SamplerConfig {
-        filter: match &opts.target {
-            _ if opts.whole_system => 0,
-            Target::SystemWide => 0,
-            Target::Tids(_) => filter::TID,
-            Target::Cgroup(_) => filter::CGROUP,
-            Target::Pids(_) | Target::Command(_) => filter::TGID,
-        },
+        filter: targets
+            | if samples_idle(opts) {
+                0
+            } else {
+                filter::NO_IDLE
+            },
         capture: stacks | features::capture(opts) | if tables { capture::UNWIND_TABLES } else { 0 },
         wakeup_bytes: u64::from(ring_bytes / 4),
         runtime_wakeup_ms: if opts.interval.is_some() {
@@ -205,7 +213,7 @@ pub(super) fn attach_events(
     opts: &RecordOptions,
     events: &[Event],
     sampler: &mut RecordProgram,
-) -> Result<(), RecordError> {
+) -> Result<Skipped, RecordError> {
     let policy = match opts.period {
         Some(n) => SamplePolicy::Period(n),
         None => SamplePolicy::Frequency(opts.frequency_hz),
@@ -214,14 +222,28 @@ pub(super) fn attach_events(
         Some(c) => c.clone(),
         None => online_cpus()?,
     };
+    let mut skipped = Skipped::default();
     for (i, event) in events.iter().enumerate() {
         let attr = sample_attr(opts, event, policy);
+        let first = sampler.events().len();
         for &cpu in &cpus {
             let ev = PerfEvent::open(&attr, Scope::Cpu(cpu), None, || event.name.clone())?;
             sampler.attach(ev, i as u64)?;
         }
+        skipped.add(first..sampler.events().len(), checked_clock(opts, &attr));
     }
-    Ok(())
+    Ok(skipped)
+}
+
+/// The timer's period of a clock whose running time is checked against the program's runs:
+/// with user and kernel both sampled (an expiry in the mode left out never runs it).
+fn checked_clock(opts: &RecordOptions, attr: &EventAttr) -> Option<u64> {
+    attr.clock_timer_ns().filter(|_| opts.mode == Mode::Both)
+}
+
+/// Whether the idle task's samples are wanted: whole CPUs only, unless `--no-idle`.
+fn samples_idle(opts: &RecordOptions) -> bool {
+    opts.whole_system && opts.idle
 }
 
 /// The attributes of `event` sampled for `opts`.
@@ -230,7 +252,13 @@ fn sample_attr(opts: &RecordOptions, event: &Event, policy: SamplePolicy) -> Eve
     attr.set_sample_policy(policy);
     attr.set_exclude_user(opts.mode == Mode::Kernel);
     attr.set_exclude_kernel(opts.mode == Mode::User);
-    attr.set_exclude_idle(!(opts.whole_system && opts.idle));
+    // A clock's idle samples reach the program, which drops those not wanted: every
+    // expiry of its timer is then a run, and its running time says how many the kernel
+    // skipped (see `skipped`).
+    match checked_clock(opts, &attr) {
+        Some(_) => attr.set_read_format(u64::from(PERF_FORMAT_TOTAL_TIME_RUNNING)),
+        None => attr.set_exclude_idle(!samples_idle(opts)),
+    };
     attr
 }
 
@@ -263,22 +291,50 @@ mod tests {
         }
     }
 
-    fn exclude_idle(opts: &RecordOptions) -> u64 {
-        sample_attr(opts, &cpu_clock(), SamplePolicy::Frequency(99))
-            .raw()
-            .exclude_idle()
+    fn page_faults() -> Event {
+        Event {
+            name: "page-faults".into(),
+            config: perf_event_open_sys::bindings::PERF_COUNT_SW_PAGE_FAULTS as u64,
+            ..cpu_clock()
+        }
+    }
+
+    /// Whether the kernel drops the idle task's samples of `event`, and whether the
+    /// program does.
+    fn idle_dropped(opts: &RecordOptions, event: &Event) -> (u64, bool) {
+        let attr = sample_attr(opts, event, SamplePolicy::Frequency(99));
+        let config = sampler_config(opts, 1 << 20, &mut Vec::new());
+        (
+            attr.raw().exclude_idle(),
+            config.filter & filter::NO_IDLE != 0,
+        )
     }
 
     #[test]
     fn idle_tasks_are_sampled_only_on_whole_cpus_when_asked() {
         let mut all = RecordOptions::new(Target::SystemWide);
         all.whole_system = true;
-        assert_eq!(exclude_idle(&all), 0, "-a: idle sampled, as perf does");
+        let kept = (0, false);
+        assert_eq!(
+            idle_dropped(&all, &cpu_clock()),
+            kept,
+            "-a: idle sampled, as perf does"
+        );
+        assert_eq!(idle_dropped(&all, &page_faults()), kept);
         all.idle = false;
-        assert_eq!(exclude_idle(&all), 1, "-a --no-idle (or continuous mode)");
+        // A clock's idle samples are dropped by the program (its runs are then every
+        // expiry of the timer); another event's by the kernel.
+        let by_program = (0, true);
+        let no_idle = "-a --no-idle (or continuous mode)";
+        assert_eq!(idle_dropped(&all, &cpu_clock()), by_program, "{no_idle}");
+        assert_eq!(idle_dropped(&all, &page_faults()), (1, true), "{no_idle}");
         let mut bounded = RecordOptions::new(Target::Command(vec!["sleep".into()]));
         bounded.whole_system = true;
-        assert_eq!(exclude_idle(&bounded), 0, "-a -- sleep 5: whole CPUs");
+        assert_eq!(
+            idle_dropped(&bounded, &cpu_clock()),
+            kept,
+            "-a -- sleep 5: whole CPUs"
+        );
         for target in [
             Target::Pids(vec![1]),
             Target::Tids(vec![1]),
@@ -287,7 +343,35 @@ mod tests {
         ] {
             let opts = RecordOptions::new(target);
             assert!(opts.idle, "the default");
-            assert_eq!(exclude_idle(&opts), 1, "{:?}: never idle", opts.target);
+            let never = format!("{:?}: never idle", opts.target);
+            assert_eq!(idle_dropped(&opts, &cpu_clock()), by_program, "{never}");
+            assert_eq!(idle_dropped(&opts, &page_faults()), (1, true), "{never}");
         }
+    }
+
+    #[test]
+    fn a_clock_is_read_with_its_running_time() {
+        let opts = RecordOptions::new(Target::SystemWide);
+        let policy = SamplePolicy::Frequency(99);
+        let clock = sample_attr(&opts, &cpu_clock(), policy);
+        assert_eq!(
+            clock.raw().read_format,
+            u64::from(PERF_FORMAT_TOTAL_TIME_RUNNING)
+        );
+        assert_eq!(
+            sample_attr(&opts, &page_faults(), policy).raw().read_format,
+            0
+        );
+        let user = RecordOptions {
+            mode: Mode::User,
+            ..RecordOptions::new(Target::SystemWide)
+        };
+        let clock = sample_attr(&user, &cpu_clock(), policy);
+        assert_eq!(
+            clock.raw().read_format,
+            0,
+            "--user: kernel-mode expiries never run"
+        );
+        assert_eq!(clock.raw().exclude_idle(), 1);
     }
 }

@@ -310,6 +310,7 @@ fn run_info(l: &Lookup<'_>, p: &proto::Profile, total: u64) -> Result<RunInfo, P
             ("samples", Some(n)) => info.samples = n,
             ("lost", Some(n)) => info.lost = n,
             ("filtered", Some(n)) => info.filtered = n,
+            ("skipped", Some(n)) => info.skipped = n,
             ("stack_errors", Some(n)) => info.stack_errors = n,
             ("collisions", Some(n)) => info.collisions = n,
             ("untracked", Some(n)) => info.untracked = n,

@@ -37,6 +37,7 @@ fn sample_profile() -> Profile {
             samples: 100,
             lost: 7,
             filtered: 3,
+            skipped: 8,
             stack_errors: 1,
             collisions: 2,
             untracked: 4,

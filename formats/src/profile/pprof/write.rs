@@ -376,6 +376,7 @@ pub fn encode(profile: &Profile) -> proto::Profile {
         ("samples", info.samples),
         ("lost", info.lost),
         ("filtered", info.filtered),
+        ("skipped", info.skipped),
         ("stack_errors", info.stack_errors),
         ("collisions", info.collisions),
         ("untracked", info.untracked),
