@@ -64,7 +64,13 @@ pub fn folded_lines(profile: &Profile) -> BTreeMap<String, u64> {
 /// A line whose last frame ends in ` 123` or ` 1.5` would be read by inferno and
 /// flamegraph.pl as having two counts (a differential line, whose delta inferno's colouring
 /// overflows on) and by our own reader as a different stack: that last space becomes `_`.
+/// So does whitespace ending the line (inferno trims it before looking for a count).
 fn guard_tail(mut line: String) -> String {
+    let end = line.trim_end().len();
+    if end < line.len() {
+        let trailing = line[end..].chars().count();
+        line.replace_range(end.., &"_".repeat(trailing));
+    }
     if let Some(space) = line.rfind(' ') {
         let tail = &line[space + 1..];
         let (whole, frac) = tail.split_once('.').unwrap_or((tail, ""));
@@ -330,11 +336,13 @@ mod tests {
         );
         stack(&mut profile, "ch", &["f 1.5"], 3);
         stack(&mut profile, "ch", &["keeps its space (a.rb:3)"], 2);
+        stack(&mut profile, "ch", &["g 6\u{c}"], 4);
         let lines: Vec<_> = folded_lines(&profile).into_keys().collect();
         assert_eq!(
             lines,
             [
                 "ch;f_1.5",
+                "ch;g 6_",
                 "ch;keeps its space (a.rb:3)",
                 "ch;outer;m(iddla_368938881474191032"
             ]
@@ -349,6 +357,10 @@ mod tests {
         write_folded(&profile, &mut out).unwrap();
         let again = profile_from_folded(std::str::from_utf8(&out).unwrap()).unwrap();
         assert_eq!(folded_lines(&again), folded_lines(&profile));
+        // A frame ending in a form feed after a number (found by the fuzzer next).
+        let text = "c;ple 6\u{c} 1\nc;other 3074457345635682 2\n";
+        let profile = profile_from_folded(text).unwrap();
+        crate::profile::write_flamegraph(&profile, "t", &mut Vec::new()).unwrap();
     }
 
     #[test]
