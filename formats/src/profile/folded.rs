@@ -95,8 +95,13 @@ pub const UNTRACKED_STACK: &str = "[children not followed]";
 /// event with its samples and unit.
 fn header(profile: &Profile) -> String {
     let info = &profile.info;
+    // Samples the kernel skipped, when there were any (older files have no such field).
+    let skipped = match info.skipped {
+        0 => String::new(),
+        n => format!(" skipped={n}"),
+    };
     let mut out = format!(
-        "{HEADER}frequency_hz={} period={} duration_ms={} lost={}\n",
+        "{HEADER}frequency_hz={} period={} duration_ms={} lost={}{skipped}\n",
         info.frequency_hz,
         info.period.unwrap_or(0),
         info.duration_ms,
@@ -168,6 +173,7 @@ struct Header {
     period: u64,
     duration_ms: u64,
     lost: Option<u64>,
+    skipped: u64,
 }
 
 impl Header {
@@ -191,6 +197,7 @@ impl Header {
         self.period = num("period").unwrap_or(self.period);
         self.duration_ms = num("duration_ms").unwrap_or(self.duration_ms);
         self.lost = num("lost").or(self.lost);
+        self.skipped = num("skipped").unwrap_or(self.skipped);
     }
 }
 
@@ -254,6 +261,7 @@ pub fn profile_from_folded(text: &str) -> Result<Profile, FoldedError> {
     info.frequency_hz = header.frequency_hz;
     info.period = (header.period > 0).then_some(header.period);
     info.duration_ms = header.duration_ms;
+    info.skipped = header.skipped;
     if let Some(lost) = header.lost {
         // The lost line's count is in the events' unit; the header has the samples.
         info.lost = lost;
@@ -425,6 +433,23 @@ my_prog;f:g;[libc.so.6] 2
         let kinds: Vec<_> = frames.iter().map(|f| f.kind).collect();
         assert_eq!(kinds, [FrameKind::User, FrameKind::Kernel]);
         assert_eq!(frames[1].function.as_ref(), "irq");
+    }
+
+    #[test]
+    fn samples_the_kernel_skipped_are_in_the_header_and_read_back() {
+        let mut profile = Profile::default();
+        stack(&mut profile, "chain", &["main"], 4);
+        profile.info.skipped = 12;
+        let mut out = Vec::new();
+        write_folded(&profile, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.starts_with(
+                "# profiler-folded frequency_hz=0 period=0 duration_ms=0 lost=0 skipped=12\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(profile_from_folded(&text).unwrap().info.skipped, 12);
     }
 
     #[test]
