@@ -156,6 +156,8 @@ pub fn measure(ctx: &mut Ctx) -> anyhow::Result<Section> {
 fn profiler(ctx: &mut Ctx, period: u64, secs: u64) -> anyhow::Result<(Count, String)> {
     let (p, d) = (period.to_string(), secs.to_string());
     let log = ctx.log("loss-profiler");
+    // The profile goes to the scratch directory (without -o it lands where xtask runs).
+    let pb = ctx.path("loss.pb.gz").display().to_string();
     let args = [
         "record",
         "-a",
@@ -167,6 +169,8 @@ fn profiler(ctx: &mut Ctx, period: u64, secs: u64) -> anyhow::Result<(Count, Str
         &d,
         "--limit",
         "1",
+        "-o",
+        &pb,
     ];
     let f = proc::run(&mut ctx.profiler(&args), &log, &[0])?;
     let (delivered, duration_s, lost, skipped) = summary(&f)?;
