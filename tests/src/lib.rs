@@ -313,6 +313,23 @@ pub fn reported_samples(stdout: &str) -> u64 {
         .unwrap_or_else(|| panic!("no sample line in report:\n{stdout}"))
 }
 
+/// The number after `needle` in the report's summary line (`N samples of ...`), if the
+/// line says it.
+pub fn summary_field(stdout: &str, needle: &str) -> Option<u64> {
+    stdout
+        .lines()
+        .find(|l| l.contains(" samples of "))
+        .and_then(|l| l.split(needle).nth(1))
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|s| s.parse().ok())
+}
+
+/// [`summary_field`] of a count the line leaves out when it is 0 (`children not followed`,
+/// `skipped by the kernel`).
+pub fn summary_count(stdout: &str, needle: &str) -> u64 {
+    summary_field(stdout, needle).unwrap_or(0)
+}
+
 /// A scratch directory for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("profiler-it-{}-{name}", std::process::id()));

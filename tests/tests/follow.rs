@@ -4,17 +4,6 @@
 
 use profiler_tests::*;
 
-/// The number after `needle` in the report's summary line, 0 when absent.
-fn summary_count(stdout: &str, needle: &str) -> u64 {
-    stdout
-        .lines()
-        .find(|l| l.contains(" samples of "))
-        .and_then(|l| l.split(needle).nth(1))
-        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
-}
-
 #[test]
 fn a_long_child_after_twenty_thousand_short_ones_is_profiled_whole() {
     if !privileged() {

@@ -23,12 +23,7 @@ fn forks_so_far() -> u64 {
 
 /// `lost N` from the report's summary line.
 fn reported_lost(stdout: &str) -> u64 {
-    stdout
-        .split("; lost ")
-        .nth(1)
-        .and_then(|r| r.split(';').next())
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no lost count in:\n{stdout}"))
+    summary_field(stdout, "; lost ").unwrap_or_else(|| panic!("no lost count in:\n{stdout}"))
 }
 
 /// Records with `args` while `watch`ing it; the report, and what it held over time.
@@ -161,16 +156,6 @@ fn a_full_ring_at_50k_samples_per_second_is_counted_as_loss() {
     let kept = |report: &str| reported_samples(report) / 1024;
     assert_bounded("-m 1", &small_held, 32, 64 + kept(&small));
     assert_bounded("default ring", &big_held, 32, 64 + kept(&big));
-}
-
-/// `N` after `key` in the report's summary line (0 when the line does not say it).
-fn summary_count(stdout: &str, key: &str) -> u64 {
-    stdout
-        .split(key)
-        .nth(1)
-        .and_then(|r| r.split([';', '\n']).next())
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(0)
 }
 
 /// The kernel's `perf_event_max_sample_rate`, set for a test and put back after it.

@@ -331,12 +331,7 @@ fn lost_samples_are_reported_in_every_format() {
         "record",
     );
     let _ = (busy.kill(), busy.wait());
-    let lost: u64 = report
-        .split("; lost ")
-        .nth(1)
-        .and_then(|r| r.split(';').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{report}"));
+    let lost = summary_field(&report, "; lost ").unwrap_or_else(|| panic!("{report}"));
     assert!(lost > 0, "no loss with a one-page ring: {report}");
     let pbs = pb.to_str().unwrap();
     assert!(run_ok(&["report", "-i", pbs]).contains(&format!("; lost {lost};")));

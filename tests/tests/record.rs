@@ -131,13 +131,7 @@ fn running_process_by_pid_only_that_process() {
     assert!(leaf * 100 >= total * 90, "leaf {leaf} of {total}");
     assert_full_chain(&stacks);
     // Both processes are busy on 2 CPUs; the other one's samples were filtered in the kernel.
-    let filtered: u64 = stdout
-        .lines()
-        .next()
-        .and_then(|l| l.split("filtered in kernel ").nth(1))
-        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|s| s.parse().ok())
-        .expect("filtered count");
+    let filtered = summary_field(&stdout, "filtered in kernel ").expect("filtered count");
     assert!(
         filtered >= 300,
         "the other busy process should have been filtered: {stdout}"

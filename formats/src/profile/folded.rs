@@ -333,6 +333,13 @@ mod tests {
         profile.push("cpu-clock", comm, &frames, count);
     }
 
+    /// What [`write_folded`] writes for `profile`.
+    fn written(profile: &Profile) -> String {
+        let mut out = Vec::new();
+        write_folded(profile, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
     #[test]
     fn a_last_frame_ending_in_a_number_is_not_read_as_a_second_count() {
         let mut profile = Profile::default();
@@ -361,9 +368,7 @@ mod tests {
         let profile = profile_from_folded(text).unwrap();
         let mut svg = Vec::new();
         crate::profile::write_flamegraph(&profile, "t", &mut svg).unwrap();
-        let mut out = Vec::new();
-        write_folded(&profile, &mut out).unwrap();
-        let again = profile_from_folded(std::str::from_utf8(&out).unwrap()).unwrap();
+        let again = profile_from_folded(&written(&profile)).unwrap();
         assert_eq!(folded_lines(&again), folded_lines(&profile));
         // A frame ending in a form feed after a number (found by the fuzzer next).
         let text = "c;ple 6\u{c} 1\nc;other 3074457345635682 2\n";
@@ -399,8 +404,6 @@ mod tests {
             5,
         );
         stack(&mut profile, "my prog", &["f;g", "[libc.so.6]"], 2);
-        let mut out = Vec::new();
-        write_folded(&profile, &mut out).unwrap();
         let expected = "\
 # profiler-folded frequency_hz=0 period=0 duration_ms=0 lost=0
 # profiler-folded event=cpu-clock samples=100 unit=ns
@@ -408,7 +411,7 @@ chain;main;outer;middle;leaf 95
 chain;main;outer;middle;leaf;asm_sysvec_apic_timer_interrupt_[k] 3
 my_prog;f:g;[libc.so.6] 2
 ";
-        assert_eq!(String::from_utf8(out).unwrap(), expected);
+        assert_eq!(written(&profile), expected);
     }
 
     #[test]
@@ -416,9 +419,7 @@ my_prog;f:g;[libc.so.6] 2
         let mut profile = Profile::default();
         stack(&mut profile, "chain", &["main", "k:irq"], 4);
         profile.info.lost = 9;
-        let mut out = Vec::new();
-        write_folded(&profile, &mut out).unwrap();
-        let text = String::from_utf8(out).unwrap();
+        let text = written(&profile);
         assert_eq!(
             text,
             "# profiler-folded frequency_hz=0 period=0 duration_ms=0 lost=9\n\
@@ -440,9 +441,7 @@ my_prog;f:g;[libc.so.6] 2
         let mut profile = Profile::default();
         stack(&mut profile, "chain", &["main"], 4);
         profile.info.skipped = 12;
-        let mut out = Vec::new();
-        write_folded(&profile, &mut out).unwrap();
-        let text = String::from_utf8(out).unwrap();
+        let text = written(&profile);
         assert!(
             text.starts_with(
                 "# profiler-folded frequency_hz=0 period=0 duration_ms=0 lost=0 skipped=12\n"
@@ -471,9 +470,7 @@ my_prog;main;[libc.so.6] 2
         // Commands and events are shared strings too.
         let (a, b) = (&profile.stacks[0], &profile.stacks[2]);
         assert!(Arc::ptr_eq(&a.comm, &b.comm) && Arc::ptr_eq(&a.event, &b.event));
-        let mut out = Vec::new();
-        write_folded(&profile, &mut out).unwrap();
-        assert_eq!(String::from_utf8(out).unwrap(), text);
+        assert_eq!(written(&profile), text);
     }
 
     #[test]
@@ -492,9 +489,7 @@ my_prog;main;[libc.so.6] 2
         profile.info.duration_ms = 1_500;
         profile.info.lost = 2;
         profile.info.samples = 27;
-        let mut out = Vec::new();
-        write_folded(&profile, &mut out).unwrap();
-        let text = String::from_utf8(out).unwrap();
+        let text = written(&profile);
         assert!(
             text.starts_with(
                 "# profiler-folded frequency_hz=999 period=0 duration_ms=1500 lost=2\n\
