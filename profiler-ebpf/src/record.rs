@@ -96,15 +96,18 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
         return;
     };
     let pid_tgid = bpf_get_current_pid_tgid();
-    // The idle task (pid 0 on every CPU) when the run does not sample it: counted apart
-    // from other tasks' samples the filters drop.
-    if pid_tgid == 0 && config.filter & filter::NO_IDLE != 0 {
-        bump(stat::IDLE);
-        return;
-    }
     let tgid = (pid_tgid >> 32) as u32;
-    if !targeted(config, tgid, pid_tgid as u32) {
-        bump(stat::FILTERED);
+    // The idle task (pid 0 on every CPU) when the run does not sample it is counted apart
+    // from other tasks' samples the filters drop (a run that filters anything never wants
+    // it). One exit for both: a branch of its own cost 6.1's verifier 70k instructions.
+    if (pid_tgid == 0 && config.filter & filter::NO_IDLE != 0)
+        || !targeted(config, tgid, pid_tgid as u32)
+    {
+        bump(if pid_tgid == 0 {
+            stat::IDLE
+        } else {
+            stat::FILTERED
+        });
         return;
     }
     let aggregated = config.capture & capture::AGGREGATE != 0;
