@@ -81,15 +81,17 @@ impl Ctx {
         if self.quick { quick } else { full }
     }
 
+    /// Run in the scratch directory, as perf is: a recording without `-o` writes its
+    /// profile where it runs, and must not land in the checkout (two did, twice).
     pub fn profiler<S: AsRef<OsStr>>(&self, args: &[S]) -> Command {
         let mut c = Command::new(&self.tools.profiler);
-        c.args(args);
+        c.args(args).current_dir(&self.dir);
         c
     }
 
     pub fn perf<S: AsRef<OsStr>>(&self, args: &[S]) -> Command {
         let mut c = Command::new(&self.tools.perf);
-        c.args(args);
+        c.args(args).current_dir(&self.dir);
         c
     }
 
@@ -160,8 +162,8 @@ pub fn bench(quick: bool, only: Option<&str>) -> anyhow::Result<()> {
         ("counting", counting::measure),
         ("memory", memory::measure),
         ("stacks without frame pointers", unwind::measure),
-        ("group", group::measure),
         ("offcpu", offcpu::measure),
+        ("group", group::measure),
         ("export", export::measure),
         ("python", python::measure),
         ("javascript", javascript::measure),
