@@ -187,11 +187,16 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
         // (profiler_common::stack); `tail` is this CPU's slot, written by `prepare_tail`.
         unsafe {
             tail_words = ((*tail).words as usize).min(group_consts::TAIL_WORDS);
-            generated::bpf_probe_read_kernel(
-                (*buf).frames.as_mut_ptr().add(frames).cast(),
-                (8 * group_consts::TAIL_WORDS) as u32,
-                (&raw const (*tail).data).cast(),
-            );
+            // Without a group (most runs) there are no words: no helper call. The flags are
+            // 0 then; set outside the branch, both paths reach the rest alike (inside it,
+            // the verifier explored the rest twice: 20 % more on 6.1).
+            if tail_words > 0 {
+                generated::bpf_probe_read_kernel(
+                    (*buf).frames.as_mut_ptr().add(frames).cast(),
+                    (8 * group_consts::TAIL_WORDS) as u32,
+                    (&raw const (*tail).data).cast(),
+                );
+            }
             (*buf).header.flags |= (*tail).flags as u32;
         }
     }
