@@ -81,8 +81,9 @@ impl Ctx {
         if self.quick { quick } else { full }
     }
 
-    /// Run in the scratch directory, as perf is: a recording without `-o` writes its
-    /// profile where it runs, and must not land in the checkout (two did, twice).
+    /// The profiler (and perf, below) run in the scratch directory: a recording without
+    /// `-o` writes its profile where it runs, and must not land in the checkout (two did,
+    /// twice).
     pub fn profiler<S: AsRef<OsStr>>(&self, args: &[S]) -> Command {
         let mut c = Command::new(&self.tools.profiler);
         c.args(args).current_dir(&self.dir);
