@@ -4,7 +4,7 @@
 
 use std::{ops::Range, sync::Arc};
 
-use object::{Object, ObjectSection, ReadRef};
+use object::{Object, ObjectSection, ObjectSymbol, ReadRef};
 use profiler_common::python::PythonOffsets;
 
 use super::{
@@ -131,6 +131,8 @@ pub fn detect(pid: u32) -> Result<Detection, DetectError> {
             }
             Err(reason) => Detection::Unsupported { path, reason },
         },
+        // A process just started: its libpython comes in a moment, and with it another look.
+        Err(Unsupported::Launcher(_)) => Detection::NotPython,
         Err(reason) => Detection::Unsupported { path, reason },
     })
 }
@@ -199,6 +201,9 @@ fn inspect<'d, R: ReadRef<'d>>(
     path: &str,
     mapping: &Mapping,
 ) -> Result<Inspected, DetectError> {
+    if is_launcher(obj) {
+        return Ok(Err(Unsupported::Launcher(path.to_string())));
+    }
     let bias = load_bias(obj, mapping).ok_or_else(|| ElfError::NoSegment {
         path: path.to_string(),
         offset: mapping.offset,
@@ -253,6 +258,23 @@ fn inspect<'d, R: ReadRef<'d>>(
     }
     let build_id = obj.build_id().ok().flatten().map(<[u8]>::to_vec);
     Ok(Ok((version, build_id, bias, symbols)))
+}
+
+/// Whether this ELF defines no eval loop but calls the one of a libpython it links: the
+/// `python3.X` executable of a shared build (pyenv's, python.org's `--enable-shared`), whose
+/// `main` is a call to `Py_BytesMain` (3.7's `_Py_UnixMain`, `Py_Main` before).
+fn is_launcher<'d, R: ReadRef<'d>>(obj: &object::File<'d, R>) -> bool {
+    let mut imports_main = false;
+    for s in obj.dynamic_symbols() {
+        match s.name() {
+            Ok("_PyEval_EvalFrameDefault") if !s.is_undefined() => return false,
+            Ok("Py_BytesMain" | "_Py_UnixMain" | "Py_Main") if s.is_undefined() => {
+                imports_main = true
+            }
+            _ => {}
+        }
+    }
+    imports_main
 }
 
 /// The symbols we look for, by name: from `.symtab` (locals and `.cold` parts), or from

@@ -100,6 +100,10 @@ pub enum Unsupported {
     NoVersion(String),
     #[error("{path}: symbol {symbol} not found")]
     MissingSymbol { path: String, symbol: &'static str },
+    /// The executable of a shared build (it only calls `Py_BytesMain`), seen before the
+    /// loader mapped its libpython: not said, since the next look finds the library.
+    #[error("{0}: the executable of a shared build, its libpython not mapped yet")]
+    Launcher(String),
 }
 
 /// Whether `version` has an offsets table.

@@ -94,6 +94,34 @@ fn finds_every_installed_interpreter() {
     }
 }
 
+/// A shared build's executable, looked at before the loader maps its libpython (a command
+/// just exec'd), is not a Python to warn about; a static build's executable is the
+/// interpreter itself.
+#[test]
+fn a_shared_builds_executable_is_a_launcher() {
+    let found = interpreters();
+    if found.is_empty() {
+        eprintln!("skipped: no CPython 3.6-3.13 installed");
+        return;
+    }
+    for (python, _) in found {
+        let data = std::fs::read(&python).expect("read the executable");
+        let obj = object::File::parse(&*data).expect("parse");
+        let exe = python.canonicalize().unwrap();
+        let dir = exe.parent().and_then(Path::parent).unwrap().join("lib");
+        let shared = std::fs::read_dir(&dir).is_ok_and(|mut d| {
+            d.any(|e| {
+                e.is_ok_and(|e| {
+                    let n = e.file_name();
+                    let n = n.to_string_lossy();
+                    n.starts_with("libpython3.") && n.contains(".so")
+                })
+            })
+        }) && !python.starts_with("/usr/bin");
+        assert_eq!(is_launcher(&obj), shared, "{}", python.display());
+    }
+}
+
 #[test]
 fn python_2_is_unsupported_with_a_reason() {
     let root = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
