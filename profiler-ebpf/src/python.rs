@@ -89,9 +89,15 @@ pub(crate) fn check_begins(w: &mut Walk, p: &PyProc, at: u64) {
     }
     match w.py_state {
         NOT_STARTED => match current_frame(p) {
-            Some(frame) => {
+            Some((frame, cframe)) => {
                 w.py_frame = frame;
                 w.py_state = WALKING;
+                // The innermost eval call's run, checked where it ends (`end_run`).
+                w.py_cframe = cframe;
+                w.py_run_check = 1;
+                w.py_run_at = w.stack.len;
+                w.py_run_frame = frame;
+                w.py_eval_pc = w.pc;
             }
             None => {
                 w.py_state = FAILED;
@@ -107,9 +113,10 @@ pub(crate) fn check_begins(w: &mut Walk, p: &PyProc, at: u64) {
     }
 }
 
-/// The current thread's innermost Python frame (0 when it runs none).
+/// The current thread's innermost Python frame (0 when it runs none), and on 3.11-3.12 the
+/// address of the `_PyCFrame` it was found through (else 0).
 #[inline(always)]
-fn current_frame(p: &PyProc) -> Option<u64> {
+fn current_frame(p: &PyProc) -> Option<(u64, u64)> {
     let o = &p.offsets;
     let key = match p.tss_kind {
         TSS_PY_TSS_T => {
@@ -145,10 +152,12 @@ fn current_frame(p: &PyProc) -> Option<u64> {
         return None;
     }
     let mut frame = read(tstate + u64::from(o.tstate_frame))?;
+    let mut cframe = 0;
     if o.cframe_current_frame != NONE && frame != 0 {
+        cframe = frame;
         frame = read(frame + u64::from(o.cframe_current_frame))?;
     }
-    Some(frame)
+    Some((frame, cframe))
 }
 
 /// One iteration of the walk while an eval call's Python frames are being written: writes
@@ -169,7 +178,7 @@ pub(crate) fn step(w: &mut Walk, p: &PyProc) -> i64 {
         };
         if o.version >= 0x030c00 && owner == OWNED_BY_CSTACK {
             w.py_frame = back;
-            return end_call(w);
+            return end_run(w, frame);
         }
     }
     let n = w.stack.len as usize;
@@ -214,7 +223,28 @@ pub(crate) fn step(w: &mut Walk, p: &PyProc) -> i64 {
     } else {
         false
     };
-    if ends { end_call(w) } else { 0 }
+    if ends { end_run(w, w.py_cframe) } else { 0 }
+}
+
+/// An eval call's run of Python frames ends; for the innermost call, `own` is an address
+/// that must be a local of its C frame: 3.12+'s shim frame that ends the run, 3.11's
+/// `_PyCFrame` (0 when neither). Below its CFA (the caller's sp, found before the run was
+/// written), or it is a caller's: the call had not made its frame current yet, or had
+/// already popped it (a generator resumed by C), and the run is the next call's out. Its
+/// native frame is put back and the run is written again there, as it would be a moment
+/// later.
+#[inline(always)]
+fn end_run(w: &mut Walk, own: u64) -> i64 {
+    if w.py_run_check != 0 {
+        w.py_run_check = 0;
+        let at = w.py_run_at as usize;
+        if w.native_done == 0 && own >= w.sp && at < MAX_WALK_WORDS {
+            w.stack.frames[at] = w.py_eval_pc;
+            w.stack.len = at as u32 + 1;
+            w.py_frame = w.py_run_frame;
+        }
+    }
+    end_call(w)
 }
 
 /// `python -X perf` (3.12+) calls each eval loop through a copy of a four-instruction

@@ -160,6 +160,15 @@ pub(crate) struct Walk {
     pub(crate) py_state: u32,
     pub(crate) py_emit: u32,
     pub(crate) py_frame: u64,
+    /// The innermost eval call's run of Python frames, checked where it ends
+    /// (`crate::python::end_run`) and given back to the next eval call out if it was a
+    /// caller's: whether to check, 3.11-3.12's `_PyCFrame` it was found through (else 0),
+    /// where its words start, its first frame and the eval call's own pc.
+    pub(crate) py_run_check: u32,
+    pub(crate) py_run_at: u32,
+    pub(crate) py_cframe: u64,
+    pub(crate) py_run_frame: u64,
+    pub(crate) py_eval_pc: u64,
     pub(crate) native_done: u32,
     /// Non-zero: a frame is in a module whose table is still being built (or in no known
     /// mapping); the walk stopped there (marked partial), or, in a V8 process, went on by
@@ -330,6 +339,7 @@ pub(crate) fn walk_user_from(regs: UserRegs, r13: u64, tgid: u32) -> Walked {
         (*walk).py_state = python::NOT_STARTED;
         (*walk).py_emit = 0;
         (*walk).py_frame = 0;
+        (*walk).py_run_check = 0;
         (*walk).native_done = 0;
         (*walk).pending = 0;
         (*walk).tgid = tgid;
