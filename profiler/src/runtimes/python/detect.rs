@@ -201,9 +201,6 @@ fn inspect<'d, R: ReadRef<'d>>(
     path: &str,
     mapping: &Mapping,
 ) -> Result<Inspected, DetectError> {
-    if is_launcher(obj) {
-        return Ok(Err(Unsupported::Launcher(path.to_string())));
-    }
     let bias = load_bias(obj, mapping).ok_or_else(|| ElfError::NoSegment {
         path: path.to_string(),
         offset: mapping.offset,
@@ -232,6 +229,9 @@ fn inspect<'d, R: ReadRef<'d>>(
     };
     let at = |name| table.get(name).map(|r| r.start + bias);
     let Some(eval) = table.get("_PyEval_EvalFrameDefault") else {
+        if is_launcher(obj) {
+            return Ok(Err(Unsupported::Launcher(path.to_string())));
+        }
         return Ok(Err(missing("_PyEval_EvalFrameDefault")));
     };
     let Some(code_type) = at("PyCode_Type") else {
@@ -260,21 +260,13 @@ fn inspect<'d, R: ReadRef<'d>>(
     Ok(Ok((version, build_id, bias, symbols)))
 }
 
-/// Whether this ELF defines no eval loop but calls the one of a libpython it links: the
-/// `python3.X` executable of a shared build (pyenv's, python.org's `--enable-shared`), whose
-/// `main` is a call to `Py_BytesMain` (3.7's `_Py_UnixMain`, `Py_Main` before).
+/// Whether this ELF (one without an eval loop) calls a libpython's main: the `python3.X`
+/// executable of a shared build (pyenv's, python.org's `--enable-shared`), whose `main` is a
+/// call to `Py_BytesMain` (3.7's `_Py_UnixMain`, `Py_Main` before).
 fn is_launcher<'d, R: ReadRef<'d>>(obj: &object::File<'d, R>) -> bool {
-    let mut imports_main = false;
-    for s in obj.dynamic_symbols() {
-        match s.name() {
-            Ok("_PyEval_EvalFrameDefault") if !s.is_undefined() => return false,
-            Ok("Py_BytesMain" | "_Py_UnixMain" | "Py_Main") if s.is_undefined() => {
-                imports_main = true
-            }
-            _ => {}
-        }
-    }
-    imports_main
+    obj.dynamic_symbols().any(|s| {
+        s.is_undefined() && matches!(s.name(), Ok("Py_BytesMain" | "_Py_UnixMain" | "Py_Main"))
+    })
 }
 
 /// The symbols we look for, by name: from `.symtab` (locals and `.cold` parts), or from
