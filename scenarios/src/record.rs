@@ -613,7 +613,23 @@ pub fn load(env: &Env) -> Outcome {
     if programs.is_empty() {
         return Err(Failure::with("no program load was reported", &stderr));
     }
-    Ok(format!("{}; {took:.1} s in all", programs.join(", ")))
+    let set_up = match set_up_secs(&stderr) {
+        Some(s) => format!("started in {s:.1} s, "),
+        None => String::new(),
+    };
+    Ok(format!(
+        "{}; {set_up}{took:.1} s in all",
+        programs.join(", ")
+    ))
+}
+
+/// The seconds `record` took from its set-up's start to its events enabled (the programs
+/// load side by side, so this is less than their sum).
+fn set_up_secs(stderr: &str) -> Option<f64> {
+    stderr.lines().find_map(|l| {
+        let rest = l.strip_prefix("verifier: set-up took ")?;
+        rest.split_whitespace().next()?.parse().ok()
+    })
 }
 
 /// The `verifier: NAME SECS s [INSNS insns]` lines `PROFILER_DEBUG_VERIFIER` prints, as
@@ -646,11 +662,14 @@ mod tests {
         let stderr = "verifier: unwind_exec 0.00 s 35 insns\n\
                       verifier: offcpu_switch 0.21 s 158002 insns\n\
                       something else\n\
-                      verifier: record_sample 0.81 s 339089 insns\n";
+                      verifier: record_sample 0.81 s 339089 insns\n\
+                      verifier: set-up took 0.93 s (loads, tables, attaching)\n";
         assert_eq!(
             super::verified(stderr),
             ["record_sample 0.8 s 339089", "offcpu_switch 0.2 s 158002"]
         );
+        assert_eq!(super::set_up_secs(stderr), Some(0.93));
+        assert_eq!(super::set_up_secs("verifier: on_fork 0.00 s\n"), None);
         let old_kernel = "verifier: record_fp 0.30 s\nverifier: on_fork 0.00 s\n";
         assert_eq!(
             super::verified(old_kernel),

@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{MapData, RingBuf},
-    programs::{PerfEvent as PerfEventProgram, RawTracePoint, TracePoint},
+    programs::{PerfEvent as PerfEventProgram, Program, RawTracePoint, TracePoint},
 };
 use profiler_common::{
     RequestConfig, SamplerConfig,
@@ -127,22 +127,18 @@ pub(super) struct Loaded {
 
 impl Loaded {
     /// Loads the object with `sizes`, loads its perf_event program `program` (which writes
-    /// `ring`) and writes `config`; links are made through `kernel`.
+    /// `ring`) and, at the same time, its tracepoint programs `with`, and writes `config`;
+    /// links are made through `kernel`.
     pub fn load(
         kernel: &'static dyn Kernel,
         sizes: MapSizes,
         program: &'static str,
         ring: &'static str,
         config: SamplerConfig,
+        with: &[&'static str],
     ) -> Result<Self, BpfError> {
         let mut ebpf = load_object(sizes)?;
-        let perf: &mut PerfEventProgram = ebpf
-            .program_mut(program)
-            .ok_or(BpfError::Missing("the perf_event program"))?
-            .try_into()?;
-        let t0 = std::time::Instant::now();
-        perf.load()?;
-        say_verified(program, t0, || perf.info());
+        load_together(&mut ebpf, program, with)?;
         maps::set_config(&mut ebpf, map::CONFIG, config)?;
         Ok(Self {
             attached: Attachments::new(kernel),
@@ -259,7 +255,8 @@ impl Loaded {
         })
     }
 
-    /// Loads tracepoint program `name` and attaches it to `category:event`; the link belongs
+    /// Loads tracepoint program `name` (unless it is already) and attaches it to
+    /// `category:event`; the link belongs
     /// to the program, which this value owns: detached on drop.
     pub fn attach_tracepoint(
         &mut self,
@@ -267,14 +264,9 @@ impl Loaded {
         category: &str,
         event: &str,
     ) -> Result<(), BpfError> {
-        let program: &mut TracePoint = self
-            .ebpf
-            .program_mut(name)
-            .ok_or(BpfError::Missing(name))?
-            .try_into()?;
-        let t0 = std::time::Instant::now();
-        program.load()?;
-        say_verified(name, t0, || program.info());
+        let program = self.ebpf.program_mut(name).ok_or(BpfError::Missing(name))?;
+        load_tracepoint(name, program)?;
+        let program: &mut TracePoint = program.try_into()?;
         program.attach(category, event)?;
         Ok(())
     }
@@ -334,6 +326,51 @@ pub(super) fn load_object(sizes: MapSizes) -> Result<Ebpf, BpfError> {
     Ok(loader
         .override_global(globals::KERNEL_FEATURES, &features, true)
         .load(OBJECT)?)
+}
+
+/// Loads perf_event program `program` and tracepoint programs `with`, each verified on a
+/// thread of its own: the verifier is most of `record`'s start (seconds under emulation,
+/// docs/kernels.md), and a privileged load runs beside another (no global verifier lock
+/// since 5.3). Every load is waited for; the first error is returned.
+fn load_together(ebpf: &mut Ebpf, program: &str, with: &[&'static str]) -> Result<(), BpfError> {
+    let mut perf = None;
+    let mut others = Vec::new();
+    for (name, p) in ebpf.programs_mut() {
+        if name == program {
+            perf = Some(p);
+        } else if let Some(name) = with.iter().find(|w| **w == name) {
+            others.push((*name, p));
+        }
+    }
+    let perf: &mut PerfEventProgram = perf
+        .ok_or(BpfError::Missing("the perf_event program"))?
+        .try_into()?;
+    std::thread::scope(|scope| {
+        let loads: Vec<_> = others
+            .into_iter()
+            .map(|(name, p)| scope.spawn(move || load_tracepoint(name, p)))
+            .collect();
+        let t0 = std::time::Instant::now();
+        let mut result = perf.load().map_err(BpfError::from);
+        say_verified(program, t0, || perf.info());
+        for load in loads {
+            let other = load.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            result = result.and(other);
+        }
+        result
+    })
+}
+
+/// Loads tracepoint program `name` (unless it is already), saying how long it took.
+pub(super) fn load_tracepoint(name: &str, program: &mut Program) -> Result<(), BpfError> {
+    let tp: &mut TracePoint = program.try_into()?;
+    if tp.fd().is_ok() {
+        return Ok(());
+    }
+    let t0 = std::time::Instant::now();
+    tp.load()?;
+    say_verified(name, t0, || tp.info());
+    Ok(())
 }
 
 /// The loaded perf_event program called `name`.

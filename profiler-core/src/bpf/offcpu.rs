@@ -14,6 +14,16 @@ use super::{
     maps::{self, Counters},
 };
 
+/// The off-CPU program that goes with sampling program `sampling`: the one walking with
+/// unwind tables, or with frame pointers.
+pub(super) fn off_cpu_program(sampling: &str) -> &'static str {
+    if sampling == programs::RECORD_SAMPLE {
+        programs::OFFCPU_SWITCH
+    } else {
+        programs::OFFCPU_SWITCH_FP
+    }
+}
+
 /// The off-CPU program's totals (summed over CPUs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OffCpuStats {
@@ -57,20 +67,15 @@ impl RecordProgram {
     /// program (unwind tables or frame pointers). The object must have been loaded with
     /// `capture::OFF_CPU`, which sizes its pending map.
     pub fn start_off_cpu(&mut self, config: OffCpuConfig) -> Result<OffCpuHook, BpfError> {
-        let program = if self.walks_with_tables() {
-            programs::OFFCPU_SWITCH
-        } else {
-            programs::OFFCPU_SWITCH_FP
-        };
+        let program = off_cpu_program(self.program_name());
         let ebpf = self.loaded.ebpf_mut();
         maps::set_config(ebpf, map::OFFCPU_CONFIG, config)?;
-        let tp: &mut TracePoint = ebpf
+        let tp = ebpf
             .program_mut(program)
-            .ok_or(BpfError::Missing("the off-CPU program"))?
-            .try_into()?;
-        let t0 = std::time::Instant::now();
-        tp.load()?;
-        super::object::say_verified(program, t0, || tp.info());
+            .ok_or(BpfError::Missing("the off-CPU program"))?;
+        // Loaded with the sampling program when the object was (`RecordConfig`'s `OFF_CPU`).
+        super::object::load_tracepoint(program, tp)?;
+        let tp: &mut TracePoint = tp.try_into()?;
         let link = tp.attach("sched", "sched_switch")?;
         Ok(OffCpuHook { program, link })
     }

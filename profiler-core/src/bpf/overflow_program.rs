@@ -59,6 +59,7 @@ impl OverflowProgram {
             programs::SAMPLE,
             map::EVENTS,
             config.sampler,
+            &[],
         )?;
         Ok(Self { loaded })
     }

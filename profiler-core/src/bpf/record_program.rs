@@ -111,12 +111,19 @@ pub struct RecordProgram {
 impl RecordProgram {
     /// Loads the object for `record` as `config` says.
     pub fn load(config: RecordConfig) -> Result<Self, BpfError> {
+        // The off-CPU program is verified beside the sampling one, not after it.
+        let off_cpu = config.sampler.capture & capture::OFF_CPU != 0;
+        let with = match off_cpu {
+            true => vec![super::offcpu::off_cpu_program(config.program())],
+            false => Vec::new(),
+        };
         let loaded = Loaded::load(
             config.kernel,
             config.sizes(),
             config.program(),
             map::RECORD_EVENTS,
             config.sampler,
+            &with,
         )?;
         Ok(Self { loaded })
     }

@@ -81,6 +81,7 @@ impl<'a> Session<'a> {
     /// Validates the options, loads and configures the program, attaches it to one event per
     /// CPU per requested event, enables them and starts the command.
     pub fn setup(opts: &'a RecordOptions, warnings: &'a mut dyn Warn) -> Result<Self, RecordError> {
+        let set_up = Instant::now();
         validate(opts)?;
         // Signals are hooked first, so a Ctrl-C during set-up still ends in an orderly report.
         let signals = StopSignals::hook()?;
@@ -157,6 +158,11 @@ impl<'a> Session<'a> {
         // (loading and attaching take a tenth of a second, which would inflate short runs'
         // durations).
         let started = Instant::now();
+        // The kernel matrix's load check reports how long `record` takes to start.
+        if std::env::var_os("PROFILER_DEBUG_VERIFIER").is_some() {
+            let secs = started.duration_since(set_up).as_secs_f64();
+            eprintln!("verifier: set-up took {secs:.2} s (loads, tables, attaching)");
+        }
         let exit_watch = match workload.as_mut() {
             Some(w) => {
                 w.start()?;
