@@ -20,7 +20,7 @@ use profiler_common::{
     unwind::MAX_UNWIND_PROCS,
 };
 
-use crate::unwind::Walk;
+use crate::unwind::{Walk, returned};
 
 /// The JVMs the walker knows, by tgid (user space adds them once their code cache exists).
 #[map]
@@ -67,10 +67,35 @@ pub(crate) fn owns(w: &Walk, at: u64) -> bool {
 /// The frame at `w.pc` (in the code cache; its native word is the last written; `top`: the
 /// stopped instruction): its Java words written and its caller found.
 ///
-/// Not inlined: verified once, whatever the walk around it; its reads land in the walk's
-/// scratch space (a map value), not on the BPF stack.
-#[inline(never)]
+/// A function of its own (`hotspot_step`, see [`crate::unwind::returned`]): verified once,
+/// whatever the walk around it; its reads land in the walk's scratch space (a map value),
+/// not on the BPF stack.
+#[inline(always)]
 pub(crate) fn step(w: &mut Walk, top: u32) -> Step {
+    match returned(hotspot_step(w, top)) {
+        0 => Step::Next,
+        1 => Step::Stop,
+        _ => Step::FramePointer,
+    }
+}
+
+/// [`step`]'s function: 0 [`Step::Next`], 1 [`Step::Stop`], 2 [`Step::FramePointer`].
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub(crate) extern "C" fn hotspot_step(w: *mut Walk, top: u32) -> u64 {
+    // SAFETY: the walk's map value the caller passed (null tested).
+    let Some(w) = (unsafe { w.as_mut() }) else {
+        return 1;
+    };
+    match frame_step(w, top) {
+        Step::Next => 0,
+        Step::Stop => 1,
+        Step::FramePointer => 2,
+    }
+}
+
+#[inline(always)]
+fn frame_step(w: &mut Walk, top: u32) -> Step {
     if w.py_emit != 0 {
         return Step::Stop;
     }

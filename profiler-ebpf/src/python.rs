@@ -24,7 +24,7 @@ use profiler_common::{
     unwind::MAX_UNWIND_PROCS,
 };
 
-use crate::unwind::Walk;
+use crate::unwind::{Walk, returned};
 
 /// The Python processes the walker knows, by tgid (user space adds them as it finds them).
 #[map]
@@ -79,11 +79,28 @@ fn in_eval(p: &PyProc, at: u64) -> bool {
 /// replace it: the first such frame finds the thread's current Python frame. After a
 /// failure (or once the chain is used up) eval frames stay native.
 ///
-/// Not inlined, and it answers through `w` rather than a return value: every path through
-/// it then returns to the same verifier state, so the native step after it is verified
-/// once, not once per way this can end (that multiplied the program's verification cost).
-#[inline(never)]
+/// A function of its own (`python_check_begins`, see [`crate::unwind::returned`]), and it
+/// answers through `w` rather than a return value: verified once, and every path through it
+/// returns to the same verifier state, so the native step after it is verified once, not
+/// once per way this can end (that multiplied the program's verification cost).
+#[inline(always)]
 pub(crate) fn check_begins(w: &mut Walk, p: &PyProc, at: u64) {
+    returned(python_check_begins(w, p, at));
+}
+
+/// [`check_begins`]'s function (returns 0: a global BPF function returns a scalar).
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub(crate) extern "C" fn python_check_begins(w: *mut Walk, p: *const PyProc, at: u64) -> u64 {
+    // SAFETY: the walk's and the process's map values the caller passed (null tested).
+    if let (Some(w), Some(p)) = (unsafe { w.as_mut() }, unsafe { p.as_ref() }) {
+        begins(w, p, at);
+    }
+    0
+}
+
+#[inline(always)]
+fn begins(w: &mut Walk, p: &PyProc, at: u64) {
     if !in_eval(p, at) {
         return;
     }
@@ -162,8 +179,26 @@ fn current_frame(p: &PyProc) -> Option<(u64, u64)> {
 
 /// One iteration of the walk while an eval call's Python frames are being written: writes
 /// the next one (or skips the shim that ends the call on 3.12+). Returns 1 to end the walk.
+/// A function of its own (`python_step`, see [`crate::unwind::returned`]).
 #[inline(always)]
 pub(crate) fn step(w: &mut Walk, p: &PyProc) -> i64 {
+    // (The walk's callback must return 0 or 1, which the verifier is shown here.)
+    i64::from(returned(python_step(w, p)) != 0)
+}
+
+/// [`step`]'s function.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub(crate) extern "C" fn python_step(w: *mut Walk, p: *const PyProc) -> u64 {
+    // SAFETY: the walk's and the process's map values the caller passed (null tested).
+    let (Some(w), Some(p)) = (unsafe { w.as_mut() }, unsafe { p.as_ref() }) else {
+        return 1;
+    };
+    frame_step(w, p) as u64
+}
+
+#[inline(always)]
+fn frame_step(w: &mut Walk, p: &PyProc) -> i64 {
     let o = &p.offsets;
     let frame = w.py_frame;
     if frame == 0 {

@@ -14,7 +14,10 @@ use profiler_common::{
     unwind::MAX_UNWIND_PROCS,
 };
 
-use crate::{ruby, unwind::Walk};
+use crate::{
+    ruby,
+    unwind::{Walk, returned},
+};
 
 /// Each process's hooks, by tgid (user space adds them as it finds a runtime).
 #[map]
@@ -67,10 +70,27 @@ pub(crate) fn state<T>(tgid: u32, slot: u8) -> Option<&'static T> {
 }
 
 /// Marks the native frame the walk is about to write when `at` (its PC) is in one of the
-/// process's hooked ranges. Not inlined, and answering through `w`: every path returns to
-/// the same verifier state, so the native step after it is verified once.
-#[inline(never)]
+/// process's hooked ranges. A function of its own (`rt_mark`, see
+/// [`crate::unwind::returned`]), answering through `w`: verified once, and every path
+/// returns to the same verifier state, so the native step after it is verified once.
+#[inline(always)]
 pub(crate) fn mark(w: &mut Walk, at: u64) {
+    returned(rt_mark(w, at));
+}
+
+/// [`mark`]'s function (returns 0: a global BPF function returns a scalar).
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub(crate) extern "C" fn rt_mark(w: *mut Walk, at: u64) -> u64 {
+    // SAFETY: the walk's map value the caller passed (null tested).
+    if let Some(w) = unsafe { w.as_mut() } {
+        mark_frame(w, at);
+    }
+    0
+}
+
+#[inline(always)]
+fn mark_frame(w: &mut Walk, at: u64) {
     let len = w.hooks.len;
     let r = &w.hooks.ranges;
     // Constant indices, spelled out: a loop over `len` was compiled into one the 6.1

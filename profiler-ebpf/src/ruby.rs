@@ -17,7 +17,10 @@ use profiler_common::{
     runtimes::{MAX_GROUP_WORDS, MAX_MARKS, slots},
 };
 
-use crate::{rt, unwind::Walk};
+use crate::{
+    rt,
+    unwind::{Walk, returned},
+};
 
 /// Most control frames one walk looks at.
 const MAX_CFPS: u32 = 256;
@@ -173,13 +176,32 @@ fn next_mark(w: &Walk, mark: &mut u32, from: u32) -> bool {
 }
 
 /// One control frame: its three words into the current mark's group. Returns 1 to stop.
+/// Its work is a function of its own (`ruby_step`, see [`crate::unwind::returned`]):
+/// verified once, whatever the walk before it.
 extern "C" fn step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
     // SAFETY: `ctx` is the RubyCx `annotate` passed: the walk is a map value, the process's
     // state a map value only read.
     let (w, p) = unsafe {
         let c = &*(ctx as *const RubyCx);
-        (&mut *c.walk, &*c.proc_)
+        (c.walk, c.proc_)
     };
+    // (The callback must return 0 or 1, which the verifier is shown here.)
+    i64::from(returned(ruby_step(w, p)) != 0)
+}
+
+/// [`step`]'s function.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub(crate) extern "C" fn ruby_step(w: *mut Walk, p: *const RubyProc) -> u64 {
+    // SAFETY: the walk's and the process's map values the caller passed (null tested).
+    let (Some(w), Some(p)) = (unsafe { w.as_mut() }, unsafe { p.as_ref() }) else {
+        return 1;
+    };
+    control_frame(w, p) as u64
+}
+
+#[inline(always)]
+fn control_frame(w: &mut Walk, p: &RubyProc) -> i64 {
     let cfp = w.loop_at[CFP];
     if cfp == 0 || cfp.wrapping_add(u64::from(p.cfp_size)) > w.loop_at[END] {
         let extra = w.marks[w.marks_len as usize & (MAX_MARKS - 1)].group_len;

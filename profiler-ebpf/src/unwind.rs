@@ -688,9 +688,44 @@ fn read(addr: u64) -> Option<u64> {
     unsafe { bpf_probe_read_user(addr as *const u64) }.ok()
 }
 
+/// What a BPF function of its own returned, read so that LLVM cannot carry what it knows of
+/// the function's body into the caller: it would drop checks the verifier asks of the
+/// caller (an index's mask, a `bpf_loop` callback's 0 or 1).
+///
+/// A function of its own is a global one (`#[unsafe(no_mangle)] extern "C"`): the verifier
+/// checks it once, alone, with unknown arguments (pointers to be tested for null), and at a
+/// call only that the arguments fit. Inlined, or as a static BPF function, its code is
+/// checked again for every state the walk reaches it in: the binary searches for a frame's
+/// mapping and row were 270k of `record_sample`'s 397k verified instructions natively.
+#[inline(always)]
+pub(crate) fn returned(v: u64) -> u64 {
+    // SAFETY: a read of a local.
+    unsafe { core::ptr::read_volatile(&v) }
+}
+
 /// The mapping holding `addr` (mappings are sorted and disjoint).
 #[inline(always)]
 fn find_mapping(p: &ProcUnwind, addr: u64) -> Option<&UnwindMapping> {
+    match returned(unwind_find_mapping(p, addr)) {
+        0 => None,
+        i => Some(&p.mappings[(i - 1) as usize & (MAX_PROC_MAPPINGS - 1)]),
+    }
+}
+
+/// [`find_mapping`] as a function of its own (see [`returned`]): the index of the mapping
+/// plus one, 0 for none.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub(crate) extern "C" fn unwind_find_mapping(p: *const ProcUnwind, addr: u64) -> u64 {
+    // SAFETY: a map value the caller passed (null tested).
+    match unsafe { p.as_ref() }.and_then(|p| mapping_index(p, addr)) {
+        Some(i) => u64::from(i) + 1,
+        None => 0,
+    }
+}
+
+#[inline(always)]
+fn mapping_index(p: &ProcUnwind, addr: u64) -> Option<u32> {
     let mut lo = 0u32;
     let mut hi = p.count.min(MAX_PROC_MAPPINGS as u32);
     // log2(MAX_PROC_MAPPINGS) + 1 halvings find any entry.
@@ -705,7 +740,7 @@ fn find_mapping(p: &ProcUnwind, addr: u64) -> Option<&UnwindMapping> {
         } else if addr >= m.end {
             lo = mid + 1;
         } else {
-            return Some(m);
+            return Some(mid);
         }
     }
     None
@@ -714,6 +749,25 @@ fn find_mapping(p: &ProcUnwind, addr: u64) -> Option<&UnwindMapping> {
 /// The last row at or before `pc` in `UNWIND_ROWS[start..start + len]`.
 #[inline(always)]
 fn find_row(start: u32, len: u32, pc: u32) -> Option<UnwindRow> {
+    match returned(unwind_find_row(start, len, pc)) {
+        0 => None,
+        i => UNWIND_ROWS.get((i - 1) as u32).copied(),
+    }
+}
+
+/// [`find_row`] as a function of its own (see [`returned`]): the row's index plus one, 0 for
+/// none.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub(crate) extern "C" fn unwind_find_row(start: u32, len: u32, pc: u32) -> u64 {
+    match row_index(start, len, pc) {
+        Some(i) => u64::from(i) + 1,
+        None => 0,
+    }
+}
+
+#[inline(always)]
+fn row_index(start: u32, len: u32, pc: u32) -> Option<u32> {
     let first = *UNWIND_ROWS.get(start)?;
     if first.pc > pc {
         return None;
@@ -733,7 +787,7 @@ fn find_row(start: u32, len: u32, pc: u32) -> Option<UnwindRow> {
             hi = mid;
         }
     }
-    UNWIND_ROWS.get(lo).copied()
+    UNWIND_ROWS.get(lo).map(|_| lo)
 }
 
 /// `sched:sched_process_exec`: the process's old mappings are gone, so are its tables; its

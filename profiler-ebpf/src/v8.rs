@@ -15,7 +15,7 @@ use profiler_common::{
     v8::{V8_PC_TOP, V8Proc, v8_bytecode_offset, v8_frame},
 };
 
-use crate::unwind::Walk;
+use crate::unwind::{Walk, returned};
 
 /// The V8 processes the walker knows, by tgid (user space adds them as it finds them).
 #[map]
@@ -46,12 +46,29 @@ pub(crate) fn forget(tgid: u32) {
 /// (the last one written) becomes the frame's two. `top`: `w.pc` is the stopped instruction,
 /// not a return address.
 ///
-/// Not inlined, and it answers through `w`: the frame-pointer step after it is then
-/// verified once, whatever this found. Its reads land in the walk's scratch word (a map
-/// value), not on the BPF stack: it runs two calls below the program, whose frames together
-/// may not pass 512 bytes (6.1 refused it at 544).
-#[inline(never)]
+/// A function of its own (`v8_js_frame`, see [`crate::unwind::returned`]), answering
+/// through `w`: verified once, and the frame-pointer step after it is verified once,
+/// whatever this found. Its reads land in the walk's scratch word (a map value), not on the
+/// BPF stack: it runs two calls below the program, whose frames together may not pass 512
+/// bytes (6.1 refused it at 544).
+#[inline(always)]
 pub(crate) fn js_frame(w: &mut Walk, top: u32) {
+    returned(v8_js_frame(w, top));
+}
+
+/// [`js_frame`]'s function (returns 0: a global BPF function returns a scalar).
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub(crate) extern "C" fn v8_js_frame(w: *mut Walk, top: u32) -> u64 {
+    // SAFETY: the walk's map value the caller passed (null tested).
+    if let Some(w) = unsafe { w.as_mut() } {
+        frame(w, top);
+    }
+    0
+}
+
+#[inline(always)]
+fn frame(w: &mut Walk, top: u32) {
     // (While an eval call's Python frames are pending, the last word is not this frame's.)
     if w.v8.enabled == 0 || w.py_emit != 0 {
         return;
