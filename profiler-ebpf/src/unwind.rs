@@ -219,7 +219,18 @@ pub(crate) struct Walk {
     pub(crate) marks: [RtMark; MAX_MARKS],
     pub(crate) groups: [u64; MAX_GROUP_WORDS],
     pub(crate) out: [u64; MAX_WALK_WORDS],
+    /// A window of the user stack read in one helper call (`win_len` bytes from `win_at`;
+    /// 0: none yet), which the next frames' return addresses and saved registers are read
+    /// from: one read per few frames instead of two per frame ([`Walk::stack_word`]).
+    win_at: u64,
+    win_len: u64,
+    /// The word [`unwind_fill_window`] was asked for.
+    win_word: u64,
+    win: [u64; WINDOW_WORDS],
 }
+
+/// Words of the user stack read at once (1 KiB: a few frames of most code).
+const WINDOW_WORDS: usize = 128;
 
 // A per-CPU map value may not pass 32 KiB (PCPU_MIN_UNIT_SIZE).
 const _: () = assert!(core::mem::size_of::<Walk>() <= 32 << 10);
@@ -342,6 +353,7 @@ pub(crate) fn walk_user_from(regs: UserRegs, r13: u64, tgid: u32) -> Walked {
         (*walk).py_run_check = 0;
         (*walk).native_done = 0;
         (*walk).pending = 0;
+        (*walk).win_len = 0;
         (*walk).tgid = tgid;
         (*walk).r13 = r13;
         (*walk).v8 = v8::process(tgid, has & proc_runtimes::V8 != 0);
@@ -610,7 +622,7 @@ fn native_step(w: &mut Walk, p: &ProcUnwind, py: &PyProc, at: u64) -> i64 {
     }
     // Only a frame whose registers the walk has can return through the link register.
     let ra = match ra_at {
-        Some(at) => read(at),
+        Some(at) => w.stack_word(at),
         None => (w.lr != 0).then_some(w.lr),
     };
     let Some(ra) = ra else {
@@ -618,7 +630,7 @@ fn native_step(w: &mut Walk, p: &ProcUnwind, py: &PyProc, at: u64) -> i64 {
         return 1;
     };
     if let Some(at) = row.saved_bp_at(cfa_addr) {
-        match read(at) {
+        match w.stack_word(at) {
             Some(bp) => w.bp = bp,
             None => {
                 w.flags |= record_flags::UNWIND_PARTIAL;
@@ -637,16 +649,16 @@ fn native_step(w: &mut Walk, p: &ProcUnwind, py: &PyProc, at: u64) -> i64 {
 #[inline(always)]
 fn signal_step(w: &mut Walk) -> i64 {
     let (Some(bp), Some(sp), Some(pc)) = (
-        read(w.sp + regs::SIGNAL.bp),
-        read(w.sp + regs::SIGNAL.sp),
-        read(w.sp + regs::SIGNAL.pc),
+        w.stack_word(w.sp + regs::SIGNAL.bp),
+        w.stack_word(w.sp + regs::SIGNAL.sp),
+        w.stack_word(w.sp + regs::SIGNAL.pc),
     ) else {
         w.flags |= record_flags::UNWIND_PARTIAL;
         return 1;
     };
     // The interrupted frame's link register, which may hold its return address.
     w.lr = match regs::SIGNAL.lr {
-        Some(at) => read(w.sp + at).map_or(0, regs::strip_ra),
+        Some(at) => w.stack_word(w.sp + at).map_or(0, regs::strip_ra),
         None => 0,
     };
     w.bp = bp;
@@ -671,7 +683,7 @@ fn frame_pointer_step(w: &mut Walk, top: u32) -> i64 {
         w.flags |= record_flags::UNWIND_PARTIAL;
         return 1;
     }
-    let (Some(next_bp), Some(ra)) = (read(w.bp), read(w.bp + 8)) else {
+    let (Some(next_bp), Some(ra)) = (w.stack_word(w.bp), w.stack_word(w.bp + 8)) else {
         w.flags |= record_flags::UNWIND_PARTIAL;
         return 1;
     };
@@ -682,10 +694,76 @@ fn frame_pointer_step(w: &mut Walk, top: u32) -> i64 {
     if w.pc == 0 { 1 } else { 0 }
 }
 
-#[inline(always)]
-fn read(addr: u64) -> Option<u64> {
-    // SAFETY: bpf_probe_read_user tolerates any address.
-    unsafe { bpf_probe_read_user(addr as *const u64) }.ok()
+impl Walk {
+    /// The user stack's word at `addr`: from the window when it holds it, else through
+    /// [`unwind_fill_window`], which reads a new one.
+    #[inline(always)]
+    fn stack_word(&mut self, addr: u64) -> Option<u64> {
+        let off = addr.wrapping_sub(self.win_at);
+        if off < self.win_len && off & 7 == 0 {
+            return Some(self.win[(off / 8) as usize & (WINDOW_WORDS - 1)]);
+        }
+        match returned(unwind_fill_window(self, addr)) {
+            0 => None,
+            _ => Some(self.win_word),
+        }
+    }
+}
+
+/// Reads the word at `addr` into `win_word` (returns 1; 0 when it cannot be read) and a new
+/// window holding it: from the stack pointer when that is near (the walk reads upwards, and
+/// every word of this frame is above it), else from `addr`, to at most the end of that page
+/// (so the read cannot run past the top of the stack). A function of its own (see
+/// [`returned`]).
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub(crate) extern "C" fn unwind_fill_window(w: *mut Walk, addr: u64) -> u64 {
+    // SAFETY: this CPU's walk, which the caller passed (null tested).
+    let Some(w) = (unsafe { w.as_mut() }) else {
+        return 0;
+    };
+    w.win_len = 0;
+    if addr & 7 != 0 {
+        // SAFETY: bpf_probe_read_user tolerates any address.
+        return match unsafe { bpf_probe_read_user(addr as *const u64) } {
+            Ok(v) => {
+                w.win_word = v;
+                1
+            }
+            Err(_) => 0,
+        };
+    }
+    let near = w.sp & !7;
+    let at = if near <= addr && addr - near < (WINDOW_WORDS as u64 * 4) && near >> 12 == addr >> 12
+    {
+        near
+    } else {
+        addr
+    };
+    let room = 4096 - (at & 4095);
+    let len = returned(if room < WINDOW_WORDS as u64 * 8 {
+        room
+    } else {
+        WINDOW_WORDS as u64 * 8
+    });
+    if len < 8 || len > WINDOW_WORDS as u64 * 8 {
+        return 0;
+    }
+    // SAFETY: `len` bytes fit the window; bpf_probe_read_user tolerates any address.
+    let rc = unsafe {
+        generated::bpf_probe_read_user(
+            w.win.as_mut_ptr().cast(),
+            len as u32,
+            at as *const core::ffi::c_void,
+        )
+    };
+    if rc != 0 {
+        return 0;
+    }
+    w.win_at = at;
+    w.win_len = len;
+    w.win_word = w.win[((addr - at) / 8) as usize & (WINDOW_WORDS - 1)];
+    1
 }
 
 /// What a BPF function of its own returned, read so that LLVM cannot carry what it knows of
@@ -787,7 +865,7 @@ fn row_index(start: u32, len: u32, pc: u32) -> Option<u32> {
             hi = mid;
         }
     }
-    UNWIND_ROWS.get(lo).map(|_| lo)
+    Some(lo)
 }
 
 /// `sched:sched_process_exec`: the process's old mappings are gone, so are its tables; its
