@@ -39,6 +39,8 @@ pub mod maps {
 
     // The unwinder (unwind.rs).
     pub const UNWIND_ROWS: &str = "UNWIND_ROWS";
+    /// Every `ROWS_PER_FENCE`th row's pc (`crate::unwind::ROWS_PER_FENCE`).
+    pub const UNWIND_FENCES: &str = "UNWIND_FENCES";
     pub const UNWIND_PROCS: &str = "UNWIND_PROCS";
     pub const COPIES: &str = "COPIES";
     pub const COPY_WINDOW: &str = "COPY_WINDOW";
@@ -110,6 +112,7 @@ pub mod maps {
         STACK_TRACES,
         USER_STACKS,
         UNWIND_ROWS,
+        UNWIND_FENCES,
         UNWIND_PROCS,
         COPIES,
         COPY_WINDOW,

@@ -7,6 +7,18 @@
 
 /// Rows the global `UNWIND_ROWS` array holds by default (8 bytes each: 32 MiB).
 pub const DEFAULT_UNWIND_ROWS: u32 = 4 << 20;
+/// Rows per fence: `UNWIND_FENCES[k]` is the pc of row `k * ROWS_PER_FENCE`, so a search
+/// halves a module's fences (a few cache lines) and then one block of this many rows, not the
+/// module's whole run (a cache and TLB miss per halving in a big module).
+pub const ROWS_PER_FENCE: u32 = 64;
+/// Fences per entry of `UNWIND_FENCES` (a BPF array rounds each value up to 8 bytes, so
+/// single `u32`s would not lie one after the other in the array's memory).
+pub const FENCES_PER_ENTRY: u32 = 16;
+/// Entries of `UNWIND_FENCES` for an array of `rows` rows.
+pub const fn fence_entries(rows: u32) -> u32 {
+    let n = rows.div_ceil(ROWS_PER_FENCE).div_ceil(FENCES_PER_ENTRY);
+    if n == 0 { 1 } else { n }
+}
 /// Most executable mappings per process with an entry in [`ProcUnwind`].
 pub const MAX_PROC_MAPPINGS: usize = 256;
 /// Most processes with unwind entries at once (the map is not preallocated).

@@ -24,8 +24,8 @@ use profiler_common::{
     runtimes::{MAX_GROUP_WORDS, MAX_MARKS, RtMark, RtProc},
     stack::{STACK_COPY_BLOCK, STACK_COPY_BYTES, STACK_COPY_HEAD_WORDS, StackSampleHeader},
     unwind::{
-        DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, MAX_UNWIND_PROCS, ProcUnwind, ROWS_PENDING,
-        UnwindMapping, UnwindRow, cfa, proc_runtimes,
+        DEFAULT_UNWIND_ROWS, FENCES_PER_ENTRY, MAX_PROC_MAPPINGS, MAX_UNWIND_PROCS, ProcUnwind,
+        ROWS_PENDING, ROWS_PER_FENCE, UnwindMapping, UnwindRow, cfa, fence_entries, proc_runtimes,
     },
     v8::V8Proc,
 };
@@ -46,6 +46,14 @@ pub(crate) const STACK_BYTES: u32 = (MAX_STACK_DEPTH * 8) as u32;
 static UNWIND_ROWS: Array<UnwindRow> =
     Array::with_max_entries(DEFAULT_UNWIND_ROWS, aya_ebpf::bindings::BPF_F_MMAPABLE);
 shared_name!(map UNWIND_ROWS);
+
+/// Every [`ROWS_PER_FENCE`]th row's pc, written with the rows (user space sizes it with them).
+#[map]
+static UNWIND_FENCES: Array<[u32; FENCES_PER_ENTRY as usize]> = Array::with_max_entries(
+    fence_entries(DEFAULT_UNWIND_ROWS),
+    aya_ebpf::bindings::BPF_F_MMAPABLE,
+);
+shared_name!(map UNWIND_FENCES);
 
 /// Per process (tgid): its executable mappings and where their tables are.
 #[map]
@@ -227,6 +235,8 @@ pub(crate) struct Walk {
     /// The word [`unwind_fill_window`] was asked for.
     win_word: u64,
     win: [u64; WINDOW_WORDS],
+    /// [`unwind_find_row`]'s bounds between its steps.
+    search: [u32; 2],
 }
 
 /// Words of the user stack read at once (1 KiB: a few frames of most code).
@@ -602,7 +612,7 @@ fn native_step(w: &mut Walk, p: &ProcUnwind, py: &PyProc, at: u64) -> i64 {
     if at < m.bias || at - m.bias > u64::from(u32::MAX) {
         return frame_pointer_step(w, top);
     }
-    let Some(row) = find_row(m.rows_start, m.rows_len, (at - m.bias) as u32) else {
+    let Some(row) = find_row(w, m.rows_start, m.rows_len, (at - m.bias) as u32) else {
         return frame_pointer_step(w, top);
     };
     let cfa_addr = match row.cfa & cfa::KIND {
@@ -826,46 +836,100 @@ fn mapping_index(p: &ProcUnwind, addr: u64) -> Option<u32> {
 
 /// The last row at or before `pc` in `UNWIND_ROWS[start..start + len]`.
 #[inline(always)]
-fn find_row(start: u32, len: u32, pc: u32) -> Option<UnwindRow> {
-    match returned(unwind_find_row(start, len, pc)) {
+fn find_row(w: &mut Walk, start: u32, len: u32, pc: u32) -> Option<UnwindRow> {
+    match returned(unwind_find_row(w, start, len, pc)) {
         0 => None,
         i => UNWIND_ROWS.get((i - 1) as u32).copied(),
     }
 }
 
 /// [`find_row`] as a function of its own (see [`returned`]): the row's index plus one, 0 for
-/// none.
+/// none. `w` is this CPU's walk, whose `search` holds the search's bounds.
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub(crate) extern "C" fn unwind_find_row(start: u32, len: u32, pc: u32) -> u64 {
-    match row_index(start, len, pc) {
+pub(crate) extern "C" fn unwind_find_row(w: *mut Walk, start: u32, len: u32, pc: u32) -> u64 {
+    // SAFETY: this CPU's walk, which the caller passed (null tested).
+    match unsafe { w.as_mut() }.and_then(|w| row_index(&mut w.search, start, len, pc)) {
         Some(i) => u64::from(i) + 1,
         None => 0,
     }
 }
 
+/// A search's bounds, kept in map memory between its steps: read back from there, they are
+/// values the verifier knows nothing of, so every step's two outcomes meet in one state. Kept
+/// in registers, each step's bounds are new ranges, and the steps' outcomes multiply (a
+/// search of the fences and then of a block passed the verifier's million instructions).
 #[inline(always)]
-fn row_index(start: u32, len: u32, pc: u32) -> Option<u32> {
+fn bounds(at: &[u32; 2]) -> (u32, u32) {
+    // SAFETY: reads of a map value's fields.
+    unsafe {
+        (
+            core::ptr::read_volatile(&at[0]),
+            core::ptr::read_volatile(&at[1]),
+        )
+    }
+}
+
+#[inline(always)]
+fn set_bounds(at: &mut [u32; 2], lo: u32, hi: u32) {
+    // SAFETY: writes of a map value's fields.
+    unsafe {
+        core::ptr::write_volatile(&mut at[0], lo);
+        core::ptr::write_volatile(&mut at[1], hi);
+    }
+}
+
+/// The run's fences are those of the indices `k * ROWS_PER_FENCE` inside it: its own rows'
+/// pcs, sorted. The last fence at or below `pc` bounds the answer to its block of rows (or
+/// to the rows before the run's first fence), which is then halved.
+#[inline(always)]
+fn row_index(at: &mut [u32; 2], start: u32, len: u32, pc: u32) -> Option<u32> {
     let first = *UNWIND_ROWS.get(start)?;
     if first.pc > pc {
         return None;
     }
-    // Invariant: rows[lo].pc <= pc, and the answer is below hi.
-    let mut lo = start;
-    let mut hi = start.saturating_add(len);
-    for _ in 0..25 {
-        if hi - lo <= 1 {
+    let end = start.saturating_add(len);
+    let (first_fence, end_fence) = (start.div_ceil(ROWS_PER_FENCE), end.div_ceil(ROWS_PER_FENCE));
+    let fence = |k: u32| -> Option<u32> {
+        let entry = UNWIND_FENCES.get(k / FENCES_PER_ENTRY)?;
+        Some(entry[(k % FENCES_PER_ENTRY) as usize])
+    };
+    if first_fence < end_fence && fence(first_fence)? <= pc {
+        // Invariant: fence(lo) <= pc, and the answer's fence is below hi. 2^24 rows have
+        // 2^18 fences.
+        set_bounds(at, first_fence, end_fence);
+        for _ in 0..19 {
+            let (lo, hi) = bounds(at);
+            if hi <= lo + 1 {
+                break;
+            }
+            let mid = lo + (hi - lo) / 2;
+            if fence(mid)? <= pc {
+                set_bounds(at, mid, hi);
+            } else {
+                set_bounds(at, lo, mid);
+            }
+        }
+        let (k, _) = bounds(at);
+        let lo = k.checked_mul(ROWS_PER_FENCE)?;
+        set_bounds(at, lo, lo.saturating_add(ROWS_PER_FENCE).min(end));
+    } else {
+        set_bounds(at, start, (first_fence * ROWS_PER_FENCE).min(end));
+    }
+    // Invariant: rows[lo].pc <= pc, and the answer is below hi; at most ROWS_PER_FENCE rows.
+    for _ in 0..7 {
+        let (lo, hi) = bounds(at);
+        if hi <= lo + 1 {
             break;
         }
         let mid = lo + (hi - lo) / 2;
-        let row = UNWIND_ROWS.get(mid)?;
-        if row.pc <= pc {
-            lo = mid;
+        if UNWIND_ROWS.get(mid)?.pc <= pc {
+            set_bounds(at, mid, hi);
         } else {
-            hi = mid;
+            set_bounds(at, lo, mid);
         }
     }
-    Some(lo)
+    Some(bounds(at).0)
 }
 
 /// `sched:sched_process_exec`: the process's old mappings are gone, so are its tables; its

@@ -14,6 +14,7 @@ use profiler_common::{
     RequestConfig, SamplerConfig,
     names::{globals, maps as map},
     stat,
+    unwind::fence_entries,
 };
 
 use super::{
@@ -75,6 +76,7 @@ impl MapSizes {
             .map_max_entries(map::EVENTS, self.events)
             .map_max_entries(map::RECORD_EVENTS, self.record_events)
             .map_max_entries(map::UNWIND_ROWS, self.unwind_rows)
+            .map_max_entries(map::UNWIND_FENCES, fence_entries(self.unwind_rows))
             .map_max_entries(map::AGGREGATE, self.aggregate)
             .map_max_entries(map::STACK_TRACES, self.stack_traces)
             .map_max_entries(map::USER_STACKS, self.user_stacks)

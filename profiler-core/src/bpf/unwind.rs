@@ -24,7 +24,8 @@ use profiler_common::{
     runtimes::{MAX_HOOK_RANGES, RtKey, RtProc, RtRange, RtState},
     stat,
     unwind::{
-        DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, ProcUnwind, UnwindMapping, UnwindRow, proc_runtimes,
+        DEFAULT_UNWIND_ROWS, MAX_PROC_MAPPINGS, ProcUnwind, ROWS_PER_FENCE, UnwindMapping,
+        UnwindRow, proc_runtimes,
     },
     v8::V8Proc,
 };
@@ -42,6 +43,9 @@ pub struct UnwindMaps {
     space: RowSpace,
     /// Keeps the array's fd alive.
     _rows_map: Map,
+    /// `UNWIND_FENCES` (every `ROWS_PER_FENCE`th row's pc), written beside the rows.
+    fences_fd: RawFd,
+    _fences_map: Map,
     procs: HashMap<MapData, u32, ProcUnwind>,
     /// The Python walker's processes (`PY_PROCS`): runtimes the walk hands over to.
     python: HashMap<MapData, u32, PyProc>,
@@ -64,6 +68,56 @@ pub struct UnwindMaps {
     /// once (`remap_vmalloc_range`), so a view of the whole array counted 32 MiB in the
     /// profiler's resident size, and a compiler's run 10 MiB for one copied stack.
     pages: RefCell<RowPages>,
+}
+
+/// Copies `values` to byte `start` of the BPF_F_MMAPABLE array behind `fd`, through a
+/// mapping of just the pages they fall in (the array's data starts page-aligned at offset 0
+/// of its fd), unmapped at once.
+fn write_at<T: Copy>(fd: RawFd, start: usize, values: &[T]) -> Result<(), UnwindMapError> {
+    let page = page_size();
+    let end = start + size_of_val(values);
+    let map_start = start / page * page;
+    let map_len = end.div_ceil(page) * page - map_start;
+    let offset = libc::off_t::try_from(map_start)
+        .map_err(|_| UnwindMapError::Mmap(std::io::ErrorKind::InvalidInput.into()))?;
+    // SAFETY: mmap of a BPF_F_MMAPABLE array's fd, shared and writable, of whole pages
+    // inside the array (the caller's range is within it); checked before use.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            map_len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            offset,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(UnwindMapError::Mmap(std::io::Error::last_os_error()));
+    }
+    // SAFETY: [start, end) lies inside [map_start, map_start + map_len), the mapping just
+    // made; the kernel reads the array concurrently, but a range is only published (through
+    // UNWIND_PROCS) after it is written. The mapping is ours alone and unmapped once.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            values.as_ptr().cast::<u8>(),
+            ptr.cast::<u8>().add(start - map_start),
+            size_of_val(values),
+        );
+        libc::munmap(ptr, map_len);
+    }
+    Ok(())
+}
+
+/// The fences of rows placed at index `first`: the first fence's index and the pcs of the
+/// rows at every multiple of `ROWS_PER_FENCE` in `[first, first + rows.len())`.
+fn fences(first: usize, rows: &[UnwindRow]) -> (usize, Vec<u32>) {
+    let per = ROWS_PER_FENCE as usize;
+    let k0 = first.div_ceil(per);
+    let fences = (k0..(first + rows.len()).div_ceil(per))
+        .map(|k| rows[k * per - first].pc)
+        .collect();
+    (k0, fences)
 }
 
 /// Most pages of the row array kept mapped for lookups (1 MiB with 4 KiB pages; the oldest
@@ -114,6 +168,13 @@ impl RecordProgram {
                 source,
             })?
         };
+        let fences_map = ebpf
+            .take_map(map::UNWIND_FENCES)
+            .ok_or(BpfError::Missing(map::UNWIND_FENCES))?;
+        let Map::Array(fences) = &fences_map else {
+            return Err(BpfError::Missing("array map `UNWIND_FENCES`").into());
+        };
+        let fences_fd = fences.fd().as_fd().as_raw_fd();
         let Map::Array(data) = &rows_map else {
             return Err(BpfError::Missing("array map `UNWIND_ROWS`").into());
         };
@@ -127,6 +188,8 @@ impl RecordProgram {
             rows_fd,
             space: RowSpace::new(capacity),
             _rows_map: rows_map,
+            fences_fd,
+            _fences_map: fences_map,
             procs,
             python,
             v8,
@@ -227,47 +290,19 @@ impl UnwindMaps {
         self.placed.keys().copied()
     }
 
-    /// Copies `rows` to index `first` of the array through a mapping of just the pages they
-    /// fall in (the array's data starts page-aligned at offset 0 of its fd).
+    /// Copies `rows` to index `first` of the row array, and the fences that fall in them
+    /// (every `ROWS_PER_FENCE`th index's pc) to the fence array. The fences of a run are
+    /// its own rows', so a module's search never reads another's.
     fn write_rows(&self, first: usize, rows: &[UnwindRow]) -> Result<(), UnwindMapError> {
         if rows.is_empty() {
             return Ok(());
         }
-        let page = page_size();
-        let row = size_of::<UnwindRow>();
-        let start = first * row;
-        let end = start + size_of_val(rows);
-        let map_start = start / page * page;
-        let map_len = end.div_ceil(page) * page - map_start;
-        let offset = libc::off_t::try_from(map_start)
-            .map_err(|_| UnwindMapError::Mmap(std::io::ErrorKind::InvalidInput.into()))?;
-        // SAFETY: mmap of a BPF_F_MMAPABLE array's fd, shared and writable, of whole pages
-        // inside the array (the run came from the array's RowSpace); checked before use.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                self.rows_fd,
-                offset,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(UnwindMapError::Mmap(std::io::Error::last_os_error()));
+        write_at(self.rows_fd, first * size_of::<UnwindRow>(), rows)?;
+        let (k0, fences) = fences(first, rows);
+        if fences.is_empty() {
+            return Ok(());
         }
-        // SAFETY: [start, end) lies inside [map_start, map_start + map_len), the mapping just
-        // made; the kernel reads rows concurrently, but a range is only published (through
-        // UNWIND_PROCS) after it is written. The mapping is ours alone and unmapped once.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                rows.as_ptr().cast::<u8>(),
-                ptr.cast::<u8>().add(start - map_start),
-                size_of_val(rows),
-            );
-            libc::munmap(ptr, map_len);
-        }
-        Ok(())
+        write_at(self.fences_fd, k0 * size_of::<u32>(), &fences)
     }
 
     /// The row of the run `[start, start + len)` (a placed module's rows, sorted by pc) whose
@@ -547,5 +582,36 @@ impl RecordProgram {
             stats.sum(stat::UNWIND_PARTIAL)?,
             stats.sum(stat::UNWIND_NO_PROCESS)?,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(pcs: std::ops::Range<u32>) -> Vec<UnwindRow> {
+        pcs.map(|pc| UnwindRow {
+            pc: pc * 10,
+            cfa_offset: 0,
+            cfa: 0,
+            rbp: 0,
+        })
+        .collect()
+    }
+
+    #[test]
+    fn fences_are_the_runs_own_rows_at_multiples_of_the_block() {
+        let per = ROWS_PER_FENCE as usize;
+        // A run from 100 to 300: its fences are rows 128, 192 and 256 (indices 28, 92, 156
+        // of the run).
+        let r = rows(0..200);
+        assert_eq!(fences(100, &r), (2, vec![280, 920, 1560]));
+        // A run starting on a fence has it as its first row; one ending on a fence does not
+        // have that fence (the next run's).
+        let r = rows(0..(2 * per as u32));
+        assert_eq!(fences(per, &r), (1, vec![0, 10 * per as u32]));
+        // A run inside one block has none.
+        assert_eq!(fences(per + 1, &rows(0..10)).1, Vec::<u32>::new());
+        assert_eq!(fences(0, &[]).1, Vec::<u32>::new());
     }
 }
