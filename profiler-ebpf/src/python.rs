@@ -83,9 +83,14 @@ fn in_eval(p: &PyProc, at: u64) -> bool {
 /// answers through `w` rather than a return value: verified once, and every path through it
 /// returns to the same verifier state, so the native step after it is verified once, not
 /// once per way this can end (that multiplied the program's verification cost).
+///
+/// The function is called only for a frame in the eval loop (the test inline, so a native
+/// frame pays no call).
 #[inline(always)]
 pub(crate) fn check_begins(w: &mut Walk, p: &PyProc, at: u64) {
-    returned(python_check_begins(w, p, at));
+    if in_eval(p, at) {
+        returned(python_check_begins(w, p, at));
+    }
 }
 
 /// [`check_begins`]'s function (returns 0: a global BPF function returns a scalar).

@@ -75,7 +75,10 @@ pub(crate) fn state<T>(tgid: u32, slot: u8) -> Option<&'static T> {
 /// returns to the same verifier state, so the native step after it is verified once.
 #[inline(always)]
 pub(crate) fn mark(w: &mut Walk, at: u64) {
-    returned(rt_mark(w, at));
+    // A process without hooks (most) pays no call.
+    if w.hooks.len != 0 {
+        returned(rt_mark(w, at));
+    }
 }
 
 /// [`mark`]'s function (returns 0: a global BPF function returns a scalar).
