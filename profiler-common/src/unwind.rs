@@ -182,6 +182,8 @@ pub mod proc_runtimes {
     pub const HOTSPOT: u32 = 1 << 2;
     /// Hooks of seam runtimes (`RT_PROCS`: Ruby, ...).
     pub const HOOKS: u32 = 1 << 3;
+    /// A Go process whose samples carry goroutine labels (`GO_PROCS`).
+    pub const GO: u32 = 1 << 4;
 }
 
 /// The executable mappings of one process, sorted by `start`, `count` valid.

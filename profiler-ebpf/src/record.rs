@@ -124,7 +124,7 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
     // verifier a sixth more of this program (66k instructions on 6.18).
     if aggregated
         && aggregate(ctx, config, &request, pid_tgid, walked, || {
-            TABLES && golabels::read(tgid).is_some()
+            TABLES && go_process(walked) && golabels::read(tgid).is_some()
         })
     {
         return;
@@ -157,7 +157,12 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
         h.comm = bpf_get_current_comm().unwrap_or([0; 16]);
         let stacks = request.flags & request_flags::STACKS != 0;
         let mut k = 0usize;
-        if stacks && config.capture & capture::KERNEL_STACK != 0 {
+        // A sample taken in user mode has no kernel frames (the kernel's callchain skips
+        // them): no helper call for it.
+        if stacks
+            && config.capture & capture::KERNEL_STACK != 0
+            && !regs::user_mode(&(*ctx.ctx).regs)
+        {
             let n = bpf_get_stack(
                 ctx.as_ptr(),
                 (*buf).frames.as_mut_ptr().cast(),
@@ -201,7 +206,11 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
         }
     }
     let mut words = frames + tail_words;
-    let go_labels = if TABLES { golabels::read(tgid) } else { None };
+    let go_labels = if TABLES && go_process(walked) {
+        golabels::read(tgid)
+    } else {
+        None
+    };
     if let Some(labels) = go_labels {
         // SAFETY: copies two words from our stack to frames[words..], inside the buffer:
         // words <= MAX_RECORD_FRAMES + TAIL_WORDS and the tail holds GO_LABEL_WORDS more
@@ -268,6 +277,13 @@ fn on_sample<const TABLES: bool>(ctx: &PerfEventContext) {
         )
     };
     bump(if rc == 0 { stat::SUBMITTED } else { stat::LOST });
+}
+
+/// Whether the walked process has goroutine labels to read (user space publishes a Go
+/// process with its tables, so a process without a finished walk has none).
+#[inline(always)]
+fn go_process(walked: Option<Walked>) -> bool {
+    matches!(walked, Some(Walked::Done(w)) if w.go_labels())
 }
 
 /// Walks the user stack into `frames[k..]` of the buffer; returns the frames written.

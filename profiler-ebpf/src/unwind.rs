@@ -185,7 +185,8 @@ pub(crate) struct Walk {
     /// never guessed past that frame (but for V8's frame-pointer frames).
     pending: u32,
     pub(crate) tgid: u32,
-    _pad: u32,
+    /// The process's `proc_runtimes` bits.
+    pub(crate) runtimes: u32,
     /// The process's V8 entry (`enabled` 0 when it runs none): JS frames are found where
     /// the walk goes by frame pointer ([`v8::js_frame`]).
     pub(crate) v8: V8Proc,
@@ -365,6 +366,7 @@ pub(crate) fn walk_user_from(regs: UserRegs, r13: u64, tgid: u32) -> Walked {
         (*walk).pending = 0;
         (*walk).win_len = 0;
         (*walk).tgid = tgid;
+        (*walk).runtimes = has;
         (*walk).r13 = r13;
         (*walk).v8 = v8::process(tgid, has & proc_runtimes::V8 != 0);
         hotspot::load(tgid, has & proc_runtimes::HOTSPOT != 0, &mut (*walk).hs);
@@ -398,6 +400,13 @@ impl Walk {
     #[inline(always)]
     pub(crate) fn wants_copy(&self) -> bool {
         self.pending != 0
+    }
+
+    /// Whether the process is a Go process user space published for goroutine labels
+    /// (only such a process has a `GO_PROCS` entry: the others pay no lookup).
+    #[inline(always)]
+    pub(crate) fn go_labels(&self) -> bool {
+        self.runtimes & proc_runtimes::GO != 0
     }
 }
 

@@ -543,7 +543,8 @@ impl UnwindMaps {
     /// Tells the sampler where process `pid`'s goroutine labels are (`Some`), or that it
     /// no longer runs Go.
     pub fn set_go(&mut self, pid: u32, entry: Option<&GoProc>) -> Result<(), UnwindMapError> {
-        set_runtime_entry(&mut self.go, map::GO_PROCS, pid, entry)
+        set_runtime_entry(&mut self.go, map::GO_PROCS, pid, entry)?;
+        self.set_runtime_bit(pid, proc_runtimes::GO, entry.is_some())
     }
 
     /// Bytes of rows in use.
