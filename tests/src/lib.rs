@@ -330,12 +330,37 @@ pub fn summary_count(stdout: &str, needle: &str) -> u64 {
     summary_field(stdout, needle).unwrap_or(0)
 }
 
-/// A scratch directory for one test.
+/// A scratch directory for one test. The first call of a test process removes the scratch
+/// directories of test processes that have exited: a test's binaries and copies (up to
+/// 180 MiB for the `nobody` runs) would otherwise pile up run after run on the disk CI
+/// shares.
 pub fn scratch(name: &str) -> PathBuf {
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(sweep_stale_scratch);
     let d = std::env::temp_dir().join(format!("profiler-it-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("scratch dir");
     d
+}
+
+/// Removes `profiler-it-PID-*` directories whose process is gone (a live PID's are another
+/// test process's, running now).
+fn sweep_stale_scratch() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("profiler-it-")) else {
+            continue;
+        };
+        let Some(Ok(pid)) = rest.split('-').next().map(str::parse::<u32>) else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// The cgroup v2 mount point (`/sys/fs/cgroup` or, on hybrid hosts, `/sys/fs/cgroup/unified`).
