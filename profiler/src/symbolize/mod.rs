@@ -16,6 +16,7 @@ mod leaf;
 mod maps;
 mod plt;
 mod resolve;
+mod warm;
 
 use std::{
     collections::{HashMap, HashSet},

@@ -1,7 +1,8 @@
 //! Naming normalized addresses: (ELF file, file offset) and kernel addresses. All the
-//! offsets one batch needs in one file go to blazesym in one call, with a symbolizer made
-//! for that file and dropped after it, so memory holds one file's symbols at a time, not
-//! every file a long run has seen. Names already found are cached (bounded).
+//! offsets one batch needs in one file go to blazesym in one call. A file's parsed state is
+//! kept while the run keeps naming addresses in it, and let go once it is idle
+//! ([`super::warm`]), so memory holds the files being named now, not every file a long run
+//! has seen. Names already found are cached (bounded).
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -15,8 +16,11 @@ use blazesym::symbolize::{
 };
 
 use super::{
-    ElfFile, FileId, Frame, FrameKind, Identity, by_build_id, frame, go::GoTable,
-    inflated::Inflated, kallsyms::KernelSymbols, plt::PltStubs,
+    ElfFile, FileId, Frame, FrameKind, frame,
+    go::GoTable,
+    inflated::Inflated,
+    kallsyms::KernelSymbols,
+    warm::{WarmFile, WarmFiles},
 };
 
 /// Directories searched for separate debug information (their `.build-id/` trees, and
@@ -46,6 +50,10 @@ pub struct Symbolizer {
     user: bool,
     /// Files whose Go function table was refused (said once each).
     go_refused: std::collections::HashSet<FileId>,
+    /// One blazesym symbolizer for the run: it keeps each warm file's parsed state (symbol
+    /// table, DWARF units) between batches; [`WarmFiles`] says when to let a file go.
+    bz: bz::Symbolizer,
+    warm: WarmFiles,
 }
 
 /// One file's frames, and why its Go function table was refused, if it was.
@@ -69,10 +77,17 @@ impl Symbolizer {
             kernel: None,
             kernel_cache: HashMap::new(),
             user_cache: HashMap::new(),
-            debug_dirs: dirs,
             inflated: Inflated::default(),
             user: true,
             go_refused: Default::default(),
+            bz: bz::Symbolizer::builder()
+                .enable_code_info(true)
+                .enable_inlined_fns(true)
+                .enable_demangling(true)
+                .set_debug_dirs(Some(&dirs))
+                .build(),
+            debug_dirs: dirs,
+            warm: WarmFiles::default(),
         }
     }
 
@@ -124,6 +139,7 @@ impl Symbolizer {
             }
         }
         let mut errors = SymbolizeErrors::default();
+        let named_some = !by_file.is_empty();
         for (id, mut offsets) in by_file {
             offsets.sort_unstable();
             offsets.dedup();
@@ -135,7 +151,7 @@ impl Symbolizer {
             {
                 continue;
             }
-            let frames = match self.file_frames(file, &offsets) {
+            let frames = match self.file_frames(id, file, &offsets) {
                 Ok((frames, go_refused)) => {
                     if let Some(why) = go_refused
                         && self.go_refused.insert(id)
@@ -157,80 +173,68 @@ impl Symbolizer {
                 self.user_cache.insert((id, offset), f);
             }
         }
+        if named_some {
+            self.warm.cool(&mut self.bz);
+        }
         errors
     }
 
     /// The frames of one file's offsets (sorted), in their order, and why the file's Go
     /// function table was refused, if it was.
-    fn file_frames(&mut self, file: &ElfFile, offsets: &[u64]) -> Result<FileFrames, FileError> {
-        let plt = PltStubs::read(&file.file);
-        let named_by_plt = |o: u64| plt.contains(o);
+    fn file_frames(
+        &mut self,
+        id: FileId,
+        file: &ElfFile,
+        offsets: &[u64],
+    ) -> Result<FileFrames, FileError> {
+        let warm = self.warm.get(id, file, &self.debug_dirs);
         let rest: Vec<u64> = offsets
             .iter()
             .copied()
-            .filter(|&o| !named_by_plt(o))
+            .filter(|&o| !warm.plt.contains(o))
             .collect();
-        let symbolizer = bz::Symbolizer::builder()
-            .enable_code_info(true)
-            .enable_inlined_fns(true)
-            .enable_demangling(true)
-            .set_debug_dirs(Some(&self.debug_dirs))
-            .build();
         // A debug file found by build id is read instead of the file, at the virtual
         // addresses the two share; else the file itself, by file offset (blazesym follows
         // its debuglink or MiniDebugInfo).
-        let identity = Identity::read(&file.file);
-        let separate = identity.as_ref().and_then(|i| {
-            let debug = by_build_id(&self.debug_dirs, i.build_id.as_deref()?)?;
+        let separate = warm.separate.as_ref().and_then(|debug| {
+            let i = warm.identity.as_ref()?;
             let vaddrs: Option<Vec<u64>> = rest.iter().map(|&o| i.vaddr(o)).collect();
             Some((debug, vaddrs?))
         });
-        let (src, input) = match &separate {
+        let (path, input) = match &separate {
             Some((debug, vaddrs)) => (
-                Elf::new(self.inflated.path_for(debug)),
+                self.inflated.path_for(debug),
                 Input::VirtOffset(vaddrs.as_slice()),
             ),
             None => (
-                Elf::new(self.inflated.path_of(&file.file, file.fd_path())),
+                self.inflated.path_of(&file.file, file.fd_path()),
                 Input::FileOffset(rest.as_slice()),
             ),
-        };
-        let src = Elf {
-            debug_syms: true,
-            ..src
         };
         let symbols = if rest.is_empty() {
             Vec::new()
         } else {
+            warm.read_as(path.clone());
+            let src = Elf {
+                debug_syms: true,
+                ..Elf::new(path)
+            };
             // A file another user controls must not take the whole profile down with it.
-            let call =
-                std::panic::AssertUnwindSafe(|| symbolizer.symbolize(&Source::Elf(src), input));
-            std::panic::catch_unwind(call)
+            let bz = &self.bz;
+            let call = std::panic::AssertUnwindSafe(|| bz.symbolize(&Source::Elf(src), input));
+            let symbols = std::panic::catch_unwind(call);
+            warm.release_pages();
+            symbols
                 .map_err(|_| FileError::Panicked)?
                 .map_err(FileError::Blazesym)?
         };
         let mut symbols = rest.iter().zip(symbols);
         let path = Some(&file.path);
-        // Go's own table names what no symbol does (Go binaries linked with -s -w); read
-        // once per call, at the first such offset.
-        let mut go: Option<Option<GoTable>> = None;
-        let mut go_refused = None;
-        let mut go_frames = |o: u64| {
-            let table = go.get_or_insert_with(|| match GoTable::read(&file.file) {
-                Ok(t) => t,
-                Err(why) => {
-                    go_refused = Some(why.to_string());
-                    None
-                }
-            });
-            let vaddr = identity.as_ref()?.vaddr(o)?;
-            table.as_ref()?.frames(vaddr, &file.name, path)
-        };
         let frames = offsets
             .iter()
             .map(|&o| {
-                if named_by_plt(o) {
-                    return match plt.name(o) {
+                if warm.plt.contains(o) {
+                    return match warm.plt.name(o) {
                         Some(name) => {
                             let mut f = Frame::named(&name, FrameKind::User);
                             f.module = Some(file.name.clone());
@@ -244,10 +248,16 @@ impl Symbolizer {
                     Some((_, Symbolized::Sym(sym))) => {
                         frame::from_sym(&sym, FrameKind::User, &file.name, path)
                     }
-                    _ => go_frames(o).unwrap_or_else(|| miss(&file.name, path, o)),
+                    // Go's own table names what no symbol does (Go binaries linked with
+                    // -s -w); read at the first such offset, kept while the file is warm.
+                    _ => go_frames(warm, file, o).unwrap_or_else(|| miss(&file.name, path, o)),
                 }
             })
             .collect();
+        let go_refused = match &warm.go {
+            Some(Err(why)) => Some(why.clone()),
+            _ => None,
+        };
         Ok((frames, go_refused))
     }
 
@@ -354,6 +364,19 @@ impl Symbolizer {
     }
 }
 
+/// The frames Go's function table gives file offset `o` of `file`, if it has that table.
+fn go_frames(warm: &mut WarmFile, file: &ElfFile, o: u64) -> Option<Arc<[Frame]>> {
+    let table = warm
+        .go
+        .get_or_insert_with(|| GoTable::read(&file.file).map_err(|why| why.to_string()));
+    let vaddr = warm.identity.as_ref()?.vaddr(o)?;
+    table
+        .as_ref()
+        .ok()?
+        .as_ref()?
+        .frames(vaddr, &file.name, Some(&file.path))
+}
+
 /// An address no symbol covers: its module and offset, so it stays a value one can look up.
 fn miss(name: &Arc<str>, path: Option<&Arc<str>>, offset: u64) -> Arc<[Frame]> {
     Arc::from([Frame::at_offset(
@@ -408,5 +431,31 @@ mod tests {
             "{:?}",
             names(&s, exe, getpid)
         );
+    }
+
+    /// A file stays warm between batches and names the same after it was let go (its
+    /// blazesym state evicted and read again).
+    #[test]
+    fn a_file_let_go_names_the_same_when_read_again() {
+        let mut n = Normalizer::new();
+        n.observe(std::process::id(), None);
+        let (libc, getpid) = file_offset(&mut n, libc::getpid as *const () as usize as u64);
+        let files = n.open_files([libc]);
+        let mut s = Symbolizer::new(&[]);
+        s.resolve_user(&files, [(libc, getpid)]);
+        let first = names(&s, libc, getpid);
+        assert!(first.iter().any(|n| n.contains("getpid")), "{first:?}");
+        assert_eq!(s.warm.len(), 1, "libc is kept warm after its batch");
+        s.warm.cool(&mut s.bz);
+        assert_eq!(
+            s.warm.len(),
+            1,
+            "kept through one batch that did not need it"
+        );
+        s.warm.cool(&mut s.bz);
+        assert_eq!(s.warm.len(), 0, "a file two batches did not need is let go");
+        s.user_cache.clear();
+        s.resolve_user(&files, [(libc, getpid)]);
+        assert_eq!(names(&s, libc, getpid), first);
     }
 }
