@@ -85,6 +85,13 @@ pub fn parse(text: &str) -> Vec<Mapping> {
 }
 
 fn parse_line(line: &str) -> Option<Mapping> {
+    let (mapping, perms) = parse_any_line(line)?;
+    (perms.as_bytes().get(2) == Some(&b'x')).then_some(mapping)
+}
+
+/// One line of the maps format, whatever its permissions, and those permissions
+/// (`r-xp`, `r--s`, ...).
+pub fn parse_any_line(line: &str) -> Option<(Mapping, &str)> {
     let mut fields = line.splitn(6, ' ');
     let (start, end) = fields.next()?.split_once('-')?;
     let perms = fields.next()?;
@@ -92,16 +99,13 @@ fn parse_line(line: &str) -> Option<Mapping> {
     let (major, minor) = fields.next()?.split_once(':')?;
     let ino = fields.next()?;
     let name = fields.next().unwrap_or("").trim_start();
-    if perms.as_bytes().get(2) != Some(&b'x') {
-        return None;
-    }
     let hex = |s: &str| u64::from_str_radix(s, 16).ok();
     let (start, end) = (hex(start)?, hex(end)?);
     if end <= start {
         return None;
     }
     let name = name.strip_suffix(" (deleted)").unwrap_or(name);
-    Some(Mapping {
+    let mapping = Mapping {
         start,
         end,
         offset: hex(offset)?,
@@ -111,7 +115,8 @@ fn parse_line(line: &str) -> Option<Mapping> {
         ),
         ino: ino.parse().ok()?,
         name: Arc::from(name),
-    })
+    };
+    Some((mapping, perms))
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ pub use cfi::CfiError;
 pub use elf::ElfError;
 pub use files::{ElfFile, ElfFiles, FileId};
 pub use history::MapHistory;
-pub use maps::{MapEntry, Mapping, exec_mappings, parse as parse_maps};
+pub use maps::{MapEntry, Mapping, exec_mappings, parse as parse_maps, parse_any_line};
 
 /// Index of a module in its [`Registry`].
 pub type ModuleId = u32;

@@ -20,6 +20,7 @@ use blazesym::symbolize::{
 };
 
 use super::{ElfFile, FileId, Identity, by_build_id, go::GoTable, plt::PltStubs};
+use crate::modules::parse_any_line;
 
 /// A file no batch of this many in a row needed is let go.
 const IDLE_CALLS: u64 = 2;
@@ -159,38 +160,21 @@ impl WarmFiles {
 /// whole, shared and read-only from offset 0, as blazesym maps the files it reads (a loaded
 /// library's segments are private, and a private page may have been written before an
 /// `mprotect`; a shared read-only mapping's pages are the file's).
-fn whole_file_mapping(line: &str, files: &[(u64, u64, u64)], page: u64) -> Option<(usize, usize)> {
-    let mut f = line.split_ascii_whitespace();
-    let (range, perms, offset, dev, inode) =
-        (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
-    if perms != "r--s" || u64::from_str_radix(offset, 16).ok()? != 0 {
-        return None;
-    }
-    let (start, end) = range.split_once('-')?;
-    let (start, end) = (
-        usize::from_str_radix(start, 16).ok()?,
-        usize::from_str_radix(end, 16).ok()?,
-    );
-    let (major, minor) = dev.split_once(':')?;
-    let dev = libc::makedev(
-        u32::from_str_radix(major, 16).ok()?,
-        u32::from_str_radix(minor, 16).ok()?,
-    );
-    let inode: u64 = inode.parse().ok()?;
-    files
-        .iter()
-        .any(|&(d, i, size)| {
-            d == dev && i == inode && (end - start) as u64 == size.div_ceil(page) * page
-        })
-        .then_some((start, end))
+fn whole_file_mapping(line: &str, files: &[FileKey], page: u64) -> Option<(usize, usize)> {
+    let (m, perms) = parse_any_line(line)?;
+    let whole = |&(dev, ino, size): &FileKey| {
+        (dev, ino) == (m.dev, m.ino) && m.end - m.start == size.div_ceil(page) * page
+    };
+    (perms == "r--s" && m.offset == 0 && files.iter().any(whole))
+        .then_some((m.start as usize, m.end as usize))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Only a read-only private mapping of a whole known file from offset 0 is handed back:
-    /// never a library's segment, a writable mapping or another file.
+    /// Only a shared read-only mapping of a whole known file from offset 0 is handed back:
+    /// never a library's segment, a private or writable mapping, or another file.
     #[test]
     fn only_whole_file_mappings_are_released() {
         let dev = libc::makedev(0xfd, 1);
